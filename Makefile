@@ -1,0 +1,30 @@
+# Two commands from a fresh clone:  make demo  |  make test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+# torch is pinned to the local CPU wheel first, so nothing below pulls a CUDA build.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e ".[test]"
+	touch $(STAMP)
+
+demo: setup
+	mkdir -p out
+	$(BIN)/arr-coc look examples/receipt.jpg "What is the total?" --out out/receipt_arr.png
+
+test: setup
+	$(BIN)/python -m pytest
+
+bench: setup
+	$(BIN)/python benchmarks/bench_core.py
+
+clean:
+	rm -rf $(VENV) out .pytest_cache .hypothesis

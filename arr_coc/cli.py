@@ -1,0 +1,124 @@
+"""The ``arr-coc`` command line: ``arr-coc look IMAGE "QUESTION"`` and friends."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from . import __version__
+
+
+def _registered() -> str:
+    from .relevance import SCORERS
+    from .samplers import SAMPLERS
+    from .texture import CHANNELS
+
+    return (f"samplers: {', '.join(SAMPLERS.names())}\n"
+            f"texture channels: {', '.join(CHANNELS.names())}\n"
+            f"scorers: {', '.join(SCORERS.names())}")
+
+
+def _parser() -> argparse.ArgumentParser:
+    from .config import DEFAULT_BUDGET, CanvasConfig, SamplerConfig
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="arr-coc", formatter_class=fmt,
+                                description="Query-aware visual token allocation: a gestalt of the whole image "
+                                            "plus a fixed budget of full-resolution saccades where the question "
+                                            "needs them.", epilog=_registered())
+    p.add_argument("--version", action="version", version=f"arr-coc {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+    look = sub.add_parser("look", formatter_class=fmt, epilog=_registered(),
+                          help="allocate saccades for one image and question; print a summary, draw a PNG",
+                          description="Allocate saccades for one image and question.")
+    look.add_argument("image", help="image file (any format PIL reads)")
+    look.add_argument("question", help='the question, e.g. "What is the total?"')
+    look.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="saccade tokens K (default %(default)s)")
+    look.add_argument("--sampler", default=SamplerConfig.name, help="sampler name (default %(default)s; see below)")
+    look.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
+    look.add_argument("--cell", type=int, default=CanvasConfig.cell,
+                      help="token cell in px: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL (default %(default)s)")
+    look.add_argument("--max-pixels", type=int, default=CanvasConfig.max_pixels,
+                      help="largest canvas area in px (default %(default)s)")
+    look.add_argument("--gestalt", type=int, default=None, metavar="N",
+                      help="N x N gestalt tokens (default 16, or 8 when --budget < 128)")
+    look.add_argument("--seed", type=int, default=0, help="seed for learnable parts and random samplers")
+    look.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm",
+                      help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words")
+    look.add_argument("--out", type=Path, default=None,
+                      help="PNG to write (default <image>_arr.png next to the current directory; "
+                           "with --json only when given)")
+    look.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
+    look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
+    return p
+
+
+def _summary(alloc, i: int = 0, top: int = 10) -> str:
+    d = alloc.to_json(i)
+    tok = d["tokens"]
+    lines = [
+        f"question      {d['question']!r}",
+        f"image         {d['image_size'][1]}x{d['image_size'][0]} px -> canvas {d['canvas'][1]}x{d['canvas'][0]} px "
+        f"({d['grid'][1]}x{d['grid'][0]} cells of {d['cell']} px)",
+        f"tokens        full resolution {tok['full_resolution']}  |  sent {tok['sent']} = "
+        f"{tok['gestalt']} gestalt ({d['gestalt_grid'][0]}x{d['gestalt_grid'][1]}) + {tok['saccades']} saccades "
+        f"({100 * tok['sent'] / tok['full_resolution']:.0f}% of full)",
+        "context       " + "  ".join(f"{k} {v:.2f}" for k, v in d["context_weights"].items()),
+        "stage ms      " + "  ".join(f"{k} {v:.1f}" for k, v in d["timings_ms"].items()),
+        f"top saccades  (rank: y, x cells -> y, x px  score)",
+    ]
+    c = d["cell"]
+    for r, ((y, x), s) in enumerate(zip(d["positions"][:top], d["scores"][:top]), 1):
+        lines.append(f"  {r:>3}: ({y:>3}, {x:>3}) -> ({y * c:>5}, {x * c:>5})  {s:+.3f}")
+    return "\n".join(lines)
+
+
+def look(args: argparse.Namespace) -> int:
+    import torch
+
+    from .config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig
+    from .pipeline import ARR
+    from .query import HashingQueryEncoder, MiniLMQueryEncoder
+    from .viz import plot_allocation
+
+    config = ARRConfig(
+        canvas=CanvasConfig(cell=args.cell, max_pixels=args.max_pixels),
+        gestalt=GestaltConfig(grid=None if args.gestalt is None else (args.gestalt, args.gestalt)),
+        scorer=ScorerConfig(name=args.scorer),
+        sampler=SamplerConfig(name=args.sampler, budget=args.budget),
+        seed=args.seed,
+    )
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
+    arr = ARR(config, query_encoder=encoder).eval()
+    with torch.inference_mode():
+        alloc = arr([args.image], [args.question])
+    out = args.out
+    if out is None and not args.json:
+        out = Path(Path(args.image).stem + "_arr.png")
+    if out is not None:
+        h, w = alloc.canvas.sizes[0]
+        c = alloc.canvas.cell
+        plot_allocation(alloc.canvas.pixels[0, :, :h, :w], alloc.relevance.map[0, : h // c, : w // c],
+                        alloc.positions[0], alloc.scores[0], c, out, gestalt_grid=alloc.gestalt.grid,
+                        title=f"{Path(args.image).name}: {args.question}")
+    if args.json:
+        print(json.dumps(alloc.to_json(0)))
+    else:
+        print(_summary(alloc, 0, args.top))
+        print(f"picture       {out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return {"look": look}[args.command](args)
+    except (ValueError, TypeError, KeyError, OSError, ImportError) as err:
+        print(f"arr-coc: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

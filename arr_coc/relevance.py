@@ -1,0 +1,181 @@
+"""Relevance at token-cell resolution: three ways of knowing, mixed by the query and the gestalt.
+
+* propositional — information content (edges, high-pass, nearness to structure),
+* perspectival  — salience (saliency, centre bias, motion),
+* participatory — query <-> content coupling: per-channel weights predicted from the query
+  embedding (zero at initialisation, so it adds nothing until trained or until a query-coupling
+  channel is registered and named in ``participatory``).
+Their maps are standardised per image and mixed by context weights = softmax(MLP([query, gestalt]))
+(seed Part 47). :class:`MVPScorer` is the seed Part 33 prototype with ~100 learnable weights.
+
+Shapes: B images, C texture channels, (Hc, Wc) token cells; ``valid`` [B, Hc, Wc] marks real cells.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .registry import Registry
+
+SCORERS: Registry[type[nn.Module]] = Registry("scorer")
+
+PROPOSITIONAL = {"edges": 1.0, "highpass": 1.0, "distance": -1.0}  # text and structure carry information
+PERSPECTIVAL = {"saliency": 1.0, "eccentricity": -0.5, "motion": 1.0}  # what stands out, mild centre bias
+
+
+@dataclass
+class Relevance:
+    map: Tensor  # [B, Hc, Wc] mixed relevance (0 on padding cells)
+    parts: Tensor  # [B, 3, Hc, Wc] propositional, perspectival, participatory (standardised)
+    weights: Tensor  # [B, 3] context weights (rows sum to 1 for the contextual scorer)
+
+
+def standardize(maps: Tensor, valid: Tensor, eps: float = 1e-6) -> Tensor:
+    """Z-score each map of each image over its valid cells; a constant map becomes 0, padding 0.
+
+    Args:
+        maps: [B, N, Hc, Wc]
+        valid: [B, Hc, Wc] bool
+
+    >>> z = standardize(torch.tensor([[[[1., 3.], [5., 7.]]]]), torch.ones(1, 2, 2, dtype=torch.bool))
+    >>> z.mean().abs() < 1e-6, round(float(z.std(unbiased=False)), 4)
+    (tensor(True), 1.0)
+    """
+    w = valid[:, None].to(maps)  # [B, 1, Hc, Wc]
+    n = w.sum((2, 3), keepdim=True)
+    mean = (maps * w).sum((2, 3), keepdim=True) / n
+    var = (((maps - mean) * w) ** 2).sum((2, 3), keepdim=True) / n
+    return (maps - mean) / (var.sqrt() + eps) * w
+
+
+def gather_channels(cell_texture: Tensor, layout: dict[str, slice], names: Sequence[str]) -> Tensor:
+    """Stack the named channels (those present in ``layout``) -> [B, n, Hc, Wc]."""
+    picked = [cell_texture[:, layout[n]] for n in names if n in layout]
+    if not picked:
+        B, _, Hc, Wc = cell_texture.shape
+        return cell_texture.new_zeros(B, 0, Hc, Wc)
+    return torch.cat(picked, dim=1)
+
+
+def linear_map(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+    """Per-image channel weighting: x [B, n, Hc, Wc], weight [n] or [B, n] -> [B, Hc, Wc]."""
+    w = weight if weight.dim() == 2 else weight[None].expand(x.shape[0], -1)
+    out = torch.einsum("bnhw,bn->bhw", x, w)
+    return out if bias is None else out + bias.view(-1, 1, 1)
+
+
+def _check(cell_texture: Tensor, valid: Tensor, width: int) -> None:
+    if cell_texture.dim() != 4 or cell_texture.shape[1] != width:
+        raise ValueError(f"cell texture must be [B, {width}, Hc, Wc], got {tuple(cell_texture.shape)}")
+    if valid.shape != (cell_texture.shape[0], *cell_texture.shape[2:]):
+        raise ValueError(f"valid must be {(cell_texture.shape[0], *cell_texture.shape[2:])}, got {tuple(valid.shape)}")
+
+
+@SCORERS.register("contextual")
+class ContextualScorer(nn.Module):
+    """Propositional + perspectival + participatory scorers mixed by context weights (seed Part 47).
+
+    Args:
+        layout: channel name -> slice of the texture (``arr_coc.texture.channel_layout``).
+        query_dim: query embedding width.
+        gestalt_dim: gestalt vector width (the texture width for the built-in gestalt).
+        hidden: width of the context-weight MLP.
+        participatory: channels the query can weight; None = all of them.
+
+    Example:
+        >>> layout = {"edges": slice(0, 1), "saliency": slice(1, 2)}
+        >>> s = ContextualScorer(layout, query_dim=8, gestalt_dim=2)
+        >>> r = s(torch.rand(2, 2, 5, 6), torch.randn(2, 8), torch.rand(2, 2), torch.ones(2, 5, 6, dtype=torch.bool))
+        >>> r.map.shape, torch.allclose(r.weights.sum(-1), torch.ones(2))
+        (torch.Size([2, 5, 6]), True)
+    """
+
+    def __init__(self, layout: dict[str, slice], query_dim: int = 384, gestalt_dim: int | None = None,
+                 hidden: int = 64, participatory: Sequence[str] | None = None) -> None:
+        super().__init__()
+        self.layout = dict(layout)
+        self.width = max(s.stop for s in layout.values())
+        self.prop_names = [n for n in PROPOSITIONAL if n in layout]
+        self.persp_names = [n for n in PERSPECTIVAL if n in layout]
+        self.part_names = list(participatory) if participatory is not None else list(layout)
+        unknown = [n for n in self.part_names if n not in layout]
+        if unknown:
+            raise ValueError(f"participatory channels {unknown} are not in the texture ({list(layout)})")
+        # Hand-set starting weights: the heads begin as the documented priors and stay learnable.
+        self.prop = nn.Parameter(torch.tensor([PROPOSITIONAL[n] for n in self.prop_names]))
+        self.persp = nn.Parameter(torch.tensor([PERSPECTIVAL[n] for n in self.persp_names]))
+        n_part = sum(layout[n].stop - layout[n].start for n in self.part_names)
+        self.part = nn.Linear(query_dim, n_part)  # query -> how much each channel matters for it
+        nn.init.zeros_(self.part.weight)
+        nn.init.zeros_(self.part.bias)
+        gestalt_dim = self.width if gestalt_dim is None else gestalt_dim
+        self.context = nn.Sequential(nn.Linear(query_dim + gestalt_dim, hidden), nn.ReLU(), nn.Linear(hidden, 3))
+        nn.init.zeros_(self.context[2].weight)  # equal 1/3 mixing until trained
+        nn.init.zeros_(self.context[2].bias)
+
+    def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor) -> Relevance:
+        _check(cell_texture, valid, self.width)
+        z = lambda names: standardize(gather_channels(cell_texture, self.layout, names), valid)  # noqa: E731
+        prop = linear_map(z(self.prop_names), self.prop)
+        persp = linear_map(z(self.persp_names), self.persp)
+        part = linear_map(z(self.part_names), self.part(query_emb), None)
+        parts = standardize(torch.stack([prop, persp, part], 1), valid)  # [B, 3, Hc, Wc]
+        weights = torch.softmax(self.context(torch.cat([query_emb, gestalt_vec], -1)), -1)  # [B, 3]
+        return Relevance(map=(parts * weights[:, :, None, None]).sum(1), parts=parts, weights=weights)
+
+
+@SCORERS.register("mvp")
+class MVPScorer(nn.Module):
+    """The seed Part 33 prototype scorer: 86 learnable weights on raw [0, 1] channels.
+
+    info (edges, edges_inv, highpass: 3) + perspectival (eccentricity, saliency: 2) + a per-channel
+    participatory head (C + 1) + tension weights (3) + an 8x8 spatial prior over the image (64).
+    It ignores the query until a query-coupling channel is in the texture; it exists as the seeds'
+    baseline for training (the proxy objective of Part 33).
+
+    >>> layout = {n: slice(i, i + 1) for i, n in enumerate(["edges", "edges_inv", "highpass", "eccentricity", "saliency"])}
+    >>> s = MVPScorer(layout)
+    >>> sum(p.numel() for p in s.parameters())
+    78
+    """
+
+    def __init__(self, layout: dict[str, slice], query_dim: int = 384, gestalt_dim: int | None = None,
+                 hidden: int = 64, prior_grid: int = 8) -> None:
+        super().__init__()
+        self.layout = dict(layout)
+        self.width = max(s.stop for s in layout.values())
+        self.info_names = [n for n in ("edges", "edges_inv", "highpass") if n in layout]
+        self.persp_names = [n for n in ("eccentricity", "saliency") if n in layout]
+        seed_info = {"edges": 0.4, "edges_inv": 0.3, "highpass": 0.3}  # the seed's starting values
+        seed_persp = {"eccentricity": 0.6, "saliency": 0.4}
+        self.info = nn.Parameter(torch.tensor([seed_info[n] for n in self.info_names]))
+        self.persp = nn.Parameter(torch.tensor([seed_persp[n] for n in self.persp_names]))
+        self.part = nn.Parameter(torch.zeros(self.width))
+        self.part_bias = nn.Parameter(torch.zeros(1))
+        self.tension = nn.Parameter(torch.tensor([0.33, 0.33, 0.34]))
+        self.prior = nn.Parameter(torch.zeros(1, 1, prior_grid, prior_grid))
+
+    def spatial_prior(self, valid: Tensor) -> Tensor:
+        """The learned 8x8 prior stretched over each image's own extent -> [B, Hc, Wc]."""
+        B, Hc, Wc = valid.shape
+        rows = valid.any(2).sum(1).to(self.prior)  # [B] valid rows
+        cols = valid.any(1).sum(1).to(self.prior)
+        y = (torch.arange(Hc).to(self.prior)[None] + 0.5) / rows[:, None] * 2 - 1  # [B, Hc] in [-1, 1]
+        x = (torch.arange(Wc).to(self.prior)[None] + 0.5) / cols[:, None] * 2 - 1
+        grid = torch.stack(torch.broadcast_tensors(x[:, None, :], y[:, :, None]), -1)  # [B, Hc, Wc, 2] (x, y)
+        prior = F.grid_sample(self.prior.expand(B, -1, -1, -1), grid, align_corners=False, padding_mode="border")
+        return prior[:, 0]
+
+    def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor) -> Relevance:
+        _check(cell_texture, valid, self.width)
+        info = linear_map(gather_channels(cell_texture, self.layout, self.info_names), self.info)
+        persp = linear_map(gather_channels(cell_texture, self.layout, self.persp_names), self.persp)
+        part = linear_map(cell_texture, self.part, self.part_bias.expand(cell_texture.shape[0]))
+        parts = torch.stack([info, persp, part], 1) * valid[:, None]  # [B, 3, Hc, Wc]
+        weights = self.tension[None].expand(cell_texture.shape[0], -1)
+        mixed = (parts * weights[:, :, None, None]).sum(1) + self.spatial_prior(valid)
+        return Relevance(map=mixed * valid, parts=parts, weights=weights)
