@@ -1,0 +1,402 @@
+"""Input loading and the token-cell canvas: any image -> float [0, 1] pixels on a grid of whole cells.
+
+A VLM of the Qwen-VL family turns each ``cell`` x ``cell`` pixel square (a 2x2 block of ViT patches)
+into one LLM token, so every image entering the pipeline is resized to sides that are multiples of
+``cell``. A batch of differently sized images is padded bottom/right with zeros to one common
+canvas and ``valid`` marks the real cells.
+
+Shapes: ``pixels`` [B, 3, H, W] float32 in [0, 1]; ``valid`` [B, Hc, Wc] bool with Hc = H // cell,
+Wc = W // cell; sizes are (height, width) pairs in pixels.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
+
+# Documents hold small print: 1792 px a side (64 x 64 = 4096 tokens at 28 px) keeps ~10 px text of an
+# A4 page at 200 dpi legible while bounding the full-resolution token count that saccades are drawn
+# from. The floor of 56 x 56 px (4 tokens) only stops thumbnails collapsing to a single cell.
+MIN_PIXELS = 56 * 56
+MAX_PIXELS = 1792 * 1792
+# Past this ratio one side is a sliver of cells and the aspect can no longer be kept (Qwen2-VL's limit).
+MAX_ASPECT_RATIO = 200
+
+_USAGE = "pass a file path, a PIL image, a numpy array (H, W) or (H, W, C), or a torch tensor [3, H, W]"
+
+
+def _check(x: torch.Tensor, what: str) -> None:
+    """Raises on a [..., H, W] float tensor that is empty, not finite, or outside [0, 1]."""
+    x = x.detach()
+    if x.shape[-2] == 0 or x.shape[-1] == 0:
+        raise ValueError(f"{what} has zero size (shape {tuple(x.shape)}); an image needs at least one pixel")
+    bad = ~torch.isfinite(x)
+    if bool(bad.any()):
+        kind = "NaN" if bool(torch.isnan(x).any()) else "inf"
+        raise ValueError(
+            f"{what} contains {kind} values ({int(bad.sum())} of {x.numel()}); "
+            "replace them (e.g. with torch.nan_to_num) before loading"
+        )
+    lo, hi = float(x.min()), float(x.max())
+    if lo < 0.0 or hi > 1.0:
+        raise ValueError(
+            f"{what} is float with values in [{lo:g}, {hi:g}], outside [0, 1]; float images must "
+            "already be scaled to [0, 1] (divide 0-255 data by 255, or pass it as uint8)"
+        )
+
+
+def _to_rgb(x: torch.Tensor, what: str) -> torch.Tensor:
+    """[C, H, W] float, C in 1, 3, 4 -> checked [3, H, W]; alpha is composited over white."""
+    _check(x, what)
+    if x.shape[0] == 4:
+        # A transparent region of a scan or screenshot is paper, so it reads as white, not black.
+        rgb, alpha = x[:3], x[3:]
+        return rgb * alpha + (1.0 - alpha)
+    if x.shape[0] == 1:
+        return x.expand(3, -1, -1).contiguous()
+    return x
+
+
+def _from_numpy(arr: np.ndarray) -> torch.Tensor:
+    """(H, W) or (H, W, C) array with C in 1, 3, 4 -> [3, H, W] float32 in [0, 1]."""
+    shape = tuple(arr.shape)
+    if arr.ndim == 3 and shape[2] not in (1, 3, 4):
+        hint = "; it looks channel-first, use arr.transpose(1, 2, 0)" if shape[0] in (1, 3, 4) else ""
+        raise ValueError(f"numpy image has shape {shape}; expected (H, W) or (H, W, C) with C in 1, 3, 4{hint}")
+    if arr.ndim not in (2, 3):
+        raise ValueError(
+            f"numpy image has {arr.ndim} dims (shape {shape}); expected (H, W) or (H, W, C); "
+            "for a batch pass a list of images or a tensor [B, 3, H, W] to make_canvas"
+        )
+    kind, size = arr.dtype.kind, arr.dtype.itemsize
+    if kind == "u" and size in (1, 2):
+        scale = 255.0 if size == 1 else 65535.0  # 16-bit scans and PNGs use the full range
+    elif kind in "bf":
+        scale = 1.0
+    else:
+        raise TypeError(
+            f"numpy image of dtype {arr.dtype} is not supported; convert it to uint8 (0-255), "
+            "uint16 (0-65535), bool, or float in [0, 1]"
+        )
+    # Always a fresh float32 copy: fixes byte order ('>u2' TIFFs), negative strides, read-only buffers.
+    x = torch.from_numpy(np.array(arr, dtype=np.float32, order="C", copy=True))
+    x = x / scale if scale != 1.0 else x
+    x = x[None] if x.ndim == 2 else x.permute(2, 0, 1)  # [C, H, W]
+    return _to_rgb(x, "numpy image").contiguous()
+
+
+def _from_pil(img: Image.Image) -> torch.Tensor:
+    """PIL image of any common mode -> [3, H, W] float32 in [0, 1], EXIF orientation applied."""
+    img = ImageOps.exif_transpose(img)
+    mode = img.mode
+    # Spelled out: a band named "A" is not always alpha (LAB), and a transparency key can sit on any mode.
+    if mode in ("LA", "PA", "La", "RGBa") or "transparency" in img.info:
+        img = img.convert("LA").convert("RGBA") if mode == "La" else img.convert("RGBA")
+        return _from_numpy(np.asarray(img))
+    if mode in ("1", "L", "RGB", "RGBA", "F") or mode.startswith("I;16"):
+        return _from_numpy(np.asarray(img))
+    if mode == "I":
+        # 32-bit integer mode is how PIL hands over most 16-bit grey images: read it as 16-bit data.
+        arr = np.asarray(img)
+        if arr.size and (int(arr.min()) < 0 or int(arr.max()) > 65535):
+            raise ValueError(
+                f"PIL image of mode 'I' has values in [{arr.min()}, {arr.max()}], outside the 16-bit "
+                "range [0, 65535]; rescale it or convert it to mode 'F' with values in [0, 1]"
+            )
+        return _from_numpy(arr.astype(np.uint16))
+    try:
+        img = img.convert("RGB")  # CMYK, YCbCr, HSV, palettes, RGBX
+    except ValueError as e:
+        raise TypeError(f"PIL image of mode {mode!r} cannot be converted to RGB ({e}); convert it first") from e
+    return _from_numpy(np.asarray(img))
+
+
+def _from_path(path: Union[str, os.PathLike]) -> torch.Tensor:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"image file not found: '{p}'")
+    if p.is_dir():
+        raise ValueError(f"cannot read image '{p}': it is a directory, not an image file")
+    try:
+        with Image.open(p) as img:
+            img.load()
+            return _from_pil(img)
+    except UnidentifiedImageError as e:
+        raise ValueError(f"cannot read '{p}' as an image: not a format PIL recognises (PNG, JPEG, TIFF, ...)") from e
+    except OSError as e:
+        raise ValueError(f"cannot read image file '{p}': {e}") from e
+
+
+def _from_tensor(x: torch.Tensor) -> torch.Tensor:
+    """[3, H, W] or [1, H, W] float in [0, 1], uint8 or bool -> [3, H, W] float32 (no copy if already so)."""
+    if x.ndim != 3 or x.shape[0] not in (1, 3):
+        hint = "; it looks channel-last, use x.permute(2, 0, 1)" if x.ndim == 3 and x.shape[-1] in (1, 3, 4) else ""
+        hint = "; for a batch use make_canvas" if x.ndim == 4 else hint
+        raise ValueError(f"tensor image has shape {tuple(x.shape)}; expected [3, H, W] or [1, H, W]{hint}")
+    return _to_rgb(_tensor_to_float(x), "tensor image")
+
+
+def _tensor_to_float(x: torch.Tensor) -> torch.Tensor:
+    if x.dtype == torch.uint8:
+        return x.to(torch.float32) / 255.0
+    if x.dtype == torch.bool or x.is_floating_point():
+        return x.to(torch.float32)
+    raise TypeError(
+        f"tensor image of dtype {x.dtype} is not supported; pass float in [0, 1], uint8 (0-255) or bool"
+    )
+
+
+def load_image(src: ImageLike) -> torch.Tensor:
+    """Loads one image from a path, PIL image, numpy array or tensor as float32 RGB in [0, 1].
+
+    PIL images (and files) of any common mode are handled: EXIF orientation is applied, alpha is
+    composited over white (a transparent document is white paper), 16-bit data is divided by 65535,
+    CMYK and palettes are converted to RGB. A float32 tensor [3, H, W] is returned as is (no copy).
+
+    Args:
+        src: a file path; a PIL image; a numpy array (H, W) or (H, W, C), C in 1, 3, 4, of dtype
+            uint8, uint16, bool or float in [0, 1]; or a tensor [3, H, W] / [1, H, W] that is float in
+            [0, 1], uint8 or bool.
+
+    Returns:
+        [3, H, W] float32 tensor in [0, 1].
+
+    Raises:
+        FileNotFoundError: the path does not exist.
+        ValueError: unreadable file, zero size, NaN/inf, float values outside [0, 1], wrong shape.
+        TypeError: unsupported input type or dtype.
+
+    Example:
+        >>> x = load_image(np.full((2, 5), 255, dtype=np.uint8))
+        >>> x.shape, x.dtype, float(x.min())
+        (torch.Size([3, 2, 5]), torch.float32, 1.0)
+    """
+    if isinstance(src, (str, os.PathLike)):
+        return _from_path(src)
+    if isinstance(src, Image.Image):
+        return _from_pil(src)
+    if isinstance(src, np.ndarray):
+        return _from_numpy(src)
+    if isinstance(src, torch.Tensor):
+        return _from_tensor(src)
+    hint = " (for several images use make_canvas)" if isinstance(src, (list, tuple)) else ""
+    raise TypeError(f"cannot load an image from a {type(src).__name__}{hint}; {_USAGE}")
+
+
+def smart_resize(
+    height: int, width: int, cell: int = 28, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS
+) -> tuple[int, int]:
+    """Picks the canvas size for an image: sides are multiples of ``cell``, area within bounds, aspect kept.
+
+    Each side is rounded to the nearest multiple of ``cell``; if the area then exceeds ``max_pixels``
+    both sides are scaled down together (floored to cells), if it falls below ``min_pixels`` they are
+    scaled up together (ceiled to cells). A side never drops below one cell.
+
+    Args:
+        height: image height in pixels (> 0).
+        width: image width in pixels (> 0).
+        cell: token cell side in pixels (28 for Qwen2/2.5-VL, 32 for Qwen3-VL).
+        min_pixels: smallest canvas area in pixels.
+        max_pixels: largest canvas area in pixels (at least one cell).
+
+    Returns:
+        (H, W) canvas size in pixels, both multiples of ``cell``.
+
+    Raises:
+        ValueError: non-positive sizes, bounds that admit no canvas, or aspect ratio above 200.
+
+    Example:
+        >>> smart_resize(1000, 700)
+        (1008, 700)
+        >>> smart_resize(4000, 3000, max_pixels=1344 * 1344)
+        (1540, 1148)
+    """
+    for name, v in (("height", height), ("width", width), ("cell", cell)):
+        if int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    height, width, cell = int(height), int(width), int(cell)
+    if max_pixels < cell * cell or min_pixels > max_pixels:
+        raise ValueError(
+            f"need cell * cell <= max_pixels and min_pixels <= max_pixels, got cell={cell}, "
+            f"min_pixels={min_pixels}, max_pixels={max_pixels}"
+        )
+    ratio = max(height, width) / min(height, width)
+    if ratio > MAX_ASPECT_RATIO:
+        raise ValueError(
+            f"image is {height}x{width} px, aspect ratio {ratio:.1f} exceeds {MAX_ASPECT_RATIO}; "
+            "crop it into pieces of a more moderate aspect and pass them separately"
+        )
+    h = max(cell, round(height / cell) * cell)
+    w = max(cell, round(width / cell) * cell)
+    if h * w > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h = max(cell, math.floor(height / beta / cell) * cell)
+        w = max(cell, math.floor(width / beta / cell) * cell)
+    elif h * w < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h = math.ceil(height * beta / cell) * cell
+        w = math.ceil(width * beta / cell) * cell
+    # A side clamped to one cell, or a narrow [min, max] window, can overshoot a bound: step the side
+    # that is relatively largest (or smallest) by one cell, which keeps the aspect as close as possible.
+    while h * w > max_pixels:
+        if (h / height >= w / width and h > cell) or w == cell:
+            h -= cell
+        else:
+            w -= cell
+    while h * w < min_pixels:
+        if h / height <= w / width:
+            h += cell
+        else:
+            w += cell
+    if h * w > max_pixels:
+        raise ValueError(
+            f"no canvas of whole {cell} px cells for a {height}x{width} px image has an area within "
+            f"[{min_pixels}, {max_pixels}]; widen the bounds"
+        )
+    return h, w
+
+
+@dataclass
+class Canvas:
+    """A batch of images resized to whole token cells and padded to one common size.
+
+    Example:
+        >>> c = make_canvas([torch.rand(3, 56, 84), torch.rand(3, 84, 56)], min_pixels=28 * 28)
+        >>> c.grid, c.sizes, c.full_tokens
+        ((3, 3), [(56, 84), (84, 56)], [6, 6])
+        >>> c.valid[0].int().tolist()
+        [[1, 1, 1], [1, 1, 1], [0, 0, 0]]
+    """
+
+    pixels: torch.Tensor  # [B, 3, H, W] float32 in [0, 1], zeros bottom/right of each image
+    valid: torch.Tensor  # [B, Hc, Wc] bool, True on an image's real cells; samplers must honour it
+    image_sizes: list[tuple[int, int]]  # original (H, W) px per image: maps answer boxes onto the canvas
+    sizes: list[tuple[int, int]]  # (H, W) px of each image's canvas before padding
+    cell: int  # token cell side in px; comes from the VLM adapter
+
+    def __post_init__(self) -> None:
+        b, c, h, w = self.pixels.shape if self.pixels.ndim == 4 else (None,) * 4
+        if c != 3 or h % self.cell or w % self.cell:
+            raise ValueError(
+                f"Canvas.pixels must be [B, 3, H, W] with H, W multiples of cell={self.cell}, "
+                f"got {tuple(self.pixels.shape)}"
+            )
+        if tuple(self.valid.shape) != (b, h // self.cell, w // self.cell) or self.valid.dtype != torch.bool:
+            raise ValueError(
+                f"Canvas.valid must be bool [{b}, {h // self.cell}, {w // self.cell}], "
+                f"got {self.valid.dtype} {tuple(self.valid.shape)}"
+            )
+        if len(self.image_sizes) != b or len(self.sizes) != b:
+            raise ValueError(
+                f"Canvas needs one image_sizes and sizes entry per image (B={b}), "
+                f"got {len(self.image_sizes)} and {len(self.sizes)}"
+            )
+
+    @property
+    def batch_size(self) -> int:
+        return self.pixels.shape[0]
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        """(Hc, Wc) cells of the padded batch."""
+        return self.pixels.shape[2] // self.cell, self.pixels.shape[3] // self.cell
+
+    @property
+    def full_tokens(self) -> list[int]:
+        """Cells per image: the token count of feeding each image at full canvas resolution."""
+        return [(h // self.cell) * (w // self.cell) for h, w in self.sizes]
+
+    @property
+    def scales(self) -> list[tuple[float, float]]:
+        """(sy, sx) per image: canvas px per original px, to map original-pixel boxes onto the canvas."""
+        return [(h / h0, w / w0) for (h, w), (h0, w0) in zip(self.sizes, self.image_sizes)]
+
+
+def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """[N, 3, H, W] -> [N, 3, *size]; untouched when the size already matches (bit-exact pass-through)."""
+    if tuple(x.shape[-2:]) == tuple(size):
+        return x
+    # Antialiasing matters when shrinking a page: plain bilinear aliases thin strokes of text away.
+    y = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
+    return y.clamp_(0.0, 1.0)  # float rounding may step past 1 by an ulp
+
+
+def _canvas_size(i: int | None, h0: int, w0: int, cell: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+    if h0 < cell or w0 < cell:
+        which = "image" if i is None else f"image {i}"
+        raise ValueError(
+            f"{which} is {h0}x{w0} px, smaller than one {cell} px token cell (sizes are height x width); "
+            "upscale it first or use a VLM with a smaller cell"
+        )
+    return smart_resize(h0, w0, cell, min_pixels, max_pixels)
+
+
+def make_canvas(
+    images: Union[ImageLike, Sequence[ImageLike]],
+    cell: int = 28,
+    min_pixels: int = MIN_PIXELS,
+    max_pixels: int = MAX_PIXELS,
+) -> Canvas:
+    """Loads one image or a batch, resizes each to its own cell-aligned canvas, pads them to one size.
+
+    Args:
+        images: one image in any form ``load_image`` accepts, a list/tuple of them (sizes may
+            differ), or a tensor [B, 3, H, W] (float in [0, 1] or uint8).
+        cell: token cell side in pixels; every canvas side is a multiple of it.
+        min_pixels: smallest canvas area per image (see ``smart_resize``).
+        max_pixels: largest canvas area per image.
+
+    Returns:
+        A ``Canvas``; images already of a cell-aligned size within bounds pass through bit-exactly
+        (a float32 [B, 3, H, W] input of such a size becomes ``pixels`` itself, without a copy).
+
+    Raises:
+        ValueError: an empty batch, an image smaller than one cell, or any ``load_image`` error.
+
+    Example:
+        >>> c = make_canvas(torch.zeros(2, 3, 100, 60))
+        >>> c.pixels.shape, c.grid, c.image_sizes
+        (torch.Size([2, 3, 112, 56]), (4, 2), [(100, 60), (100, 60)])
+    """
+    if isinstance(images, torch.Tensor) and images.ndim == 4:
+        b, c, h0, w0 = images.shape
+        if b == 0 or c not in (1, 3):
+            raise ValueError(f"image batch has shape {tuple(images.shape)}; expected [B, 3, H, W] with B >= 1")
+        x = _tensor_to_float(images)
+        _check(x, "image batch")
+        size = _canvas_size(None, h0, w0, cell, min_pixels, max_pixels)
+        pixels = _resize(x, size).expand(-1, 3, -1, -1)  # [B, 3, H, W]
+        hc, wc = size[0] // cell, size[1] // cell
+        valid = torch.ones(b, hc, wc, dtype=torch.bool, device=x.device)
+        return Canvas(pixels.contiguous(), valid, [(h0, w0)] * b, [size] * b, cell)
+
+    single = not isinstance(images, (list, tuple))
+    items = [images] if single else list(images)
+    if not items:
+        raise ValueError("make_canvas got an empty list of images; pass at least one image")
+    loaded = [load_image(im) for im in items]  # [3, H0, W0] each
+    image_sizes = [(int(x.shape[1]), int(x.shape[2])) for x in loaded]
+    sizes = [
+        _canvas_size(None if single else i, h0, w0, cell, min_pixels, max_pixels)
+        for i, (h0, w0) in enumerate(image_sizes)
+    ]
+    hmax, wmax = max(h for h, _ in sizes), max(w for _, w in sizes)
+    pixels = torch.zeros(len(items), 3, hmax, wmax, device=loaded[0].device)  # [B, 3, H, W]
+    # Sizes differ per image, so each is resized on its own; padding stays zero.
+    for i, (x, (h, w)) in enumerate(zip(loaded, sizes)):
+        pixels[i, :, :h, :w] = _resize(x[None], (h, w))[0]
+    hc = torch.tensor([h // cell for h, _ in sizes], device=pixels.device)  # [B]
+    wc = torch.tensor([w // cell for _, w in sizes], device=pixels.device)  # [B]
+    rows = torch.arange(hmax // cell, device=pixels.device)
+    cols = torch.arange(wmax // cell, device=pixels.device)
+    valid = (rows[None, :, None] < hc[:, None, None]) & (cols[None, None, :] < wc[:, None, None])  # [B, Hc, Wc]
+    return Canvas(pixels, valid, image_sizes, sizes, cell)

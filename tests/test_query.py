@@ -1,0 +1,51 @@
+import pytest
+import torch
+
+from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.registry import Registry
+
+
+def test_hashing_encoder_is_deterministic_normalised_and_word_sensitive():
+    enc = HashingQueryEncoder()
+    a, b, c = enc.encode(["What is the total?", "what is the TOTAL", "Where is the dog?"])
+    assert torch.equal(a, b)
+    torch.testing.assert_close(a.norm(), torch.tensor(1.0))
+    assert not torch.equal(a, c)
+    assert isinstance(enc, QueryEncoder)
+
+
+def test_one_question_is_broadcast_to_the_batch():
+    assert check_queries("Date?", 3) == ["Date?"] * 3
+
+
+@pytest.mark.parametrize("queries, match", [
+    ("", "question 0 is empty"),
+    (["ok", "   "], "question 1 is empty"),
+    (["a", "b", "c"], "got 3 questions for 2 images"),
+    (["a", 3], "question 1 is int, expected str"),
+])
+def test_bad_questions_raise(queries, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        check_queries(queries, 2)
+
+
+def test_registry_rejects_duplicates_and_lists_known_names():
+    r = Registry("thing")
+    r.register("a")(1)
+    with pytest.raises(ValueError, match="thing 'a' is already registered"):
+        r.register("a")(2)
+    with pytest.raises(KeyError, match="unknown thing 'b'; known: a"):
+        r.get("b")
+    assert "a" in r and len(r) == 1 and list(r) == ["a"]
+
+
+@pytest.mark.slow
+def test_minilm_embeds_offline_caches_and_ranks_paraphrases_closer():
+    enc = MiniLMQueryEncoder()
+    e = enc.encode(["What is the total amount?", "How much is the total?", "Where is the cat?"])
+    assert e.shape == (3, 384)
+    torch.testing.assert_close(e.norm(dim=1), torch.ones(3), atol=1e-5, rtol=0)
+    assert e[0] @ e[1] > e[0] @ e[2] + 0.2
+    model = enc._model
+    again = enc.encode(["Where is the cat?"])
+    assert enc._model is model and torch.equal(again[0], e[2])  # served from the cache

@@ -1,0 +1,134 @@
+import pytest
+import torch
+
+from arr_coc.relevance import SCORERS, ContextualScorer, MVPScorer, standardize
+
+NAMES = ["rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance"]
+LAYOUT = {}
+_i = 0
+for _n in NAMES:
+    _w = 3 if _n == "rgb" else 1
+    LAYOUT[_n] = slice(_i, _i + _w)
+    _i += _w
+WIDTH = _i  # 13
+
+
+def inputs(B=2, H=6, W=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(B, WIDTH, H, W, generator=g), torch.randn(B, 384, generator=g),
+            torch.rand(B, WIDTH, generator=g), torch.ones(B, H, W, dtype=torch.bool))
+
+
+def test_standardize_gives_zero_mean_unit_std_on_valid_cells_and_zero_on_padding():
+    x = torch.rand(2, 3, 5, 5)
+    valid = torch.ones(2, 5, 5, dtype=torch.bool)
+    valid[1, 3:] = False
+    z = standardize(x, valid)
+    for b in range(2):
+        v = z[b][:, valid[b]]
+        torch.testing.assert_close(v.mean(1), torch.zeros(3), atol=1e-5, rtol=0)
+        torch.testing.assert_close(v.std(1, unbiased=False), torch.ones(3), atol=1e-4, rtol=0)
+    assert z[1][:, ~valid[1]].abs().sum() == 0
+
+
+def test_standardize_maps_a_constant_map_to_zero():
+    z = standardize(torch.full((1, 1, 4, 4), 3.0), torch.ones(1, 4, 4, dtype=torch.bool))
+    assert torch.equal(z, torch.zeros(1, 1, 4, 4))
+
+
+def test_context_weights_start_as_equal_thirds_and_sum_to_one():
+    r = ContextualScorer(LAYOUT)(*inputs())
+    torch.testing.assert_close(r.weights, torch.full((2, 3), 1 / 3))
+    assert r.map.shape == (2, 6, 7) and r.parts.shape == (2, 3, 6, 7)
+
+
+def test_participatory_is_zero_until_the_query_weights_a_channel():
+    s = ContextualScorer(LAYOUT)
+    tex, q, g, valid = inputs()
+    assert s(tex, q, g, valid).parts[:, 2].abs().max() == 0
+    with torch.no_grad():  # make the query's first coordinate weight the "x" channel
+        s.part.weight[LAYOUT["x"].start, 0] = 1.0
+    tex[:, LAYOUT["x"]] = torch.linspace(0, 1, 7).expand(6, 7)
+    q[:, 0] = torch.tensor([1.0, -1.0])  # two queries pulling opposite ways
+    part = s(tex, q, g, valid).parts[:, 2]
+    assert (part[0, :, -1] > part[0, :, 0]).all() and (part[1, :, -1] < part[1, :, 0]).all()
+
+
+def test_propositional_prefers_cells_with_edges():
+    s = ContextualScorer(LAYOUT)
+    tex, q, g, valid = inputs()
+    tex[:, LAYOUT["edges"]] = 0.0
+    tex[:, LAYOUT["edges"], 2, 3] = 1.0
+    prop = s(tex, q, g, valid).parts[:, 0]
+    assert (prop.flatten(1).argmax(1) == 2 * 7 + 3).all()
+
+
+@pytest.mark.parametrize("name", SCORERS.names())
+def test_batch_equals_single_images(name):
+    torch.manual_seed(0)
+    s = SCORERS.get(name)(LAYOUT)
+    tex, q, g, valid = inputs(B=3)
+    valid[2, 4:] = False
+    full = s(tex, q, g, valid).map
+    for b in range(3):
+        one = s(tex[b:b + 1], q[b:b + 1], g[b:b + 1], valid[b:b + 1]).map
+        torch.testing.assert_close(full[b:b + 1], one)
+    assert full[2][~valid[2]].abs().sum() == 0
+
+
+@pytest.mark.parametrize("name", SCORERS.names())
+def test_gradients_reach_every_parameter(name):
+    s = SCORERS.get(name)(LAYOUT)
+    with torch.no_grad():  # move off the zero init so every path carries gradient
+        for p in s.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    tex, q, g, valid = inputs()
+    (s(tex, q, g, valid).map * torch.randn(2, 6, 7)).sum().backward()
+    for n, p in s.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+def test_mvp_scorer_has_the_seeds_weights_and_86_parameters():
+    s = MVPScorer(LAYOUT)
+    assert sum(p.numel() for p in s.parameters()) == 86
+    assert s.info.tolist() == pytest.approx([0.4, 0.3, 0.3])
+    assert s.tension.tolist() == pytest.approx([0.33, 0.33, 0.34])
+
+
+def test_mvp_spatial_prior_stretches_over_each_image():
+    s = MVPScorer(LAYOUT)
+    with torch.no_grad():
+        s.prior.zero_()
+        s.prior[0, 0, :, 4:] = 1.0  # right half of the image
+    valid = torch.zeros(2, 8, 16, dtype=torch.bool)
+    valid[0] = True
+    valid[1, :, :8] = True  # second image is half as wide
+    p = s.spatial_prior(valid)
+    # 8 cells wide: cell centres fall on the prior's own centres, so values are exact
+    assert p[1, :, :4].abs().max() == 0 and torch.allclose(p[1, :, 4:8], torch.ones(8, 4))
+    # 16 cells wide: bilinear, the two cells at the step read a quarter and three quarters
+    assert p[0, :, :7].abs().max() == 0 and torch.allclose(p[0, :, 9:], torch.ones(8, 7))
+    torch.testing.assert_close(p[0, :, 7:9], torch.tensor([0.25, 0.75]).expand(8, 2))
+
+
+def test_scorers_work_on_a_subset_of_channels():
+    layout = {"rgb": slice(0, 3), "edges": slice(3, 4)}
+    r = ContextualScorer(layout, gestalt_dim=4)(torch.rand(1, 4, 5, 5), torch.randn(1, 384), torch.rand(1, 4),
+                                                torch.ones(1, 5, 5, dtype=torch.bool))
+    assert torch.isfinite(r.map).all()
+
+
+def test_unknown_participatory_channel_raises():
+    with pytest.raises(ValueError, match=r"participatory channels \['clip'\] are not in the texture"):
+        ContextualScorer(LAYOUT, participatory=["clip"])
+
+
+def test_wrong_texture_width_raises_with_the_shape():
+    tex, q, g, valid = inputs()
+    with pytest.raises(ValueError, match=r"\[B, 13, Hc, Wc\], got \(2, 5, 6, 7\)"):
+        ContextualScorer(LAYOUT)(tex[:, :5], q, g, valid)
+
+
+def test_unknown_scorer_lists_the_known_ones():
+    with pytest.raises(KeyError, match="unknown scorer 'clip'; known: contextual, mvp"):
+        SCORERS.get("clip")
