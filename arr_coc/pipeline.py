@@ -70,11 +70,33 @@ class Allocation:
             },
             "gestalt_grid": list(self.gestalt.grid),
             "context_weights": dict(zip(("propositional", "perspectival", "participatory"),
-                                        [round(float(w), 4) for w in self.relevance.weights[i]])),
+                                        [round(w, 4) for w in self.relevance.weights[i].tolist()])),
             "positions": self.positions[i].tolist(),
-            "scores": [round(float(s), 5) for s in self.scores[i]],
+            "scores": [round(s, 5) for s in self.scores[i].tolist()],
             "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
         }
+
+
+def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = None) -> Tensor:
+    """The texture of each image pooled to its token cells, zero on padding -> [B, C, Hc, Wc].
+
+    Images are grouped by canvas size and each group is computed as one batch on its own unpadded
+    pixels: per-image normalisation, saliency's spectrum and the position channels then see the
+    image itself, not the padding, so a batch gives exactly what each image gives alone.
+    """
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, size in enumerate(canvas.sizes):
+        groups.setdefault(size, []).append(i)
+    out = None
+    for (h, w), idx in groups.items():  # one iteration for a batch of same-size images
+        sel = torch.tensor(idx)
+        tex = compute_texture(canvas.pixels[sel, :, :h, :w], channels,
+                              prev=None if prev is None else prev[sel, :, :h, :w])
+        cells = pool_to_cells(tex, canvas.cell)  # [b, C, h/cell, w/cell]
+        if out is None:
+            out = cells.new_zeros(canvas.batch_size, cells.shape[1], *canvas.grid)
+        out[sel, :, : h // canvas.cell, : w // canvas.cell] = cells
+    return out
 
 
 @contextmanager
@@ -126,8 +148,7 @@ class ARR(nn.Module):
             prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
         queries = check_queries(queries, canvas.batch_size)
         with _timed(t, "texture"):
-            texture = compute_texture(canvas.pixels, self.channels, prev=prev_pixels)  # [B, C, H, W]
-            cells = pool_to_cells(texture, canvas.cell)  # [B, C, Hc, Wc]
+            cells = cell_texture(canvas, self.channels, prev=prev_pixels)  # [B, C, Hc, Wc]
         with _timed(t, "gestalt"):
             extents = [(h // canvas.cell, w // canvas.cell) for h, w in canvas.sizes]
             grid = cfg.gestalt.grid_for(k, (min(e[0] for e in extents), min(e[1] for e in extents)))
