@@ -1,0 +1,65 @@
+import json
+import subprocess
+import sys
+
+import pytest
+from PIL import Image
+
+from arr_coc.cli import main
+from arr_coc.samplers import SAMPLERS
+from arr_coc.texture import CHANNELS
+
+
+def test_help_lists_registered_samplers_and_channels(capsys):
+    for argv in (["--help"], ["look", "--help"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 0
+        out = capsys.readouterr().out
+        assert all(n in out for n in SAMPLERS.names()) and all(n in out for n in CHANNELS.names())
+
+
+def test_look_json_has_sizes_positions_scores_and_token_counts(receipt, capsys):
+    assert main(["look", str(receipt), "What is the total?", "--budget", "40", "--json",
+                 "--query-encoder", "hashing"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["image_size"] == [1484, 992] and d["canvas"] == [1484, 980] and d["cell"] == 28
+    assert len(d["positions"]) == len(d["scores"]) == 40
+    assert all(0 <= y < 53 and 0 <= x < 35 for y, x in d["positions"])
+    assert d["scores"] == sorted(d["scores"], reverse=True)
+    assert d["tokens"] == {"gestalt": 64, "saccades": 40, "sent": 104, "full_resolution": 1855}
+
+
+def test_look_prints_a_summary_and_writes_the_picture(receipt, tmp_path, capsys):
+    out = tmp_path / "pic.png"
+    assert main(["look", str(receipt), "Date?", "--sampler", "nms", "--cell", "32", "--out", str(out),
+                 "--query-encoder", "hashing", "--top", "3"]) == 0
+    text = capsys.readouterr().out
+    assert "full resolution 1426" in text and "sent 529 = 256 gestalt (16x16) + 273 saccades" in text
+    assert text.count(") -> (") == 3
+    assert Image.open(out).size[0] > 0
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["look", "{tmp}/missing.png", "q"], "missing.png"),
+    (["look", "{tmp}/bad.png", "q"], "bad.png"),
+    (["look", "{receipt}", "q", "--sampler", "magic"], "unknown sampler 'magic'; known: "),
+    (["look", "{receipt}", "  "], "question 0 is empty"),
+    (["look", "{receipt}", "q", "--budget", "99999"], "exceeds"),
+])
+def test_look_errors_are_one_clear_line_and_exit_2(argv, message, receipt, tmp_path, capsys):
+    (tmp_path / "bad.png").write_bytes(b"not a png")
+    argv = [a.format(tmp=tmp_path, receipt=receipt) for a in argv] + ["--query-encoder", "hashing", "--json"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("arr-coc: error: ") and message in err
+
+
+@pytest.mark.slow
+def test_console_script_with_the_packaged_minilm(receipt):
+    exe = [sys.executable, "-m", "arr_coc.cli"]
+    r = subprocess.run(exe + ["look", str(receipt), "What is the total?", "--json", "--budget", "16"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert len(d["positions"]) == 16 and d["tokens"]["sent"] == 16 + 64
