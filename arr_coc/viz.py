@@ -194,8 +194,8 @@ def plot_allocation(
             cx = (np.flatnonzero(col_region == rx).mean() + 0.5) * cell
             axes[2].text(cx, cy, f"{counts[ry, rx]:.0f}" if whole else f"{counts[ry, rx]:.1f}", color="white",
                          fontsize=8, ha="center", va="center", path_effects=outline)
-    axes[2].set_title(f"tokens per region ({Ry} x {Rx}): {K} saccades + {G} gestalt = {K + G} tokens;\n"
-                      f"full resolution {Hc * Wc}")
+    axes[2].set_title(f"tokens per region ({Ry} x {Rx}): {K} saccades + {G} gestalt\n"
+                      f"= {K + G} tokens sent; full resolution {Hc * Wc}")
     if title:
         fig.suptitle(title)
 

@@ -1,0 +1,438 @@
+"""Texture array: per-pixel channels from a registry, stacked into [B, C, H, W], with a software mip pyramid.
+
+The texture is what the relevance scorers read: colour, position, structure (edges, high/low-pass),
+change (motion), bottom-up salience and free space (distance to edges), one channel group per registry
+entry. Every built-in channel lies in [0, 1] and is computed for the whole batch at once.
+
+Notation: ``[B, 3, H, W]`` pixels in [0, 1]; ``[B, C, H, W]`` texture, C = sum of the channel widths;
+points are ``(y, x)`` in level-0 pixels, pixel (i, j) covering [i, i+1) x [j, j+1) (centre i + 0.5, j + 0.5).
+
+Example:
+    >>> pixels = torch.rand(2, 3, 56, 84)
+    >>> compute_texture(pixels).shape
+    torch.Size([2, 13, 56, 84])
+    >>> channel_layout(("rgb", "edges"))
+    {'rgb': slice(0, 3, None), 'edges': slice(3, 4, None)}
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+from kornia.color import rgb_to_grayscale
+from kornia.contrib import distance_transform
+from kornia.filters import box_blur, gaussian_blur2d, laplacian, sobel
+from torch import Tensor, nn
+
+from arr_coc.registry import Registry
+
+# A per-image value range below this counts as flat and normalises to 0 instead of stretching float noise to [0, 1].
+FLAT_RANGE = 1e-4
+# Inside the Sobel square root so its gradient stays finite; its root (1e-6) stays below FLAT_RANGE.
+SOBEL_EPS = 1e-12
+# Low-pass scale: sigma 2 px removes pixel-level texture and keeps regions; kernel covers +-2 sigma.
+LOWPASS_KERNEL, LOWPASS_SIGMA = 9, 2.0
+# Hou & Zhang (2007) and OpenCV compute spectral residual at 64 px: the scale of proto-objects on a page or scene.
+SALIENCY_WIDTH = 64
+# Amplitude floor of the ortho-normalised spectrum, about 8-bit quantisation noise (1/255/sqrt(12)): the residual
+# whitens the spectrum, and without a floor it would blow float noise up into a salient pattern.
+SALIENCY_EPS = 1e-3
+# Smoothing of the squared reconstruction at 64 px, close to the radius-3 disk of Hou & Zhang's code.
+SALIENCY_KERNEL, SALIENCY_SIGMA = 7, 2.0
+# A pixel is a "strong" edge for the distance field at >= 25 % of its image's strongest edge.
+EDGE_THRESHOLD = 0.25
+# kornia's distance transform runs one convolution per pixel of the longest side; 128 px keeps it cheap at
+# 1024 px input, and the relevance stage reads the field at token-cell resolution (28-32 px) anyway.
+DISTANCE_MAX_SIDE = 128
+
+
+@dataclass
+class TextureInputs:
+    """What channels read: the pixels, an optional previous frame, and shared intermediates computed once.
+
+    Attributes:
+        pixels: ``[B, 3, H, W]`` float in [0, 1].
+        prev: ``[B, 3, H, W]`` previous frame of a video, or None for a still image.
+    """
+
+    pixels: Tensor
+    prev: Tensor | None = None
+
+    @cached_property
+    def gray(self) -> Tensor:
+        """Luma ``[B, 1, H, W]`` (ITU-R 601 weights), shared by every structure channel."""
+        return rgb_to_grayscale(self.pixels)
+
+    @cached_property
+    def sobel_magnitude(self) -> Tensor:
+        """Raw Sobel gradient magnitude of the luma, ``[B, 1, H, W]``."""
+        return sobel(self.gray, eps=SOBEL_EPS)
+
+    @cached_property
+    def edges(self) -> Tensor:
+        """Sobel magnitude normalised per image to [0, 1], ``[B, 1, H, W]``."""
+        return normalize_per_image(self.sobel_magnitude)
+
+    @cached_property
+    def coords(self) -> tuple[Tensor, Tensor]:
+        """(y, x) ramps from 0 (first pixel) to 1 (last pixel), shapes ``[1, 1, H, 1]`` and ``[1, 1, 1, W]``."""
+        _, _, height, width = self.pixels.shape
+        y = _ramp(height, self.pixels).view(1, 1, height, 1)
+        x = _ramp(width, self.pixels).view(1, 1, 1, width)
+        return y, x
+
+
+@dataclass(frozen=True)
+class ChannelSpec:
+    """One registered channel group: ``fn(inputs) -> [B, width, H, W]``."""
+
+    name: str
+    width: int
+    fn: Callable[[TextureInputs], Tensor]
+    differentiable: bool  # whether gradients reach the pixels (training learns through these only)
+    doc: str
+
+
+CHANNELS: Registry[ChannelSpec] = Registry("texture channel")
+
+
+def register_channel(
+    name: str, width: int = 1, differentiable: bool = True
+) -> Callable[[Callable[[TextureInputs], Tensor]], Callable[[TextureInputs], Tensor]]:
+    """Decorator registering ``fn(inputs: TextureInputs) -> [B, width, H, W]`` as channel group ``name``.
+
+    The first docstring line of ``fn`` is the channel's one-line documentation (why it is there).
+    """
+
+    def add(fn: Callable[[TextureInputs], Tensor]) -> Callable[[TextureInputs], Tensor]:
+        doc = fn.__doc__.strip().splitlines()[0] if fn.__doc__ else ""
+        CHANNELS.register(name)(ChannelSpec(name, width, fn, differentiable, doc))
+        return fn
+
+    return add
+
+
+def normalize_per_image(x: Tensor) -> Tensor:
+    """Min-max normalise each image of ``[B, C, H, W]`` to [0, 1] (over C, H, W); a flat image gives 0.
+
+    Example:
+        >>> normalize_per_image(torch.tensor([[[[1.0, 3.0]]], [[[2.0, 2.0]]]])).flatten().tolist()
+        [0.0, 1.0, 0.0, 0.0]
+    """
+    lo = x.amin(dim=(-3, -2, -1), keepdim=True)  # [B, 1, 1, 1]
+    span = x.amax(dim=(-3, -2, -1), keepdim=True) - lo
+    # where() rather than a division by a tiny span: a flat map carries no structure, so it must not be stretched.
+    return torch.where(span > FLAT_RANGE, (x - lo) / span.clamp_min(FLAT_RANGE), torch.zeros_like(x))
+
+
+def _ramp(n: int, like: Tensor) -> Tensor:
+    # A single row or column sits at the centre, not at the first edge.
+    if n == 1:
+        return torch.full((1,), 0.5, dtype=like.dtype, device=like.device)
+    return torch.linspace(0.0, 1.0, n, dtype=like.dtype, device=like.device)
+
+
+def _full_size(inputs: TextureInputs, x: Tensor) -> Tensor:
+    b, _, h, w = inputs.pixels.shape
+    return x.expand(b, x.shape[1], h, w)
+
+
+@register_channel("rgb", width=3)
+def _rgb(inputs: TextureInputs) -> Tensor:
+    """Colour itself: what the content looks like, for the scorers and for query-colour coupling."""
+    return inputs.pixels
+
+
+@register_channel("y", differentiable=False)
+def _y(inputs: TextureInputs) -> Tensor:
+    """Row position 0 (top) .. 1 (bottom): lets scorers learn layout priors (headers, footers)."""
+    return _full_size(inputs, inputs.coords[0])
+
+
+@register_channel("x", differentiable=False)
+def _x(inputs: TextureInputs) -> Tensor:
+    """Column position 0 (left) .. 1 (right): reading-order and margin priors."""
+    return _full_size(inputs, inputs.coords[1])
+
+
+@register_channel("eccentricity", differentiable=False)
+def _eccentricity(inputs: TextureInputs) -> Tensor:
+    """Distance from the image centre, 0 at the centre and 1 at the corners: the foveal centre bias."""
+    y, x = inputs.coords
+    ecc = torch.sqrt((2 * y - 1) ** 2 + (2 * x - 1) ** 2) / math.sqrt(2.0)  # [1, 1, H, W]
+    return _full_size(inputs, ecc)
+
+
+@register_channel("edges")
+def _edges(inputs: TextureInputs) -> Tensor:
+    """Sobel gradient magnitude of the luma, normalised per image: where information (strokes, contours) is."""
+    return inputs.edges
+
+
+@register_channel("edges_inv")
+def _edges_inv(inputs: TextureInputs) -> Tensor:
+    """1 - edges: empty space, so a scorer can down-weight blank margins without learning a negative weight."""
+    return 1.0 - inputs.edges
+
+
+@register_channel("highpass")
+def _highpass(inputs: TextureInputs) -> Tensor:
+    """Absolute Laplacian of the luma, normalised per image: fine detail such as small text that needs full res."""
+    return normalize_per_image(laplacian(inputs.gray, 3, border_type="replicate").abs())
+
+
+@register_channel("lowpass")
+def _lowpass(inputs: TextureInputs) -> Tensor:
+    """Gaussian-blurred luma (sigma 2 px): coarse region layout, which the gestalt view already resolves."""
+    kernel, sigma = (LOWPASS_KERNEL, LOWPASS_KERNEL), (LOWPASS_SIGMA, LOWPASS_SIGMA)
+    return gaussian_blur2d(inputs.gray, kernel, sigma, border_type="replicate")
+
+
+@register_channel("motion")
+def _motion(inputs: TextureInputs) -> Tensor:
+    """|luma - previous luma|, zeros for a still image: change draws the eye in video."""
+    if inputs.prev is None:
+        return torch.zeros_like(inputs.gray)
+    return (inputs.gray - rgb_to_grayscale(inputs.prev)).abs()
+
+
+@register_channel("saliency")
+def _saliency(inputs: TextureInputs) -> Tensor:
+    """Spectral residual saliency (Hou & Zhang 2007), normalised per image: bottom-up pop-out, query-free."""
+    gray = inputs.gray
+    _, _, height, width = gray.shape
+    small_w = min(width, SALIENCY_WIDTH)
+    small_h = max(1, round(height * small_w / width))
+    small = F.interpolate(gray, size=(small_h, small_w), mode="area")  # [B, 1, h, w]
+    if small.element_size() < 4:
+        small = small.float()  # FFTs need float32 or float64; compute_texture casts the result back
+    spectrum = torch.fft.fft2(small, norm="ortho")  # [B, 1, h, w] complex
+    log_amp = torch.log(spectrum.abs() + SALIENCY_EPS)
+    # spectrum * exp(-box(L)) == exp(L - box(L)) * e^{i phase} * A / (A + eps): the residual with the original
+    # phase, without computing the phase (whose gradient is undefined at zero amplitude). The spectrum is
+    # periodic, hence circular padding for the 3x3 box.
+    whitened = spectrum * torch.exp(-box_blur(log_amp, (3, 3), border_type="circular"))
+    recon = torch.fft.ifft2(whitened, norm="ortho")
+    sal = recon.real.square() + recon.imag.square()  # [B, 1, h, w]; no abs(), so no kink at zero
+    kernel, sigma = (SALIENCY_KERNEL, SALIENCY_KERNEL), (SALIENCY_SIGMA, SALIENCY_SIGMA)
+    sal = gaussian_blur2d(sal, kernel, sigma, border_type="replicate")
+    if (small_h, small_w) != (height, width):
+        sal = F.interpolate(sal, size=(height, width), mode="bilinear", align_corners=False)  # [B, 1, H, W]
+    # The whitening turns even float noise of a flat image into a pattern; a flat image has nothing salient.
+    contrast = small.amax(dim=(-2, -1), keepdim=True) - small.amin(dim=(-2, -1), keepdim=True)
+    return normalize_per_image(sal) * (contrast > FLAT_RANGE)
+
+
+@register_channel("distance", differentiable=False)
+def _distance(inputs: TextureInputs) -> Tensor:
+    """Distance to the nearest strong edge, normalised per image (1 everywhere if no edge): room around objects."""
+    strong = inputs.edges.detach() >= EDGE_THRESHOLD  # [B, 1, H, W] bool
+    _, _, height, width = strong.shape
+    factor = max(1, math.ceil(max(height, width) / DISTANCE_MAX_SIDE))
+    mask = strong.to(inputs.pixels.dtype)
+    if factor > 1:
+        # max-pool, not average: a one-pixel stroke must survive the reduction.
+        mask = F.max_pool2d(mask, factor, factor, ceil_mode=True)  # [B, 1, ceil(H/f), ceil(W/f)]
+    dist = distance_transform(mask)  # reduced-grid pixels
+    if factor > 1:
+        # Scale by the exact factor and crop, so the reduced grid stays aligned when H or W is not a multiple.
+        dist = F.interpolate(dist, scale_factor=factor, mode="bilinear", align_corners=False)
+        dist = dist[..., :height, :width] * ~strong  # interpolation must not lift the edges themselves off 0
+    has_edge = strong.amax(dim=(-2, -1), keepdim=True)  # [B, 1, 1, 1]
+    return torch.where(has_edge, normalize_per_image(dist), torch.ones_like(dist))
+
+
+DEFAULT_CHANNELS: tuple[str, ...] = (
+    "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
+)
+
+
+def _specs(channels: Sequence[str]) -> list[ChannelSpec]:
+    if isinstance(channels, str):
+        raise TypeError(f"channels must be a sequence of names, got the string {channels!r}; use ({channels!r},)")
+    if len(channels) == 0:
+        raise ValueError(f"channels is empty; pick from: {', '.join(CHANNELS.names())}")
+    if len(set(channels)) != len(channels):
+        raise ValueError(f"channels names a channel twice: {tuple(channels)}")
+    return [CHANNELS.get(name) for name in channels]
+
+
+def channel_layout(channels: Sequence[str] = DEFAULT_CHANNELS) -> dict[str, slice]:
+    """Where each named channel group sits along C of the texture.
+
+    Example:
+        >>> channel_layout(("y", "rgb"))["rgb"]
+        slice(1, 4, None)
+    """
+    layout, start = {}, 0
+    for spec in _specs(channels):
+        layout[spec.name] = slice(start, start + spec.width)
+        start += spec.width
+    return layout
+
+
+def channel_width(channels: Sequence[str] = DEFAULT_CHANNELS) -> int:
+    """Total number of channels C of a texture built from ``channels``.
+
+    Example:
+        >>> channel_width()
+        13
+    """
+    return sum(spec.width for spec in _specs(channels))
+
+
+def _check_image(x: object, name: str) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.ndim != 4 or x.shape[1] != 3:
+        raise ValueError(f"{name} must be [B, 3, H, W] RGB, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be float in [0, 1], got dtype {x.dtype}; convert with x.float() / 255")
+    return x
+
+
+def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, prev: Tensor | None = None) -> Tensor:
+    """Stack the named channel groups of a batch of images into a texture.
+
+    Args:
+        pixels: ``[B, 3, H, W]`` float in [0, 1].
+        channels: registered channel names, in the order they appear along C (see ``channel_layout``).
+        prev: ``[B, 3, H, W]`` previous frame for ``motion``; None for still images.
+
+    Returns:
+        ``[B, C, H, W]`` texture with the dtype and device of ``pixels``.
+
+    Example:
+        >>> tex = compute_texture(torch.rand(1, 3, 28, 28), ("rgb", "eccentricity"))
+        >>> tex.shape, bool(tex[0, 3, 0, 0] == 1.0)
+        (torch.Size([1, 4, 28, 28]), True)
+    """
+    specs = _specs(channels)
+    _check_image(pixels, "pixels")
+    if prev is not None and _check_image(prev, "prev").shape != pixels.shape:
+        raise ValueError(f"prev must match pixels {tuple(pixels.shape)}, got shape {tuple(prev.shape)}")
+    inputs = TextureInputs(pixels, prev)
+    b, _, h, w = pixels.shape
+    groups = []
+    for spec in specs:  # a loop over channel groups, each batched over images and pixels
+        out = spec.fn(inputs)
+        if tuple(out.shape) != (b, spec.width, h, w):
+            expected = (b, spec.width, h, w)
+            raise ValueError(f"channel {spec.name!r} returned shape {tuple(out.shape)}, expected {expected}")
+        groups.append(out.to(pixels.dtype))
+    return torch.cat(groups, dim=1)  # [B, C, H, W]
+
+
+class Texture(nn.Module):
+    """Module form of ``compute_texture``; it only stores the channel names (validated on construction).
+
+    Example:
+        >>> Texture(("rgb", "motion"))(torch.rand(2, 3, 8, 8)).shape
+        torch.Size([2, 4, 8, 8])
+    """
+
+    def __init__(self, channels: Sequence[str] = DEFAULT_CHANNELS) -> None:
+        super().__init__()
+        self.channels = tuple(channels) if not isinstance(channels, str) else channels
+        self.width = channel_width(self.channels)  # fails here on an unknown name, not at the first forward
+
+    def forward(self, pixels: Tensor, prev: Tensor | None = None) -> Tensor:
+        return compute_texture(pixels, self.channels, prev)
+
+    def extra_repr(self) -> str:
+        return f"channels={self.channels}, width={self.width}"
+
+
+def mip_pyramid(texture: Tensor, levels: int) -> list[Tensor]:
+    """Software mip pyramid: ``[texture, level 1, ..., level levels]``, each level a 2x2 average of the previous.
+
+    ``ceil_mode`` keeps odd sizes: level ``l`` is ``[B, C, ceil(H / 2**l), ceil(W / 2**l)]`` and a border
+    pixel of an odd level averages only the real pixels under it.
+
+    Example:
+        >>> [tuple(t.shape[-2:]) for t in mip_pyramid(torch.rand(1, 2, 5, 8), 2)]
+        [(5, 8), (3, 4), (2, 2)]
+    """
+    if texture.ndim != 4:
+        raise ValueError(f"texture must be [B, C, H, W], got shape {tuple(texture.shape)}")
+    if levels < 0:
+        raise ValueError(f"levels must be >= 0 (0 = just the texture), got {levels}")
+    pyramid = [texture]
+    for _ in range(levels):
+        pyramid.append(F.avg_pool2d(pyramid[-1], 2, ceil_mode=True))  # [B, C, ceil(h/2), ceil(w/2)]
+    return pyramid
+
+
+def sample_level(pyramid: Sequence[Tensor], level: int, points: Tensor) -> Tensor:
+    """Bilinearly sample pyramid level ``level`` at ``points`` given in level-0 pixel coordinates.
+
+    Convention (grid_sample with ``align_corners=False``): level-0 pixel (i, j) covers [i, i+1) x [j, j+1),
+    so its centre is (i + 0.5, j + 0.5); level-l pixel (i, j) covers level-0 [i*2**l, (i+1)*2**l) on each
+    axis, so sampling at its centre returns exactly the pooled value. Points outside clamp to the border.
+
+    Args:
+        pyramid: output of ``mip_pyramid``.
+        level: index into ``pyramid``.
+        points: ``[B, N, 2]`` (y, x) level-0 pixels.
+
+    Returns:
+        ``[B, N, C]``.
+
+    Example:
+        >>> pyr = mip_pyramid(torch.arange(16.0).view(1, 1, 4, 4), 1)
+        >>> sample_level(pyr, 0, torch.tensor([[[0.5, 1.5]]])).item()  # centre of pixel (0, 1)
+        1.0
+        >>> sample_level(pyr, 1, torch.tensor([[[1.0, 1.0]]])).item()  # mean of pixels 0, 1, 4, 5
+        2.5
+    """
+    if not 0 <= level < len(pyramid):
+        raise ValueError(f"level must be in [0, {len(pyramid) - 1}] for this pyramid, got {level}")
+    tex = pyramid[level]
+    b, _, h, w = tex.shape
+    if points.ndim != 3 or points.shape[0] != b or points.shape[2] != 2:
+        raise ValueError(f"points must be [B={b}, N, 2] (y, x) pixels, got shape {tuple(points.shape)}")
+    size = torch.tensor([w, h], dtype=tex.dtype, device=tex.device)
+    level_px = points.flip(-1).to(tex.dtype) / 2**level  # [B, N, 2] (x, y) level-l pixels
+    grid = 2 * level_px / size - 1  # [B, N, 2] (x, y) in [-1, 1], -1/+1 = outer edges of the border pixels
+    out = F.grid_sample(tex, grid[:, :, None, :], mode="bilinear", padding_mode="border", align_corners=False)
+    return out[..., 0].transpose(1, 2)  # [B, N, C]
+
+
+def pool_to_cells(texture: Tensor, cell: int) -> Tensor:
+    """Average the texture over token cells: ``[B, C, H, W] -> [B, C, H // cell, W // cell]``.
+
+    Example:
+        >>> pool_to_cells(torch.ones(1, 13, 56, 84), 28).shape
+        torch.Size([1, 13, 2, 3])
+    """
+    if texture.ndim != 4:
+        raise ValueError(f"texture must be [B, C, H, W], got shape {tuple(texture.shape)}")
+    h, w = texture.shape[-2:]
+    if cell < 1 or h % cell or w % cell:
+        raise ValueError(f"H, W = {h}, {w} must be multiples of cell={cell}; fit the image to the canvas first")
+    return F.avg_pool2d(texture, cell)  # [B, C, Hc, Wc]
+
+
+def texture_bytes(
+    batch: int,
+    height: int,
+    width: int,
+    channels: Sequence[str] = DEFAULT_CHANNELS,
+    dtype: torch.dtype = torch.float32,
+    pyramid_levels: int = 0,
+) -> int:
+    """Bytes held by a texture (plus ``pyramid_levels`` mip levels) for a batch, computed without allocating.
+
+    Example:
+        >>> texture_bytes(1, 1024, 1024) / 2**20  # the 13-channel MVP at 1024 px, float32
+        52.0
+    """
+    c, total = channel_width(channels), 0
+    for _ in range(pyramid_levels + 1):
+        total += batch * c * height * width * dtype.itemsize
+        height, width = -(-height // 2), -(-width // 2)  # ceil, as mip_pyramid's ceil_mode
+    return total
