@@ -117,9 +117,9 @@ class ARR(nn.Module):
     Example:
         >>> from arr_coc.query import HashingQueryEncoder
         >>> arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder())
-        >>> out = arr(torch.rand(3, 560, 420), "What is the total?")
+        >>> out = arr(torch.rand(3, 560, 560), "What is the total?")
         >>> out.positions.shape, out.tokens_sent, out.canvas.full_tokens
-        (torch.Size([1, 273, 2]), 529, [300])
+        (torch.Size([1, 273, 2]), 529, [400])
     """
 
     def __init__(self, config: ARRConfig | None = None, *, query_encoder: QueryEncoder | None = None,
