@@ -345,3 +345,19 @@ def test_pool_to_cells_equals_manual_cell_means():
     torch.testing.assert_close(pool_to_cells(tex, 28), manual)
     with pytest.raises(ValueError, match="multiples of cell=32"):
         pool_to_cells(tex, 32)
+
+
+def test_euclidean_distance_transform_equals_scipy_exactly():
+    import numpy as np
+    from scipy.ndimage import distance_transform_edt
+
+    from arr_coc.texture import euclidean_distance_transform
+
+    g = torch.Generator().manual_seed(0)
+    masks = torch.rand(3, 1, 23, 31, generator=g) > 0.97
+    masks[2] = False
+    masks[2, 0, 11, 0] = True  # a single feature pixel at the left border
+    got = euclidean_distance_transform(masks)
+    for b in range(3):
+        ref = distance_transform_edt(~masks[b, 0].numpy())
+        np.testing.assert_allclose(got[b, 0].numpy(), ref, rtol=1e-6, atol=1e-5)
