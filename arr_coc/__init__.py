@@ -1,3 +1,8 @@
-"""arr-coc: query-aware visual token allocation for vision-language models."""
+"""arr-coc: query-aware visual token allocation for vision-language models.
+
+Importing the package registers every built-in texture channel, scorer and sampler.
+"""
 
 __version__ = "0.1.0"
+
+from arr_coc import learned_samplers, relevance, samplers, texture  # noqa: E402,F401  (fill the registries)

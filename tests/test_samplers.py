@@ -6,9 +6,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from arr_coc.learned_samplers import PseudoLogPolarSampler
 from arr_coc.samplers import (
     SAMPLERS,
-    PseudoLogPolarSampler,
     allocate_quotas,
     coarsen_grid,
     nms_cells,
