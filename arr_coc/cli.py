@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -90,7 +91,9 @@ def look(args: argparse.Namespace) -> int:
         sampler=SamplerConfig(name=args.sampler, budget=args.budget),
         seed=args.seed,
     )
-    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
+    start = time.perf_counter()
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    load_ms = (time.perf_counter() - start) * 1e3
     arr = ARR(config, query_encoder=encoder).eval()
     with torch.inference_mode():
         alloc = arr([args.image], [args.question])
@@ -107,6 +110,7 @@ def look(args: argparse.Namespace) -> int:
         print(json.dumps(alloc.to_json(0)))
     else:
         print(_summary(alloc, 0, args.top))
+        print(f"model load    {load_ms:.0f} ms (query encoder, once per process)")
         print(f"picture       {out}")
     return 0
 

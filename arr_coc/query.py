@@ -57,6 +57,12 @@ class MiniLMQueryEncoder:
         self._model = None
         self._cache: dict[str, torch.Tensor] = {}
 
+    def load(self) -> "MiniLMQueryEncoder":
+        """Load the model now (it otherwise loads on the first :meth:`encode`); returns self."""
+        if self._model is None:
+            self._model = self._load()
+        return self
+
     def _load(self):
         # The package carries its weights; offline mode makes sure nothing reaches for a hub.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -73,9 +79,7 @@ class MiniLMQueryEncoder:
     def encode(self, queries: Sequence[str]) -> torch.Tensor:
         missing = [q for q in dict.fromkeys(queries) if q not in self._cache]
         if missing:
-            if self._model is None:
-                self._model = self._load()
-            vectors = self._model.encode(missing, convert_to_tensor=True, normalize_embeddings=True)
+            vectors = self.load()._model.encode(missing, convert_to_tensor=True, normalize_embeddings=True)
             for q, v in zip(missing, vectors.float().cpu()):
                 self._cache[q] = v
         return torch.stack([self._cache[q] for q in queries])  # [N, 384]

@@ -1,0 +1,25 @@
+"""The README's Python example runs as written and its comments tell the truth."""
+import re
+
+import pytest
+
+from conftest import ROOT
+
+
+@pytest.mark.slow
+def test_readme_python_example_runs(monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    monkeypatch.chdir(ROOT)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    out = scope["out"]
+    assert tuple(out.positions.shape) == (2, 273, 2) and tuple(out.patches.shape) == (2, 273, 3, 28, 28)
+    assert tuple(out.gestalt.tokens.shape) == (2, 256, 13) and tuple(out.relevance.weights.shape) == (2, 3)
+
+
+def test_readme_lists_every_module():
+    text = (ROOT / "README.md").read_text()
+    for path in sorted((ROOT / "arr_coc").glob("*.py")):
+        if path.name != "__init__.py":
+            assert path.name in text, f"{path.name} missing from the README's file tree"
