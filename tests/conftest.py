@@ -16,17 +16,19 @@ def receipt() -> Path:
     return EXAMPLE
 
 
+def shared_files(folder: str, pattern: str, name: str) -> list[Path]:
+    """Files of the real evaluation data, or skip the test saying where they were looked for."""
+    where = SHARED_DATA / folder
+    if not where.is_dir():
+        pytest.skip(f"{name} not found at {where} (set ARR_COC_DATA to the folder holding {folder.split('/')[0]}/)")
+    return sorted(where.glob(pattern))
+
+
 @pytest.fixture
 def funsd_form() -> Path:
-    images = SHARED_DATA / "funsd" / "training_data" / "images"
-    if not images.is_dir():
-        pytest.skip(f"FUNSD not found at {images} (set ARR_COC_DATA to the folder holding funsd/)")
-    return sorted(images.glob("*.png"))[0]
+    return shared_files("funsd/training_data/images", "*.png", "FUNSD")[0]
 
 
 @pytest.fixture
 def coco_photo() -> Path:
-    images = SHARED_DATA / "coco128" / "images" / "train2017"
-    if not images.is_dir():
-        pytest.skip(f"COCO128 not found at {images} (set ARR_COC_DATA to the folder holding coco128/)")
-    return sorted(images.glob("*.jpg"))[0]
+    return shared_files("coco128/images/train2017", "*.jpg", "COCO128")[0]
