@@ -10,6 +10,8 @@ setup: $(STAMP)
 
 # torch is pinned to the local CPU wheel first, so nothing below pulls a CUDA build.
 $(STAMP): pyproject.toml
+	command -v tesseract >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq tesseract-ocr tesseract-ocr-eng >/dev/null; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
