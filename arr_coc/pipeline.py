@@ -99,6 +99,19 @@ def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = 
     return out
 
 
+@dataclass
+class Scene:
+    """What the images alone determine: the canvas and the texture pooled to cells."""
+
+    canvas: Canvas
+    cells: Tensor  # [B, C, Hc, Wc] texture per token cell, zero on padding
+
+    @property
+    def extents(self) -> list[tuple[int, int]]:
+        """(rows, cols) of valid cells per image."""
+        return [(h // self.canvas.cell, w // self.canvas.cell) for h, w in self.canvas.sizes]
+
+
 @contextmanager
 def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     start = time.perf_counter()
@@ -137,28 +150,46 @@ class ARR(nn.Module):
                 self.layout, query_dim=self.query_encoder.dim, gestalt_dim=width, hidden=config.scorer.hidden)
             self.sampler = SAMPLERS.get(config.sampler.name)(**config.sampler.kwargs)
 
+    def see(self, images: Any, *, prev: Any = None, timings: dict[str, float] | None = None) -> Scene:
+        """Canvas and cell texture: what the images alone determine, reusable across questions and budgets."""
+        cfg, t = self.config.canvas, {} if timings is None else timings
+        with _timed(t, "canvas"):
+            canvas = make_canvas(images, cell=cfg.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+            prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
+        with _timed(t, "texture"):
+            cells = cell_texture(canvas, self.channels, prev=prev_pixels)  # [B, C, Hc, Wc]
+        return Scene(canvas=canvas, cells=cells)
+
+    def gestalt(self, scene: Scene, budget: int) -> Gestalt:
+        """The gestalt for a saccade budget (16x16, or 8x8 for small budgets; clamped to the smallest image)."""
+        ext = scene.extents
+        grid = self.config.gestalt.grid_for(budget, (min(e[0] for e in ext), min(e[1] for e in ext)))
+        return self.gestalt_encoder(scene.cells, ext, grid)
+
+    def score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
+              timings: dict[str, float] | None = None) -> tuple[Relevance, Tensor]:
+        """Relevance of every cell for each image's question -> (relevance, query embeddings [B, Dq])."""
+        t = {} if timings is None else timings
+        queries = check_queries(queries, scene.canvas.batch_size)
+        with _timed(t, "query"):
+            query_emb = self.query_encoder.encode(queries).to(scene.cells)  # [B, Dq]
+        with _timed(t, "scoring"):
+            relevance = self.scorer(scene.cells, query_emb, gestalt_vector, scene.canvas.valid)
+        return relevance, query_emb
+
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
                 budget: int | None = None) -> Allocation:
         """Allocate ``budget`` (default: the config's) saccades per image for its question."""
-        cfg, t = self.config, {}
-        k = cfg.sampler.budget if budget is None else budget
-        with _timed(t, "canvas"):
-            canvas = make_canvas(images, cell=cfg.canvas.cell, min_pixels=cfg.canvas.min_pixels,
-                                 max_pixels=cfg.canvas.max_pixels)
-            prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
+        t: dict[str, float] = {}
+        k = self.config.sampler.budget if budget is None else budget
+        scene = self.see(images, prev=prev, timings=t)
+        canvas = scene.canvas
         queries = check_queries(queries, canvas.batch_size)
-        with _timed(t, "texture"):
-            cells = cell_texture(canvas, self.channels, prev=prev_pixels)  # [B, C, Hc, Wc]
         with _timed(t, "gestalt"):
-            extents = [(h // canvas.cell, w // canvas.cell) for h, w in canvas.sizes]
-            grid = cfg.gestalt.grid_for(k, (min(e[0] for e in extents), min(e[1] for e in extents)))
-            gestalt = self.gestalt_encoder(cells, extents, grid)
-        with _timed(t, "query"):
-            query_emb = self.query_encoder.encode(queries).to(cells)  # [B, Dq]
-        with _timed(t, "scoring"):
-            relevance = self.scorer(cells, query_emb, gestalt.vector, canvas.valid)
+            gestalt = self.gestalt(scene, k)
+        relevance, query_emb = self.score(scene, queries, gestalt.vector, timings=t)
         with _timed(t, "selection"):
-            generator = torch.Generator().manual_seed(cfg.seed)
+            generator = torch.Generator().manual_seed(self.config.seed)
             selection = self.sampler(relevance.map.detach(), k, valid=canvas.valid, query_emb=query_emb,
                                      generator=generator)
         with _timed(t, "extraction"):
