@@ -53,6 +53,29 @@ def _parser() -> argparse.ArgumentParser:
                            "with --json only when given)")
     look.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
     look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
+
+    from .datasets import DATASETS
+    from .evaluate import DEFAULT_BUDGETS, MARGIN_PX, METHODS
+
+    ev = sub.add_parser("eval", formatter_class=fmt, epilog=_registered(),
+                        help="coverage and OCR reading of the answer at equal token budgets, per method",
+                        description="Evaluate allocation methods on a dataset at equal token budgets; rows go to "
+                                    "OUT/DATASET/records.jsonl as they come (a rerun skips what is done), then "
+                                    "summary.csv, summary.md and summary.png.")
+    ev.add_argument("dataset", help=f"dataset: {', '.join(DATASETS.names())}")
+    ev.add_argument("--data", type=Path, default=None,
+                    help="dataset folder (jsonl: the .jsonl file); default: ../shared/data/<name> or $ARR_COC_DATA")
+    ev.add_argument("--methods", nargs="+", default=list(METHODS), help="default: all of " + ", ".join(METHODS))
+    ev.add_argument("--budgets", nargs="+", default=list(DEFAULT_BUDGETS),
+                    help="token budgets, as tokens (529) or shares of full resolution (25%%); default %(default)s")
+    ev.add_argument("--limit", type=int, default=None, help="evaluate N records (a seeded subset spread over images)")
+    ev.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
+    ev.add_argument("--reader", default="tesseract", help="OCR engine: tesseract, rapidocr, or none")
+    ev.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
+    ev.add_argument("--cell", type=int, default=CanvasConfig.cell, help="token cell in px (default %(default)s)")
+    ev.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
+    ev.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
+    ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
     return p
 
 
@@ -115,10 +138,30 @@ def look(args: argparse.Namespace) -> int:
     return 0
 
 
+def evaluate(args: argparse.Namespace) -> int:
+    from .config import ARRConfig, CanvasConfig, ScorerConfig
+    from .datasets import load_dataset
+    from .evaluate import EvalSettings, evaluate as run, write_reports
+    from .pipeline import ARR
+    from .query import HashingQueryEncoder, MiniLMQueryEncoder
+
+    settings = EvalSettings(methods=args.methods, budgets=args.budgets, seed=args.seed, margin_px=args.margin,
+                            reader=None if args.reader == "none" else args.reader)
+    records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed)
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
+    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=args.cell), scorer=ScorerConfig(name=args.scorer), seed=args.seed),
+              query_encoder=encoder).eval()
+    jsonl = run(records, arr, args.out / args.dataset, settings)
+    csv_path, md_path, png_path = write_reports(jsonl)
+    print(md_path.read_text())
+    print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"look": look}[args.command](args)
+        return {"look": look, "eval": evaluate}[args.command](args)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,274 @@
+"""Evaluation harness: does the allocation keep the answer? dataset x method x budget, at equal tokens.
+
+For every record (image, question, answer, answer boxes) and every token budget it measures where
+the saccades landed (:mod:`arr_coc.metrics`) and whether a real OCR engine still reads the answer
+in what the VLM would see (:mod:`arr_coc.reading`): the foveated view for the samplers, one
+uniformly downsampled image with the same token count, and the full-resolution canvas (upper bound).
+
+Rows are appended to ``<out>/<dataset>/records.jsonl`` one record at a time, so an interrupted run
+loses at most the record in flight and a rerun skips what is done. :func:`summarize` turns the rows
+into a CSV, a markdown table and plots.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+from tqdm import tqdm
+
+from .datasets import Record
+from .metrics import allocation_metrics, to_canvas_px
+from .pipeline import ARR
+from .reading import READERS, contains_score, downsampled_view, foveated_view, read_region
+from .samplers import SAMPLERS
+
+# Method order of every table: the upper bound, the field's baseline, then the allocators.
+METHODS = ("full", "uniform_image", "random", "topk", "nms", "stratified", "adaptive_stratified", "log_polar")
+DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
+GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first
+MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
+
+
+def budget_tokens(spec: str | int, full_tokens: int) -> int:
+    """A budget given as tokens (``"529"``/529) or as a share of full resolution (``"25%"``) -> tokens.
+
+    >>> budget_tokens("25%", 972), budget_tokens(529, 400), budget_tokens("100", 972)
+    (243, 400, 100)
+    """
+    s = str(spec).strip()
+    if s.endswith("%"):
+        share = float(s[:-1]) / 100
+        if not 0 < share <= 1:
+            raise ValueError(f"budget {spec!r} must be a share in (0%, 100%]")
+        tokens = round(share * full_tokens)
+    else:
+        tokens = int(s)
+    if tokens < 2:
+        raise ValueError(f"budget {spec!r} gives {tokens} tokens; at least 2 (one gestalt, one saccade) are needed")
+    return min(tokens, full_tokens)
+
+
+def split_budget(total: int, cells_hw: tuple[int, int]) -> tuple[tuple[int, int], int]:
+    """Share ``total`` tokens between a square gestalt and K saccades: the largest gestalt of at most half
+    the budget (16x16 for the default 529 = 256 + 273; 8x8 at 243), never larger than the image.
+
+    >>> split_budget(529, (48, 48)), split_budget(243, (36, 27)), split_budget(48, (36, 27))
+    (((16, 16), 273), ((8, 8), 179), ((4, 4), 32))
+    """
+    side = next(g for g in GESTALT_SIDES if g * g <= total // 2 and g <= min(cells_hw))
+    return (side, side), total - side * side
+
+
+def _record_seed(seed: int, record_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(f"{seed}:{record_id}".encode(), digest_size=8).digest(), "little") >> 1
+
+
+@dataclass
+class EvalSettings:
+    methods: Sequence[str] = METHODS
+    budgets: Sequence[str | int] = DEFAULT_BUDGETS
+    reader: str | None = "tesseract"  # None: coverage only
+    seed: int = 0
+    margin_px: int = MARGIN_PX
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+        if self.reader is not None:
+            READERS.get(self.reader)  # fail now, not after the first image
+        for b in self.budgets:
+            budget_tokens(b, 10**9)
+
+
+def _done_keys(path: Path) -> set[tuple[str, str, str]]:
+    """Keys of the rows already written; a last line cut by an interruption is dropped (and redone)."""
+    if not path.exists():
+        return set()
+    text = path.read_text()
+    if text and not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]
+        path.write_text(text)
+    return {(row["record_id"], row["method"], row["budget"]) for row in map(json.loads, text.splitlines())}
+
+
+def _keys(record: Record, settings: EvalSettings) -> list[tuple[str, str, str]]:
+    keys = [(record.record_id, "full", "full")] if "full" in settings.methods else []
+    return keys + [(record.record_id, m, str(b)) for b in settings.budgets for m in settings.methods if m != "full"]
+
+
+def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalSettings | None = None,
+             progress: bool = True) -> Path:
+    """Evaluate ``records`` (grouped by image, so each texture is computed once); returns the JSONL path."""
+    settings = settings or EvalSettings()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "records.jsonl"
+    done = _done_keys(path)
+    reader = READERS.get(settings.reader)() if settings.reader else None
+    samplers = {m: SAMPLERS.get(m)() for m in settings.methods if m in SAMPLERS}
+    by_image: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        by_image[r.image_id].append(r)
+    bar = tqdm(total=len(records), desc=f"eval {records[0].dataset if records else ''}", disable=not progress)
+    with path.open("a") as sink:
+        for recs in by_image.values():
+            todo = [r for r in recs if not set(_keys(r, settings)) <= done]
+            bar.update(len(recs) - len(todo))
+            if not todo:
+                continue
+            with torch.no_grad():
+                scene = arr.see(todo[0].image)
+                vector = arr.gestalt(scene, 1).vector
+                for record in todo:
+                    for row in _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done):
+                        sink.write(json.dumps(row) + "\n")
+                    sink.flush()
+                    bar.update(1)
+    bar.close()
+    return path
+
+
+def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done) -> Iterable[dict]:
+    canvas = scene.canvas
+    cell, pixels = canvas.cell, canvas.pixels[0]
+    hc, wc = scene.extents[0]
+    full = canvas.full_tokens[0]
+    target = to_canvas_px(record.boxes_px, canvas.image_sizes[0], canvas.sizes[0])
+    others = to_canvas_px(record.others_px, canvas.image_sizes[0], canvas.sizes[0])
+    relevance, query_emb = arr.score(scene, [record.question], vector)
+    readable = reader is not None and bool(record.answer.strip())
+
+    def row(method: str, budget: str, tokens: int, view, metrics: dict, start: float) -> dict:
+        prediction = read_region(reader, view, target, settings.margin_px) if readable else None
+        return {
+            "dataset": record.dataset, "record_id": record.record_id, "image_id": record.image_id,
+            "question": record.question, "answer": record.answer, "method": method, "budget": budget,
+            "tokens": tokens, "full_tokens": full, **metrics, "prediction": prediction,
+            "reading": contains_score(prediction, record.answer) if readable else None,
+            "ms": round((time.perf_counter() - start) * 1e3, 1),
+        }
+
+    nan = float("nan")
+    blind = {"coverage": nan, "hit": nan, "iou": nan, "secondary": nan, "peripheral": nan}
+    if (record.record_id, "full", "full") not in done and "full" in settings.methods:
+        start = time.perf_counter()
+        everything = {"coverage": 1.0, "hit": 1.0, "iou": nan, "secondary": 1.0, "peripheral": 1.0}
+        yield row("full", "full", full, pixels, everything, start)
+    for spec in settings.budgets:
+        total = budget_tokens(spec, full)
+        grid, k = split_budget(total, (hc, wc))
+        for method in settings.methods:
+            if method == "full" or (record.record_id, method, str(spec)) in done:
+                continue
+            start = time.perf_counter()
+            if method == "uniform_image":
+                view, used = downsampled_view(pixels[:, : hc * cell, : wc * cell], total, cell)
+                yield row(method, str(spec), used, view, blind, start)
+                continue
+            generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
+            sel = samplers[method](relevance.map, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
+            chosen = sel.mask(*canvas.grid)[0, :hc, :wc]
+            metrics = allocation_metrics(chosen, cell, target, others).as_dict()
+            view = foveated_view(pixels[:, : hc * cell, : wc * cell], sel.positions[0], cell, grid)
+            yield row(method, str(spec), grid[0] * grid[1] + k, view, metrics, start)
+
+
+# ----------------------------------------------------------------------------- tables and plots
+
+COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "reading")
+
+
+def _mean(values: list) -> float:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def summarize(rows: Sequence[dict]) -> list[dict]:
+    """Mean of every metric per (dataset, method, budget), in table order."""
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["dataset"], r["method"], r["budget"])].append(r)
+
+    def order(key):
+        dataset, method, budget = key
+        b = -1.0 if budget == "full" else (float(budget[:-1]) if budget.endswith("%") else 1e9 + float(budget))
+        return dataset, b, METHODS.index(method) if method in METHODS else len(METHODS)
+
+    out = []
+    for key in sorted(groups, key=order):
+        g = groups[key]
+        share = _mean([r["tokens"] / r["full_tokens"] for r in g])
+        out.append({"dataset": key[0], "method": key[1], "budget": key[2], "n": len(g),
+                    "tokens": _mean([r["tokens"] for r in g]), "share": share,
+                    **{c: _mean([r.get(c) for r in g]) for c in COLUMNS}})
+    return out
+
+
+def _fmt(v: float, pct: bool = False) -> str:
+    if v != v:
+        return "—"
+    return f"{100 * v:.0f}%" if pct else f"{v:.3f}"
+
+
+def markdown_table(summary: Sequence[dict]) -> str:
+    lines = ["| budget | method | tokens (share of full) | n | coverage | hit rate | IoU proxy | secondary "
+             "| peripheral | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
+                     + " | ".join(_fmt(s[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def write_reports(jsonl: Path, out_dir: Path | None = None) -> tuple[Path, Path, Path]:
+    """records.jsonl -> summary.csv, summary.md and summary.png beside it (or in ``out_dir``)."""
+    import csv
+
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    summary = summarize(rows)
+    out_dir = out_dir or jsonl.parent
+    csv_path, md_path, png_path = out_dir / "summary.csv", out_dir / "summary.md", out_dir / "summary.png"
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summary[0]))
+        w.writeheader()
+        w.writerows(summary)
+    md_path.write_text(markdown_table(summary) + "\n")
+    plot_summary(summary, png_path)
+    return csv_path, md_path, png_path
+
+
+def plot_summary(summary: Sequence[dict], path: Path) -> Path:
+    """Reading accuracy and answer coverage vs share of full-resolution tokens, one line per method."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    axes = fig.subplots(1, 2)
+    dataset = summary[0]["dataset"] if summary else ""
+    for ax, col, label in ((axes[0], "reading", "reading accuracy (ANLS of OCR)"),
+                           (axes[1], "coverage", "answer-box coverage")):
+        for method in METHODS:
+            pts = sorted((s["share"], s[col]) for s in summary if s["method"] == method and s[col] == s[col])
+            if not pts:
+                continue
+            if method == "full":
+                ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
+                continue
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o",
+                    ls=":" if method in ("uniform_image", "random") else "-", label=method)
+        ax.set_xlabel("tokens sent (% of full resolution)")
+        ax.set_ylabel(label)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{dataset}: what survives at equal token budgets")
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,49 @@
+"""Run `arr-coc eval` on the three bundled-elsewhere datasets and collect the tables for the README.
+
+    python benchmarks/run_eval.py [--limit 100] [--jobs 2] [--out benchmarks/results/eval]
+
+Each dataset runs in its own process (Tesseract is single-threaded); results are resumable: a rerun
+skips the records already in OUT/<dataset>/records.jsonl.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATASETS = ("funsd", "sroie", "coco")
+
+
+def run_one(name: str, limit: int, out: Path, extra: list[str]) -> str:
+    import torch
+
+    torch.set_num_threads(1)  # one core per dataset process
+    from arr_coc.cli import main
+
+    reader = ["--reader", "none"] if name == "coco" else []  # COCO has boxes, no text to read
+    code = main(["eval", name, "--limit", str(limit), "--out", str(out), *reader, *extra])
+    if code:
+        raise SystemExit(f"eval {name} failed with code {code}")
+    return (out / name / "summary.md").read_text()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit", type=int, default=100)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "eval")
+    ap.add_argument("--datasets", nargs="+", default=list(DATASETS))
+    ap.add_argument("extra", nargs=argparse.REMAINDER, help="further `arr-coc eval` flags after --")
+    args = ap.parse_args()
+    extra = [a for a in args.extra if a != "--"]
+    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = {n: pool.submit(run_one, n, args.limit, args.out, extra) for n in args.datasets}
+        for name, fut in futures.items():
+            print(f"\n## {name}\n\n{fut.result()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The evaluation harness on generated pages: rows, budgets, reading, resume after interruption, reports."""
+import json
+from pathlib import Path
+
+import matplotlib
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from arr_coc.cli import main
+from arr_coc.config import ARRConfig
+from arr_coc.datasets import load_dataset
+from arr_coc.evaluate import EvalSettings, budget_tokens, evaluate, split_budget, summarize, write_reports
+from arr_coc.pipeline import ARR
+from arr_coc.query import HashingQueryEncoder
+
+FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+FIELDS = [("Date:", "21/11/2026"), ("Total:", "42.00"), ("Name:", "Ada Lovelace")]
+
+
+def make_pages(folder: Path, n_pages: int = 2) -> Path:
+    """Forms of 560x840 px with three "key: value" lines; a JSONL of (question, answer, value box)."""
+    font = ImageFont.truetype(str(FONT), 13)
+    lines = []
+    for p in range(n_pages):
+        img = Image.new("L", (560, 840), 255)
+        draw = ImageDraw.Draw(img)
+        for i, (key, value) in enumerate(FIELDS):
+            y = 100 + 250 * i + 40 * p
+            draw.text((40, y), key, fill=0, font=font)
+            x0, y0, x1, y1 = draw.textbbox((200, y), value, font=font)
+            draw.text((200, y), value, fill=0, font=font)
+            lines.append({"image": f"page{p}.png", "question": key, "answer": value, "boxes": [[x0, y0, x1, y1]],
+                          "id": f"p{p}-{i}", "image_id": f"page{p}"})
+        img.save(folder / f"page{p}.png")
+    path = folder / "pages.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory) -> Path:
+    return make_pages(tmp_path_factory.mktemp("pages"))
+
+
+@pytest.fixture(scope="module")
+def arr() -> ARR:
+    return ARR(ARRConfig(), query_encoder=HashingQueryEncoder()).eval()
+
+
+SETTINGS = EvalSettings(methods=("full", "uniform_image", "topk", "random"), budgets=("10%", "60%"))
+
+
+def read_rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_every_record_method_and_budget_gets_one_row(pages, arr, tmp_path):
+    records = load_dataset("jsonl", pages)
+    rows = read_rows(evaluate(records, arr, tmp_path, SETTINGS, progress=False))
+    assert len(rows) == len(records) * (1 + 2 * 3)
+    full_tokens = 20 * 30  # 560 x 840 px at 28 px
+    for r in rows:
+        assert r["full_tokens"] == full_tokens
+        if r["method"] in ("topk", "random"):  # gestalt + saccades exactly fill the budget
+            assert r["tokens"] == budget_tokens(r["budget"], full_tokens)
+            assert 0 <= r["coverage"] <= 1 and r["hit"] == float(r["coverage"] >= 0.5)
+        if r["method"] == "uniform_image":
+            assert r["tokens"] <= budget_tokens(r["budget"], full_tokens)
+    full = [r for r in rows if r["method"] == "full"]
+    assert all(r["reading"] >= 0.9 for r in full), [(r["answer"], r["prediction"]) for r in full]
+    tiny = [r for r in rows if r["method"] == "uniform_image" and r["budget"] == "10%"]
+    assert sum(r["reading"] for r in tiny) / len(tiny) < 0.5  # 60 tokens cannot show 13 px text
+
+
+def test_rerun_skips_done_work_and_an_interrupted_line_is_redone(pages, arr, tmp_path):
+    records = load_dataset("jsonl", pages)
+    path = evaluate(records[:2], arr, tmp_path, SETTINGS, progress=False)
+    text = path.read_text()
+    path.write_text(text + text.splitlines()[0][:25])  # a row cut mid-write
+    evaluate(records, arr, tmp_path, SETTINGS, progress=False)
+    rows = read_rows(path)
+    assert len(rows) == len(records) * 7
+    assert len({(r["record_id"], r["method"], r["budget"]) for r in rows}) == len(rows)  # nothing twice
+    before = path.read_text()
+    evaluate(records, arr, tmp_path, SETTINGS, progress=False)
+    assert path.read_text() == before  # all done: nothing recomputed
+
+
+def test_reports_and_summary_values(pages, arr, tmp_path):
+    records = load_dataset("jsonl", pages)[:2]
+    path = evaluate(records, arr, tmp_path, SETTINGS, progress=False)
+    csv_path, md_path, png_path = write_reports(path)
+    summary = summarize(read_rows(path))
+    assert [(s["method"], s["budget"]) for s in summary[:3]] == [("full", "full"), ("uniform_image", "10%"),
+                                                                  ("random", "10%")]
+    top = next(s for s in summary if s["method"] == "topk" and s["budget"] == "60%")
+    rows = [r for r in read_rows(path) if r["method"] == "topk" and r["budget"] == "60%"]
+    assert top["n"] == 2 and top["coverage"] == pytest.approx(sum(r["coverage"] for r in rows) / 2)
+    assert "| 60% | topk |" in md_path.read_text() and csv_path.read_text().startswith("dataset,method,budget")
+    assert Image.open(png_path).size[0] > 500
+
+
+def test_cli_eval_on_jsonl(pages, tmp_path, capsys):
+    assert main(["eval", "jsonl", "--data", str(pages), "--methods", "full", "stratified", "--budgets", "25%",
+                 "--limit", "2", "--query-encoder", "hashing", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "| 25% | stratified |" in out and (tmp_path / "jsonl" / "summary.png").exists()
+
+
+def test_budget_arithmetic():
+    assert budget_tokens("5%", 972) == 49 and budget_tokens("50%", 972) == 486 and budget_tokens(5000, 972) == 972
+    assert split_budget(529, (48, 48)) == ((16, 16), 273) and split_budget(10, (3, 3)) == ((2, 2), 6)
+    with pytest.raises(ValueError, match="must be a share"):
+        budget_tokens("150%", 100)
+    with pytest.raises(ValueError, match="at least 2"):
+        budget_tokens("1%", 100)
+
+
+def test_bad_settings_fail_before_any_work():
+    with pytest.raises(ValueError, match="unknown methods \\['magic'\\]"):
+        EvalSettings(methods=("full", "magic"))
+    with pytest.raises(KeyError, match="unknown reader 'eyes'"):
+        EvalSettings(reader="eyes")
