@@ -21,7 +21,8 @@ from .gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from .query import MiniLMQueryEncoder, QueryEncoder, check_queries
 from .relevance import SCORERS, Relevance
 from .samplers import SAMPLERS, Selection
-from .texture import DEFAULT_CHANNELS, channel_layout, compute_texture, pool_to_cells
+from .cache import ImageCache
+from .texture import DEFAULT_CHANNELS, channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
 
 @dataclass
@@ -77,12 +78,15 @@ class Allocation:
         }
 
 
-def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = None) -> Tensor:
+def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = None, *,
+                 queries: Sequence[str] | None = None, query_encoder: QueryEncoder | None = None,
+                 cache: ImageCache | None = None) -> Tensor:
     """The texture of each image pooled to its token cells, zero on padding -> [B, C, Hc, Wc].
 
     Images are grouped by canvas size and each group is computed as one batch on its own unpadded
     pixels: per-image normalisation, saliency's spectrum and the position channels then see the
     image itself, not the padding, so a batch gives exactly what each image gives alone.
+    ``queries`` (one per image), ``query_encoder`` and ``cache`` feed query-coupled channels.
     """
     groups: dict[tuple[int, int], list[int]] = {}
     for i, size in enumerate(canvas.sizes):
@@ -91,7 +95,9 @@ def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = 
     for (h, w), idx in groups.items():  # one iteration for a batch of same-size images
         sel = torch.tensor(idx)
         tex = compute_texture(canvas.pixels[sel, :, :h, :w], channels,
-                              prev=None if prev is None else prev[sel, :, :h, :w])
+                              prev=None if prev is None else prev[sel, :, :h, :w],
+                              queries=None if queries is None else [queries[i] for i in idx],
+                              query_encoder=query_encoder, cache=cache)
         cells = pool_to_cells(tex, canvas.cell)  # [b, C, h/cell, w/cell]
         if out is None:
             out = cells.new_zeros(canvas.batch_size, cells.shape[1], *canvas.grid)
@@ -104,7 +110,7 @@ class Scene:
     """What the images alone determine: the canvas and the texture pooled to cells."""
 
     canvas: Canvas
-    cells: Tensor  # [B, C, Hc, Wc] texture per token cell, zero on padding
+    cells: Tensor  # [B, C_image, Hc, Wc] question-free texture per token cell, zero on padding
 
     @property
     def extents(self) -> list[tuple[int, int]]:
@@ -141,9 +147,16 @@ class ARR(nn.Module):
         self.config = config = config or ARRConfig()
         self.channels = tuple(config.texture.channels or DEFAULT_CHANNELS)
         self.layout = channel_layout(self.channels)
+        # Question-coupled channels are computed per question (their slow image part cached per image);
+        # the rest once per image, and only those feed the gestalt.
+        self.query_channels = query_channels(self.channels)
+        self.image_channels = tuple(c for c in self.channels if c not in self.query_channels)
+        if not self.image_channels:
+            raise ValueError(f"channels {self.channels} are all question-coupled; add an image channel, e.g. 'rgb'")
+        self.cache = ImageCache()
         self.query_encoder = query_encoder or MiniLMQueryEncoder()
         self.gestalt_encoder = gestalt_encoder or PooledGestaltEncoder()
-        width = max(s.stop for s in self.layout.values())
+        width = channel_width(self.image_channels)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)  # learnable parts start the same for the same seed
             self.scorer = SCORERS.get(config.scorer.name)(
@@ -157,7 +170,7 @@ class ARR(nn.Module):
             canvas = make_canvas(images, cell=cfg.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
             prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
         with _timed(t, "texture"):
-            cells = cell_texture(canvas, self.channels, prev=prev_pixels)  # [B, C, Hc, Wc]
+            cells = cell_texture(canvas, self.image_channels, prev=prev_pixels)  # [B, C_image, Hc, Wc]
         return Scene(canvas=canvas, cells=cells)
 
     def gestalt(self, scene: Scene, budget: int) -> Gestalt:
@@ -173,9 +186,22 @@ class ARR(nn.Module):
         queries = check_queries(queries, scene.canvas.batch_size)
         with _timed(t, "query"):
             query_emb = self.query_encoder.encode(queries).to(scene.cells)  # [B, Dq]
+        cells = scene.cells
+        if self.query_channels:
+            with _timed(t, "coupling"):
+                coupled = cell_texture(scene.canvas, self.query_channels, queries=queries,
+                                       query_encoder=self.query_encoder, cache=self.cache)
+                cells = self._in_channel_order(scene.cells, coupled)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
-            relevance = self.scorer(scene.cells, query_emb, gestalt_vector, scene.canvas.valid)
+            relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid)
         return relevance, query_emb
+
+    def _in_channel_order(self, image_cells: Tensor, coupled_cells: Tensor) -> Tensor:
+        """Interleave image and question-coupled cell textures into the configured channel order."""
+        image_layout, coupled_layout = channel_layout(self.image_channels), channel_layout(self.query_channels)
+        parts = [image_cells[:, image_layout[n]] if n in image_layout else coupled_cells[:, coupled_layout[n]]
+                 for n in self.channels]
+        return torch.cat(parts, 1)
 
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
                 budget: int | None = None) -> Allocation:

@@ -24,7 +24,11 @@ from .registry import Registry
 SCORERS: Registry[type[nn.Module]] = Registry("scorer")
 
 PROPOSITIONAL = {"edges": 1.0, "highpass": 1.0, "distance": -1.0}  # text and structure carry information
-PERSPECTIVAL = {"saliency": 1.0, "eccentricity": -0.5, "motion": 1.0}  # what stands out, mild centre bias
+PERSPECTIVAL = {"saliency": 1.0, "eccentricity": -0.5, "motion": 1.0,  # what stands out, mild centre bias
+                "learned_saliency": 1.0}
+# Question-coupled channels start with a fixed positive weight (the participatory bias): they already
+# score "how well this place matches the question"; the query-dependent weights learn the rest.
+PARTICIPATORY = {"text_match": 1.0, "key_value": 1.0, "objects": 1.0, "clip": 1.0}
 
 
 @dataclass
@@ -111,7 +115,9 @@ class ContextualScorer(nn.Module):
         n_part = sum(layout[n].stop - layout[n].start for n in self.part_names)
         self.part = nn.Linear(query_dim, n_part)  # query -> how much each channel matters for it
         nn.init.zeros_(self.part.weight)
-        nn.init.zeros_(self.part.bias)
+        with torch.no_grad():
+            self.part.bias.copy_(torch.cat([torch.full((layout[n].stop - layout[n].start,), PARTICIPATORY.get(n, 0.0))
+                                            for n in self.part_names]))
         gestalt_dim = self.width if gestalt_dim is None else gestalt_dim
         self.context = nn.Sequential(nn.Linear(query_dim + gestalt_dim, hidden), nn.ReLU(), nn.Linear(hidden, 3))
         nn.init.zeros_(self.context[2].weight)  # equal 1/3 mixing until trained

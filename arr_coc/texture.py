@@ -17,9 +17,9 @@ Example:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +27,7 @@ from kornia.color import rgb_to_grayscale
 from kornia.filters import box_blur, gaussian_blur2d, laplacian, sobel
 from torch import Tensor, nn
 
+from arr_coc.cache import ImageCache
 from arr_coc.registry import Registry
 
 # A per-image value range below this counts as flat and normalises to 0 instead of stretching float noise to [0, 1].
@@ -56,10 +57,25 @@ class TextureInputs:
     Attributes:
         pixels: ``[B, 3, H, W]`` float in [0, 1].
         prev: ``[B, 3, H, W]`` previous frame of a video, or None for a still image.
+        queries: one question per image, for query-coupled channels (``needs_query``).
+        query_encoder: embeds questions and any text found in the image into one space.
+        cache: per-image cache for the slow, question-free part of model-based channels.
     """
 
     pixels: Tensor
     prev: Tensor | None = None
+    queries: Sequence[str] | None = None
+    query_encoder: Any = None
+    cache: ImageCache = field(default_factory=ImageCache)
+
+    @cached_property
+    def query_emb(self) -> Tensor:
+        """Question embeddings ``[B, D]`` from ``query_encoder``."""
+        if self.queries is None or self.query_encoder is None:
+            raise ValueError("this channel couples the question to the image: pass queries= and query_encoder=")
+        if len(self.queries) != self.pixels.shape[0]:
+            raise ValueError(f"got {len(self.queries)} questions for {self.pixels.shape[0]} images")
+        return self.query_encoder.encode(list(self.queries)).to(self.pixels)
 
     @cached_property
     def gray(self) -> Tensor:
@@ -94,22 +110,24 @@ class ChannelSpec:
     fn: Callable[[TextureInputs], Tensor]
     differentiable: bool  # whether gradients reach the pixels (training learns through these only)
     doc: str
+    needs_query: bool = False  # query-coupled: computed per question (its image part cached per image)
 
 
 CHANNELS: Registry[ChannelSpec] = Registry("texture channel")
 
 
 def register_channel(
-    name: str, width: int = 1, differentiable: bool = True
+    name: str, width: int = 1, differentiable: bool = True, needs_query: bool = False
 ) -> Callable[[Callable[[TextureInputs], Tensor]], Callable[[TextureInputs], Tensor]]:
     """Decorator registering ``fn(inputs: TextureInputs) -> [B, width, H, W]`` as channel group ``name``.
 
     The first docstring line of ``fn`` is the channel's one-line documentation (why it is there).
+    ``needs_query`` marks channels that read ``inputs.queries`` / ``inputs.query_emb``.
     """
 
     def add(fn: Callable[[TextureInputs], Tensor]) -> Callable[[TextureInputs], Tensor]:
         doc = fn.__doc__.strip().splitlines()[0] if fn.__doc__ else ""
-        CHANNELS.register(name)(ChannelSpec(name, width, fn, differentiable, doc))
+        CHANNELS.register(name)(ChannelSpec(name, width, fn, differentiable, doc, needs_query))
         return fn
 
     return add
@@ -302,6 +320,15 @@ def channel_layout(channels: Sequence[str] = DEFAULT_CHANNELS) -> dict[str, slic
     return layout
 
 
+def query_channels(channels: Sequence[str]) -> tuple[str, ...]:
+    """The query-coupled names among ``channels`` (computed per question, not per image).
+
+    >>> query_channels(DEFAULT_CHANNELS)
+    ()
+    """
+    return tuple(spec.name for spec in _specs(channels) if spec.needs_query)
+
+
 def channel_width(channels: Sequence[str] = DEFAULT_CHANNELS) -> int:
     """Total number of channels C of a texture built from ``channels``.
 
@@ -322,13 +349,17 @@ def _check_image(x: object, name: str) -> Tensor:
     return x
 
 
-def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, prev: Tensor | None = None) -> Tensor:
+def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, prev: Tensor | None = None, *,
+                    queries: Sequence[str] | None = None, query_encoder: Any = None,
+                    cache: ImageCache | None = None) -> Tensor:
     """Stack the named channel groups of a batch of images into a texture.
 
     Args:
         pixels: ``[B, 3, H, W]`` float in [0, 1].
         channels: registered channel names, in the order they appear along C (see ``channel_layout``).
         prev: ``[B, 3, H, W]`` previous frame for ``motion``; None for still images.
+        queries, query_encoder: one question per image and its encoder, for query-coupled channels.
+        cache: reuse the question-free part of model-based channels across calls (one per pipeline).
 
     Returns:
         ``[B, C, H, W]`` texture with the dtype and device of ``pixels``.
@@ -342,7 +373,7 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, 
     _check_image(pixels, "pixels")
     if prev is not None and _check_image(prev, "prev").shape != pixels.shape:
         raise ValueError(f"prev must match pixels {tuple(pixels.shape)}, got shape {tuple(prev.shape)}")
-    inputs = TextureInputs(pixels, prev)
+    inputs = TextureInputs(pixels, prev, queries, query_encoder, cache if cache is not None else ImageCache())
     b, _, h, w = pixels.shape
     groups = []
     for spec in specs:  # a loop over channel groups, each batched over images and pixels
