@@ -24,6 +24,8 @@ class CanvasConfig:
 class TextureConfig:
     # None = arr_coc.texture.DEFAULT_CHANNELS, the seeds' 13-channel MVP
     channels: tuple[str, ...] | None = None
+    # per-channel settings, e.g. {"clip": {"model": "/path/to/clip"}}
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +60,7 @@ class TextureInputs:
         queries: one question per image, for query-coupled channels (``needs_query``).
         query_encoder: embeds questions and any text found in the image into one space.
         cache: per-image cache for the slow, question-free part of model-based channels.
+        options: per-channel settings, e.g. ``{"clip": {"model": "/path/to/clip"}}``.
     """
 
     pixels: Tensor
@@ -67,6 +68,11 @@ class TextureInputs:
     queries: Sequence[str] | None = None
     query_encoder: Any = None
     cache: ImageCache = field(default_factory=ImageCache)
+    options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def option(self, channel: str, key: str, default: Any = None) -> Any:
+        """The ``key`` setting of ``channel`` (``options[channel][key]``), or ``default``."""
+        return self.options.get(channel, {}).get(key, default)
 
     @cached_property
     def query_emb(self) -> Tensor:
@@ -351,7 +357,7 @@ def _check_image(x: object, name: str) -> Tensor:
 
 def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, prev: Tensor | None = None, *,
                     queries: Sequence[str] | None = None, query_encoder: Any = None,
-                    cache: ImageCache | None = None) -> Tensor:
+                    cache: ImageCache | None = None, options: Mapping[str, Mapping[str, Any]] | None = None) -> Tensor:
     """Stack the named channel groups of a batch of images into a texture.
 
     Args:
@@ -360,6 +366,7 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, 
         prev: ``[B, 3, H, W]`` previous frame for ``motion``; None for still images.
         queries, query_encoder: one question per image and its encoder, for query-coupled channels.
         cache: reuse the question-free part of model-based channels across calls (one per pipeline).
+        options: per-channel settings (``{"clip": {"model": PATH}}``).
 
     Returns:
         ``[B, C, H, W]`` texture with the dtype and device of ``pixels``.
@@ -373,7 +380,8 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, 
     _check_image(pixels, "pixels")
     if prev is not None and _check_image(prev, "prev").shape != pixels.shape:
         raise ValueError(f"prev must match pixels {tuple(pixels.shape)}, got shape {tuple(prev.shape)}")
-    inputs = TextureInputs(pixels, prev, queries, query_encoder, cache if cache is not None else ImageCache())
+    inputs = TextureInputs(pixels, prev, queries, query_encoder, cache if cache is not None else ImageCache(),
+                           options or {})
     b, _, h, w = pixels.shape
     groups = []
     for spec in specs:  # a loop over channel groups, each batched over images and pixels
