@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
     look.add_argument("--out", type=Path, default=None,
                       help="PNG to write (default <image>_arr.png next to the current directory; "
                            "with --json only when given)")
+    look.add_argument("--channels", nargs="+", default=None, metavar="NAME",
+                      help="texture channels; 'default' stands for the 13-channel MVP, e.g. "
+                           "--channels default text_match key_value (see the list below)")
+    look.add_argument("--clip-model", default=None, metavar="PATH_OR_ID",
+                      help="CLIP/SigLIP weights for the 'clip' channel (a local folder or a hub id)")
+    look.add_argument("--timings", action="store_true", help="print each texture channel's time")
     look.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
     look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
 
@@ -74,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
     ev.add_argument("--cell", type=int, default=CanvasConfig.cell, help="token cell in px (default %(default)s)")
     ev.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
+    ev.add_argument("--channels", nargs="+", default=None, metavar="NAME",
+                    help="texture channels ('default' = the 13-channel MVP), e.g. default text_match key_value")
+    ev.add_argument("--clip-model", default=None, metavar="PATH_OR_ID", help="weights for the 'clip' channel")
     ev.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
     return p
@@ -99,6 +108,17 @@ def _summary(alloc, i: int = 0, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+def texture_config(channels: Sequence[str] | None, clip_model: str | None = None):
+    """TextureConfig from CLI names ('default' expands to the MVP channels) and the CLIP weights."""
+    from .config import TextureConfig
+    from .texture import DEFAULT_CHANNELS
+
+    names = None
+    if channels:
+        names = tuple(n for c in channels for n in (DEFAULT_CHANNELS if c == "default" else (c,)))
+    return TextureConfig(channels=names, options={"clip": {"model": clip_model}} if clip_model else {})
+
+
 def look(args: argparse.Namespace) -> int:
     import torch
 
@@ -109,6 +129,7 @@ def look(args: argparse.Namespace) -> int:
 
     config = ARRConfig(
         canvas=CanvasConfig(cell=args.cell, max_pixels=args.max_pixels),
+        texture=texture_config(args.channels, args.clip_model),
         gestalt=GestaltConfig(grid=None if args.gestalt is None else (args.gestalt, args.gestalt)),
         scorer=ScorerConfig(name=args.scorer),
         sampler=SamplerConfig(name=args.sampler, budget=args.budget),
@@ -133,6 +154,9 @@ def look(args: argparse.Namespace) -> int:
         print(json.dumps(alloc.to_json(0)))
     else:
         print(_summary(alloc, 0, args.top))
+        if args.timings:
+            channel_ms = alloc.to_json(0)["channel_ms"]
+            print("channel ms    " + "  ".join(f"{k} {v:.1f}" for k, v in channel_ms.items()))
         print(f"model load    {load_ms:.0f} ms (query encoder, once per process)")
         print(f"picture       {out}")
     return 0
@@ -149,8 +173,9 @@ def evaluate(args: argparse.Namespace) -> int:
                             reader=None if args.reader == "none" else args.reader)
     records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
-    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=args.cell), scorer=ScorerConfig(name=args.scorer), seed=args.seed),
-              query_encoder=encoder).eval()
+    config = ARRConfig(canvas=CanvasConfig(cell=args.cell), texture=texture_config(args.channels, args.clip_model),
+                       scorer=ScorerConfig(name=args.scorer), seed=args.seed)
+    arr = ARR(config, query_encoder=encoder).eval()
     jsonl = run(records, arr, args.out / args.dataset, settings)
     csv_path, md_path, png_path = write_reports(jsonl)
     print(md_path.read_text())

@@ -74,13 +74,15 @@ class Allocation:
                                         [round(w, 4) for w in self.relevance.weights[i].tolist()])),
             "positions": self.positions[i].tolist(),
             "scores": [round(s, 5) for s in self.scores[i].tolist()],
-            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
+            "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items() if "/" not in k},
+            "channel_ms": {k.split("/", 1)[1]: round(v, 2) for k, v in self.timings_ms.items() if "/" in k},
         }
 
 
 def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = None, *,
                  queries: Sequence[str] | None = None, query_encoder: QueryEncoder | None = None,
-                 cache: ImageCache | None = None, options: dict | None = None) -> Tensor:
+                 cache: ImageCache | None = None, options: dict | None = None,
+                 timings: dict[str, float] | None = None) -> Tensor:
     """The texture of each image pooled to its token cells, zero on padding -> [B, C, Hc, Wc].
 
     Images are grouped by canvas size and each group is computed as one batch on its own unpadded
@@ -97,7 +99,7 @@ def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = 
         tex = compute_texture(canvas.pixels[sel, :, :h, :w], channels,
                               prev=None if prev is None else prev[sel, :, :h, :w],
                               queries=None if queries is None else [queries[i] for i in idx],
-                              query_encoder=query_encoder, cache=cache, options=options)
+                              query_encoder=query_encoder, cache=cache, options=options, timings=timings)
         cells = pool_to_cells(tex, canvas.cell)  # [b, C, h/cell, w/cell]
         if out is None:
             out = cells.new_zeros(canvas.batch_size, cells.shape[1], *canvas.grid)
@@ -171,7 +173,7 @@ class ARR(nn.Module):
             prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
         with _timed(t, "texture"):
             cells = cell_texture(canvas, self.image_channels, prev=prev_pixels, cache=self.cache,
-                                 options=self.config.texture.options)  # [B, C_image, Hc, Wc]
+                                 options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
         return Scene(canvas=canvas, cells=cells)
 
     def gestalt(self, scene: Scene, budget: int) -> Gestalt:
@@ -192,7 +194,7 @@ class ARR(nn.Module):
             with _timed(t, "coupling"):
                 coupled = cell_texture(scene.canvas, self.query_channels, queries=queries,
                                        query_encoder=self.query_encoder, cache=self.cache,
-                                       options=self.config.texture.options)
+                                       options=self.config.texture.options, timings=t)
                 cells = self._in_channel_order(scene.cells, coupled)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
             relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid)

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Callable, Mapping, Sequence
@@ -357,7 +358,8 @@ def _check_image(x: object, name: str) -> Tensor:
 
 def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, prev: Tensor | None = None, *,
                     queries: Sequence[str] | None = None, query_encoder: Any = None,
-                    cache: ImageCache | None = None, options: Mapping[str, Mapping[str, Any]] | None = None) -> Tensor:
+                    cache: ImageCache | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
+                    timings: dict[str, float] | None = None) -> Tensor:
     """Stack the named channel groups of a batch of images into a texture.
 
     Args:
@@ -367,6 +369,7 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, 
         queries, query_encoder: one question per image and its encoder, for query-coupled channels.
         cache: reuse the question-free part of model-based channels across calls (one per pipeline).
         options: per-channel settings (``{"clip": {"model": PATH}}``).
+        timings: if given, each channel's milliseconds are added under ``"channel/<name>"``.
 
     Returns:
         ``[B, C, H, W]`` texture with the dtype and device of ``pixels``.
@@ -385,7 +388,11 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, 
     b, _, h, w = pixels.shape
     groups = []
     for spec in specs:  # a loop over channel groups, each batched over images and pixels
+        start = time.perf_counter()
         out = spec.fn(inputs)
+        if timings is not None:  # shared intermediates (grayscale, Sobel) count for the first channel using them
+            key = f"channel/{spec.name}"
+            timings[key] = timings.get(key, 0.0) + (time.perf_counter() - start) * 1e3
         if tuple(out.shape) != (b, spec.width, h, w):
             expected = (b, spec.width, h, w)
             raise ValueError(f"channel {spec.name!r} returned shape {tuple(out.shape)}, expected {expected}")
