@@ -5,7 +5,7 @@ Importing the package registers every built-in texture channel, scorer and sampl
 
 __version__ = "0.1.0"
 
-from arr_coc import learned_samplers, relevance, samplers, texture  # noqa: E402,F401  (fill the registries)
+from arr_coc import channels, learned_samplers, relevance, samplers, texture  # noqa: E402,F401  (fill the registries)
 from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig  # noqa: E402
 from arr_coc.pipeline import ARR, Allocation  # noqa: E402
 

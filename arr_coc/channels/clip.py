@@ -65,14 +65,22 @@ class ClipModel:
     interpolate: bool  # whether the vision tower takes interpolate_pos_encoding (any aspect, any size)
 
 
-@functools.lru_cache(maxsize=4)
-def load_clip(model: str, device: str = "cpu") -> ClipModel:
-    """Load model, tokenizer and image-processor settings once per (model, device).
+def load_clip(model: str, device: str | torch.device = "cpu") -> ClipModel:
+    """Load model, tokenizer and image-processor settings once per (model, device); later calls share them.
+
+    Args:
+        model: a local folder or a hub id of a transformers CLIPModel / SiglipModel.
+        device: where the model runs.
 
     Raises:
         ImportError: transformers is missing.
         ValueError: the checkpoint is not a CLIPModel / SiglipModel with a pooling head.
     """
+    return _load_clip(str(model), str(torch.device(device)))
+
+
+@functools.lru_cache(maxsize=4)
+def _load_clip(model: str, device: str) -> ClipModel:
     try:
         import transformers
     except ImportError as err:
@@ -179,7 +187,7 @@ def clip_channel(inputs: TextureInputs) -> Tensor:
         got = None if inputs.queries is None else len(inputs.queries)
         raise ValueError(f"the clip channel needs one question per image: got {got} for {pixels.shape[0]} images")
     grid = inputs.option("clip", "grid")
-    clip = load_clip(str(name), str(pixels.device))
+    clip = load_clip(str(name), pixels.device)
     key = f"clip:{name}" + (f":grid{grid}" if grid else "")
     # One image at a time so that each is cached on its own (a batch shares H, W, so the grids match).
     patches = torch.stack([

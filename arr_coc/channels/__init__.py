@@ -1,0 +1,7 @@
+"""Model-based texture channels: question <-> content coupling (text lines, objects, CLIP) and learned saliency.
+
+Importing the package registers them; each loads its model lazily on first use, so registration is cheap
+and a missing model package only matters to the channel that needs it.
+"""
+
+from arr_coc.channels import clip  # noqa: F401
