@@ -8,6 +8,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import arr_coc  # noqa: F401  (registers the model-based channels too)
+from arr_coc.query import HashingQueryEncoder
 from arr_coc.registry import UnknownNameError
 from arr_coc.texture import (
     CHANNELS,
@@ -36,14 +38,21 @@ def _images(b: int = 3, h: int = 24, w: int = 20, seed: int = 0) -> torch.Tensor
     return x
 
 
+ENCODER = HashingQueryEncoder()
+# Channels whose model the user must supply (no weights here); their own test file builds tiny ones.
+NEEDS_WEIGHTS = {"clip": "tests/test_channels_clip.py"}
+NAMES = [n for n in CHANNELS.names() if n not in NEEDS_WEIGHTS]
+
+
 def _one(pixels: torch.Tensor, name: str, prev: torch.Tensor | None = None) -> torch.Tensor:
-    return compute_texture(pixels, (name,), prev=prev)
+    queries = ["What is the total?"] * pixels.shape[0] if CHANNELS.get(name).needs_query else None
+    return compute_texture(pixels, (name,), prev=prev, queries=queries, query_encoder=ENCODER)
 
 
 # ---------------------------------------------------------------- every registered channel
 
 
-@pytest.mark.parametrize("name", CHANNELS.names())
+@pytest.mark.parametrize("name", NAMES)
 def test_every_channel_gives_finite_float32_in_unit_range_of_its_width(name):
     pixels, prev = _images(), _images(seed=1)
     out = _one(pixels, name, prev)
@@ -53,7 +62,7 @@ def test_every_channel_gives_finite_float32_in_unit_range_of_its_width(name):
     assert out.min() >= -1e-6 and out.max() <= 1 + 1e-6
 
 
-@pytest.mark.parametrize("name", CHANNELS.names())
+@pytest.mark.parametrize("name", NAMES)
 def test_every_channel_batched_equals_per_image_stacked(name):
     pixels, prev = _images(), _images(seed=1)
     batched = _one(pixels, name, prev)
@@ -61,28 +70,28 @@ def test_every_channel_batched_equals_per_image_stacked(name):
     torch.testing.assert_close(batched, single, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", CHANNELS.names())
+@pytest.mark.parametrize("name", NAMES)
 def test_every_channel_has_a_one_line_doc_and_float64_stays_float64(name):
     spec = CHANNELS.get(name)
     assert spec.doc and "\n" not in spec.doc
     assert _one(_images().double(), name).dtype == torch.float64
 
 
-@pytest.mark.parametrize("name", CHANNELS.names())
+@pytest.mark.parametrize("name", NAMES)
 def test_every_channel_accepts_non_contiguous_pixels(name):
     pixels = _images(h=20, w=24).transpose(-1, -2)  # [3, 3, 24, 20] view
     assert not pixels.is_contiguous()
     torch.testing.assert_close(_one(pixels, name), _one(pixels.contiguous(), name))
 
 
-@pytest.mark.parametrize("name", [n for n in CHANNELS.names() if CHANNELS.get(n).differentiable])
+@pytest.mark.parametrize("name", [n for n in NAMES if CHANNELS.get(n).differentiable])
 def test_differentiable_channels_pass_gradcheck_in_float64(name):
     pixels = _images(b=1, h=6, w=7).double().requires_grad_(True)
     prev = _images(b=1, h=6, w=7, seed=3).double()
     assert torch.autograd.gradcheck(lambda p: _one(p, name, prev), (pixels,), eps=1e-6, atol=1e-4)
 
 
-@pytest.mark.parametrize("name", [n for n in CHANNELS.names() if CHANNELS.get(n).differentiable])
+@pytest.mark.parametrize("name", [n for n in NAMES if CHANNELS.get(n).differentiable])
 def test_differentiable_channels_give_finite_nonzero_gradients_at_a_resized_scale(name):
     # 96 px wide: saliency goes through its 64 px resize and back, unlike in the tiny gradcheck image.
     pixels = _images(b=2, h=80, w=96).requires_grad_(True)
@@ -92,7 +101,7 @@ def test_differentiable_channels_give_finite_nonzero_gradients_at_a_resized_scal
     assert (pixels.grad.flatten(1).abs().sum(1) > 0).all()  # every image gets gradient
 
 
-@pytest.mark.parametrize("name", [n for n in CHANNELS.names() if not CHANNELS.get(n).differentiable])
+@pytest.mark.parametrize("name", [n for n in NAMES if not CHANNELS.get(n).differentiable])
 def test_non_differentiable_channels_carry_no_graph(name):
     out = _one(_images().requires_grad_(True), name)
     assert not out.requires_grad

