@@ -3,10 +3,11 @@
 * propositional — information content (edges, high-pass, nearness to structure),
 * perspectival  — salience (saliency, centre bias, motion),
 * participatory — query <-> content coupling: per-channel weights predicted from the query
-  embedding (zero at initialisation, so it adds nothing until trained or until a query-coupling
-  channel is registered and named in ``participatory``).
-Their maps are standardised per image and mixed by context weights = softmax(MLP([query, gestalt]))
-(seed Part 47). :class:`MVPScorer` is the seed Part 33 prototype with ~100 learnable weights.
+  embedding, plus a fixed positive weight on the question-coupled channels (``text_match``,
+  ``key_value``, ``objects``, ``clip``); zero when no such channel is in the texture, until trained.
+The propositional and perspectival maps are standardised per image; the participatory map keeps its
+absolute level (a question that matches nothing must not be stretched into a peak). The three are
+mixed by context weights = softmax(MLP([query, gestalt])) (seed Part 47). :class:`MVPScorer` is the seed Part 33 prototype with ~100 learnable weights.
 
 Shapes: B images, C texture channels, (Hc, Wc) token cells; ``valid`` [B, Hc, Wc] marks real cells.
 """
@@ -27,14 +28,15 @@ PROPOSITIONAL = {"edges": 1.0, "highpass": 1.0, "distance": -1.0}  # text and st
 PERSPECTIVAL = {"saliency": 1.0, "eccentricity": -0.5, "motion": 1.0,  # what stands out, mild centre bias
                 "learned_saliency": 1.0}
 # Question-coupled channels start with a fixed positive weight (the participatory bias): they already
-# score "how well this place matches the question"; the query-dependent weights learn the rest.
-PARTICIPATORY = {"text_match": 1.0, "key_value": 1.0, "objects": 1.0, "clip": 1.0}
+# score "how well this place matches the question" in [0, 1]. They are not standardised, so a question
+# that matches nothing adds nothing; 3.0 puts a perfect match level with a +3 sigma structure peak.
+PARTICIPATORY = {"text_match": 3.0, "key_value": 3.0, "objects": 3.0, "clip": 3.0}
 
 
 @dataclass
 class Relevance:
     map: Tensor  # [B, Hc, Wc] mixed relevance (0 on padding cells)
-    parts: Tensor  # [B, 3, Hc, Wc] propositional, perspectival, participatory (standardised)
+    parts: Tensor  # [B, 3, Hc, Wc] propositional, perspectival (standardised), participatory (absolute)
     weights: Tensor  # [B, 3] context weights (rows sum to 1 for the contextual scorer)
 
 
@@ -128,8 +130,11 @@ class ContextualScorer(nn.Module):
         z = lambda names: standardize(gather_channels(cell_texture, self.layout, names), valid)  # noqa: E731
         prop = linear_map(z(self.prop_names), self.prop)
         persp = linear_map(z(self.persp_names), self.persp)
-        part = linear_map(z(self.part_names), self.part(query_emb), None)
-        parts = standardize(torch.stack([prop, persp, part], 1), valid)  # [B, 3, Hc, Wc]
+        # participatory: coupling channels keep their absolute [0, 1] match level, the others are z-scored
+        part_in = torch.cat([gather_channels(cell_texture, self.layout, [n]) * valid[:, None] if n in PARTICIPATORY
+                             else z([n]) for n in self.part_names], 1)
+        part = linear_map(part_in, self.part(query_emb), None)
+        parts = torch.cat([standardize(torch.stack([prop, persp], 1), valid), part[:, None] * valid[:, None]], 1)
         weights = torch.softmax(self.context(torch.cat([query_emb, gestalt_vec], -1)), -1)  # [B, 3]
         return Relevance(map=(parts * weights[:, :, None, None]).sum(1), parts=parts, weights=weights)
 

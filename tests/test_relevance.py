@@ -132,3 +132,15 @@ def test_wrong_texture_width_raises_with_the_shape():
 def test_unknown_scorer_lists_the_known_ones():
     with pytest.raises(KeyError, match="unknown scorer 'clip'; known: contextual, mvp"):
         SCORERS.get("clip")
+
+
+def test_coupling_channels_keep_their_absolute_level_so_no_match_adds_nothing():
+    layout = dict(LAYOUT, text_match=slice(WIDTH, WIDTH + 1))
+    s = ContextualScorer(layout)
+    tex, q, g, valid = inputs()
+    tex = torch.cat([tex, torch.zeros(2, 1, 6, 7)], 1)
+    tex[0, WIDTH] = 1e-4 * torch.rand(6, 7)  # image 0: nothing matches (tiny noise must stay tiny)
+    tex[1, WIDTH, 2, 5] = 1.0  # image 1: one cell matches the question perfectly
+    part = s(tex, q, g, valid).parts[:, 2]
+    assert part[0].abs().max() < 1e-3
+    assert part[1, 2, 5] == pytest.approx(3.0) and part[1].flatten().topk(2).values[1] == 0
