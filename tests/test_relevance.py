@@ -136,7 +136,7 @@ def test_unknown_scorer_lists_the_known_ones():
 
 def test_coupling_channels_keep_their_absolute_level_so_no_match_adds_nothing():
     layout = dict(LAYOUT, text_match=slice(WIDTH, WIDTH + 1))
-    s = ContextualScorer(layout)
+    s = ContextualScorer(layout, gestalt_dim=WIDTH)  # the gestalt reads the question-free channels only
     tex, q, g, valid = inputs()
     tex = torch.cat([tex, torch.zeros(2, 1, 6, 7)], 1)
     tex[0, WIDTH] = 1e-4 * torch.rand(6, 7)  # image 0: nothing matches (tiny noise must stay tiny)
