@@ -79,7 +79,8 @@ class MiniLMQueryEncoder:
     def encode(self, queries: Sequence[str]) -> torch.Tensor:
         missing = [q for q in dict.fromkeys(queries) if q not in self._cache]
         if missing:
-            vectors = self.load()._model.encode(missing, convert_to_tensor=True, normalize_embeddings=True)
+            vectors = self.load()._model.encode(missing, batch_size=256, convert_to_tensor=True,
+                                                normalize_embeddings=True)  # 256: class-name lists in one pass
             for q, v in zip(missing, vectors.float().cpu()):
                 self._cache[q] = v
         return torch.stack([self._cache[q] for q in queries])  # [N, 384]
