@@ -1,0 +1,352 @@
+"""Text channels: lines that say what the question asks (``text_match``) and where their values sit (``key_value``).
+
+Image part (once per image and query encoder, cached under ``"text_lines:..."``): RapidOCR (PP-OCR
+detection + recognition, ONNX models shipped in the wheel, offline) finds the text lines of the page and
+reads them; each legible line's text is embedded by the pipeline's query encoder (the same MiniLM as the
+questions), giving :class:`TextLines`. A line read as ``"Key: value"`` or ``"Key --- value"`` (see
+:func:`split_key_value`) is stored as two pieces, its box split in proportion to the characters, because OCR
+often joins a form's key and its value into one line ("Date:9/3/92") and the channels must tell them apart.
+
+Question part (per question, cheap): the cosine similarity ``s_l`` of each line to the question.
+
+* ``text_match`` paints each line box with ``max(s_l, 0)`` (overlaps take the max) and scales the image's
+  best line to 1: "this line says what the question says".
+* ``key_value`` paints the place a line's VALUE usually occupies (right of it on its row, or just below it),
+  weighted by the sharpened similarity of the line as a key: "the answer to this key is here". The key's
+  own box gets nothing from itself, so the map peaks on the value, not on the key.
+
+Measured on 207 FUNSD questions (15 forms; the question entity's text, e.g. "Date:", as the question; its
+linked answer box as the target; maps pooled to 28 px cells): the top cell of ``key_value`` lies on the
+answer for 60 % of the questions (the centre of its top painted box for 65 %), that of ``text_match`` for 6 %
+(it lands on the question's own key for 80 %), a random cell for 1.4 %. On the first 50 questions: 62 %,
+6 % and 1.8 %.
+
+Illegible lines (recognition confidence below ``MIN_SCORE`` or no text) keep their boxes but get no
+embedding (a zero row), hence similarity 0: they never match a question themselves, but they are detected
+lines that ``key_value`` can lift as a value (handwritten or faint values are often illegible to OCR).
+Text presence as such is already in the ``edges`` / ``highpass`` channels, so no constant is added for it.
+
+Cost, paid once per image and then cached (2-core x86 CPU, onnxruntime's default threads, median of 3;
+another job was using part of the CPU): the receipt example (992x1484 px, 45 lines) 1.8 s, FUNSD forms
+(762x1000 px, 26 and 93 lines) 2.4-2.6 s, of which detection 0.6-0.7 s and recognition the rest (every line is
+resized to 48 px high). A long-side limit of 736 px instead of 960 saves ~0.3 s of detection but found 79 of
+the 93 lines of the dense form. On a fully loaded CPU the same pages took 4-8 s.
+
+Example:
+    >>> from arr_coc.query import HashingQueryEncoder
+    >>> from arr_coc.texture import compute_texture
+    >>> tex = compute_texture(torch.ones(1, 3, 56, 84), ("text_match", "key_value"), queries=["What is the total?"],
+    ...                       query_encoder=HashingQueryEncoder())
+    >>> tuple(tex.shape), float(tex.abs().sum())  # a blank page: no lines, zero maps
+    ((1, 2, 56, 84), 0.0)
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
+
+INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
+# Full pages are detected at most 960 px on their long side (``Det.limit_type="max"``). RapidOCR's default
+# ("min", 736) upscales the SHORT side to 736 px, which costs seconds on small crops and does nothing on a
+# page whose short side is already larger; capping the long side at 960 found every line of a FUNSD form
+# (762x1000 px) that full resolution found, while 736 lost 1 of 26 lines and misread others (measured).
+DET_LIMIT_SIDE_LEN = 960
+# RapidOCR's own default cut-off (``Global.text_score``) for a recognised text: below it a reading is mostly
+# wrong characters, and its embedding would match questions at random.
+MIN_SCORE = 0.5
+# key_value geometry, in units of the key line's height h. Values on forms often sit at a tab stop far right
+# of their key (a column of keys at x ~70 px, their values at ~400 px on FUNSD forms: 10-13 h). On 207 FUNSD
+# questions the top cell hit the answer 42 / 54 / 55 / 55 % of the time with a reach of 4 / 12 / 16 / 24 h.
+RIGHT_REACH = 16.0
+# A value written under its key starts within about one blank line (two line heights) below it.
+BELOW_REACH = 2.0
+# Right of a key is the usual place of its value on forms and receipts; below is second, and the line below a
+# key is often just the next key of a list. On the same FUNSD questions (reach 16 h), weights 0.7 / 0.6 / 0.5 /
+# 0.4 put the top 28 px cell on the answer 55 / 60 / 61 / 62 % of the time and the centre of the top painted
+# box in it 66 / 65 / 60 / 60 % (at or below GAP_WEIGHT the gap ties with the line below); 1.0 gave 33 %.
+BELOW_WEIGHT = 0.6
+# The empty stretch between a key and its value is painted weaker than a detected line there, so the map
+# peaks on the text of the value; where no line was detected (a faint value), the stretch itself peaks.
+GAP_WEIGHT = 0.5
+# Two boxes are on one text row when their vertical overlap is at least half the smaller height.
+ROW_OVERLAP = 0.5
+# Painting builds a [N, h, w] product; above this many elements the boxes are painted on blocks of step px.
+MAX_PAINT_ELEMENTS = 1 << 24
+# "Key: value" or "Key --- value": the first colon after a non-digit ("Time: 14:37" splits at "Time:", "14:37"
+# does not split), or the first run of two or more leaders (-, _, .), the dashes and dots forms print between
+# a key and its value ("Closures--- Standard Blue").
+_KEY_VALUE = re.compile(r"^(.*?[^\d\s])(:|\s*[-_.]{2,})\s*([^\s\-_.].*)$")
+
+
+@dataclass(frozen=True)
+class TextLines:
+    """The text lines of one image: boxes, readings and their embeddings (question-free).
+
+    Attributes:
+        boxes_px: ``[L, 4]`` (y0, x0, y1, x1) in the image's pixels, float32 (the canvas the channel sees).
+        texts: the L recognised texts ("" where nothing was read).
+        scores: ``[L]`` recognition confidence in [0, 1].
+        legible: ``[L]`` bool, score >= ``MIN_SCORE`` and non-empty text.
+        emb: ``[L, D]`` L2-normalised text embeddings; zero rows for illegible lines.
+    """
+
+    boxes_px: Tensor
+    texts: tuple[str, ...]
+    scores: Tensor
+    legible: Tensor
+    emb: Tensor
+
+    def __len__(self) -> int:
+        return len(self.texts)
+
+
+def split_key_value(text: str) -> tuple[str, str, int] | None:
+    """``"Key: value"`` -> ``("Key:", "value", index of the value in text)``; None without a key and a value.
+
+    Example:
+        >>> split_key_value("Date:9/3/92"), split_key_value("Time: 14:37"), split_key_value("14:37")
+        (('Date:', '9/3/92', 5), ('Time:', '14:37', 6), None)
+        >>> split_key_value("Closures--- Standard Blue"), split_key_value("Name:")
+        (('Closures', 'Standard Blue', 12), None)
+    """
+    m = _KEY_VALUE.match(text)
+    if m is None:
+        return None
+    return m.group(1) + (":" if m.group(2) == ":" else ""), m.group(3), m.start(3)
+
+
+def _split_lines(boxes: list[tuple[float, float, float, float]], texts: list[str], scores: list[float]):
+    """Split every "Key: value" / "Key --- value" line into a key piece and a value piece (box split by characters)."""
+    out_b, out_t, out_s = [], [], []
+    for (y0, x0, y1, x1), text, score in zip(boxes, texts, scores):
+        text = text.strip()
+        parts = split_key_value(text) if score >= MIN_SCORE else None
+        if parts is None:
+            out_b += [(y0, x0, y1, x1)]
+            out_t += [text]
+            out_s += [score]
+            continue
+        key, value, start = parts
+        cut = x0 + (x1 - x0) * (start / len(text))  # the value's box starts where its first character does
+        out_b += [(y0, x0, y1, cut), (y0, cut, y1, x1)]
+        out_t += [key, value]
+        out_s += [score, score]
+    return out_b, out_t, out_s
+
+
+def _rapidocr() -> Any:
+    try:
+        import rapidocr
+    except ImportError as err:
+        raise ImportError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
+    return rapidocr
+
+
+@lru_cache(maxsize=4)
+def _engine(det_limit_side_len: int) -> Any:
+    """One RapidOCR engine per detection size and process (building it loads two ONNX models)."""
+    params = {
+        "Global.log_level": "error",  # a page without text is a valid result, not a warning
+        "Global.use_cls": False,  # canvases are upright; the orientation classifier only costs time
+        "Global.text_score": 0.0,  # keep low-confidence lines: their boxes still say where text is
+        "Det.limit_type": "max",
+        "Det.limit_side_len": det_limit_side_len,
+    }
+    return _rapidocr().RapidOCR(params=params)
+
+
+def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> TextLines:
+    """Detect, read and embed the text lines of one image ``[3, H, W]`` float in [0, 1].
+
+    Args:
+        image: ``[3, H, W]`` RGB in [0, 1].
+        query_encoder: ``.encode(list[str]) -> [N, D]`` L2-normalised (the questions' encoder) and ``.dim``.
+        det_limit_side_len: the page is detected at most this many px on its long side.
+
+    Returns:
+        :class:`TextLines` with boxes in the pixels of ``image``.
+    """
+    if not isinstance(image, Tensor) or image.ndim != 3 or image.shape[0] != 3:
+        shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
+        raise ValueError(f"detect_lines needs one [3, H, W] RGB image, got {shape}")
+    _rapidocr()  # checked on every call: the engine below is cached once built
+    engine = _engine(int(det_limit_side_len))
+    height, width = image.shape[-2:]
+    u8 = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
+    boxes: list[tuple[float, float, float, float]] = []
+    if out.boxes is not None and len(out.boxes):
+        quads = np.asarray(out.boxes, dtype=np.float64)  # [L, 4, 2] (x, y) corners
+        lo, hi = quads.min(1), quads.max(1)  # [L, 2]
+        boxes = [(max(0.0, a[1]), max(0.0, a[0]), min(float(height), b[1]), min(float(width), b[0]))
+                 for a, b in zip(lo, hi)]
+    texts = [str(t) for t in (out.txts or ())][: len(boxes)]
+    scores = [float(s) for s in (out.scores or ())][: len(boxes)]
+    boxes, texts, scores = _split_lines(boxes, texts, scores)
+    legible = torch.tensor([s >= MIN_SCORE and bool(t) for t, s in zip(texts, scores)], dtype=torch.bool)
+    emb = torch.zeros(len(texts), int(query_encoder.dim))  # [L, D]
+    if bool(legible.any()):
+        emb[legible] = query_encoder.encode([t for t, ok in zip(texts, legible.tolist()) if ok]).float().cpu()
+    return TextLines(boxes_px=torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4), texts=tuple(texts),
+                     scores=torch.tensor(scores, dtype=torch.float32), legible=legible, emb=emb)
+
+
+def paint_boxes(boxes_px: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
+    """``[H, W]`` map: each (y0, x0, y1, x1) box painted with its value, overlaps take the max, 0 elsewhere.
+
+    Vectorised over boxes: per box a row coverage ``[N, h]`` and a column coverage ``[N, w]`` (fraction of
+    each pixel, or block of ``step`` px when ``N*H*W`` exceeds ``MAX_PAINT_ELEMENTS``, inside the box); the
+    map is the max over boxes of ``value * outer(rows, cols)``. Fractional edges keep sub-pixel boxes exact
+    in the area average a token cell takes of them.
+
+    Example:
+        >>> paint_boxes(torch.tensor([[0., 0., 1., 2.], [0., 1., 2., 3.]]), torch.tensor([0.5, 1.0]), (2, 4)).tolist()
+        [[0.5, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]]
+    """
+    height, width = size
+    n = boxes_px.shape[0]
+    if n == 0:
+        return values.new_zeros(height, width)
+    step = max(1, math.ceil(math.sqrt(n * height * width / MAX_PAINT_ELEMENTS)))
+    b = boxes_px.to(values)
+
+    def coverage(lo: Tensor, hi: Tensor, length: int) -> Tensor:  # [N, ceil(length / step)]
+        edges = (torch.arange(0, length + step, step, device=values.device, dtype=values.dtype)).clamp_max(length)
+        edges = edges[: math.ceil(length / step) + 1]
+        overlap = torch.minimum(hi[:, None], edges[None, 1:]) - torch.maximum(lo[:, None], edges[None, :-1])
+        return overlap.clamp_min(0) / (edges[1:] - edges[:-1])[None]
+
+    rows, cols = coverage(b[:, 0], b[:, 2], height), coverage(b[:, 1], b[:, 3], width)  # [N, h], [N, w]
+    painted = (values[:, None, None] * rows[:, :, None] * cols[:, None, :]).amax(0)  # [h, w]
+    if step > 1:
+        painted = painted.repeat_interleave(step, 0)[:height].repeat_interleave(step, 1)[:, :width]
+    return painted
+
+
+def sharpen(sim: Tensor, legible: Tensor) -> Tensor:
+    """Key weights in [0, 1]: ``relu(s - m) / (max s - m)``, m = median over the legible lines and one 0.
+
+    Most lines of a page are unrelated to a question yet have a MiniLM cosine of ~0.1-0.3; measuring from
+    the median line keeps them from flooding the page with weak values, and the extra 0 lets a page with a
+    single legible line still weigh it 1 when its similarity is positive.
+
+    Example:
+        >>> w = sharpen(torch.tensor([0.1, 0.2, 0.3, 0.7, 0.9]), torch.tensor([True, True, True, True, False]))
+        >>> [round(v, 2) for v in w.tolist()]  # median of (0, .1, .2, .3, .7) is .2; the illegible line gets 0
+        [0.0, 0.0, 0.2, 1.0, 0.0]
+    """
+    s = torch.where(legible, sim, torch.zeros_like(sim))
+    m = torch.cat([s.new_zeros(1), s[legible]]).median().clamp_min(0)
+    top = s.max() if s.numel() else s.new_zeros(())
+    if s.numel() == 0 or float(top - m) <= FLAT_RANGE:
+        return torch.zeros_like(s)
+    return ((s - m).clamp_min(0) / (top - m)) * legible
+
+
+def value_regions(boxes_px: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+    """Where each key line's value sits, as boxes with values: ``([4L, 4] boxes px, [4L] values)``.
+
+    For key l (box y0, x0, y1, x1, height h, weight w) the nearest other line on its row starting right
+    of it within ``RIGHT_REACH`` h, and the nearest line below it overlapping its columns within
+    ``BELOW_REACH`` h, are lifted whole; the empty stretch up to them (or up to the reach) is painted weaker::
+
+        +-------+  gap: GAP_WEIGHT*w      +--------------+
+        | Date: |.........................|  21/11/2026  |  nearest line on the row: w
+        +-------+                         +--------------+
+        |.......|  gap below: GAP_WEIGHT*BELOW_WEIGHT*w, at most BELOW_REACH h, the key's columns
+        +------------+
+        |  9/3/92    |  nearest line below overlapping the key's columns: BELOW_WEIGHT*w
+        +------------+
+
+    The key's own box is never among its regions. Missing neighbours give empty boxes (value 0).
+
+    Example:
+        >>> boxes = torch.tensor([[0., 0., 10., 30.], [0., 50., 10., 90.]])  # "Name:" and its value
+        >>> b, v = value_regions(boxes, torch.tensor([1.0, 0.0]))
+        >>> b[v.argmax()].tolist(), v.max().item()
+        ([0.0, 50.0, 10.0, 90.0], 1.0)
+    """
+    n = boxes_px.shape[0]
+    if n == 0:
+        return boxes_px.new_zeros(0, 4), weights.new_zeros(0)
+    y0, x0, y1, x1 = boxes_px.unbind(-1)  # [L] each
+    h = (y1 - y0).clamp_min(1.0)
+    other = ~torch.eye(n, dtype=torch.bool, device=boxes_px.device)
+    v_overlap = torch.minimum(y1[:, None], y1[None]) - torch.maximum(y0[:, None], y0[None])  # [L, L] key, line
+    same_row = v_overlap >= ROW_OVERLAP * torch.minimum(h[:, None], h[None])
+    gap_right = x0[None] - x1[:, None]  # [L, L] px from the key's end to the line's start
+    right = other & same_row & (gap_right >= -0.5 * h[:, None]) & (gap_right <= RIGHT_REACH * h[:, None])
+    h_overlap = torch.minimum(x1[:, None], x1[None]) - torch.maximum(x0[:, None], x0[None])
+    gap_below = y0[None] - y1[:, None]
+    below = other & ~same_row & (h_overlap > 0) & (gap_below >= -0.5 * h[:, None])
+    below &= gap_below <= BELOW_REACH * h[:, None]
+
+    def nearest(mask: Tensor, dist: Tensor) -> tuple[Tensor, Tensor]:  # [L] index, [L] bool found
+        d = torch.where(mask, dist, torch.full_like(dist, float("inf")))
+        return d.argmin(-1), mask.any(-1)
+
+    r_idx, r_ok = nearest(right, gap_right)
+    b_idx, b_ok = nearest(below, gap_below)
+    right_end = torch.where(r_ok, x0[r_idx], x1 + RIGHT_REACH * h)
+    below_end = torch.where(b_ok, y0[b_idx], y1 + BELOW_REACH * h)
+    regions = torch.cat([
+        torch.stack([y0, x1, y1, torch.maximum(right_end, x1)], -1),  # gap right [L, 4]
+        torch.stack([y1, x0, torch.maximum(below_end, y1), x1], -1),  # gap below
+        boxes_px[r_idx],  # nearest line right
+        boxes_px[b_idx],  # nearest line below
+    ])  # [4L, 4] (y0, x0, y1, x1) px
+    values = torch.cat([GAP_WEIGHT * weights, GAP_WEIGHT * BELOW_WEIGHT * weights,
+                        weights * r_ok, BELOW_WEIGHT * weights * b_ok])  # [4L]
+    return regions, values
+
+
+def _lines(inputs: TextureInputs, channel: str) -> tuple[list[TextLines], Tensor]:
+    """Per image its cached :class:`TextLines`, and the question embeddings ``[B, D]``."""
+    query_emb = inputs.query_emb  # raises the TextureInputs error before any OCR runs without an encoder
+    encoder = inputs.query_encoder
+    side = int(inputs.option(channel, "det_limit_side_len", DET_LIMIT_SIDE_LEN))
+    # The embeddings depend on the encoder, so it is part of the entry's name.
+    name = f"text_lines:{side}:{type(encoder).__name__}:{encoder.dim}"
+    lines = [inputs.cache.get(name, image, lambda image=image: detect_lines(image, encoder, side))
+             for image in inputs.pixels]  # OCR is per image
+    return lines, query_emb
+
+
+def _similarity(lines: TextLines, q: Tensor) -> Tensor:
+    return lines.emb.to(q) @ q  # [L] cosine; 0 for illegible lines (zero rows)
+
+
+@register_channel("text_match", differentiable=False, needs_query=True)
+def _text_match(inputs: TextureInputs) -> Tensor:
+    """Text lines whose reading matches the question (MiniLM cosine), the best line of the image at 1."""
+    lines, query_emb = _lines(inputs, "text_match")
+    size = tuple(inputs.pixels.shape[-2:])
+    maps = []
+    for tl, q in zip(lines, query_emb):  # a loop over images: each has its own set of lines
+        s = _similarity(tl, q).clamp_min(0)  # [L]
+        top = float(s.max()) if len(tl) else 0.0
+        values = s / top if top > FLAT_RANGE else torch.zeros_like(s)
+        maps.append(paint_boxes(tl.boxes_px.to(q.device), values, size))  # [H, W]
+    return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
+
+
+@register_channel("key_value", differentiable=False, needs_query=True)
+def _key_value(inputs: TextureInputs) -> Tensor:
+    """Where the value of the line that matches the question sits: right of it on its row, or below it."""
+    lines, query_emb = _lines(inputs, "key_value")
+    size = tuple(inputs.pixels.shape[-2:])
+    maps = []
+    for tl, q in zip(lines, query_emb):  # a loop over images: each has its own set of lines
+        weights = sharpen(_similarity(tl, q), tl.legible.to(q.device))  # [L]
+        regions, values = value_regions(tl.boxes_px.to(q.device), weights)  # [4L, 4], [4L]
+        maps.append(paint_boxes(regions, values, size).clamp(0, 1))  # [H, W]
+    return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
