@@ -226,6 +226,29 @@ def markdown_table(summary: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
+def pivot_table(summary: Sequence[dict], column: str) -> str:
+    """One metric as methods x budgets (the mean tokens sent in each header), for READMEs.
+
+    >>> rows = [{"method": "topk", "budget": "25%", "tokens": 247.0, "share": 0.25, "reading": 0.5},
+    ...         {"method": "full", "budget": "full", "tokens": 989.0, "share": 1.0, "reading": 0.8}]
+    >>> print(pivot_table(rows, "reading"))
+    | method | full (989 tok) | 25% (247 tok) |
+    |---|---:|---:|
+    | full | 0.800 |  |
+    | topk |  | 0.500 |
+    """
+    budgets = list(dict.fromkeys(s["budget"] for s in sorted(summary, key=lambda s: s["share"] * (s["budget"] != "full") - (s["budget"] == "full"))))
+    tokens = {b: sum(s["tokens"] for s in summary if s["budget"] == b) / sum(1 for s in summary if s["budget"] == b)
+              for b in budgets}
+    methods = [m for m in METHODS if any(s["method"] == m for s in summary)]
+    cell = {(s["method"], s["budget"]): s[column] for s in summary}
+    lines = ["| method | " + " | ".join(f"{b} ({tokens[b]:.0f} tok)" for b in budgets) + " |",
+             "|---|" + "---:|" * len(budgets)]
+    for m in methods:
+        lines.append(f"| {m} | " + " | ".join(_fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
+    return "\n".join(lines)
+
+
 def write_reports(jsonl: Path, out_dir: Path | None = None) -> tuple[Path, Path, Path]:
     """records.jsonl -> summary.csv, summary.md and summary.png beside it (or in ``out_dir``)."""
     import csv
@@ -255,20 +278,20 @@ def plot_summary(summary: Sequence[dict], path: Path) -> Path:
     dataset = summary[0]["dataset"] if summary else ""
     for ax, col, label in ((axes[0], "reading", "reading accuracy (ANLS of OCR)"),
                            (axes[1], "coverage", "answer-box coverage")):
-        for method in METHODS:
+        for i, method in enumerate(METHODS):  # one colour per method in both panels
             pts = sorted((s["share"], s[col]) for s in summary if s["method"] == method and s[col] == s[col])
             if not pts:
                 continue
             if method == "full":
                 ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
                 continue
-            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o",
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i - 1}",
                     ls=":" if method in ("uniform_image", "random") else "-", label=method)
         ax.set_xlabel("tokens sent (% of full resolution)")
         ax.set_ylabel(label)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    axes[int(not axes[0].get_lines())].legend(fontsize=8)  # COCO has no reading panel to hold it
     fig.suptitle(f"{dataset}: what survives at equal token budgets")
     fig.savefig(path, dpi=110)
     return path

@@ -26,7 +26,14 @@ def run_one(name: str, limit: int, out: Path, extra: list[str]) -> str:
     code = main(["eval", name, "--limit", str(limit), "--out", str(out), *reader, *extra])
     if code:
         raise SystemExit(f"eval {name} failed with code {code}")
-    return (out / name / "summary.md").read_text()
+    import json
+
+    from arr_coc.evaluate import pivot_table, summarize
+
+    summary = summarize([json.loads(x) for x in (out / name / "records.jsonl").read_text().splitlines()])
+    tables = [f"{col} (mean over records)\n\n{pivot_table(summary, col)}" for col in ("reading", "coverage")
+              if any(s[col] == s[col] for s in summary if s["method"] != "full")]
+    return "\n\n".join(tables)
 
 
 def main() -> None:
@@ -41,8 +48,9 @@ def main() -> None:
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = {n: pool.submit(run_one, n, args.limit, args.out, extra) for n in args.datasets}
-        for name, fut in futures.items():
-            print(f"\n## {name}\n\n{fut.result()}")
+        text = "\n\n".join(f"### {name}\n\n{fut.result()}" for name, fut in futures.items())
+    (args.out / "tables.md").write_text(text + "\n")
+    print(text)
 
 
 if __name__ == "__main__":

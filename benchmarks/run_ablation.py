@@ -1,0 +1,84 @@
+"""Channel ablation: coverage and reading with and without each question-coupled channel.
+
+Runs `arr-coc eval` per (channel set, dataset) with top-K and stratified at 10% and 25% of the
+full-resolution tokens, then joins the summaries with the default-channel rows of the main run
+(benchmarks/results/eval, made by run_eval.py with the same seed and subset) into one table.
+
+    python benchmarks/run_ablation.py [--limit 100] [--jobs 2]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+METHODS = ("topk", "stratified")
+BUDGETS = ("10%", "25%")
+CONFIGS = {  # name -> (channels, datasets)
+    "+text": (("default", "text_match", "key_value"), ("funsd", "sroie")),
+    "+objects": (("default", "objects"), ("coco",)),
+    "+learned_saliency": (("default", "learned_saliency"), ("funsd", "sroie", "coco")),
+    "+all": (("default", "text_match", "key_value", "objects", "learned_saliency"), ("funsd", "sroie", "coco")),
+}
+
+
+def run(config: str, dataset: str, limit: int) -> Path:
+    import torch
+
+    torch.set_num_threads(1)
+    from arr_coc.cli import main
+
+    channels, _ = CONFIGS[config]
+    out = RESULTS / "ablation" / config.lstrip("+")
+    reader = ["--reader", "none"] if dataset == "coco" else []
+    code = main(["eval", dataset, "--limit", str(limit), "--out", str(out), "--methods", *METHODS,
+                 "--budgets", *BUDGETS, "--channels", *channels, *reader])
+    if code:
+        raise SystemExit(f"{config} {dataset} failed ({code})")
+    return out / dataset / "records.jsonl"
+
+
+def table(limit: int) -> str:
+    from arr_coc.evaluate import summarize
+
+    lines = ["| dataset | channels | budget | method | coverage | hit rate | reading (ANLS) |",
+             "|---|---|---|---|---:|---:|---:|"]
+    runs = [("default", RESULTS / "eval")] + [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
+    for dataset in ("funsd", "sroie", "coco"):
+        for name, folder in runs:
+            path = folder / dataset / "records.jsonl"
+            if name != "default" and dataset not in CONFIGS[name][1] or not path.exists():
+                continue
+            rows = [json.loads(x) for x in path.read_text().splitlines()]
+            for s in summarize([r for r in rows if r["method"] in METHODS and r["budget"] in BUDGETS]):
+                fmt = lambda v: "—" if v != v else f"{v:.3f}"  # noqa: E731
+                lines.append(f"| {dataset} | {name} | {s['budget']} | {s['method']} | {fmt(s['coverage'])} | "
+                             f"{fmt(s['hit'])} | {fmt(s['reading'])} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit", type=int, default=100)
+    ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--configs", nargs="+", default=list(CONFIGS))
+    ap.add_argument("--table-only", action="store_true")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
+    if not args.table_only:
+        jobs = [(c, d) for c in args.configs for d in CONFIGS[c][1]]
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for fut in [pool.submit(run, c, d, args.limit) for c, d in jobs]:
+                fut.result()
+    text = table(args.limit)
+    (RESULTS / "ablation" / "summary.md").parent.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "ablation" / "summary.md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
