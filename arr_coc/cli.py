@@ -52,8 +52,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="PNG to write (default <image>_arr.png next to the current directory; "
                            "with --json only when given)")
     look.add_argument("--channels", nargs="+", default=None, metavar="NAME",
-                      help="texture channels; 'default' stands for the 13-channel MVP, e.g. "
-                           "--channels default text_match key_value (see the list below)")
+                      help="texture channels; 'mvp' = the seeds' 13-channel MVP, 'default' = mvp + text_match "
+                           "key_value (the default), e.g. --channels mvp objects (see the list below)")
     look.add_argument("--clip-model", default=None, metavar="PATH_OR_ID",
                       help="CLIP/SigLIP weights for the 'clip' channel (a local folder or a hub id)")
     look.add_argument("--timings", action="store_true", help="print each texture channel's time")
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--cell", type=int, default=CanvasConfig.cell, help="token cell in px (default %(default)s)")
     ev.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
     ev.add_argument("--channels", nargs="+", default=None, metavar="NAME",
-                    help="texture channels ('default' = the 13-channel MVP), e.g. default text_match key_value")
+                    help="texture channels ('mvp' = the 13-channel MVP, 'default' = mvp + text_match key_value)")
     ev.add_argument("--clip-model", default=None, metavar="PATH_OR_ID", help="weights for the 'clip' channel")
     ev.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
@@ -109,13 +109,15 @@ def _summary(alloc, i: int = 0, top: int = 10) -> str:
 
 
 def texture_config(channels: Sequence[str] | None, clip_model: str | None = None):
-    """TextureConfig from CLI names ('default' expands to the MVP channels) and the CLIP weights."""
-    from .config import TextureConfig
+    """TextureConfig from CLI names ('mvp': the 13-channel MVP; 'default': the pipeline's default set) and
+    the CLIP weights."""
+    from .config import PIPELINE_CHANNELS, TextureConfig
     from .texture import DEFAULT_CHANNELS
 
     names = None
     if channels:
-        names = tuple(n for c in channels for n in (DEFAULT_CHANNELS if c == "default" else (c,)))
+        groups = {"mvp": DEFAULT_CHANNELS, "default": PIPELINE_CHANNELS}
+        names = tuple(n for c in channels for n in groups.get(c, (c,)))
     return TextureConfig(channels=names, options={"clip": {"model": clip_model}} if clip_model else {})
 
 

@@ -15,14 +15,14 @@ import torch
 from torch import Tensor, nn
 
 from .canvas import Canvas, make_canvas
-from .config import ARRConfig
+from .config import PIPELINE_CHANNELS, ARRConfig
 from .extract import extract_gather
 from .gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from .query import MiniLMQueryEncoder, QueryEncoder, check_queries
 from .relevance import SCORERS, Relevance
 from .samplers import SAMPLERS, Selection
 from .cache import ImageCache
-from .texture import DEFAULT_CHANNELS, channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
+from .texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
 
 @dataclass
@@ -147,7 +147,7 @@ class ARR(nn.Module):
                  gestalt_encoder: GestaltEncoder | None = None) -> None:
         super().__init__()
         self.config = config = config or ARRConfig()
-        self.channels = tuple(config.texture.channels or DEFAULT_CHANNELS)
+        self.channels = tuple(config.texture.channels or PIPELINE_CHANNELS)
         self.layout = channel_layout(self.channels)
         # Question-coupled channels are computed per question (their slow image part cached per image);
         # the rest once per image, and only those feed the gestalt.

@@ -19,10 +19,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 METHODS = ("topk", "stratified")
 BUDGETS = ("10%", "25%")
 CONFIGS = {  # name -> (channels, datasets)
-    "+text": (("default", "text_match", "key_value"), ("funsd", "sroie")),
-    "+objects": (("default", "objects"), ("coco",)),
-    "+learned_saliency": (("default", "learned_saliency"), ("funsd", "sroie", "coco")),
-    "+all": (("default", "text_match", "key_value", "objects", "learned_saliency"), ("funsd", "sroie", "coco")),
+    "+text": (("mvp", "text_match", "key_value"), ("funsd", "sroie")),
+    "+objects": (("mvp", "objects"), ("coco",)),
+    "+learned_saliency": (("mvp", "learned_saliency"), ("funsd", "sroie", "coco")),
+    "+all": (("mvp", "text_match", "key_value", "objects", "learned_saliency"), ("funsd", "sroie", "coco")),
 }
 
 
@@ -47,11 +47,11 @@ def table(limit: int) -> str:
 
     lines = ["| dataset | channels | budget | method | coverage | hit rate | reading (ANLS) |",
              "|---|---|---|---|---:|---:|---:|"]
-    runs = [("default", RESULTS / "eval")] + [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
+    runs = [("mvp", RESULTS / "eval")] + [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
     for dataset in ("funsd", "sroie", "coco"):
         for name, folder in runs:
             path = folder / dataset / "records.jsonl"
-            if name != "default" and dataset not in CONFIGS[name][1] or not path.exists():
+            if name != "mvp" and dataset not in CONFIGS[name][1] or not path.exists():
                 continue
             rows = [json.loads(x) for x in path.read_text().splitlines()]
             for s in summarize([r for r in rows if r["method"] in METHODS and r["budget"] in BUDGETS]):

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
+from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
 from arr_coc.extract import extract_loop
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
@@ -12,6 +12,7 @@ STAGES = {"canvas", "texture", "gestalt", "query", "scoring", "selection", "extr
 
 
 def make_arr(**kw) -> ARR:
+    kw.setdefault("texture", TextureConfig(channels=DEFAULT_CHANNELS))  # the OCR channels have their own tests
     return ARR(ARRConfig(**kw), query_encoder=HashingQueryEncoder()).eval()
 
 
@@ -98,3 +99,9 @@ def test_to_json_carries_what_scripts_need(receipt):
     assert d["image_size"] == [1484, 992] and d["canvas"] == [1484, 980] and d["cell"] == 28
     assert len(d["positions"]) == len(d["scores"]) == 32
     assert d["tokens"] == {"gestalt": 64, "saccades": 32, "sent": 96, "full_resolution": 1855}
+
+
+def test_default_pipeline_couples_the_question_through_the_text_channels():
+    arr = ARR(query_encoder=HashingQueryEncoder())
+    assert arr.channels == PIPELINE_CHANNELS and arr.query_channels == ("text_match", "key_value")
+    assert arr.image_channels == DEFAULT_CHANNELS
