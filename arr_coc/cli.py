@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
                            "with --json only when given)")
     look.add_argument("--channels", nargs="+", default=None, metavar="NAME",
                       help="texture channels; 'mvp' = the seeds' 13-channel MVP, 'default' = mvp + text_match "
-                           "key_value (the default), e.g. --channels mvp objects (see the list below)")
+                           "key_value learned_saliency (the default), e.g. --channels mvp objects (see the list below)")
     look.add_argument("--clip-model", default=None, metavar="PATH_OR_ID",
                       help="CLIP/SigLIP weights for the 'clip' channel (a local folder or a hub id)")
     look.add_argument("--timings", action="store_true", help="print each texture channel's time")
@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--cell", type=int, default=CanvasConfig.cell, help="token cell in px (default %(default)s)")
     ev.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
     ev.add_argument("--channels", nargs="+", default=None, metavar="NAME",
-                    help="texture channels ('mvp' = the 13-channel MVP, 'default' = mvp + text_match key_value)")
+                    help="texture channels ('mvp' = the 13-channel MVP, 'default' = mvp + text_match key_value learned_saliency)")
     ev.add_argument("--clip-model", default=None, metavar="PATH_OR_ID", help="weights for the 'clip' channel")
     ev.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")

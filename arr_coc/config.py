@@ -22,10 +22,10 @@ class CanvasConfig:
         return self.max_pixels // (self.cell * self.cell)
 
 
-# The seeds' 13-channel MVP plus the text channels: on FUNSD and SROIE they lift answer coverage and
-# reading at equal tokens (README, channel ablation); they cost one OCR pass per image (~2 s on two CPU
-# cores) and stay silent on photos without text.
-PIPELINE_CHANNELS = DEFAULT_CHANNELS + ("text_match", "key_value")
+# The seeds' 13-channel MVP plus the channels that helped at equal tokens in the ablation (README):
+# the text channels on forms and receipts (one OCR pass per image, ~2 s on two CPU cores; silent on
+# photos without text) and learned saliency on all three datasets (~0.6 s per image).
+PIPELINE_CHANNELS = DEFAULT_CHANNELS + ("text_match", "key_value", "learned_saliency")
 
 
 @dataclass

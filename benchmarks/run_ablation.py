@@ -23,6 +23,7 @@ CONFIGS = {  # name -> (channels, datasets)
     "+objects": (("mvp", "objects"), ("coco",)),
     "+learned_saliency": (("mvp", "learned_saliency"), ("funsd", "sroie", "coco")),
     "+all": (("mvp", "text_match", "key_value", "objects", "learned_saliency"), ("funsd", "sroie", "coco")),
+    "default": (("default",), ("funsd", "sroie", "coco")),  # what ships: mvp + text + learned_saliency
 }
 
 

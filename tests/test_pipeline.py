@@ -104,4 +104,4 @@ def test_to_json_carries_what_scripts_need(receipt):
 def test_default_pipeline_couples_the_question_through_the_text_channels():
     arr = ARR(query_encoder=HashingQueryEncoder())
     assert arr.channels == PIPELINE_CHANNELS and arr.query_channels == ("text_match", "key_value")
-    assert arr.image_channels == DEFAULT_CHANNELS
+    assert arr.image_channels == DEFAULT_CHANNELS + ("learned_saliency",)
