@@ -44,21 +44,29 @@ def run(config: str, dataset: str, limit: int) -> Path:
 
 
 def table(limit: int) -> str:
+    """Every channel set on the same records: the ones all runs of a dataset have finished."""
     from arr_coc.evaluate import summarize
 
-    lines = ["| dataset | channels | budget | method | coverage | hit rate | reading (ANLS) |",
-             "|---|---|---|---|---:|---:|---:|"]
+    lines = ["| dataset | channels | n | budget | method | coverage | hit rate | reading (ANLS) |",
+             "|---|---|---:|---|---|---:|---:|---:|"]
     runs = [("mvp", RESULTS / "eval")] + [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
+    fmt = lambda v: "—" if v != v else f"{v:.3f}"  # noqa: E731
     for dataset in ("funsd", "sroie", "coco"):
+        found = {}
         for name, folder in runs:
             path = folder / dataset / "records.jsonl"
-            if name != "mvp" and dataset not in CONFIGS[name][1] or not path.exists():
-                continue
-            rows = [json.loads(x) for x in path.read_text().splitlines()]
-            for s in summarize([r for r in rows if r["method"] in METHODS and r["budget"] in BUDGETS]):
-                fmt = lambda v: "—" if v != v else f"{v:.3f}"  # noqa: E731
-                lines.append(f"| {dataset} | {name} | {s['budget']} | {s['method']} | {fmt(s['coverage'])} | "
-                             f"{fmt(s['hit'])} | {fmt(s['reading'])} |")
+            if (name == "mvp" or dataset in CONFIGS[name][1]) and path.exists():
+                rows = [json.loads(x) for x in path.read_text().splitlines()]
+                found[name] = [r for r in rows if r["method"] in METHODS and r["budget"] in BUDGETS]
+        if not found:
+            continue
+        done = [{r["record_id"] for r in rows if sum(1 for q in rows if q["record_id"] == r["record_id"])
+                 == len(METHODS) * len(BUDGETS)} for rows in found.values()]
+        common = set.intersection(*done)
+        for name, rows in found.items():
+            for s in summarize([r for r in rows if r["record_id"] in common]):
+                lines.append(f"| {dataset} | {name} | {s['n']} | {s['budget']} | {s['method']} | "
+                             f"{fmt(s['coverage'])} | {fmt(s['hit'])} | {fmt(s['reading'])} |")
     return "\n".join(lines)
 
 
