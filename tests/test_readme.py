@@ -15,7 +15,7 @@ def test_readme_python_example_runs(monkeypatch):
     exec(compile(block, "README.md", "exec"), scope)
     out = scope["out"]
     assert tuple(out.positions.shape) == (2, 273, 2) and tuple(out.patches.shape) == (2, 273, 3, 28, 28)
-    assert tuple(out.gestalt.tokens.shape) == (2, 256, 13) and tuple(out.relevance.weights.shape) == (2, 3)
+    assert tuple(out.gestalt.tokens.shape) == (2, 256, 14) and tuple(out.relevance.weights.shape) == (2, 3)
 
 
 def test_readme_lists_every_module():
