@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections import OrderedDict
 from typing import Protocol, Sequence, runtime_checkable
 
 import torch
@@ -47,15 +48,17 @@ def check_queries(queries: str | Sequence[str], batch_size: int) -> list[str]:
 class MiniLMQueryEncoder:
     """all-MiniLM-L6-v2 sentence embeddings (384-d, L2-normalised), loaded offline, cached per question.
 
-    The model loads on first use (about a second); each distinct question is encoded once per encoder.
+    The model loads on first use (about a second); each distinct text is encoded once per encoder,
+    as long as it stays among the ``max_cached`` most recently used (questions, OCR lines, class names).
     """
 
     dim = MINILM_DIM
 
-    def __init__(self, device: str = "cpu") -> None:
+    def __init__(self, device: str = "cpu", max_cached: int = 100_000) -> None:
         self.device = device
+        self.max_cached = max_cached  # 100k x 384 floats = 150 MB at most
         self._model = None
-        self._cache: dict[str, torch.Tensor] = {}
+        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
 
     def load(self) -> "MiniLMQueryEncoder":
         """Load the model now (it otherwise loads on the first :meth:`encode`); returns self."""
@@ -83,7 +86,12 @@ class MiniLMQueryEncoder:
                                                 normalize_embeddings=True)  # 256: class-name lists in one pass
             for q, v in zip(missing, vectors.float().cpu()):
                 self._cache[q] = v
-        return torch.stack([self._cache[q] for q in queries])  # [N, 384]
+        out = torch.stack([self._cache[q] for q in queries])  # [N, 384]
+        for q in dict.fromkeys(queries):  # most recently used last; evict from the front
+            self._cache.move_to_end(q)
+        while len(self._cache) > self.max_cached:
+            self._cache.popitem(last=False)
+        return out
 
 
 class HashingQueryEncoder:

@@ -49,3 +49,6 @@ def test_minilm_embeds_offline_caches_and_ranks_paraphrases_closer():
     model = enc._model
     again = enc.encode(["Where is the cat?"])
     assert enc._model is model and torch.equal(again[0], e[2])  # served from the cache
+    enc.max_cached = 2
+    enc.encode(["What is the total amount?", "a new question"])  # the cat question is least recent
+    assert list(enc._cache) == ["What is the total amount?", "a new question"]
