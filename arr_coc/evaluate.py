@@ -24,9 +24,9 @@ import torch
 from tqdm import tqdm
 
 from .datasets import Record
-from .metrics import allocation_metrics, to_canvas_px
+from .metrics import allocation_metrics
 from .pipeline import ARR
-from .reading import READERS, contains_score, downsampled_view, foveated_view, read_region
+from .reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
 from .samplers import SAMPLERS
 
 # Method order of every table: the upper bound, the field's baseline, then the allocators.
@@ -140,8 +140,8 @@ def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, don
     cell, pixels = canvas.cell, canvas.pixels[0]
     hc, wc = scene.extents[0]
     full = canvas.full_tokens[0]
-    target = to_canvas_px(record.boxes_px, canvas.image_sizes[0], canvas.sizes[0])
-    others = to_canvas_px(record.others_px, canvas.image_sizes[0], canvas.sizes[0])
+    target = scale_boxes(record.boxes_px, canvas.scales[0])
+    others = scale_boxes(record.others_px, canvas.scales[0])
     relevance, query_emb = arr.score(scene, [record.question], vector)
     readable = reader is not None and bool(record.answer.strip())
 

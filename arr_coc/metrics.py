@@ -1,6 +1,6 @@
 """Where did the saccades land? Answer-box coverage, hit rate, the seeds' IoU proxy, region-wise coverage.
 
-Boxes are ``(y0, x0, y1, x1)`` in canvas pixels (see :func:`to_canvas_px`); ``chosen`` is a
+Boxes are ``(y0, x0, y1, x1)`` in canvas pixels (``arr_coc.reading.scale_boxes`` with ``Canvas.scales``); ``chosen`` is a
 ``[Hc, Wc]`` bool map of the full-resolution saccade cells. Areas are measured exactly: a box
 covers each pixel by the fraction of the pixel inside it, and a union of boxes takes the per-pixel
 maximum (exact for boxes on pixel edges, a tight lower bound otherwise).
@@ -14,16 +14,6 @@ import torch
 from torch import Tensor
 
 Box = tuple[float, float, float, float]  # (y0, x0, y1, x1)
-
-
-def to_canvas_px(boxes_px: Sequence[Box], image_size: tuple[int, int], canvas_size: tuple[int, int]) -> list[Box]:
-    """Map boxes from original-image pixels to canvas pixels (the canvas is the image resized).
-
-    >>> to_canvas_px([(10, 20, 30, 40)], (100, 200), (50, 400))
-    [(5.0, 40.0, 15.0, 80.0)]
-    """
-    sy, sx = canvas_size[0] / image_size[0], canvas_size[1] / image_size[1]
-    return [(y0 * sy, x0 * sx, y1 * sy, x1 * sx) for y0, x0, y1, x1 in boxes_px]
 
 
 def box_mask(boxes: Sequence[Box], height: int, width: int) -> Tensor:

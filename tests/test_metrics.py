@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from arr_coc.metrics import allocation_metrics, box_mask, to_canvas_px
+from arr_coc.metrics import allocation_metrics, box_mask
 
 
 def chosen_map(hc, wc, cells):
@@ -51,7 +51,3 @@ def test_empty_regions_are_nan_not_zero():
     m = allocation_metrics(chosen_map(2, 2, [(0, 0)]), 10, [], [])
     assert math.isnan(m.coverage) and math.isnan(m.hit) and math.isnan(m.secondary)
     assert m.peripheral == pytest.approx(0.25)
-
-
-def test_boxes_map_from_image_to_canvas_pixels():
-    assert to_canvas_px([(0, 0, 50, 100)], (100, 200), (56, 112))[0] == pytest.approx((0.0, 0.0, 28.0, 56.0))
