@@ -1,0 +1,5 @@
+"""Frozen VLMs driven through Hugging Face transformers: one adapter per family behind one protocol."""
+from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, Prefill, VisualTokens, VLMAdapter, assemble, generate
+from arr_coc.vlm import qwen  # noqa: F401  (registers the Qwen adapters)
+
+__all__ = ["ADAPTERS", "LAYOUTS", "MODES", "Prefill", "VisualTokens", "VLMAdapter", "assemble", "generate"]

@@ -1,0 +1,187 @@
+"""The VLM adapter protocol, prompt assembly with explicit positions, and cached greedy decoding.
+
+Shapes: ``B`` prompts, ``L`` padded prompt length, ``N`` visual tokens of one image, ``D`` LLM
+width, ``R`` rotary rows (3 for M-RoPE (t, h, w); 1 for a plain 1-D RoPE LLM).
+
+An adapter turns images + chosen cells into :class:`VisualTokens` (LLM-space embeddings with their
+positions); :func:`assemble` splices them into tokenised prompts and lays out every position, so
+the same prefill and decode code drives every model family.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import torch
+from torch import Tensor
+
+from arr_coc.registry import Registry
+
+MODES = ("sparse", "slice", "weighted")
+LAYOUTS = ("scaled", "temporal")
+
+
+@dataclass
+class VisualTokens:
+    """One image's visual tokens for the LLM: gestalt first, then saccades in relevance order."""
+
+    embeds: Tensor  # [N, D] in the LLM's embedding space
+    positions: Tensor  # [R, N] float rotary positions, relative to where the image starts
+    n_gestalt: int  # the first n_gestalt tokens are the gestalt
+    deepstack: list[Tensor] = field(default_factory=list)  # per injected LLM layer [N, D] (Qwen3-VL)
+    vision_patches: int = 0  # patches the vision tower encoded for this image (for the FLOP estimate)
+
+    @property
+    def extent(self) -> int:
+        """Positions the image occupies: the text after it continues at start + extent.
+
+        Qwen-VL continues at ``start + max(h, w)`` of the grid, i.e. one past the largest position,
+        so any layout (fractional or two-slice) keeps text strictly after every visual position.
+        """
+        return int(torch.floor(self.positions.max()).item()) + 1 if self.embeds.shape[0] else 0
+
+    def __len__(self) -> int:
+        return self.embeds.shape[0]
+
+
+@dataclass
+class Prefill:
+    """A padded batch of prompts, ready for the LLM: embeddings, mask and every position."""
+
+    inputs_embeds: Tensor  # [B, L, D], left-padded
+    attention_mask: Tensor  # [B, L] long, 0 on padding
+    position_ids: Tensor  # [R, B, L] float
+    next_position: Tensor  # [B] float, the position of the first generated token
+    visual_mask: Tensor  # [B, L] bool, True on visual tokens
+    deepstack: list[Tensor]  # per injected layer [sum of N over the batch, D], in visual_mask order
+
+
+class VLMAdapter(Protocol):
+    """What arr-coc needs from a frozen VLM family."""
+
+    name: str
+    cell: int  # px per LLM token side (one merged token); the canvas is built on this cell
+    rope_rows: int  # 3 for M-RoPE, 1 for 1-D RoPE
+
+    def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
+               gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled",
+               weights: Sequence[Tensor | None] | None = None) -> list[VisualTokens]:
+        """Visual tokens per image ([3, H, W] in [0, 1], sides multiples of ``cell``) for its cells [K, 2]."""
+
+    def encode_native(self, images: Sequence[Tensor]) -> list[VisualTokens]:
+        """The model's own full-resolution encoding (the upper bound, and the exactness reference)."""
+
+    def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
+        """Token ids before and after the image for one question (chat template applied)."""
+
+    def language_model(self, prefill_or_step: dict) -> Tensor:
+        """Final hidden states [B, L, D] of the LLM for ``inputs_embeds`` + positions + cache."""
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """LM head: [B, L, D] -> [B, L, V]."""
+
+    def embed_tokens(self, ids: Tensor) -> Tensor:
+        """Token embeddings [B, L] -> [B, L, D]."""
+
+
+ADAPTERS: Registry = Registry("VLM adapter")
+
+
+def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[VisualTokens],
+             suffixes: Sequence[Sequence[int]], rope_rows: int) -> Prefill:
+    """Splice each image's visual tokens between its prompt's prefix and suffix tokens; left-pad.
+
+    Text before the image counts 0, 1, ...; the image sits at ``start + positions``; text after
+    it continues at ``start + extent`` -- the Qwen-VL rule, which the native path follows too.
+    """
+    if not (len(prefixes) == len(visuals) == len(suffixes)) or not visuals:
+        raise ValueError(f"need one prefix, visual set and suffix per prompt, got {len(prefixes)}, "
+                         f"{len(visuals)}, {len(suffixes)}")
+    rows = []
+    for pre, vis, suf in zip(prefixes, visuals, suffixes):
+        if vis.positions.shape != (rope_rows, len(vis)):
+            raise ValueError(f"visual positions must be [{rope_rows}, {len(vis)}], got {tuple(vis.positions.shape)}")
+        dev = vis.embeds.device
+        pre_t = torch.as_tensor(list(pre), dtype=torch.long, device=dev)
+        suf_t = torch.as_tensor(list(suf), dtype=torch.long, device=dev)
+        emb = torch.cat([embed_tokens(pre_t[None])[0], vis.embeds.to(embed_tokens.weight.dtype),
+                         embed_tokens(suf_t[None])[0]])  # [n, D]
+        start, after = len(pre), len(pre) + vis.extent
+        pos = torch.cat([torch.arange(len(pre), device=dev, dtype=torch.float32).expand(rope_rows, -1),
+                         vis.positions.float().to(dev) + start,
+                         (torch.arange(len(suf), device=dev, dtype=torch.float32) + after).expand(rope_rows, -1)],
+                        dim=1)  # [R, n]
+        is_vis = torch.zeros(emb.shape[0], dtype=torch.bool, device=dev)
+        is_vis[len(pre):len(pre) + len(vis)] = True
+        rows.append((emb, pos, is_vis, after + len(suf)))
+    length = max(r[0].shape[0] for r in rows)
+    b, d, dev = len(rows), rows[0][0].shape[1], rows[0][0].device
+    embeds = rows[0][0].new_zeros(b, length, d)
+    mask = torch.zeros(b, length, dtype=torch.long, device=dev)
+    pos = torch.zeros(rope_rows, b, length, device=dev)
+    vmask = torch.zeros(b, length, dtype=torch.bool, device=dev)
+    for i, (emb, p, v, _) in enumerate(rows):
+        n = emb.shape[0]
+        embeds[i, length - n:], mask[i, length - n:], pos[:, i, length - n:], vmask[i, length - n:] = emb, 1, p, v
+    layers = len(visuals[0].deepstack)
+    if any(len(v.deepstack) != layers for v in visuals):
+        raise ValueError("every image must carry the same number of deepstack layers")
+    deepstack = [torch.cat([v.deepstack[j] for v in visuals]) for j in range(layers)]
+    nxt = torch.tensor([float(r[3]) for r in rows], device=dev)
+    return Prefill(embeds, mask, pos, nxt, vmask, deepstack)
+
+
+@torch.no_grad()
+def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
+             eos_token_id: int | Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
+    """Greedy decoding with a KV cache from a prefill with explicit positions.
+
+    Returns:
+        tokens [B, T] (T <= max_new_tokens; finished rows repeat ``eos``) and the logits [B, T, V] that
+        chose them.
+    """
+    from transformers import DynamicCache
+
+    eos = torch.tensor([] if eos_token_id is None else
+                       ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)))
+    cache = DynamicCache(config=adapter.text_config)
+    hidden = adapter.language_model(dict(inputs_embeds=prefill.inputs_embeds, attention_mask=prefill.attention_mask,
+                                         position_ids=prefill.position_ids, past_key_values=cache,
+                                         visual_mask=prefill.visual_mask, deepstack=prefill.deepstack))
+    logits = adapter.logits(hidden[:, -1:])  # [B, 1, V]
+    mask, b = prefill.attention_mask, prefill.attention_mask.shape[0]
+    done = torch.zeros(b, dtype=torch.bool, device=mask.device)
+    tokens, scores = [], []
+    for step in range(max_new_tokens):
+        nxt = logits[:, -1].argmax(-1)  # [B]
+        if eos.numel():
+            nxt = torch.where(done, eos[0].to(nxt), nxt)
+        tokens.append(nxt)
+        scores.append(logits[:, -1])
+        done |= torch.isin(nxt, eos.to(nxt))
+        if bool(done.all()) or step == max_new_tokens - 1:
+            break
+        mask = torch.cat([mask, mask.new_ones(b, 1)], dim=1)
+        pos = (prefill.next_position + step)[None, :, None].expand(adapter.rope_rows, b, 1)  # [R, B, 1]
+        hidden = adapter.language_model(dict(inputs_embeds=adapter.embed_tokens(nxt[:, None]), attention_mask=mask,
+                                             position_ids=pos, past_key_values=cache))
+        logits = adapter.logits(hidden)
+    return torch.stack(tokens, 1), torch.stack(scores, 1)
+
+
+def flops_estimate(n_params_llm: int, llm_layers: int, llm_width: int, prompt_tokens: int,
+                   n_params_vit: int = 0, vit_layers: int = 0, vit_width: int = 0,
+                   vit_segments: Sequence[int] = ()) -> dict[str, float]:
+    """Prefill FLOPs: 2 per weight per token, plus attention (QK^T and AV) over each sequence.
+
+    The LLM's causal attention is counted at half the square; the vision tower attends fully within
+    each segment (window attention is counted as full: an upper bound).
+
+    >>> f = flops_estimate(1_000, 2, 8, 10)
+    >>> f["llm"] == 2 * 1_000 * 10 + 2 * 2 * 8 * 10 * 10
+    True
+    """
+    llm = 2.0 * n_params_llm * prompt_tokens + 2.0 * llm_layers * llm_width * prompt_tokens ** 2
+    patches = sum(vit_segments)
+    vit = 2.0 * n_params_vit * patches + 4.0 * vit_layers * vit_width * sum(s * s for s in vit_segments)
+    return {"llm": llm, "vision": vit, "total": llm + vit}

@@ -1,0 +1,349 @@
+"""Qwen2-VL, Qwen2.5-VL and Qwen3-VL adapters: the frozen model encodes chosen cells at their true place.
+
+Shapes: ``Hc, Wc`` token cells of an image; ``m`` the spatial merge (2); ``K`` chosen cells;
+``P`` patch side (14 or 16 px); ``T`` temporal patch (2); one cell = m x m patches = one LLM token.
+
+The vision towers take their rotary ``position_ids``, ``cu_seqlens``, window order (Qwen2.5) and
+position-table interpolation (Qwen3) as precomputed keyword arguments; computing those for an
+arbitrary set of cells is what lets the unmodified tower encode only the saccades, each with the
+position it has in the full-resolution image. Gestalt and saccades of every image in a batch go
+through the tower in one call, as separate attention segments.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens
+
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+@dataclass
+class Segment:
+    """Patches the tower attends over together: ``cells`` of a ``grid``, m*m patch rows per cell."""
+
+    patches: Tensor  # [n * m * m, C * T * P * P], cell-major, (row, col) inside a cell
+    cells: Tensor  # [n, 2] (y, x) cells in the segment's own grid
+    grid: tuple[int, int]  # (Hc, Wc) of the image the cells come from
+
+
+def all_cells(hc: int, wc: int, device: Any = None) -> Tensor:
+    """Every cell of a grid in raster order: ``[hc * wc, 2] (y, x)``.
+
+    >>> all_cells(2, 3).tolist()
+    [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    """
+    ys, xs = torch.meshgrid(torch.arange(hc, device=device), torch.arange(wc, device=device), indexing="ij")
+    return torch.stack([ys.flatten(), xs.flatten()], -1)
+
+
+def patchify(image: Tensor, patch: int, merge: int, temporal: int) -> Tensor:
+    """Normalised image [C, H, W] -> Qwen patch rows [Hc * Wc * m * m, C * T * P * P].
+
+    The row layout of the Qwen2-VL image processor: cells in raster order, the m x m patches of a
+    cell together, each patch flattened as (C, T, P, P) with the still image repeated T times.
+    """
+    c, h, w = image.shape
+    cell = patch * merge
+    if h % cell or w % cell:
+        raise ValueError(f"image sides must be multiples of the {cell} px cell, got {h}x{w}")
+    hc, wc = h // cell, w // cell
+    x = image.reshape(c, hc, merge, patch, wc, merge, patch)
+    x = x.permute(1, 4, 2, 5, 0, 3, 6)  # [Hc, Wc, m, m, C, P, P]
+    x = x.unsqueeze(5).expand(hc, wc, merge, merge, c, temporal, patch, patch)
+    return x.reshape(hc * wc * merge * merge, c * temporal * patch * patch)
+
+
+def patch_positions(cells: Tensor, merge: int) -> Tensor:
+    """Rotary (row, col) patch coordinates of each cell's m*m patches: [n, 2] -> [n * m * m, 2].
+
+    >>> patch_positions(torch.tensor([[1, 2]]), 2).tolist()
+    [[2, 4], [2, 5], [3, 4], [3, 5]]
+    """
+    off = all_cells(merge, merge, cells.device)  # [m*m, 2]
+    return (cells[:, None, :] * merge + off[None]).reshape(-1, 2)
+
+
+def window_order(cells: Tensor, grid: tuple[int, int], window: int) -> tuple[Tensor, Tensor]:
+    """Qwen2.5-VL window attention for a set of cells -> (order [n], cells per non-empty window [w]).
+
+    Windows tile the full grid in ``window`` x ``window`` cells, raster order; inside a window
+    cells keep raster order -- exactly the native order when every cell is present.
+
+    >>> order, sizes = window_order(all_cells(2, 3), (2, 3), 2)
+    >>> order.tolist(), sizes.tolist()
+    ([0, 1, 3, 4, 2, 5], [4, 2])
+    """
+    wy, wx = cells[:, 0] // window, cells[:, 1] // window
+    win = wy * (grid[1] // window + 1) + wx
+    order = torch.argsort(win * grid[0] * grid[1] + cells[:, 0] * grid[1] + cells[:, 1])
+    return order, torch.unique_consecutive(win[order], return_counts=True)[1]
+
+
+def visual_positions(gestalt: tuple[int, int] | None, cells: Tensor, grid: tuple[int, int],
+                     layout: str = "scaled") -> Tensor:
+    """M-RoPE (t, h, w) positions of [gestalt ; saccades] relative to the image start: [3, N] float.
+
+    ``scaled``: saccade cell (y, x) sits at its centre in the gestalt's frame, between gestalt
+    tokens. ``temporal``: the gestalt is slice t=0 and the saccades slice t=1 in full-resolution
+    coordinates, as two frames of a video. Without a gestalt both are the native layout, (0, y, x).
+
+    >>> visual_positions((2, 2), torch.tensor([[3, 0]]), (4, 4)).T.tolist()[-1]
+    [0.0, 1.25, -0.25]
+    >>> visual_positions(None, torch.tensor([[3, 1]]), (4, 4)).T.tolist()
+    [[0.0, 3.0, 1.0]]
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    cells = cells.float()
+    parts = []
+    if gestalt is not None:
+        g = all_cells(*gestalt, cells.device).float()
+        parts.append(torch.cat([torch.zeros(len(g), 1, device=cells.device), g], 1))
+    if gestalt is not None and layout == "scaled":
+        scale = torch.tensor([gestalt[0] / grid[0], gestalt[1] / grid[1]], device=cells.device)
+        yx, t = (cells + 0.5) * scale - 0.5, 0.0
+    else:
+        yx, t = cells, 1.0 if gestalt is not None else 0.0
+    parts.append(torch.cat([torch.full((len(cells), 1), t, device=cells.device), yx], 1))
+    return torch.cat(parts).T.contiguous()
+
+
+class QwenVLAdapter:
+    """Qwen2-VL: full attention in the tower, M-RoPE in the LLM. Subclasses add what their tower needs."""
+
+    name = "qwen2_vl"
+    rope_rows = 3
+    default_mean, default_std = CLIP_MEAN, CLIP_STD
+
+    def __init__(self, model: Any, tokenizer: Any = None, *, processor: Any = None,
+                 image_mean: Sequence[float] | None = None, image_std: Sequence[float] | None = None) -> None:
+        self.model, self.processor = model.eval(), processor
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", None)
+        ip = getattr(processor, "image_processor", None)
+        vc = model.config.vision_config
+        self.patch, self.merge, self.temporal = vc.patch_size, vc.spatial_merge_size, vc.temporal_patch_size
+        self.cell = self.patch * self.merge
+        self.text_config = model.config.text_config
+        self.image_token_id = model.config.image_token_id
+        mean = image_mean or getattr(ip, "image_mean", None) or self.default_mean
+        std = image_std or getattr(ip, "image_std", None) or self.default_std
+        self.mean, self.std = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)
+        self.visual, self.lm, self.head = model.model.visual, model.model.language_model, model.lm_head
+
+    # ------------------------------------------------------------------ vision tower
+    def normalize(self, image: Tensor) -> Tensor:
+        """[3, H, W] in [0, 1] -> the tower's input scale."""
+        return (image - self.mean.to(image)) / self.std.to(image)
+
+    def tower_kwargs(self, segments: Sequence[Segment]) -> dict[str, Tensor]:
+        """Precomputed tower inputs for the segments: rotary positions and attention segments."""
+        mm = self.merge * self.merge
+        dev = segments[0].patches.device
+        lengths = torch.tensor([len(s.cells) * mm for s in segments], device=dev)
+        return {"position_ids": torch.cat([patch_positions(s.cells, self.merge) for s in segments]),
+                "cu_seqlens": F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)}
+
+    def tower_outputs(self, out: Any) -> tuple[Tensor, list[Tensor]]:
+        return out.pooler_output, []
+
+    @torch.no_grad()
+    def encode_segments(self, segments: Sequence[Segment]) -> list[tuple[Tensor, list[Tensor]]]:
+        """One tower call over every segment -> per segment (merged tokens [n, D], deepstack [[n, D]])."""
+        pixels = torch.cat([s.patches for s in segments]).to(self.visual.dtype)
+        thw = torch.tensor([[1, self.merge, self.merge * len(s.cells)] for s in segments])  # patch counts only
+        out = self.visual(pixels, grid_thw=thw, **self.tower_kwargs(segments))
+        tokens, deep = self.tower_outputs(out)
+        sizes = [len(s.cells) for s in segments]
+        return [(t, [d[i] for d in [x.split(sizes) for x in deep]])
+                for i, t in enumerate(tokens.split(sizes))]
+
+    # ------------------------------------------------------------------ visual tokens
+    def gestalt_image(self, image: Tensor, grid: tuple[int, int]) -> Tensor:
+        """The image shrunk to ``grid`` cells (antialiased), for the model's own low-res encoding."""
+        size = (grid[0] * self.cell, grid[1] * self.cell)
+        return F.interpolate(image[None].float(), size=size, mode="bilinear", antialias=True,
+                             align_corners=False)[0].clamp(0, 1)
+
+    @torch.no_grad()
+    def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
+               gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled",
+               weights: Sequence[Tensor | None] | None = None) -> list[VisualTokens]:
+        """Gestalt + saccade tokens per image.
+
+        Args:
+            images: each [3, H, W] in [0, 1], H and W multiples of ``cell``.
+            cells: each [K, 2] (y, x) chosen cells in relevance order (ignored by ``weighted``).
+            mode: ``sparse`` encodes only the chosen cells; ``slice`` encodes the full grid and keeps
+                the chosen tokens; ``weighted`` keeps every token, scaled by ``weights`` [Hc, Wc].
+            gestalt: per image the gestalt grid (rows, cols) or None for no gestalt.
+            layout: how saccades are placed relative to the gestalt (see :func:`visual_positions`).
+        """
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        n = len(images)
+        gestalt = [None] * n if gestalt is None else list(gestalt)
+        weights = [None] * n if weights is None else list(weights)
+        if not (len(cells) == len(gestalt) == len(weights) == n):
+            raise ValueError(f"need cells, gestalt and weights for each of the {n} images")
+        segments, plan = [], []
+        for img, chosen, g, w in zip(images, cells, gestalt, weights):
+            x = self.normalize(img.float())
+            hc, wc = x.shape[1] // self.cell, x.shape[2] // self.cell
+            rows = patchify(x, self.patch, self.merge, self.temporal)
+            if mode == "weighted":
+                if w is None or tuple(w.shape) != (hc, wc):
+                    raise ValueError(f"weighted mode needs a [{hc}, {wc}] weight map per image")
+                chosen = all_cells(hc, wc, x.device)
+            elif chosen is None or chosen.ndim != 2 or chosen.shape[1] != 2 or len(chosen) == 0:
+                raise ValueError("cells must be a non-empty [K, 2] (y, x) tensor per image")
+            chosen = chosen.long().to(x.device)
+            if ((chosen < 0) | (chosen >= torch.tensor([hc, wc], device=x.device))).any():
+                raise ValueError(f"cells out of bounds for a {hc}x{wc} cell grid")
+            flat = chosen[:, 0] * wc + chosen[:, 1]
+            if len(torch.unique(flat)) != len(flat):
+                raise ValueError("cells must be distinct")
+            if g is not None:
+                segments.append(Segment(patchify(self.normalize(self.gestalt_image(img, g)), self.patch,
+                                                 self.merge, self.temporal), all_cells(*g, x.device), g))
+            if mode == "sparse":
+                mm = self.merge * self.merge
+                segments.append(Segment(rows.view(hc * wc, mm, -1)[flat].reshape(len(flat) * mm, -1), chosen, (hc, wc)))
+            else:
+                segments.append(Segment(rows, all_cells(hc, wc, x.device), (hc, wc)))
+            plan.append((g, chosen, flat, (hc, wc), w))
+        encoded = iter(self.encode_segments(segments))
+        out = []
+        for g, chosen, flat, grid, w in plan:
+            parts = [next(encoded)] if g is not None else []
+            tok, deep = next(encoded)
+            patches = len(tok) * self.merge ** 2 + (len(parts[0][0]) * self.merge ** 2 if parts else 0)
+            if mode == "slice":
+                tok, deep = tok[flat], [d[flat] for d in deep]
+            elif mode == "weighted":
+                tok = tok * w.reshape(-1, 1).to(tok)
+            parts.append((tok, deep))
+            embeds = torch.cat([p[0] for p in parts])
+            deepstack = [torch.cat([p[1][j] for p in parts]) for j in range(len(parts[0][1]))]
+            out.append(VisualTokens(embeds, visual_positions(g, chosen, grid, layout), len(parts[0][0]) if g else 0,
+                                    deepstack, patches))
+        return out
+
+    def encode_native(self, images: Sequence[Tensor]) -> list[VisualTokens]:
+        """Every cell at full resolution, native positions: what the model sees without arr-coc."""
+        return self.encode(images, [all_cells(i.shape[1] // self.cell, i.shape[2] // self.cell) for i in images],
+                           mode="slice")
+
+    # ------------------------------------------------------------------ language model
+    def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
+        """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
+        if self.tokenizer is None:
+            raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        source = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
+        if getattr(source, "chat_template", None):
+            text = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:  # no template: the bare Qwen image block, then the question
+            cfg = self.model.config
+            ids = [cfg.vision_start_token_id, self.image_token_id, cfg.vision_end_token_id]
+            ids += self.tokenizer(question, add_special_tokens=False)["input_ids"]
+        where = [i for i, t in enumerate(ids) if t == self.image_token_id]
+        if len(where) != 1:
+            raise ValueError(f"the chat template must yield exactly one image placeholder, found {len(where)}")
+        return ids[:where[0]], ids[where[0] + 1:]
+
+    def embed_tokens(self, ids: Tensor) -> Tensor:
+        return self.lm.embed_tokens(ids)
+
+    def language_model(self, x: dict) -> Tensor:
+        out = self.lm(inputs_embeds=x["inputs_embeds"], attention_mask=x["attention_mask"],
+                      position_ids=x["position_ids"], past_key_values=x.get("past_key_values"),
+                      use_cache=x.get("past_key_values") is not None, **self.deepstack_kwargs(x))
+        return out.last_hidden_state
+
+    def deepstack_kwargs(self, x: dict) -> dict:
+        return {}
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.head(hidden)
+
+    def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
+        """Inputs for the model's own forward (image placeholders expanded, patches, grids): the reference."""
+        ids, thw, pix = [], [], []
+        for img, q in zip(images, questions):
+            hc, wc = img.shape[1] // self.cell, img.shape[2] // self.cell
+            pre, suf = self.prompt_ids(q)
+            ids.append(pre + [self.image_token_id] * (hc * wc) + suf)
+            thw.append([1, hc * self.merge, wc * self.merge])
+            pix.append(patchify(self.normalize(img.float()), self.patch, self.merge, self.temporal))
+        length = max(map(len, ids))
+        pad = self.text_config.pad_token_id or 0
+        input_ids = torch.tensor([[pad] * (length - len(i)) + i for i in ids])
+        mask = torch.tensor([[0] * (length - len(i)) + [1] * len(i) for i in ids])
+        return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": torch.cat(pix),
+                "image_grid_thw": torch.tensor(thw), "mm_token_type_ids": (input_ids == self.image_token_id).int() * mask}
+
+
+@ADAPTERS.register("qwen2_vl")
+class Qwen2VLAdapter(QwenVLAdapter):
+    """Qwen2-VL (the base class as is)."""
+
+
+@ADAPTERS.register("qwen2_5_vl")
+class Qwen25VLAdapter(QwenVLAdapter):
+    """Qwen2.5-VL: adds window attention, recomputed for the chosen cells of each segment."""
+
+    name = "qwen2_5_vl"
+
+    def tower_kwargs(self, segments: Sequence[Segment]) -> dict[str, Tensor]:
+        kw = super().tower_kwargs(segments)
+        vc = self.model.config.vision_config
+        window = vc.window_size // self.merge // self.patch  # cells per window side
+        orders, sizes, offset = [], [], 0
+        for s in segments:
+            order, counts = window_order(s.cells, s.grid, window)
+            orders.append(order + offset)
+            sizes.append(counts)
+            offset += len(s.cells)
+        cu = torch.cat(sizes).cumsum(0) * self.merge ** 2
+        kw.update(window_index=torch.cat(orders), cu_window_seqlens=F.pad(cu, (1, 0)).to(torch.int32))
+        return kw
+
+
+@ADAPTERS.register("qwen3_vl")
+class Qwen3VLAdapter(QwenVLAdapter):
+    """Qwen3-VL: adds the interpolated absolute position table and the DeepStack features."""
+
+    name = "qwen3_vl"
+    default_mean, default_std = (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+
+    def tower_kwargs(self, segments: Sequence[Segment]) -> dict[str, Tensor]:
+        from transformers.vision_utils import get_vision_interpolation_indices_and_weights
+
+        kw = super().tower_kwargs(segments)
+        mm, idx, wts = self.merge ** 2, [], []
+        for s in segments:
+            thw = torch.tensor([[1, s.grid[0] * self.merge, s.grid[1] * self.merge]], device=s.cells.device)
+            i, w = get_vision_interpolation_indices_and_weights(
+                thw, self.visual.num_grid_per_side, mode=self.visual.interpolation_mode,
+                align_corners=self.visual.interpolation_align_corners, spatial_merge_size=self.merge)
+            rows = ((s.cells[:, 0] * s.grid[1] + s.cells[:, 1])[:, None] * mm
+                    + torch.arange(mm, device=s.cells.device)).flatten()  # cell-major patch rows
+            idx.append(i[rows])
+            wts.append(w[rows])
+        kw.update(interp_indices=torch.cat(idx), interp_weights=torch.cat(wts))
+        return kw
+
+    def tower_outputs(self, out: Any) -> tuple[Tensor, list[Tensor]]:
+        return out.pooler_output, list(out.deepstack_features)
+
+    def deepstack_kwargs(self, x: dict) -> dict:
+        if not x.get("deepstack"):
+            return {}
+        return {"visual_pos_masks": x["visual_mask"], "deepstack_visual_embeds": x["deepstack"]}
