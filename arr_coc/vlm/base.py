@@ -29,7 +29,7 @@ class VisualTokens:
     positions: Tensor  # [R, N] float rotary positions, relative to where the image starts
     n_gestalt: int  # the first n_gestalt tokens are the gestalt
     deepstack: list[Tensor] = field(default_factory=list)  # per injected LLM layer [N, D] (Qwen3-VL)
-    vision_patches: int = 0  # patches the vision tower encoded for this image (for the FLOP estimate)
+    vision_segments: tuple[int, ...] = ()  # patches per attention segment the tower encoded (FLOP estimate)
 
     @property
     def extent(self) -> int:
@@ -104,8 +104,8 @@ def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[
         dev = vis.embeds.device
         pre_t = torch.as_tensor(list(pre), dtype=torch.long, device=dev)
         suf_t = torch.as_tensor(list(suf), dtype=torch.long, device=dev)
-        emb = torch.cat([embed_tokens(pre_t[None])[0], vis.embeds.to(embed_tokens.weight.dtype),
-                         embed_tokens(suf_t[None])[0]])  # [n, D]
+        text_pre, text_suf = embed_tokens(pre_t[None])[0], embed_tokens(suf_t[None])[0]
+        emb = torch.cat([text_pre, vis.embeds.to(text_pre.dtype), text_suf])  # [n, D]
         start, after = len(pre), len(pre) + vis.extent
         pos = torch.cat([torch.arange(len(pre), device=dev, dtype=torch.float32).expand(rope_rows, -1),
                          vis.positions.float().to(dev) + start,

@@ -222,7 +222,7 @@ class QwenVLAdapter:
         for g, chosen, flat, grid, w in plan:
             parts = [next(encoded)] if g is not None else []
             tok, deep = next(encoded)
-            patches = len(tok) * self.merge ** 2 + (len(parts[0][0]) * self.merge ** 2 if parts else 0)
+            segs = tuple(len(p[0]) * self.merge ** 2 for p in parts) + (len(tok) * self.merge ** 2,)
             if mode == "slice":
                 tok, deep = tok[flat], [d[flat] for d in deep]
             elif mode == "weighted":
@@ -231,7 +231,7 @@ class QwenVLAdapter:
             embeds = torch.cat([p[0] for p in parts])
             deepstack = [torch.cat([p[1][j] for p in parts]) for j in range(len(parts[0][1]))]
             out.append(VisualTokens(embeds, visual_positions(g, chosen, grid, layout), len(parts[0][0]) if g else 0,
-                                    deepstack, patches))
+                                    deepstack, segs))
         return out
 
     def encode_native(self, images: Sequence[Tensor]) -> list[VisualTokens]:

@@ -1,0 +1,161 @@
+"""Ask a frozen VLM about images with gestalt + saccades: load, allocate, encode, assemble, decode.
+
+>>> from arr_coc.vlm import load_vlm
+>>> adapter = load_vlm("tiny:qwen2_5_vl")  # random weights: the answer is noise, the plumbing is real
+>>> adapter.cell
+28
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import torch
+
+from arr_coc.config import ARRConfig, SamplerConfig
+from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate
+
+WEIGHT_FLOOR = 0.5  # weighted mode: the least relevant token keeps half its embedding, none vanishes
+
+
+def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any:
+    """An adapter around a checkpoint folder or hub id (``from_pretrained``), or ``tiny:<family>``.
+
+    The adapter is chosen from the config's ``model_type`` in the ``ADAPTERS`` registry.
+    """
+    from transformers import AutoConfig, AutoModelForImageTextToText, AutoTokenizer
+
+    if name_or_path.startswith("tiny:"):
+        from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
+
+        family = name_or_path.split(":", 1)[1]
+        ip = tiny_image_processor(family)
+        return ADAPTERS.get(family)(tiny_model(family), tiny_tokenizer(), image_mean=ip.image_mean,
+                                    image_std=ip.image_std)
+    try:
+        config = AutoConfig.from_pretrained(name_or_path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot load a VLM config from {name_or_path!r}: {err}") from err
+    adapter_cls = ADAPTERS.get(config.model_type)  # unknown families raise with the registered names
+    model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=dtype or "auto")
+    if device is not None:
+        model = model.to(device)
+    processor, tokenizer, mean, std = _processor_parts(name_or_path)
+    if tokenizer is None:
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    return adapter_cls(model, tokenizer, processor=processor, image_mean=mean, image_std=std)
+
+
+def _processor_parts(path: str) -> tuple[Any, Any, Any, Any]:
+    """The processor if it loads; else its parts (the video processor needs torchvision)."""
+    from transformers import AutoImageProcessor, AutoProcessor
+
+    try:
+        proc = AutoProcessor.from_pretrained(path)
+        ip = getattr(proc, "image_processor", None)
+        return proc, getattr(proc, "tokenizer", None), getattr(ip, "image_mean", None), getattr(ip, "image_std", None)
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    try:
+        ip = AutoImageProcessor.from_pretrained(path)
+        return None, None, ip.image_mean, ip.image_std
+    except (ImportError, OSError, ValueError):  # no preprocessor config: the adapter's family defaults
+        return None, None, None, None
+
+
+@dataclass
+class Answer:
+    """One question's answer and what it cost against the model's full-resolution input."""
+
+    question: str
+    text: str
+    tokens: list[int]
+    gestalt_tokens: int
+    saccades: int
+    full_tokens: int  # visual tokens of the full-resolution image
+    flops: dict[str, float]  # estimated prefill FLOPs sent: llm, vision, total
+    flops_full: dict[str, float]  # the same at full resolution
+    cells: torch.Tensor = field(repr=False)  # [K, 2] (y, x) saccade cells in relevance order
+
+    @property
+    def visual_tokens(self) -> int:
+        return self.gestalt_tokens + self.saccades
+
+
+def relevance_weights(relevance: torch.Tensor, valid: torch.Tensor, floor: float = WEIGHT_FLOOR) -> torch.Tensor:
+    """Weighted mode (seed Option C): relevance min-max scaled per image into [floor, 1]; [B, Hc, Wc].
+
+    >>> relevance_weights(torch.tensor([[[0., 2.], [4., 9.]]]), torch.tensor([[[True, True], [True, False]]]))
+    tensor([[[0.5000, 0.7500],
+             [1.0000, 0.5000]]])
+    """
+    r = relevance.masked_fill(~valid, float("inf"))
+    lo = r.flatten(1).amin(1).view(-1, 1, 1)
+    hi = relevance.masked_fill(~valid, float("-inf")).flatten(1).amax(1).view(-1, 1, 1)
+    unit = ((relevance - lo) / (hi - lo).clamp_min(1e-12)).clamp(0, 1)
+    return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
+
+
+def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int]) -> dict[str, float]:
+    cfg_t, cfg_v = adapter.text_config, adapter.model.config.vision_config
+    llm = sum(p.numel() for p in adapter.lm.layers.parameters())
+    vit = sum(p.numel() for p in adapter.visual.parameters())
+    return flops_estimate(llm, cfg_t.num_hidden_layers, cfg_t.hidden_size, prompt_tokens, vit,
+                          cfg_v.depth, getattr(cfg_v, "embed_dim", None) or cfg_v.hidden_size, segments)
+
+
+def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any = None, budget: int | None = None,
+        mode: str = "sparse", layout: str = "scaled", gestalt: bool = True, max_new_tokens: int = 32,
+        config: ARRConfig | None = None) -> list[Answer]:
+    """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades.
+
+    Args:
+        adapter: a VLM adapter (:func:`load_vlm`); its cell sets the canvas cell.
+        images: what :class:`arr_coc.ARR` accepts (paths, PIL images, tensors; one or a list).
+        questions: one per image.
+        arr: an ARR whose canvas cell equals ``adapter.cell``; built from ``config`` when None.
+        budget: saccades per image (default: the config's sampler budget).
+        mode, layout: see :meth:`arr_coc.vlm.qwen.QwenVLAdapter.encode`.
+        gestalt: send the gestalt (the config's grid for the budget) before the saccades.
+    """
+    from arr_coc.pipeline import ARR
+
+    if arr is None:
+        config = config or ARRConfig()
+        config = replace(config, canvas=replace(config.canvas, cell=adapter.cell))
+        arr = ARR(config)
+    if arr.config.canvas.cell != adapter.cell:
+        raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs "
+                         f"{adapter.cell} px; build ARRConfig(canvas=CanvasConfig(cell={adapter.cell}))")
+    k = budget if budget is not None else arr.config.sampler.budget
+    alloc = arr(images, questions, budget=k)
+    canvas, cell = alloc.canvas, adapter.cell
+    imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
+    grids = [(h // cell, w // cell) for h, w in canvas.sizes]
+    cells = [alloc.positions[b] for b in range(canvas.batch_size)]
+    # weighted mode already sends every cell of the image: a gestalt would repeat it
+    gestalts = [arr.config.gestalt.grid_for(k, g) if gestalt and mode != "weighted" else None for g in grids]
+    weights = None
+    if mode == "weighted":
+        w = relevance_weights(alloc.relevance.map, canvas.valid)
+        weights = [w[b, :g[0], :g[1]] for b, g in enumerate(grids)]
+    visual: list[VisualTokens] = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout,
+                                                weights=weights)
+    prompts = [adapter.prompt_ids(q) for q in alloc.queries]
+    prefill = assemble(adapter.embed_tokens, [p[0] for p in prompts], visual, [p[1] for p in prompts],
+                       adapter.rope_rows)
+    eos = adapter.text_config.eos_token_id
+    tokens, _ = generate(adapter, prefill, max_new_tokens=max_new_tokens, eos_token_id=eos)
+    answers = []
+    for b, (vis, (pre, suf)) in enumerate(zip(visual, prompts)):
+        toks = tokens[b].tolist()
+        if eos is not None:
+            stop = [eos] if isinstance(eos, int) else list(eos)
+            toks = toks[:next((i for i, t in enumerate(toks) if t in stop), len(toks))]
+        full = grids[b][0] * grids[b][1]
+        text = adapter.tokenizer.decode(toks, skip_special_tokens=True).strip()
+        answers.append(Answer(alloc.queries[b], text, toks, vis.n_gestalt, len(vis) - vis.n_gestalt, full,
+                              _flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments),
+                              _flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
+                              cells[b].cpu()))
+    return answers
