@@ -1,0 +1,246 @@
+"""Qwen-VL adapters against the models' own forward, on tiny random-weight models of each family.
+
+Every exactness test carries a negative control: the same comparison with deliberately wrong
+positions must fail, so a test cannot pass because the model ignores positions.
+"""
+import numpy as np
+import pytest
+import torch
+from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_window_index
+
+from arr_coc.vlm import ADAPTERS, assemble, generate
+from arr_coc.vlm.qwen import Segment, all_cells, patch_positions, patchify, visual_positions, window_order
+from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
+
+ATOL = 1e-4  # logits are O(10); float32 reordering of sums stays far below this
+WRONG = 1e-2  # a wrong position must move some logit by more than this
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def adapter(request):
+    ip = tiny_image_processor(request.param)
+    return ADAPTERS.get(request.param)(tiny_model(request.param), tiny_tokenizer(), image_mean=ip.image_mean,
+                                       image_std=ip.image_std)
+
+
+def image(adapter, hc, wc, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(3, hc * adapter.cell, wc * adapter.cell, generator=g)
+
+
+def prefill_for(adapter, images, questions, visuals):
+    prompts = [adapter.prompt_ids(q) for q in questions]
+    return assemble(adapter.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], 3)
+
+
+def run_llm(adapter, pf, position_ids=None):
+    x = dict(inputs_embeds=pf.inputs_embeds, attention_mask=pf.attention_mask, visual_mask=pf.visual_mask,
+             position_ids=pf.position_ids if position_ids is None else position_ids, deepstack=pf.deepstack)
+    with torch.no_grad():
+        return adapter.logits(adapter.language_model(x))
+
+
+def native_logits(adapter, images, questions):
+    with torch.no_grad():
+        out = adapter.model(**adapter.native_inputs(images, questions))
+    return out.logits
+
+
+def far(a, b):
+    return (a - b).abs().max().item() > WRONG
+
+
+# ----------------------------------------------------------------------------- pure pieces
+
+
+def test_patchify_reproduces_the_qwen_image_processor_rows():
+    ip = tiny_image_processor("qwen2_5_vl")
+    pixels = (np.random.default_rng(0).random((56, 84, 3)) * 255).astype(np.uint8)  # 2x3 cells, no resize
+    ref = ip(images=[pixels], return_tensors="pt")
+    assert ref["image_grid_thw"].tolist() == [[1, 4, 6]]
+    img = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
+    norm = (img - torch.tensor(ip.image_mean).view(3, 1, 1)) / torch.tensor(ip.image_std).view(3, 1, 1)
+    torch.testing.assert_close(patchify(norm, 14, 2, 2), ref["pixel_values"], atol=1e-4, rtol=1e-5)
+
+
+def test_window_order_is_the_native_window_attention_for_every_cell():
+    for hc, wc in [(5, 7), (4, 4), (1, 9), (8, 3)]:
+        order, sizes = window_order(all_cells(hc, wc), (hc, wc), 4)
+        index, cu = get_vision_window_index(torch.tensor([[1, 2 * hc, 2 * wc]]), 2, 112, 14)
+        assert order.tolist() == index.tolist()
+        assert torch.nn.functional.pad(sizes.cumsum(0) * 4, (1, 0)).tolist() == cu.tolist()
+
+
+def test_patch_positions_and_interpolation_rows_match_the_full_grid():
+    cells = all_cells(3, 5)
+    native_pos = torch.stack(torch.meshgrid(torch.arange(6), torch.arange(10), indexing="ij"), -1)
+    native_pos = native_pos.reshape(3, 2, 5, 2, 2).permute(0, 2, 1, 3, 4).reshape(-1, 2)  # block-major
+    assert patch_positions(cells, 2).tolist() == native_pos.tolist()
+    full_i, full_w = get_vision_interpolation_indices_and_weights(torch.tensor([[1, 6, 10]]), 4, align_corners=True,
+                                                                  spatial_merge_size=2)
+    assert full_i.shape == (60, 4) and torch.allclose(full_w.sum(1), torch.ones(60))
+
+
+def test_visual_positions_layouts():
+    cells = torch.tensor([[0, 0], [7, 3]])
+    scaled = visual_positions((4, 2), cells, (8, 4), "scaled")  # gestalt 4x2 over an 8x4 grid: halves
+    assert scaled.shape == (3, 8 + 2)
+    assert scaled[:, :8].T.tolist()[-1] == [0.0, 3.0, 1.0]  # last gestalt token
+    assert scaled[:, 8:].T.tolist() == [[0.0, -0.25, -0.25], [0.0, 3.25, 1.25]]
+    temporal = visual_positions((4, 2), cells, (8, 4), "temporal")
+    assert temporal[:, 8:].T.tolist() == [[1.0, 0.0, 0.0], [1.0, 7.0, 3.0]]
+    native = visual_positions(None, all_cells(2, 3), (2, 3))
+    assert native.T.tolist() == [[0.0, y, x] for y in range(2) for x in range(3)]
+    with pytest.raises(ValueError, match="unknown layout 'polar'"):
+        visual_positions(None, cells, (8, 4), "polar")
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("mode", ["sparse", "slice", "weighted"])
+def test_every_cell_reproduces_the_native_forward(adapter, mode):
+    img, q = image(adapter, 5, 7), "What is the total?"
+    ref = native_logits(adapter, [img], [q])
+    cells = all_cells(5, 7)
+    vis = adapter.encode([img], [cells], mode=mode, weights=[torch.ones(5, 7)] if mode == "weighted" else None)
+    assert len(vis[0]) == 35 and vis[0].n_gestalt == 0
+    pf = prefill_for(adapter, [img], [q], vis)
+    torch.testing.assert_close(run_llm(adapter, pf), ref, atol=ATOL, rtol=0)
+    # negative control: the same tokens with h and w swapped in the LLM positions
+    wrong = pf.position_ids.clone()
+    wrong[1:, :, pf.visual_mask[0]] = wrong[[2, 1]][:, :, pf.visual_mask[0]]
+    assert far(run_llm(adapter, pf, wrong), ref)
+
+
+def test_sparse_tower_positions_matter(adapter):
+    """Encoding each cell's true patches at another cell's place must change the tokens."""
+    img = image(adapter, 4, 6)
+    x = adapter.normalize(img)
+    rows, cells = patchify(x, adapter.patch, adapter.merge, adapter.temporal), all_cells(4, 6)
+    right = adapter.encode_segments([Segment(rows, cells, (4, 6))])[0][0]
+    torch.testing.assert_close(right, adapter.encode_native([img])[0].embeds, atol=1e-4, rtol=1e-5)
+    shifted = (cells + torch.tensor([1, 2])) % torch.tensor([4, 6])
+    assert far(adapter.encode_segments([Segment(rows, shifted, (4, 6))])[0][0], right)
+
+
+def test_sparse_subset_is_order_free_and_differs_from_slice(adapter):
+    img = image(adapter, 6, 6, seed=1)
+    cells = torch.tensor([[5, 5], [0, 0], [2, 3], [3, 2], [0, 5]])
+    a = adapter.encode([img], [cells], mode="sparse")[0]
+    perm = torch.tensor([3, 0, 4, 1, 2])
+    b = adapter.encode([img], [cells[perm]], mode="sparse")[0]
+    torch.testing.assert_close(b.embeds, a.embeds[perm], atol=1e-4, rtol=1e-5)
+    torch.testing.assert_close(b.positions, a.positions[:, perm])
+    sliced = adapter.encode([img], [cells], mode="slice")[0]
+    assert far(sliced.embeds, a.embeds)  # the tower saw 5 cells, not 36: different context
+
+
+def test_gestalt_is_the_models_own_low_resolution_encoding(adapter):
+    img = image(adapter, 8, 6, seed=2)
+    vis = adapter.encode([img], [torch.tensor([[7, 5], [0, 0]])], gestalt=[(4, 3)], mode="sparse")[0]
+    assert vis.n_gestalt == 12 and len(vis) == 14 and vis.vision_segments == (48, 8)
+    small = adapter.gestalt_image(img, (4, 3))
+    assert small.shape == (3, 4 * adapter.cell, 3 * adapter.cell)
+    torch.testing.assert_close(vis.embeds[:12], adapter.encode_native([small])[0].embeds, atol=1e-4, rtol=1e-5)
+    # the saccades are encoded without the gestalt in their attention segment
+    alone = adapter.encode([img], [torch.tensor([[7, 5], [0, 0]])], mode="sparse")[0]
+    torch.testing.assert_close(vis.embeds[12:], alone.embeds, atol=1e-4, rtol=1e-5)
+    assert vis.positions[:, 12:].T.tolist() == [[0.0, 3.25, 2.25], [0.0, -0.25, -0.25]]
+    if adapter.name == "qwen3_vl":
+        assert len(vis.deepstack) == 1 and vis.deepstack[0].shape == vis.embeds.shape
+
+
+# ----------------------------------------------------------------------------- generation and batching
+
+
+def manual_decode(adapter, pf, steps, shift=0.0):
+    """Recompute the whole sequence each step, no cache; ``shift`` moves the generated positions."""
+    emb, mask, pos, tokens, logits = pf.inputs_embeds, pf.attention_mask, pf.position_ids, [], []
+    for step in range(steps):
+        out = run_llm(adapter, type(pf)(emb, mask, pos, pf.next_position, torch.cat(
+            [pf.visual_mask, pf.visual_mask.new_zeros(len(mask), mask.shape[1] - pf.visual_mask.shape[1])], 1),
+            pf.deepstack))[:, -1]
+        nxt = out.argmax(-1)
+        tokens.append(nxt)
+        logits.append(out)
+        emb = torch.cat([emb, adapter.embed_tokens(nxt[:, None])], 1)
+        mask = torch.cat([mask, mask.new_ones(len(mask), 1)], 1)
+        p = (pf.next_position + step + shift)[None, :, None].expand(3, -1, 1)
+        pos = torch.cat([pos, p], 2)
+    return torch.stack(tokens, 1), torch.stack(logits, 1)
+
+
+def test_cached_generate_equals_manual_decode_with_custom_positions(adapter):
+    img = image(adapter, 6, 5, seed=3)
+    cells = torch.tensor([[5, 4], [1, 1], [3, 0], [0, 4]])
+    vis = adapter.encode([img], [cells], gestalt=[(3, 3)], layout="temporal")
+    pf = prefill_for(adapter, [img], ["Date?"], vis)
+    tokens, logits = generate(adapter, pf, max_new_tokens=5)
+    ref_tokens, ref_logits = manual_decode(adapter, pf, 5)
+    assert tokens.tolist() == ref_tokens.tolist()
+    torch.testing.assert_close(logits, ref_logits, atol=ATOL, rtol=0)
+    # negative control: decoding one position early changes what the model computes
+    _, wrong = manual_decode(adapter, pf, 5, shift=-1.0)
+    assert far(wrong[:, 1:], logits[:, 1:])
+
+
+def test_generate_stops_rows_at_eos(adapter):
+    img = image(adapter, 3, 3)
+    pf = prefill_for(adapter, [img], ["?"], adapter.encode_native([img]))
+    first = generate(adapter, pf, max_new_tokens=3)[0][0, 0].item()
+    tokens, _ = generate(adapter, pf, max_new_tokens=6, eos_token_id=first)
+    assert tokens.tolist() == [[first]]
+
+
+def test_a_batch_of_different_sizes_equals_each_image_alone(adapter):
+    imgs = [image(adapter, 6, 4, seed=4), image(adapter, 3, 7, seed=5)]
+    questions = ["What is the total?", "Date?"]
+    cells = [torch.tensor([[5, 3], [0, 0], [2, 2]]), torch.tensor([[1, 6], [2, 0], [0, 3]])]
+    gestalt = [(3, 2), (2, 4)]
+    vis = adapter.encode(imgs, cells, gestalt=gestalt)
+    pf = prefill_for(adapter, imgs, questions, vis)
+    assert pf.attention_mask.sum(1).tolist() != [pf.attention_mask.shape[1]] * 2  # really padded
+    tokens, logits = generate(adapter, pf, max_new_tokens=4)
+    for b in range(2):
+        one = adapter.encode([imgs[b]], [cells[b]], gestalt=[gestalt[b]])
+        torch.testing.assert_close(one[0].embeds, vis[b].embeds, atol=1e-4, rtol=1e-5)
+        t1, l1 = generate(adapter, prefill_for(adapter, [imgs[b]], [questions[b]], one), max_new_tokens=4)
+        assert t1.tolist() == tokens[b:b + 1].tolist()
+        torch.testing.assert_close(l1, logits[b:b + 1], atol=ATOL, rtol=0)
+    # negative control: the padded row without its mask attends to the padding
+    unmasked = type(pf)(pf.inputs_embeds, torch.ones_like(pf.attention_mask), pf.position_ids, pf.next_position,
+                        pf.visual_mask, pf.deepstack)
+    short = int(pf.attention_mask.sum(1).argmin())
+    assert far(run_llm(adapter, unmasked)[short, -1], run_llm(adapter, pf)[short, -1])
+
+
+def test_native_batch_reference_is_itself_consistent(adapter):
+    """The reference path pads too: a batch of two native prompts equals the two alone."""
+    imgs = [image(adapter, 3, 4, seed=6), image(adapter, 5, 2, seed=7)]
+    both = native_logits(adapter, imgs, ["a", "bb"])
+    for b in range(2):
+        one = native_logits(adapter, [imgs[b]], [["a", "bb"][b]])
+        torch.testing.assert_close(both[b, -1], one[0, -1], atol=ATOL, rtol=0)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(cells=[torch.tensor([[9, 0]])]), "out of bounds for a 3x4 cell grid"),
+    (dict(cells=[torch.tensor([[1, 1], [1, 1]])]), "cells must be distinct"),
+    (dict(cells=[torch.zeros(0, 2)]), "non-empty"),
+    (dict(cells=[torch.tensor([[0, 0]])], mode="dense"), "unknown mode 'dense'"),
+    (dict(cells=[torch.tensor([[0, 0]])], mode="weighted"), "weighted mode needs a \\[3, 4\\] weight map"),
+    (dict(cells=[torch.tensor([[0, 0]])], layout="polar"), "unknown layout"),
+    (dict(cells=[]), "need cells, gestalt and weights for each of the 1 images"),
+])
+def test_encode_rejects_bad_input_clearly(adapter, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        adapter.encode([image(adapter, 3, 4)], **kwargs)
+
+
+def test_patchify_rejects_sides_off_the_cell():
+    with pytest.raises(ValueError, match="multiples of the 28 px cell, got 30x56"):
+        patchify(torch.zeros(3, 30, 56), 14, 2, 2)
