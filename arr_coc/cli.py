@@ -15,10 +15,13 @@ def _registered() -> str:
     from .relevance import SCORERS
     from .samplers import SAMPLERS
     from .texture import CHANNELS
+    from .vlm import ADAPTERS, LAYOUTS, MODES
 
     return (f"samplers: {', '.join(SAMPLERS.names())}\n"
             f"texture channels: {', '.join(CHANNELS.names())}\n"
-            f"scorers: {', '.join(SCORERS.names())}")
+            f"scorers: {', '.join(SCORERS.names())}\n"
+            f"VLM adapters (config model_type): {', '.join(ADAPTERS.names())}; "
+            f"modes: {', '.join(MODES)}; layouts: {', '.join(LAYOUTS)}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -85,6 +88,32 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--clip-model", default=None, metavar="PATH_OR_ID", help="weights for the 'clip' channel")
     ev.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
+    from .vlm import LAYOUTS, MODES
+
+    ask = sub.add_parser("ask", formatter_class=fmt, epilog=_registered(),
+                         help="answer a question with a frozen VLM fed gestalt + saccades",
+                         description="Allocate saccades, encode gestalt + saccades with the VLM's own vision "
+                                     "tower at their true positions, and let the VLM answer.")
+    ask.add_argument("image", help="image file (any format PIL reads)")
+    ask.add_argument("question", help='the question, e.g. "What is the total?"')
+    ask.add_argument("--model", required=True, metavar="PATH_OR_ID",
+                     help="checkpoint folder or hub id loaded with from_pretrained (Qwen2/2.5/3-VL), "
+                          "or tiny:<family> for a random-weight model that only exercises the plumbing")
+    ask.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="saccade tokens K (default %(default)s)")
+    ask.add_argument("--mode", choices=MODES, default="sparse",
+                     help="sparse: the tower encodes only the chosen cells; slice: full grid, keep the chosen "
+                          "tokens; weighted: every token, scaled by relevance (default %(default)s)")
+    ask.add_argument("--layout", choices=LAYOUTS, default="scaled",
+                     help="saccade positions: in the gestalt's frame, or as a second temporal slice")
+    ask.add_argument("--no-gestalt", action="store_true", help="send the saccades only")
+    ask.add_argument("--sampler", default=SamplerConfig.name, help="sampler name (default %(default)s)")
+    ask.add_argument("--channels", nargs="+", default=None, metavar="NAME", help="texture channels, as for look")
+    ask.add_argument("--max-pixels", type=int, default=CanvasConfig.max_pixels,
+                     help="largest canvas area in px (default %(default)s)")
+    ask.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit (default %(default)s)")
+    ask.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
+    ask.add_argument("--dtype", default=None, help="model dtype, e.g. bfloat16 (default: the checkpoint's)")
+    ask.add_argument("--device", default=None, help="e.g. cuda (default: cpu)")
     return p
 
 
@@ -185,10 +214,44 @@ def evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def ask(args: argparse.Namespace) -> int:
+    import torch
+
+    from .config import ARRConfig, CanvasConfig, SamplerConfig
+    from .pipeline import ARR
+    from .query import HashingQueryEncoder, MiniLMQueryEncoder
+    from .vlm import ask as answer, load_vlm
+
+    start = time.perf_counter()
+    adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    load_s = time.perf_counter() - start
+    config = ARRConfig(canvas=CanvasConfig(cell=adapter.cell, max_pixels=args.max_pixels),
+                       texture=texture_config(args.channels), sampler=SamplerConfig(name=args.sampler, budget=args.budget))
+    arr = ARR(config, query_encoder=encoder).eval()
+    if args.device:
+        arr = arr.to(args.device)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        a = answer(adapter, [args.image], [args.question], arr=arr, mode=args.mode, layout=args.layout,
+                   gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens)[0]
+    run_s = time.perf_counter() - start
+    tf, ff = a.flops["total"], a.flops_full["total"]
+    print(f"question      {a.question!r}")
+    print(f"answer        {a.text!r}")
+    print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout {args.layout}")
+    print(f"visual tokens sent {a.visual_tokens} = {a.gestalt_tokens} gestalt + {a.saccades} saccades  |  "
+          f"full resolution {a.full_tokens}  ({100 * a.visual_tokens / a.full_tokens:.0f}%)")
+    print(f"prefill FLOPs est. {tf / 1e12:.3g} T (LLM {a.flops['llm'] / 1e12:.3g} T + vision "
+          f"{a.flops['vision'] / 1e12:.3g} T)  |  full resolution {ff / 1e12:.3g} T  ({ff / tf:.1f}x less)")
+    print(f"time          load {load_s:.1f} s  |  allocate + encode + answer {run_s:.1f} s")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"look": look, "eval": evaluate}[args.command](args)
+        return {"look": look, "eval": evaluate, "ask": ask}[args.command](args)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2

@@ -1,0 +1,316 @@
+"""LLaVA adapter: the model's own 336 px view as the gestalt, full-resolution CLIP cells as saccades.
+
+Shapes: ``S`` the tower's square input side (336 px for LLaVA-1.5); ``P`` the CLIP patch (14 px), one
+patch = one LLM token = one cell; ``g = S // P`` patches per tile side (24); ``Hc, Wc`` cells of the
+full image; ``K`` chosen cells; ``D`` the LLM width.
+
+The full image is cut into S x S tiles, so every saccade is encoded by the unmodified tower at its
+native resolution with the position embedding of its place inside its tile. The LLM uses a plain
+1-D RoPE, so visual tokens simply follow each other: gestalt, then saccades in relevance order.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens
+from arr_coc.vlm.qwen import CLIP_MEAN, CLIP_STD, all_cells
+
+# LLaVA-1.5's chat layout, with the tiny tokenizer's <|image_pad|> standing in for <image>.
+TINY_LLAVA_TEMPLATE = (
+    "{% for m in messages %}{{ m.role.upper() }}: {% if m.content is string %}{{ m.content }}{% else %}"
+    "{% for c in m.content %}{% if c.type == 'image' %}<|image_pad|>\n{% else %}{{ c.text }}{% endif %}"
+    "{% endfor %}{% endif %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+TINY_IMAGE_TOKEN_ID = 6  # <|image_pad|>, a special token of the tiny tokenizer
+
+
+def to_tiles(image: Tensor, size: int) -> Tensor:
+    """[C, H, W] -> [Th * Tw, C, size, size] row-major tiles; the last row/column is zero-padded.
+
+    Zero after normalisation is the mean colour, the neutral fill LLaVA pads images with.
+
+    >>> to_tiles(torch.ones(3, 5, 9), 4).shape
+    torch.Size([6, 3, 4, 4])
+    """
+    c, h, w = image.shape
+    th, tw = -(-h // size), -(-w // size)
+    x = F.pad(image, (0, tw * size - w, 0, th * size - h))
+    return x.reshape(c, th, size, tw, size).permute(1, 3, 0, 2, 4).reshape(th * tw, c, size, size)
+
+
+def to_patches(tile: Tensor, patch: int) -> Tensor:
+    """[C, S, S] -> [g * g, C, P, P] patches in raster order (CLIP's token order).
+
+    >>> to_patches(torch.arange(16.).view(1, 4, 4), 2)[1].flatten().tolist()
+    [2.0, 3.0, 6.0, 7.0]
+    """
+    c, s, _ = tile.shape
+    g = s // patch
+    return tile.reshape(c, g, patch, g, patch).permute(1, 3, 0, 2, 4).reshape(g * g, c, patch, patch)
+
+
+@ADAPTERS.register("llava")
+class LlavaAdapter:
+    """LLaVA (CLIP tower, MLP projector, 1-D RoPE LLM): gestalt + saccades through the frozen model."""
+
+    name = "llava"
+    rope_rows = 1
+    merge = 1  # one patch per LLM token
+
+    def __init__(self, model: Any, tokenizer: Any = None, *, processor: Any = None,
+                 image_mean: Sequence[float] | None = None, image_std: Sequence[float] | None = None) -> None:
+        self.model, self.processor = model.eval(), processor
+        self.tokenizer = tokenizer if tokenizer is not None else getattr(processor, "tokenizer", None)
+        cfg, vc = model.config, model.config.vision_config
+        if vc.image_size % vc.patch_size:
+            raise ValueError(f"the tower's image_size {vc.image_size} is not a multiple of its patch {vc.patch_size}")
+        self.cell, self.size = vc.patch_size, vc.image_size
+        self.side = self.size // self.cell
+        self.text_config, self.image_token_id = cfg.text_config, cfg.image_token_id
+        self.feature_layer, self.strategy = cfg.vision_feature_layer, cfg.vision_feature_select_strategy
+        # "full" keeps CLS in front of the patch tokens
+        self.native_tokens = self.side ** 2 + (self.strategy == "full")
+        mean, std = image_mean or CLIP_MEAN, image_std or CLIP_STD
+        self.mean, self.std = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)
+        self.visual, self.projector = model.model.vision_tower, model.model.multi_modal_projector
+        self.lm, self.head = model.model.language_model, model.lm_head
+
+    # ------------------------------------------------------------------ vision tower
+    def normalize(self, image: Tensor) -> Tensor:
+        """[3, H, W] in [0, 1] -> the tower's input scale, on the tower's device."""
+        image = image.float().to(self.visual.device)
+        return (image - self.mean.to(image)) / self.std.to(image)
+
+    def gestalt_image(self, image: Tensor) -> Tensor:
+        """The whole image squeezed (antialiased) to the tower's S x S input: nothing is cropped away."""
+        return F.interpolate(image[None].float(), size=(self.size, self.size), mode="bilinear", antialias=True,
+                             align_corners=False)[0].clamp(0, 1)
+
+    @torch.no_grad()
+    def tile_features(self, tiles: Tensor) -> Tensor:
+        """LLaVA's own image features of S x S tiles: [T, C, S, S] normalised -> [T, native_tokens, D]."""
+        out = self.model.model.get_image_features(pixel_values=tiles, vision_feature_layer=self.feature_layer,
+                                                  vision_feature_select_strategy=self.strategy)
+        return torch.stack(list(out.pooler_output))
+
+    @torch.no_grad()
+    def sparse_features(self, tile: Tensor, index: Tensor) -> Tensor:
+        """Tokens [k, D] of only the patches ``index`` [k] (raster, in-tile) of one tile [C, S, S].
+
+        The CLIP tower is composed from its public parts so that it attends over CLS + these
+        patches alone, each patch with the position embedding of its place in the tile.
+        """
+        emb = getattr(self.visual, "embeddings", None)
+        if not all(hasattr(m, a) for m, a in [(emb, "class_embedding"), (self.visual, "pre_layrnorm"),
+                                               (self.visual, "encoder")]):
+            raise ValueError(f"sparse mode needs a CLIP vision tower, not {type(self.visual).__name__}; "
+                             "use mode='slice'")
+        weight = emb.patch_embedding.weight
+        x = emb.patch_embedding(to_patches(tile, self.cell)[index].to(weight.dtype)).flatten(1)  # [k, Dv]
+        x = torch.cat([emb.class_embedding.to(x)[None], x])
+        x = x + emb.position_embedding(F.pad(index + 1, (1, 0)))  # CLS holds position 0
+        layers = self.visual.encoder.layers
+        wanted = [self.feature_layer] if isinstance(self.feature_layer, int) else list(self.feature_layer)
+        wanted = [i % (len(layers) + 1) for i in wanted]  # hidden state 0 is the encoder's input
+        states = [self.visual.pre_layrnorm(x[None])]
+        for layer in layers[:max(wanted)]:
+            states.append(layer(states[-1], None))
+        return self.projector(torch.cat([states[i] for i in wanted], -1)[0, 1:])
+
+    # ------------------------------------------------------------------ visual tokens
+    def check_cells(self, chosen: Tensor | None, grid: tuple[int, int], device: Any) -> Tensor:
+        """Validated [K, 2] long (y, x) cells inside ``grid``; None means none."""
+        if chosen is None:
+            return torch.zeros(0, 2, dtype=torch.long, device=device)
+        if chosen.ndim != 2 or chosen.shape[1] != 2:
+            raise ValueError(f"cells must be a [K, 2] (y, x) tensor per image, got shape {tuple(chosen.shape)}")
+        chosen = chosen.long().to(device)
+        if ((chosen < 0) | (chosen >= torch.tensor(grid, device=device))).any():
+            raise ValueError(f"cells out of bounds for a {grid[0]}x{grid[1]} cell grid")
+        flat = chosen[:, 0] * grid[1] + chosen[:, 1]
+        if len(torch.unique(flat)) != len(flat):
+            raise ValueError("cells must be distinct")
+        return chosen
+
+    @torch.no_grad()
+    def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
+               gestalt: Sequence[Any] | None = None, layout: str = "scaled",
+               weights: Sequence[Tensor | None] | None = None) -> list[VisualTokens]:
+        """Gestalt + saccade tokens per image.
+
+        Args:
+            images: each [3, H, W] in [0, 1], H and W multiples of ``cell`` (14 px).
+            cells: each [K, 2] (y, x) chosen cells in relevance order; empty or None for a gestalt
+                alone (ignored by ``weighted``).
+            mode: ``sparse`` encodes only the chosen patches of each tile; ``slice`` encodes every
+                tile holding a chosen cell and keeps the chosen tokens; ``weighted`` keeps every cell,
+                scaled by ``weights`` [Hc, Wc].
+            gestalt: per image, any non-None value sends LLaVA's own S x S encoding first (its grid
+                is fixed by the tower), None sends none.
+            layout: accepted for the protocol; a 1-D RoPE has one layout, tokens in sequence.
+        """
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+        n = len(images)
+        gestalt = [None] * n if gestalt is None else list(gestalt)
+        weights = [None] * n if weights is None else list(weights)
+        if not (len(cells) == len(gestalt) == len(weights) == n):
+            raise ValueError(f"need cells, gestalt and weights for each of the {n} images")
+        batch, plans = [], []  # S x S inputs of one native tower call; per image what to take from it
+        for img, chosen, g, w in zip(images, cells, gestalt, weights):
+            if img.ndim != 3 or img.shape[1] % self.cell or img.shape[2] % self.cell:
+                raise ValueError(f"images must be [3, H, W] with sides multiples of the {self.cell} px cell, "
+                                 f"got {tuple(img.shape)}")
+            x = self.normalize(img)
+            grid = (x.shape[1] // self.cell, x.shape[2] // self.cell)
+            tw = -(-grid[1] // self.side)
+            if mode == "weighted":
+                if w is None or tuple(w.shape) != grid:
+                    raise ValueError(f"weighted mode needs a [{grid[0]}, {grid[1]}] weight map per image")
+                chosen = all_cells(*grid, x.device)
+            chosen = self.check_cells(chosen, grid, x.device)
+            if len(chosen) == 0 and g is None:
+                raise ValueError("nothing to encode: give cells, a gestalt, or both, for each image")
+            tile = (chosen[:, 0] // self.side) * tw + chosen[:, 1] // self.side
+            inner = (chosen[:, 0] % self.side) * self.side + chosen[:, 1] % self.side
+            tiles = to_tiles(x, self.size)
+            plan = dict(grid=grid, w=w, tile=tile, inner=inner, gestalt=None, tiles=None, segments=[])
+            if g is not None:
+                plan["gestalt"] = len(batch)
+                batch.append(self.normalize(self.gestalt_image(img)))
+                plan["segments"].append(self.side ** 2 + 1)
+            used = torch.unique(tile)
+            if mode == "sparse":
+                tokens = None
+                for t in used.tolist():
+                    here = tile == t
+                    out = self.sparse_features(tiles[t], inner[here])
+                    tokens = out.new_zeros(len(chosen), out.shape[1]) if tokens is None else tokens
+                    tokens[here] = out
+                    plan["segments"].append(int(here.sum()) + 1)
+                plan["tokens"] = tokens
+            elif len(used):
+                used = torch.arange(len(tiles), device=x.device) if mode == "weighted" else used
+                plan["tiles"] = (len(batch), used)
+                batch.extend(tiles[used])
+                plan["segments"] += [self.side ** 2 + 1] * len(used)
+            plans.append(plan)
+        feats = self.tile_features(torch.stack(batch)) if batch else None
+        return [self._collect(p, feats, mode) for p in plans]
+
+    def _collect(self, plan: dict, feats: Tensor | None, mode: str) -> VisualTokens:
+        """One image's VisualTokens from its plan and the batched native tile features."""
+        parts = [] if plan["gestalt"] is None else [feats[plan["gestalt"]]]
+        extra = self.native_tokens - self.side ** 2  # CLS ahead of the patches under "full"
+        if mode == "sparse":
+            parts += [plan["tokens"]] if plan["tokens"] is not None else []
+        elif plan["tiles"] is not None:
+            start, used = plan["tiles"]
+            slot = torch.searchsorted(used, plan["tile"]) + start  # `used` is sorted
+            tokens = feats[slot, extra + plan["inner"]]
+            parts.append(tokens * plan["w"].to(tokens).reshape(-1, 1) if mode == "weighted" else tokens)
+        embeds = torch.cat(parts)
+        positions = torch.arange(len(embeds), device=embeds.device, dtype=torch.float32)[None]
+        n_gestalt = 0 if plan["gestalt"] is None else len(parts[0])
+        return VisualTokens(embeds, positions, n_gestalt, [], tuple(plan["segments"]))
+
+    def encode_native(self, images: Sequence[Tensor]) -> list[VisualTokens]:
+        """LLaVA's own encoding of each image (its S x S view): what the model sees without arr-coc."""
+        return self.encode(images, [None] * len(images), mode="slice", gestalt=[True] * len(images))
+
+    # ------------------------------------------------------------------ language model
+    def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
+        """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
+        if self.tokenizer is None:
+            raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
+        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+        source = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
+        if getattr(source, "chat_template", None):
+            text = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        else:  # no template: the image, then the question
+            ids = [self.image_token_id] + self.tokenizer(question, add_special_tokens=False)["input_ids"]
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        if bos is not None and (not ids or ids[0] != bos):  # LLaVA's processor adds BOS the template lacks
+            ids = [bos] + ids
+        where = [i for i, t in enumerate(ids) if t == self.image_token_id]
+        if len(where) != 1:
+            raise ValueError(f"the chat template must yield exactly one image placeholder, found {len(where)}")
+        return ids[:where[0]], ids[where[0] + 1:]
+
+    def embed_tokens(self, ids: Tensor) -> Tensor:
+        return self.lm.embed_tokens(ids)
+
+    def language_model(self, x: dict) -> Tensor:
+        pos = x["position_ids"]
+        if pos.ndim == 3:  # [1, B, L] from assemble/generate
+            pos = pos[0]
+        ids = pos.round().long()
+        if not torch.equal(ids.to(pos.dtype), pos):
+            raise ValueError("LLaVA's 1-D RoPE takes whole-number positions")
+        out = self.lm(inputs_embeds=x["inputs_embeds"], attention_mask=x["attention_mask"], position_ids=ids,
+                      past_key_values=x.get("past_key_values"), use_cache=x.get("past_key_values") is not None)
+        return out.last_hidden_state
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        return self.head(hidden)
+
+    def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
+        """Inputs for the model's own forward (placeholder expanded, S x S pixels): the reference."""
+        ids = []
+        for q in questions:
+            pre, suf = self.prompt_ids(q)
+            ids.append(pre + [self.image_token_id] * self.native_tokens + suf)
+        length = max(map(len, ids))
+        pad = self.text_config.pad_token_id or 0
+        input_ids = torch.tensor([[pad] * (length - len(i)) + i for i in ids])
+        mask = torch.tensor([[0] * (length - len(i)) + [1] * len(i) for i in ids])
+        pixels = torch.stack([self.normalize(self.gestalt_image(img)) for img in images])
+        # positions count real tokens only, as generate() does, so padded rows match unpadded ones
+        return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": pixels,
+                "position_ids": (mask.cumsum(1) - 1).clamp_min(0)}
+
+
+def tiny_llava_tokenizer() -> Any:
+    """The tiny character-level tokenizer with a LLaVA-1.5-style chat template."""
+    from arr_coc.vlm.tiny import tiny_tokenizer
+
+    tok = tiny_tokenizer()
+    tok.chat_template = TINY_LLAVA_TEMPLATE
+    return tok
+
+
+def tiny_llava_config(*, layers: int = 2, width: int = 32, image_size: int = 56) -> Any:
+    """A 2-layer CLIP (14 px patches, 4x4 grid) + 2-layer Llama LLaVA config for the tiny tokenizer."""
+    from transformers import LlavaConfig
+
+    vision = dict(model_type="clip_vision_model", hidden_size=width, intermediate_size=2 * width,
+                  num_hidden_layers=layers, num_attention_heads=2, image_size=image_size, patch_size=14,
+                  projection_dim=width)
+    text = dict(model_type="llama", hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=width // 2, vocab_size=128,
+                bos_token_id=None, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    return LlavaConfig(vision_config=vision, text_config=text, image_token_id=TINY_IMAGE_TOKEN_ID,
+                       image_seq_length=(image_size // 14) ** 2)
+
+
+def tiny_llava_model(std: float = 0.3, seed: int = 0, **kwargs: Any) -> Any:
+    """A tiny random ``LlavaForConditionalGeneration`` whose matrices are redrawn with ``std``.
+
+    >>> tiny_llava_model().config.model_type
+    'llava'
+    """
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(tiny_llava_config(**kwargs)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:  # position tables too, so the tower responds to where a patch sits
+                p.normal_(0.0, std)
+    return model
