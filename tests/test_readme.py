@@ -18,8 +18,19 @@ def test_readme_python_example_runs(monkeypatch):
     assert tuple(out.gestalt.tokens.shape) == (2, 256, 14) and tuple(out.relevance.weights.shape) == (2, 3)
 
 
+def test_readme_vlm_example_runs(monkeypatch):
+    text = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "load_vlm" in b)
+    monkeypatch.chdir(ROOT)
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)
+    answers = scope["answers"]
+    assert [a.visual_tokens for a in answers] == [64 + 64, 64 + 64]
+    assert answers[0].flops["total"] < answers[0].flops_full["total"]
+
+
 def test_readme_lists_every_module():
     text = (ROOT / "README.md").read_text()
-    for path in sorted((ROOT / "arr_coc").glob("*.py")):
+    for path in sorted((ROOT / "arr_coc").rglob("*.py")):
         if path.name != "__init__.py":
             assert path.name in text, f"{path.name} missing from the README's file tree"

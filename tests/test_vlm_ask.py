@@ -96,7 +96,7 @@ def test_cli_ask_prints_answer_tokens_and_flops(saved, receipt, capsys):
     out = capsys.readouterr().out
     assert "answer        '" in out
     assert "visual tokens sent 104 = 64 gestalt + 40 saccades  |  full resolution 1855  (6%)" in out
-    assert "prefill FLOPs est." in out and "x less)" in out
+    assert "prefill FLOPs est." in out and "(full / sent = " in out
 
 
 def test_cli_ask_errors_are_one_clear_line(tmp_path, receipt, capsys):
