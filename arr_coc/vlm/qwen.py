@@ -192,7 +192,9 @@ class QwenVLAdapter:
         if not (len(cells) == len(gestalt) == len(weights) == n):
             raise ValueError(f"need cells, gestalt and weights for each of the {n} images")
         segments, plan = [], []
+        device = self.visual.device  # the model may sit on a GPU while the canvas is on the CPU
         for img, chosen, g, w in zip(images, cells, gestalt, weights):
+            img = img.to(device)
             x = self.normalize(img.float())
             hc, wc = x.shape[1] // self.cell, x.shape[2] // self.cell
             rows = patchify(x, self.patch, self.merge, self.temporal)
