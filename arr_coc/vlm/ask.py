@@ -29,6 +29,10 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
         from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
 
         family = name_or_path.split(":", 1)[1]
+        if family == "llava":
+            from arr_coc.vlm.llava import tiny_llava_model, tiny_llava_tokenizer
+
+            return ADAPTERS.get("llava")(tiny_llava_model(), tiny_llava_tokenizer())
         ip = tiny_image_processor(family)
         return ADAPTERS.get(family)(tiny_model(family), tiny_tokenizer(), image_mean=ip.image_mean,
                                     image_std=ip.image_std)
@@ -100,8 +104,9 @@ def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int]) -> dict[st
     cfg_t, cfg_v = adapter.text_config, adapter.model.config.vision_config
     llm = sum(p.numel() for p in adapter.lm.layers.parameters())
     vit = sum(p.numel() for p in adapter.visual.parameters())
+    depth = getattr(cfg_v, "depth", None) or cfg_v.num_hidden_layers  # Qwen towers say depth, CLIP num_hidden_layers
     return flops_estimate(llm, cfg_t.num_hidden_layers, cfg_t.hidden_size, prompt_tokens, vit,
-                          cfg_v.depth, getattr(cfg_v, "embed_dim", None) or cfg_v.hidden_size, segments)
+                          depth, getattr(cfg_v, "embed_dim", None) or cfg_v.hidden_size, segments)
 
 
 def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any = None, budget: int | None = None,

@@ -10,6 +10,7 @@ native resolution with the position embedding of its place inside its tile. The 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
@@ -50,6 +51,19 @@ def to_patches(tile: Tensor, patch: int) -> Tensor:
     c, s, _ = tile.shape
     g = s // patch
     return tile.reshape(c, g, patch, g, patch).permute(1, 3, 0, 2, 4).reshape(g * g, c, patch, patch)
+
+
+@dataclass
+class Plan:
+    """What one image takes from the encoders: its gestalt row, its tiles' rows, or its sparse tokens."""
+
+    tile: Tensor  # [K] row-major tile of each chosen cell
+    inner: Tensor  # [K] raster index of each chosen cell inside its tile
+    weights: Tensor | None = None  # [Hc, Wc] (weighted mode)
+    gestalt: int | None = None  # row of the gestalt in the batched tower input
+    tiles: tuple[int, Tensor] | None = None  # (first row, sorted tile ids) in the batched tower input
+    tokens: Tensor | None = None  # [K, D] sparse saccade tokens
+    segments: list[int] = field(default_factory=list)  # patches per tower attention segment
 
 
 @ADAPTERS.register("llava")
@@ -161,14 +175,14 @@ class LlavaAdapter:
         weights = [None] * n if weights is None else list(weights)
         if not (len(cells) == len(gestalt) == len(weights) == n):
             raise ValueError(f"need cells, gestalt and weights for each of the {n} images")
-        batch, plans = [], []  # S x S inputs of one native tower call; per image what to take from it
+        batch: list[Tensor] = []  # S x S inputs of one native tower call, shared by every image
+        plans = []
         for img, chosen, g, w in zip(images, cells, gestalt, weights):
             if img.ndim != 3 or img.shape[1] % self.cell or img.shape[2] % self.cell:
                 raise ValueError(f"images must be [3, H, W] with sides multiples of the {self.cell} px cell, "
                                  f"got {tuple(img.shape)}")
             x = self.normalize(img)
             grid = (x.shape[1] // self.cell, x.shape[2] // self.cell)
-            tw = -(-grid[1] // self.side)
             if mode == "weighted":
                 if w is None or tuple(w.shape) != grid:
                     raise ValueError(f"weighted mode needs a [{grid[0]}, {grid[1]}] weight map per image")
@@ -176,48 +190,53 @@ class LlavaAdapter:
             chosen = self.check_cells(chosen, grid, x.device)
             if len(chosen) == 0 and g is None:
                 raise ValueError("nothing to encode: give cells, a gestalt, or both, for each image")
-            tile = (chosen[:, 0] // self.side) * tw + chosen[:, 1] // self.side
-            inner = (chosen[:, 0] % self.side) * self.side + chosen[:, 1] % self.side
-            tiles = to_tiles(x, self.size)
-            plan = dict(grid=grid, w=w, tile=tile, inner=inner, gestalt=None, tiles=None, segments=[])
+            tw = -(-grid[1] // self.side)
+            plan = Plan(tile=(chosen[:, 0] // self.side) * tw + chosen[:, 1] // self.side,
+                        inner=(chosen[:, 0] % self.side) * self.side + chosen[:, 1] % self.side,
+                        weights=w if mode == "weighted" else None)
             if g is not None:
-                plan["gestalt"] = len(batch)
+                plan.gestalt = len(batch)
                 batch.append(self.normalize(self.gestalt_image(img)))
-                plan["segments"].append(self.side ** 2 + 1)
-            used = torch.unique(tile)
+                plan.segments.append(self.side ** 2 + 1)
+            tiles, used = to_tiles(x, self.size), torch.unique(plan.tile)
             if mode == "sparse":
-                tokens = None
-                for t in used.tolist():
-                    here = tile == t
-                    out = self.sparse_features(tiles[t], inner[here])
-                    tokens = out.new_zeros(len(chosen), out.shape[1]) if tokens is None else tokens
-                    tokens[here] = out
-                    plan["segments"].append(int(here.sum()) + 1)
-                plan["tokens"] = tokens
+                plan.tokens = self.sparse_tokens(tiles, plan)
             elif len(used):
                 used = torch.arange(len(tiles), device=x.device) if mode == "weighted" else used
-                plan["tiles"] = (len(batch), used)
+                plan.tiles = (len(batch), used)
                 batch.extend(tiles[used])
-                plan["segments"] += [self.side ** 2 + 1] * len(used)
+                plan.segments += [self.side ** 2 + 1] * len(used)
             plans.append(plan)
         feats = self.tile_features(torch.stack(batch)) if batch else None
-        return [self._collect(p, feats, mode) for p in plans]
+        return [self.collect(p, feats) for p in plans]
 
-    def _collect(self, plan: dict, feats: Tensor | None, mode: str) -> VisualTokens:
-        """One image's VisualTokens from its plan and the batched native tile features."""
-        parts = [] if plan["gestalt"] is None else [feats[plan["gestalt"]]]
-        extra = self.native_tokens - self.side ** 2  # CLS ahead of the patches under "full"
-        if mode == "sparse":
-            parts += [plan["tokens"]] if plan["tokens"] is not None else []
-        elif plan["tiles"] is not None:
-            start, used = plan["tiles"]
-            slot = torch.searchsorted(used, plan["tile"]) + start  # `used` is sorted
-            tokens = feats[slot, extra + plan["inner"]]
-            parts.append(tokens * plan["w"].to(tokens).reshape(-1, 1) if mode == "weighted" else tokens)
+    def sparse_tokens(self, tiles: Tensor, plan: Plan) -> Tensor | None:
+        """Sparse saccade tokens [K, D] in the plan's order, one tower call per tile; None when K = 0."""
+        tokens = None
+        for t in torch.unique(plan.tile).tolist():
+            here = plan.tile == t
+            out = self.sparse_features(tiles[t], plan.inner[here])
+            if tokens is None:
+                tokens = out.new_zeros(len(plan.tile), out.shape[1])
+            tokens[here] = out
+            plan.segments.append(int(here.sum()) + 1)  # + CLS
+        return tokens
+
+    def collect(self, plan: Plan, feats: Tensor | None) -> VisualTokens:
+        """One image's tokens from its plan and the batched native tile features [T, native_tokens, D]."""
+        parts = [] if plan.gestalt is None else [feats[plan.gestalt]]
+        if plan.tokens is not None:
+            parts.append(plan.tokens)
+        elif plan.tiles is not None:
+            start, used = plan.tiles
+            slot = torch.searchsorted(used, plan.tile) + start  # `used` is sorted
+            extra = self.native_tokens - self.side ** 2  # CLS ahead of the patches under "full"
+            tokens = feats[slot, extra + plan.inner]
+            parts.append(tokens if plan.weights is None else tokens * plan.weights.to(tokens).reshape(-1, 1))
         embeds = torch.cat(parts)
         positions = torch.arange(len(embeds), device=embeds.device, dtype=torch.float32)[None]
-        n_gestalt = 0 if plan["gestalt"] is None else len(parts[0])
-        return VisualTokens(embeds, positions, n_gestalt, [], tuple(plan["segments"]))
+        n_gestalt = 0 if plan.gestalt is None else len(parts[0])
+        return VisualTokens(embeds, positions, n_gestalt, [], tuple(plan.segments))
 
     def encode_native(self, images: Sequence[Tensor]) -> list[VisualTokens]:
         """LLaVA's own encoding of each image (its S x S view): what the model sees without arr-coc."""
@@ -244,9 +263,11 @@ class LlavaAdapter:
         return ids[:where[0]], ids[where[0] + 1:]
 
     def embed_tokens(self, ids: Tensor) -> Tensor:
+        """Token embeddings of the LLM: [B, L] -> [B, L, D]."""
         return self.lm.embed_tokens(ids)
 
     def language_model(self, x: dict) -> Tensor:
+        """Final hidden states [B, L, D] for ``inputs_embeds``, mask, [1, B, L] positions and cache."""
         pos = x["position_ids"]
         if pos.ndim == 3:  # [1, B, L] from assemble/generate
             pos = pos[0]
@@ -258,6 +279,7 @@ class LlavaAdapter:
         return out.last_hidden_state
 
     def logits(self, hidden: Tensor) -> Tensor:
+        """LM head: [B, L, D] -> [B, L, V]."""
         return self.head(hidden)
 
     def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
@@ -271,7 +293,7 @@ class LlavaAdapter:
         input_ids = torch.tensor([[pad] * (length - len(i)) + i for i in ids])
         mask = torch.tensor([[0] * (length - len(i)) + [1] * len(i) for i in ids])
         pixels = torch.stack([self.normalize(self.gestalt_image(img)) for img in images])
-        # positions count real tokens only, as generate() does, so padded rows match unpadded ones
+        # positions count real tokens only, exactly as assemble() lays them out
         return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": pixels,
                 "position_ids": (mask.cumsum(1) - 1).clamp_min(0)}
 
