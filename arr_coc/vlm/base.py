@@ -10,7 +10,7 @@ the same prefill and decode code drives every model family.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
 import torch
 from torch import Tensor
@@ -62,6 +62,8 @@ class VLMAdapter(Protocol):
     name: str
     cell: int  # px per LLM token side (one merged token); the canvas is built on this cell
     rope_rows: int  # 3 for M-RoPE, 1 for 1-D RoPE
+    text_config: Any  # the LLM's config (decode cache, eos)
+    tokenizer: Any
 
     def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
                gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled",
@@ -74,14 +76,18 @@ class VLMAdapter(Protocol):
     def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
         """Token ids before and after the image for one question (chat template applied)."""
 
-    def language_model(self, prefill_or_step: dict) -> Tensor:
-        """Final hidden states [B, L, D] of the LLM for ``inputs_embeds`` + positions + cache."""
+    def language_model(self, x: dict) -> Tensor:
+        """Final hidden states [B, L, D] for ``x``: inputs_embeds, attention_mask, position_ids [R, B, L],
+        optional past_key_values, visual_mask and deepstack (prefill only)."""
 
     def logits(self, hidden: Tensor) -> Tensor:
         """LM head: [B, L, D] -> [B, L, V]."""
 
     def embed_tokens(self, ids: Tensor) -> Tensor:
         """Token embeddings [B, L] -> [B, L, D]."""
+
+    def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
+        """Inputs for the model's own forward on the same images: the exactness reference."""
 
 
 ADAPTERS: Registry = Registry("VLM adapter")
