@@ -1,0 +1,88 @@
+"""benchmarks/bench_vlm.py on the tiny config: the table's shape and exact token counts."""
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("bench_vlm", ROOT / "benchmarks" / "bench_vlm.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def table_rows(text: str, header: str) -> list[list[str]]:
+    """The rows of the markdown table whose header row starts with ``header``, header included."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([c.strip() for c in line.strip("|").split("|")])
+    return [rows[0]] + rows[2:]  # drop the |---| separator
+
+
+def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
+    bench = load_bench()
+    size, budget, gestalt = 448, 40, 8  # 16 x 16 cells of 28 px
+    rows = bench.main(["--tiny", "--repeats", "1", "--size", str(size), "--budget", str(budget),
+                       "--gestalt", str(gestalt), "--out", str(tmp_path)])
+    md = (tmp_path / "bench_vlm.md").read_text()
+    assert md.strip() in capsys.readouterr().out  # the table is printed as written
+    assert (tmp_path / "bench_vlm.png").stat().st_size > 0
+
+    table = table_rows(md, "| method |")
+    assert table[0] == list(bench.COLUMNS)
+    assert [r[0] for r in table[1:]] == list(bench.METHODS)
+    full, sparse, slice_ = table[1:]
+    cells = (size // 28) ** 2
+    assert int(full[1]) == cells == 256
+    assert int(sparse[1]) == int(slice_[1]) == gestalt * gestalt + budget == 104
+    assert full[5] == "1.00x"
+    for r in table[1:]:
+        vision, prefill, total = (float(x) for x in r[2:5])
+        assert vision > 0 and prefill > 0 and total > 0
+        assert r[5].endswith("x") and float(r[5][:-1]) > 0 and float(r[6]) > 0
+
+    # the tower saw every patch at full resolution, gestalt + saccades only in sparse, gestalt + all in slice
+    by = {r["method"]: r for r in rows}
+    assert by[bench.METHODS[0]]["vision_segments"] == (cells * 4,)
+    assert by[bench.METHODS[1]]["vision_segments"] == (gestalt * gestalt * 4, budget * 4)
+    assert by[bench.METHODS[2]]["vision_segments"] == (gestalt * gestalt * 4, cells * 4)
+    text = by[bench.METHODS[0]]["prompt_tokens"] - cells
+    assert by[bench.METHODS[1]]["prompt_tokens"] == by[bench.METHODS[2]]["prompt_tokens"] == text + 104
+    # fewer estimated FLOPs for gestalt + saccades than for full resolution
+    assert by[bench.METHODS[1]]["flops"]["total"] < by[bench.METHODS[0]]["flops"]["total"]
+
+    stages = table_rows(md, "| method | prompt tokens |")
+    assert [r[0] for r in stages[1:]] == list(bench.METHODS)
+    assert stages[1][2] == str(cells * 4) and stages[2][2] == f"{gestalt * gestalt * 4} + {budget * 4}"
+
+
+def test_the_3b_config_is_qwen25_vl_3b_instruct():
+    cfg = load_bench().qwen25_vl_3b_config()
+    t, v = cfg.text_config, cfg.vision_config
+    assert (t.hidden_size, t.num_hidden_layers, t.num_attention_heads, t.num_key_value_heads) == (2048, 36, 16, 2)
+    assert (t.intermediate_size, t.vocab_size, cfg.tie_word_embeddings) == (11008, 151936, True)
+    assert t.rope_parameters["mrope_section"] == [16, 24, 24] and t.rope_parameters["rope_theta"] == 1e6
+    assert (v.depth, v.hidden_size, v.intermediate_size, v.num_heads, v.out_hidden_size) == (32, 1280, 3420, 16, 2048)
+    assert (v.window_size, list(v.fullatt_block_indexes), v.patch_size) == (112, [7, 15, 23, 31], 14)
+    assert (v.spatial_merge_size, v.temporal_patch_size) == (2, 2)
+
+
+def test_meta_built_model_equals_a_normally_built_one_with_its_weights():
+    import torch
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    bench = load_bench()
+    cfg, small = bench.qwen25_vl_3b_config(tiny=True), bench.qwen25_vl_3b_config(tiny=True, layers=1)
+    fast = bench.build_model(cfg, torch.float32, small_config=small)
+    ref = Qwen2_5_VLForConditionalGeneration(cfg).eval()
+    ref.load_state_dict(fast.state_dict())
+    for (name, a), (_, b) in zip(fast.named_buffers(), ref.named_buffers()):  # the rotary tables
+        assert torch.equal(a, b), name
+    image = bench.page(5 * 28)[:, :, :4 * 28]  # 5 x 4 cells
+    a, b = (bench.Qwen25VLAdapter(m).encode_native([image])[0].embeds for m in (fast, ref))
+    assert torch.isfinite(a).all() and torch.equal(a, b)
