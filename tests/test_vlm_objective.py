@@ -1,0 +1,203 @@
+"""The answer cross-entropy through a frozen VLM, on tiny random-weight Qwen-VL and LLaVA models.
+
+Each exactness test carries a negative control (shifted labels, scaled deepstack), so a test cannot
+pass because the loss ignores what it is checked for.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from arr_coc.soft_topk import soft_topk
+from arr_coc.vlm import ADAPTERS, assemble
+from arr_coc.vlm.llava import tiny_llava_model, tiny_llava_tokenizer
+from arr_coc.vlm.objective import answer_ids, answer_loss, eos_token_id
+from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
+
+ATOL = 1e-4  # the losses are O(5); float32 reordering of sums stays far below this
+WRONG = 1e-2  # a wrong alignment or scaling must move the loss by more than this
+FAMILIES = ("qwen2_5_vl", "qwen3_vl", "llava")
+
+
+def frozen_adapter(family):
+    if family == "llava":
+        return ADAPTERS.get("llava")(tiny_llava_model().requires_grad_(False), tiny_llava_tokenizer())
+    ip = tiny_image_processor(family)
+    return ADAPTERS.get(family)(tiny_model(family).requires_grad_(False), tiny_tokenizer(),
+                                image_mean=ip.image_mean, image_std=ip.image_std)
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def adapter(request):
+    return frozen_adapter(request.param)
+
+
+@pytest.fixture(scope="module")
+def qwen25():
+    return frozen_adapter("qwen2_5_vl")
+
+
+def image(adapter, hc, wc, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(3, hc * adapter.cell, wc * adapter.cell, generator=g)
+
+
+def cross_entropy(logits, targets, shift=0):
+    """Mean -log p of ``targets`` [T] under the logits [L, V] of a sequence ending in them, by hand.
+
+    Position j predicts token j + 1, so the targets read the T logits before the last one;
+    ``shift`` reads them that many positions earlier (the negative control).
+    """
+    t = len(targets)
+    logp = torch.log_softmax(logits[-t - 1 - shift:logits.shape[0] - 1 - shift].double(), -1)  # [T, V]
+    return -logp.gather(1, torch.tensor(targets)[:, None]).mean().item()
+
+
+def native_with_answer(adapter, img, question, targets):
+    """The model's own inputs for one image and question with the answer ids appended (teacher forcing)."""
+    x = adapter.native_inputs([img], [question])
+    ids = torch.tensor([targets])
+    x["input_ids"] = torch.cat([x["input_ids"], ids], 1)
+    x["attention_mask"] = torch.cat([x["attention_mask"], torch.ones_like(ids)], 1)
+    if "mm_token_type_ids" in x:  # Qwen: answer tokens are text
+        x["mm_token_type_ids"] = torch.cat([x["mm_token_type_ids"], torch.zeros_like(ids, dtype=torch.int)], 1)
+    if "position_ids" in x:  # LLaVA: one unpadded row counts 0, 1, ...
+        x["position_ids"] = torch.arange(x["input_ids"].shape[1])[None]
+    return x
+
+
+def weighted_reference(adapter, img, question, targets, weight, scale_deepstack=False):
+    """Cross-entropy by hand of what ``encode(mode="weighted")`` sends the LLM, answer appended."""
+    with torch.no_grad():
+        vis = adapter.encode([img], [None], mode="weighted", weights=[weight])
+        if scale_deepstack:
+            vis[0].deepstack = [d * weight.reshape(-1, 1) for d in vis[0].deepstack]
+        pre, suf = adapter.prompt_ids(question)
+        pf = assemble(adapter.embed_tokens, [pre], vis, [suf + targets], adapter.rope_rows)
+        hidden = adapter.language_model(dict(inputs_embeds=pf.inputs_embeds, attention_mask=pf.attention_mask,
+                                             position_ids=pf.position_ids, visual_mask=pf.visual_mask,
+                                             deepstack=pf.deepstack))
+        return cross_entropy(adapter.logits(hidden)[0], targets)
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+def test_answer_ids_end_with_the_models_eos(adapter):
+    ids = answer_ids(adapter, "42")
+    assert eos_token_id(adapter) == adapter.text_config.eos_token_id == 2
+    assert ids == adapter.tokenizer("42", add_special_tokens=False)["input_ids"] + [2] and len(ids) == 3
+
+
+def test_all_ones_equals_the_cross_entropy_of_the_native_forward(adapter):
+    # LLaVA's own view is one S x S tile: a 4 x 4 cell image is exactly that view at full resolution
+    img = image(adapter, 4, 4) if adapter.name == "llava" else image(adapter, 3, 5)
+    q, answer = "What is the total?", "12.50 USD"
+    targets = answer_ids(adapter, answer)
+    with torch.no_grad():
+        logits = adapter.model(**native_with_answer(adapter, img, q, targets)).logits[0]  # [L, V]
+        loss = answer_loss(adapter, [img], [q], [answer], [torch.ones(img.shape[1] // adapter.cell,
+                                                                         img.shape[2] // adapter.cell)])
+    assert loss.shape == () and 1.0 < loss.item() < 20.0
+    assert abs(loss.item() - cross_entropy(logits, targets)) < ATOL
+    # negative control: the same logits scored against labels one position off
+    assert abs(loss.item() - cross_entropy(logits, targets, shift=1)) > WRONG
+
+
+def test_weights_scale_the_tokens_exactly_as_weighted_mode_does(adapter):
+    img, q, answer = image(adapter, 3, 4, seed=1), "Date?", "2024"
+    weight = torch.rand(3, 4, generator=torch.Generator().manual_seed(2))
+    with torch.no_grad():
+        loss = answer_loss(adapter, [img], [q], [answer], [weight]).item()
+    targets = answer_ids(adapter, answer)
+    assert abs(loss - weighted_reference(adapter, img, q, targets, weight)) < ATOL
+    assert abs(loss - weighted_reference(adapter, img, q, targets, torch.ones(3, 4))) > WRONG
+    if adapter.name == "qwen3_vl":  # the deepstack features pass unscaled, and that is a real choice
+        assert abs(loss - weighted_reference(adapter, img, q, targets, weight, scale_deepstack=True)) > WRONG
+
+
+def test_a_batch_of_two_sizes_equals_each_example_alone(adapter):
+    imgs = [image(adapter, 5, 3, seed=3), image(adapter, 2, 6, seed=4)]
+    questions, answers = ["What is the total amount?", "Who?"], ["7", "Alice Smith"]  # padded both ways
+    weights = [torch.rand(5, 3, generator=torch.Generator().manual_seed(5)), torch.full((2, 6), 0.7)]
+    with torch.no_grad():
+        both = answer_loss(adapter, imgs, questions, answers, weights, reduction="none")
+        mean = answer_loss(adapter, imgs, questions, answers, weights)
+        alone = [answer_loss(adapter, [imgs[b]], [questions[b]], [answers[b]], [weights[b]]) for b in range(2)]
+    assert both.shape == (2,) and abs(both[0] - both[1]).item() > WRONG
+    torch.testing.assert_close(both, torch.stack(alone), atol=ATOL, rtol=0)
+    assert abs(mean.item() - both.mean().item()) < 1e-6
+
+
+# ----------------------------------------------------------------------------- gradients
+
+
+def test_the_gradient_reaches_the_weights_and_never_the_vlm(adapter):
+    img, q, answer = image(adapter, 3, 3, seed=6), "What is the total?", "42"
+    base = 0.5 + 0.3 * torch.rand(3, 3, generator=torch.Generator().manual_seed(7))
+    weight = base.clone().requires_grad_(True)
+    answer_loss(adapter, [img], [q], [answer], [weight]).backward()
+    grad = weight.grad
+    assert torch.isfinite(grad).all() and (grad != 0).all()
+    assert all(p.grad is None for p in adapter.model.parameters()) and not adapter.model.training
+    # central finite difference on the cell the loss is most sensitive to
+    y, x = divmod(int(grad.abs().argmax()), 3)
+    eps, step = 1e-2, torch.zeros(3, 3)
+    step[y, x] = eps
+    with torch.no_grad():
+        up, down = (answer_loss(adapter, [img], [q], [answer], [base + s]).item() for s in (step, -step))
+    numeric = (up - down) / (2 * eps)
+    assert abs(numeric - grad[y, x].item()) <= 1e-2 * abs(grad[y, x].item())
+
+
+def test_optimizing_a_soft_topk_relevance_map_lowers_the_loss(qwen25):
+    torch.manual_seed(0)
+    img, q, answer = image(qwen25, 4, 4), "What is the total?", "42"
+    relevance = torch.nn.Parameter(torch.zeros(4, 4))  # every cell equally relevant at first
+    opt = torch.optim.Adam([relevance], lr=0.5)
+    losses = []
+    for _ in range(40):
+        weights = soft_topk(relevance.flatten()[None], 4, temperature=0.2).view(4, 4)  # four cells' worth
+        loss = answer_loss(qwen25, [img], [q], [answer], [weights])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0], losses
+    assert all(p.grad is None for p in qwen25.model.parameters())
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(answers=[""]), "answers must be non-empty text, got ''"),
+    (dict(answers=["  "]), "answers must be non-empty text"),
+    (dict(weights=[torch.ones(3, 2)]), "weights 0 must be a float \\[2, 3\\] map"),
+    (dict(weights=[torch.ones(6)]), "weights 0 must be a float \\[2, 3\\] map"),
+    (dict(weights=[torch.ones(2, 3, dtype=torch.long)]), "must be a float"),
+    (dict(answers=["a", "b"]), "need one question, answer and weight map per image, got 1 images, 1 questions, "
+                               "2 answers"),
+    (dict(questions=[]), "need one question, answer and weight map per image"),
+    (dict(images=[torch.rand(3, 30, 56)]), "image 0 must be \\[3, H, W\\] with sides multiples of the 28 px"),
+    (dict(reduction="sum"), "unknown reduction 'sum'"),
+])
+def test_answer_loss_rejects_bad_input_clearly(qwen25, change, message):
+    args = dict(images=[image(qwen25, 2, 3)], questions=["?"], answers=["yes"], weights=[torch.ones(2, 3)])
+    reduction = change.pop("reduction", "mean")
+    args.update(change)
+    with pytest.raises(ValueError, match=message):
+        answer_loss(qwen25, **args, reduction=reduction)
+
+
+def test_a_vlm_that_is_not_frozen_is_refused():
+    ip = tiny_image_processor("qwen2_5_vl")
+    adapter = ADAPTERS.get("qwen2_5_vl")(tiny_model("qwen2_5_vl"), tiny_tokenizer(), image_mean=ip.image_mean,
+                                         image_std=ip.image_std)
+    args = ([image(adapter, 2, 2)], ["?"], ["yes"], [torch.ones(2, 2)])
+    with pytest.raises(ValueError, match="requires_grad_\\(False\\)"):
+        answer_loss(adapter, *args)
+    adapter.model.requires_grad_(False).train()
+    with pytest.raises(ValueError, match="training mode; call adapter.model.eval\\(\\)"):
+        answer_loss(adapter, *args)
+    adapter.model.eval()
+    assert answer_loss(adapter, *args).item() > 0
