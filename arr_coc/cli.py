@@ -79,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="token budgets, as tokens (529) or shares of full resolution (25%%); default %(default)s")
     ev.add_argument("--limit", type=int, default=None, help="evaluate N records (a seeded subset spread over images)")
     ev.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
+    ev.add_argument("--split", choices=("train", "val", "test"), default=None,
+                    help="only the images of this split (by image id, as `arr-coc train` splits them); "
+                         "use test to report a trained scorer")
     ev.add_argument("--reader", default="tesseract", help="OCR engine: tesseract, rapidocr, or none")
     ev.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
     ev.add_argument("--cell", type=int, default=CanvasConfig.cell, help="token cell in px (default %(default)s)")
@@ -114,6 +117,38 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     ask.add_argument("--dtype", default=None, help="model dtype, e.g. bfloat16 (default: the checkpoint's)")
     ask.add_argument("--device", default=None, help="e.g. cuda (default: cpu)")
+    from dataclasses import fields
+
+    from .train import TrainConfig
+
+    tr = sub.add_parser("train", formatter_class=fmt, epilog=_registered(),
+                        help="train the relevance scorer (texture and VLM frozen); runs under torchrun too",
+                        description="Train the scorer on dataset records split by image (train / val / test), "
+                                    "evaluate on held-out images every --eval-every steps, checkpoint to "
+                                    "OUT/checkpoint.pt (--resume continues exactly), write OUT/scorer.pt, "
+                                    "OUT/metrics.json and OUT/loss.png. Multi-process: "
+                                    "torchrun --nproc_per_node N -m arr_coc.cli train ...")
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in ("bool", bool) and f.default:
+            tr.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false")
+        elif f.type in ("bool", bool):
+            tr.add_argument(flag, action="store_true")
+        elif f.name == "datasets":
+            tr.add_argument(flag, nargs="+", default=list(f.default), help="default %(default)s")
+        else:
+            kind = {"int": int, "float": float}.get(str(f.type), str)
+            tr.add_argument(flag, type=kind if "None" not in str(f.type) else (int if "int" in str(f.type) else str),
+                            default=f.default, help="default %(default)s")
+    tr.add_argument("--channels", nargs="+", default=None, metavar="NAME", help="texture channels, as for look")
+    tr.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
+    tr.add_argument("--sampler", default="topk", help="sampler whose parameters train too, if any (default %(default)s)")
+    tr.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
+    tr.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
+    for cmd in (look, ev):
+        cmd.add_argument("--scorer-weights", default="auto", metavar="auto|none|PATH",
+                         help="auto: the shipped trained weights when they fit the channels; none: hand-set; "
+                              "or a file from `arr-coc train` (default %(default)s)")
     return p
 
 
@@ -162,7 +197,7 @@ def look(args: argparse.Namespace) -> int:
         canvas=CanvasConfig(cell=args.cell, max_pixels=args.max_pixels),
         texture=texture_config(args.channels, args.clip_model),
         gestalt=GestaltConfig(grid=None if args.gestalt is None else (args.gestalt, args.gestalt)),
-        scorer=ScorerConfig(name=args.scorer),
+        scorer=ScorerConfig(name=args.scorer, weights=args.scorer_weights),
         sampler=SamplerConfig(name=args.sampler, budget=args.budget),
         seed=args.seed,
     )
@@ -202,10 +237,10 @@ def evaluate(args: argparse.Namespace) -> int:
 
     settings = EvalSettings(methods=args.methods, budgets=args.budgets, seed=args.seed, margin_px=args.margin,
                             reader=None if args.reader == "none" else args.reader)
-    records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed)
+    records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed, split=args.split)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
     config = ARRConfig(canvas=CanvasConfig(cell=args.cell), texture=texture_config(args.channels, args.clip_model),
-                       scorer=ScorerConfig(name=args.scorer), seed=args.seed)
+                       scorer=ScorerConfig(name=args.scorer, weights=args.scorer_weights), seed=args.seed)
     arr = ARR(config, query_encoder=encoder).eval()
     jsonl = run(records, arr, args.out / args.dataset, settings)
     csv_path, md_path, png_path = write_reports(jsonl)
@@ -248,10 +283,43 @@ def ask(args: argparse.Namespace) -> int:
     return 0
 
 
+def train(args: argparse.Namespace) -> int:
+    import shutil
+    from dataclasses import fields
+
+    from .config import ARRConfig, SamplerConfig, ScorerConfig
+    from .query import HashingQueryEncoder, MiniLMQueryEncoder
+    from .train import TrainConfig, train as run
+
+    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
+    cfg.datasets = tuple(cfg.datasets)
+    config = ARRConfig(texture=texture_config(args.channels), scorer=ScorerConfig(name=args.scorer),
+                       sampler=SamplerConfig(name=args.sampler), seed=cfg.seed)
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
+    result = run(cfg, config, query_encoder=encoder)
+    if not result.metrics:  # not rank 0
+        return 0
+    m = result.metrics
+    print(f"examples      {m['examples']}  (split by image; test images never trained on)")
+    print(f"budget        {m['budget']} of full-resolution tokens; {m['processes']} process(es); "
+          f"{m['train_seconds']:.0f} s")
+    for split in ("val", "test"):
+        print(f"{split:<5} IoU    initial {m['initial'][split]['iou']:.3f}  learned {m['learned'][split]['iou']:.3f}  "
+              f"random {m['random'][split]['iou']:.3f}  |  answer coverage initial "
+              f"{m['initial'][split]['coverage']:.3f}  learned {m['learned'][split]['coverage']:.3f}")
+    out = Path(cfg.out)
+    print(f"written       {out / 'scorer.pt'}  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
+    if args.export:
+        args.export.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "scorer.pt", args.export)
+        print(f"exported      {args.export}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"look": look, "eval": evaluate, "ask": ask}[args.command](args)
+        return {"look": look, "eval": evaluate, "ask": ask, "train": train}[args.command](args)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2

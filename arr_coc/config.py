@@ -59,6 +59,9 @@ class ScorerConfig:
     name: str = "contextual"  # the Part 47 three-way scorer; "mvp" is the Part 33 ~100-weight scorer
     query_dim: int = 384  # all-MiniLM-L6-v2
     hidden: int = 64  # context-weight MLP width: 3 outputs need little
+    # "auto": the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel
+    # set (else the hand-set initialisation); "none": always hand-set; or a path from `arr-coc train`
+    weights: str = "auto"
 
 
 @dataclass

@@ -21,6 +21,7 @@ JSONL format (bring your own data), one JSON object per line; blank lines are ig
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import random
@@ -83,8 +84,24 @@ def default_root(name: str) -> Path:
     return base / _FOLDERS[name]
 
 
+SPLITS = ("train", "val", "test")
+
+
+def split_of(image_id: str, dataset: str, shares: tuple[float, float, float] = (0.6, 0.15, 0.25)) -> str:
+    """Deterministic train / val / test split by image: all questions of an image go together.
+
+    Training (``arr-coc train``) learns on ``train``, watches ``val``; reports use ``test`` only.
+
+    >>> split_of("0000971160", "funsd") in SPLITS
+    True
+    """
+    u = int.from_bytes(hashlib.blake2b(f"{dataset}/{image_id}".encode(), digest_size=8).digest(), "little") / 2**64
+    return "train" if u < shares[0] else "val" if u < shares[0] + shares[1] else "test"
+
+
 def load_dataset(
-    name: str, root: Path | str | None = None, *, limit: int | None = None, seed: int = 0
+    name: str, root: Path | str | None = None, *, limit: int | None = None, seed: int = 0,
+    split: str | None = None,
 ) -> list[Record]:
     """Load a registered dataset, optionally a reproducible subset spread over the images.
 
@@ -97,8 +114,13 @@ def load_dataset(
         root: the dataset folder (or JSONL file); None = :func:`default_root`.
         limit: keep at most this many records (positive); None keeps all, in loader order.
         seed: seed of the image shuffle.
+        split: keep only the images of this split (:func:`split_of`), before ``limit``.
     """
     records = DATASETS.get(name)(None if root is None else Path(root))
+    if split is not None:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
+        records = [r for r in records if split_of(r.image_id, r.dataset) == split]
     if limit is None:
         return records
     if limit <= 0:

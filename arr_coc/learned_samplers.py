@@ -6,6 +6,7 @@ per image, ordered by relevance. Notation as in `arr_coc.samplers`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +22,7 @@ from arr_coc.samplers import (
     select_cells,
     stratified_cells,
 )
+from arr_coc.soft_topk import soft_topk
 
 
 def foveated_bin_centres(
@@ -79,6 +81,36 @@ def bin_coverage_loss(assignment: Tensor, min_mass: float = 0.5) -> Tensor:
     return torch.relu(min_mass - assignment.sum(1)).pow(2).sum(1).mean()
 
 
+def log_polar_scores(
+    relevance: Tensor,
+    centres: Tensor,
+    valid: Tensor,
+    gaze: Tensor,
+    temperature: float = 0.05,
+    bin_weight: float = 1.0,
+    softness: float = 0.0,
+) -> Tensor:
+    """Log-polar score `[B, N]` of every cell (`log_polar_cells`' formula), differentiable in relevance and centres.
+
+    `softness` s = 0 takes the exact min over bins: the hard sampler's score, bit for bit. s > 0 replaces the
+    min by the soft-min -tau * logsumexp(-d2 / tau), tau = s * 2 temperature^2, smooth in the centres and at
+    most tau * log(n_bins) below the min; the proximity term then is the 1/s-norm of the bins' Gaussian
+    kernels (s = 1: their sum). Scores of invalid cells are meaningless.
+    """
+    coords = cell_coordinates(valid).to(relevance.dtype)  # [B, N, 2]
+    bins = _recentred(centres, gaze)  # [B, n_bins, 2]
+    if softness == 0:
+        d2 = torch.cdist(coords, bins, compute_mode="donot_use_mm_for_euclid_dist").amin(2) ** 2  # [B, N], exact per pair
+    else:
+        tau = softness * 2 * temperature**2
+        d2 = -tau * torch.logsumexp(-((coords[:, :, None] - bins[:, None]) ** 2).sum(-1) / tau, dim=2)  # [B, N]
+    flat_valid = valid.flatten(1)
+    rel = relevance.flatten(1).masked_fill(~flat_valid, 0.0)
+    lo = rel.masked_fill(~flat_valid, math.inf).amin(1, keepdim=True)
+    span = rel.masked_fill(~flat_valid, -math.inf).amax(1, keepdim=True) - lo
+    return (rel - lo) / span.clamp_min(1e-30) + bin_weight * torch.exp(-d2 / (2 * temperature**2))
+
+
 def log_polar_cells(
     relevance: Tensor,
     k: int,
@@ -103,17 +135,9 @@ def log_polar_cells(
     if gaze is not None and gaze.shape != (relevance.shape[0], 2):
         raise ValueError(f"gaze must be [B, 2] (y, x) in [0, 1], got shape {tuple(gaze.shape)}")
     gaze = gaze_point(relevance, valid) if gaze is None else gaze.to(relevance.dtype)
-    coords = cell_coordinates(valid).to(relevance.dtype)
-    bins = _recentred(centres.detach(), gaze)
-    d2 = torch.cdist(coords, bins, compute_mode="donot_use_mm_for_euclid_dist").amin(2) ** 2  # [B, N], exact per pair
-    flat_valid = valid.flatten(1)
-    rel = relevance.detach().flatten(1).masked_fill(~flat_valid, 0.0)
-    lo = rel.masked_fill(~flat_valid, math.inf).amin(1, keepdim=True)
-    span = rel.masked_fill(~flat_valid, -math.inf).amax(1, keepdim=True) - lo
-    score = (rel - lo) / span.clamp_min(1e-30) + bin_weight * torch.exp(-d2 / (2 * temperature**2))
-    chosen = torch.zeros_like(flat_valid).scatter_(1, rank_cells(score, flat_valid)[:, :k], True)
+    score = log_polar_scores(relevance.detach(), centres.detach(), valid, gaze, temperature, bin_weight)
+    chosen = torch.zeros_like(valid.flatten(1)).scatter_(1, rank_cells(score, valid.flatten(1))[:, :k], True)
     return select_cells(relevance, chosen, k)
-
 
 
 # ----------------------------------------------------------------------------- registered modules
@@ -144,7 +168,10 @@ class AdaptiveStratifiedSampler(Sampler):
         dim = self.grid_predictor[0].in_features
         if query_emb.ndim != 2 or query_emb.shape[1] != dim:
             raise ValueError(f"query_emb must be [B, {dim}], got shape {tuple(query_emb.shape)}")
-        out = self.grid_predictor(query_emb.to(self.grid_predictor[0].weight.dtype))
+        return self.grid_of(self.grid_predictor(query_emb.to(self.grid_predictor[0].weight.dtype)))
+
+    def grid_of(self, out: Tensor) -> Tensor:
+        """Grid `[..., 2]` (gh, gw) int64 from the predictor's raw output `[..., 2]`."""
         return 1 + torch.round(torch.sigmoid(out) * (self.max_grid - 1)).long()
 
     def forward(self, relevance, k, *, valid=None, query_emb=None, generator=None) -> Selection:
@@ -198,6 +225,119 @@ class PseudoLogPolarSampler(Sampler):
         coords = cell_coordinates(valid).to(self.bin_centres.dtype)
         return log_polar_assignment(coords, self.bin_centres, gaze.to(coords.dtype), self.temperature, valid.flatten(1))
 
+    def soft_scores(
+        self, relevance: Tensor, valid: Tensor | None = None, gaze: Tensor | None = None, softness: float = 0.1
+    ) -> Tensor:
+        """Smooth scores `[B, Hc, Wc]` (`log_polar_scores`); with softness=0 their top-K is `forward`'s selection."""
+        valid = torch.ones_like(relevance, dtype=torch.bool) if valid is None else valid
+        gaze = gaze_point(relevance, valid, self.gaze_mode) if gaze is None else gaze
+        scores = log_polar_scores(
+            relevance, self.bin_centres, valid, gaze.to(relevance.dtype), self.temperature, self.bin_weight, softness
+        )
+        return scores.view_as(relevance)
+
     def coverage_loss(self, assignment: Tensor, min_mass: float = 0.5) -> Tensor:
         """`bin_coverage_loss` of a `soft_assignment` output."""
         return bin_coverage_loss(assignment, min_mass)
+
+
+# ----------------------------------------------------------------------------- training the samplers' parameters
+
+SPREAD_WEIGHT = 1e-3  # bin_coverage_loss weight: 273 dead bins cost 0.07 against 1 for a missed answer (a tie-breaker)
+
+
+def coverage_share(weights: Tensor, target: Tensor) -> Tensor:
+    """Share `[B]` of each image's target area that the (soft or hard) selection weights `[B, ...]` cover."""
+    return (weights * target).flatten(1).sum(1) / target.flatten(1).sum(1).clamp_min(1e-12)
+
+
+def score_function_surrogate(out: Tensor, eps: Tensor, reward: Tensor, sigma: float) -> Tensor:
+    """Per-image surrogate `[B]` whose gradient in `out` `[B, 2]` is -mean_s((R_s - mean R) eps_s) / sigma.
+
+    Gaussian-policy REINFORCE (an evolution strategy): `eps` `[B, n, 2]` are the noise draws that made the
+    perturbed outputs out + sigma * eps, `reward` `[B, n]` their rewards. The mean reward is the baseline.
+    """
+    advantage = (reward - reward.mean(1, keepdim=True)).detach()  # [B, n]
+    return -(advantage * (eps.detach() * out[:, None]).sum(-1)).mean(1) / sigma
+
+
+def sampler_loss(
+    sampler: nn.Module,
+    relevance: Tensor,
+    valid: Tensor,
+    query_emb: Tensor | None,
+    target: Tensor,
+    k: int | Sequence[int],
+    *,
+    temperature: float = 0.1,
+    generator: torch.Generator | None = None,
+    n_samples: int = 8,
+    sigma: float = 0.5,
+) -> Tensor | None:
+    """Loss for the sampler's own parameters: 1 - mean share of the target `[B, Hc, Wc]` its selection covers.
+
+    None for samplers without trainable parameters. Relevance is detached: the scorer has its own objective.
+    Images without target area (on valid cells) are skipped. `k` is one budget or one per image.
+    - log_polar: `soft_topk` (temperature) of `soft_scores` over the valid cells, plus SPREAD_WEIGHT times
+      `bin_coverage_loss` so that no bin dies.
+    - adaptive_stratified: the score-function estimator (`score_function_surrogate`) over `n_samples` hard
+      stratified selections with grids from out + sigma * eps, eps `[B, n_samples, 2]` ~ N(0, I) drawn from
+      `generator` (the global RNG if None). The value is 1 - mean reward, the gradient the estimator's.
+
+    Example:
+        >>> rel, valid, target = torch.rand(1, 6, 6), torch.ones(1, 6, 6, dtype=torch.bool), torch.zeros(1, 6, 6)
+        >>> target[0, :2, :2] = 1.0
+        >>> sampler_loss(PseudoLogPolarSampler(n_bins=8), rel, valid, None, target, 4).backward()
+        >>> sampler_loss(SAMPLERS.get("topk")(), rel, valid, None, target, 4) is None
+        True
+    """
+    if not any(p.requires_grad for p in sampler.parameters()):
+        return None
+    if not isinstance(sampler, (PseudoLogPolarSampler, AdaptiveStratifiedSampler)):
+        raise TypeError(f"no training loss for {type(sampler).__name__}, which has trainable parameters")
+    valid = check_budget(relevance, 1, valid)  # shapes and NaN/inf; the budgets are checked per image below
+    ks = list(k) if isinstance(k, Sequence) else [k] * len(relevance)
+    if len(ks) != len(relevance):
+        raise ValueError(f"need one budget per image ({len(relevance)}), got {len(ks)}")
+    if target.shape != relevance.shape or bool((~torch.isfinite(target) & valid).any()):
+        raise ValueError(f"target must be a finite map of shape {tuple(relevance.shape)}, got {tuple(target.shape)}")
+    for b, (kb, n) in enumerate(zip(ks, valid.flatten(1).sum(1).tolist())):
+        check_budget(relevance[:0], kb)  # K an int >= 1 (an empty batch has no cells to count)
+        if kb > n:
+            raise ValueError(f"budget K={kb} exceeds the {n} valid cells of image {b}; "
+                             "lower --budget or raise the canvas size")
+    relevance, target = relevance.detach(), torch.where(valid, target, 0.0)  # padding cannot be selected
+    has = target.flatten(1).sum(1) > 0  # [B]
+    if isinstance(sampler, PseudoLogPolarSampler):
+        gaze = gaze_point(relevance, valid, sampler.gaze_mode)
+        scores = sampler.soft_scores(relevance, valid, gaze)  # [B, Hc, Wc]
+        weights = torch.stack([
+            torch.zeros_like(s).masked_scatter(v, soft_topk(s[v][None], kb, temperature)[0])
+            for s, v, kb in zip(scores, valid, ks)
+        ])  # [B, Hc, Wc], sums to K per image
+        spread = bin_coverage_loss(sampler.soft_assignment(relevance, valid, gaze))
+        return _masked_mean(1 - coverage_share(weights, target), has) + SPREAD_WEIGHT * spread
+    if query_emb is None or len(query_emb) != len(relevance):
+        raise ValueError(f"adaptive_stratified needs query_emb [{len(relevance)}, D] to predict its grids")
+    out = sampler.grid_predictor(query_emb.to(sampler.grid_predictor[0].weight.dtype))  # [B, 2]
+    eps = torch.randn(*out.shape[:1], n_samples, 2, generator=generator,
+                      device=generator.device if generator is not None else out.device).to(out)  # [B, n, 2]
+    grids = sampler.grid_of(out.detach()[:, None] + sigma * eps)  # [B, n, 2]
+    reward = torch.stack([_stratified_shares(r, v, t, kb, g) for r, v, t, kb, g in
+                          zip(relevance, valid, target, ks, grids)])  # [B, n]
+    loss = _masked_mean(1 - reward.mean(1), has)
+    surrogate = _masked_mean(score_function_surrogate(out, eps, reward, sigma), has)
+    return loss + surrogate - surrogate.detach()
+
+
+def _stratified_shares(relevance: Tensor, valid: Tensor, target: Tensor, k: int, grids: Tensor) -> Tensor:
+    # One image `[Hc, Wc]` under n grids `[n, 2]`: the n hard selections are one batched stratified call.
+    n = len(grids)
+    rel, val = relevance.expand(n, -1, -1), valid.expand(n, -1, -1)
+    mask = stratified_cells(rel, k, val, coarsen_grid(val, k, grids)).mask(*relevance.shape)  # [n, Hc, Wc]
+    return coverage_share(mask.to(target.dtype), target.expand(n, -1, -1))
+
+
+def _masked_mean(values: Tensor, keep: Tensor) -> Tensor:
+    # Mean over the kept images; 0 (still in the graph, zero gradient) when none is kept.
+    return (values * keep).sum() / keep.sum().clamp_min(1)

@@ -7,6 +7,7 @@ Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell``
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -127,6 +128,39 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     timings[name] = (time.perf_counter() - start) * 1e3
 
 
+PACKAGED_WEIGHTS = Path(__file__).parent / "weights"
+
+
+def load_scorer_weights(arr: "ARR", spec: str) -> str:
+    """Load trained scorer (and sampler) weights into ``arr``; returns where they came from.
+
+    ``"auto"`` takes ``arr_coc/weights/<scorer>.pt`` when it exists and was trained on the same
+    channels, else keeps the hand-set initialisation; a path must fit, or it is an error.
+    """
+    if spec == "none":
+        return "hand-set"
+    auto = spec == "auto"
+    path = PACKAGED_WEIGHTS / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
+    if auto and not path.exists():
+        return "hand-set"
+    try:
+        saved = torch.load(path, weights_only=True)
+    except (OSError, RuntimeError, EOFError) as err:
+        raise ValueError(f"cannot read scorer weights {path}: {err}") from err
+    if not isinstance(saved, dict) or saved.get("format") != "arr-coc-scorer/1":
+        raise ValueError(f"{path} is not an arr-coc scorer file (made by `arr-coc train`)")
+    fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
+    if not fits:
+        if auto:
+            return "hand-set"
+        raise ValueError(f"{path} holds a {saved['scorer_name']!r} scorer for channels {saved['channels']}; "
+                         f"this ARR has {arr.config.scorer.name!r} on {list(arr.channels)}")
+    arr.scorer.load_state_dict(saved["scorer"])
+    if saved.get("sampler") and saved["arr_config"]["sampler"]["name"] == arr.config.sampler.name:
+        arr.sampler.load_state_dict(saved["sampler"])
+    return str(path)
+
+
 class ARR(nn.Module):
     """Query-aware allocation of a fixed token budget: ``ARR(config)(images, questions)``.
 
@@ -164,6 +198,7 @@ class ARR(nn.Module):
             self.scorer = SCORERS.get(config.scorer.name)(
                 self.layout, query_dim=self.query_encoder.dim, gestalt_dim=width, hidden=config.scorer.hidden)
             self.sampler = SAMPLERS.get(config.sampler.name)(**config.sampler.kwargs)
+        self.weights_source = load_scorer_weights(self, config.scorer.weights)
 
     def see(self, images: Any, *, prev: Any = None, timings: dict[str, float] | None = None) -> Scene:
         """Canvas and cell texture: what the images alone determine, reusable across questions and budgets."""

@@ -1,0 +1,149 @@
+"""Training features: what the scorer sees for each record, computed once per image and cached on disk.
+
+Shapes: ``C`` channels of the ARR's texture (question channels included, in its channel order),
+``Hc, Wc`` the record's image in token cells, ``Dq`` query width, ``G`` gestalt-vector width.
+
+The texture (OCR, saliency networks, filters) is the slow part of the pipeline and does not
+depend on the scorer's weights, so training reads it from this cache and costs milliseconds per
+step. A cache folder belongs to one channel set and cell size; another set is refused, not mixed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import Tensor
+from tqdm import tqdm
+
+from arr_coc.datasets import Record, split_of  # noqa: F401  (split_of: re-exported)
+from arr_coc.metrics import box_mask
+from arr_coc.reading import scale_boxes
+
+
+@dataclass
+class Example:
+    """One record's scorer inputs and its answer target."""
+
+    cells: Tensor  # [C, Hc, Wc] float16 cell texture
+    query: Tensor  # [Dq] question embedding
+    gestalt: Tensor  # [G] gestalt vector of the image
+    target: Tensor  # [Hc, Wc] float32, share of each cell covered by the answer boxes
+    record_id: str
+    image_id: str
+    dataset: str
+    image: str = ""  # the image file, for objectives that look at pixels (answer cross-entropy)
+    question: str = ""
+    answer: str = ""
+
+    @property
+    def grid(self) -> tuple[int, int]:
+        return tuple(self.target.shape)  # type: ignore[return-value]
+
+
+def cell_target(boxes_px: Sequence[tuple[float, float, float, float]], grid: tuple[int, int], cell: int) -> Tensor:
+    """Exact share of each cell's area covered by the union of canvas-pixel boxes: [Hc, Wc] float32.
+
+    >>> cell_target([(0, 0, 2, 3)], (2, 2), 2).tolist()
+    [[1.0, 0.5], [0.0, 0.0]]
+    """
+    hc, wc = grid
+    mask = box_mask(boxes_px, hc * cell, wc * cell)  # [H, W] float64
+    return mask.view(hc, cell, wc, cell).mean((1, 3)).float()
+
+
+def cache_key(arr) -> str:
+    """What makes cached features valid: the channel set, their options, the cell and the canvas limits."""
+    c = arr.config
+    spec = {"channels": list(arr.channels), "options": c.texture.options, "canvas": vars(c.canvas),
+            "query_encoder": type(arr.query_encoder).__name__}
+    return hashlib.blake2b(json.dumps(spec, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
+
+
+def _atomic_save(obj: object, path: Path) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)  # a run killed mid-write leaves the old file or none, never half of one
+
+
+@torch.no_grad()
+def image_features(arr, records: Sequence[Record]) -> dict:
+    """Features of one image's records: shared image channels once, question channels per record."""
+    scene = arr.see(records[0].image)
+    canvas, (hc, wc) = scene.canvas, scene.extents[0]
+    vector = arr.gestalt(scene, 1).vector[0]
+    out = {"image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(), "records": {}}
+    for r in records:
+        if r.image_id != records[0].image_id:
+            raise ValueError(f"records of one image expected, got {r.image_id} and {records[0].image_id}")
+        query = arr.query_encoder.encode([r.question])[0]
+        full = _full_cells(arr, scene, r.question)
+        target = cell_target(scale_boxes(r.boxes_px, canvas.scales[0]), (hc, wc), canvas.cell)
+        out["records"][r.record_id] = {"cells": full[:, :hc, :wc].half(), "query": query.float(),
+                                       "target": target}
+    return out
+
+
+def _full_cells(arr, scene, question: str) -> Tensor:
+    """[C, Hc, Wc] of the full channel stack (image + question channels) for one question."""
+    from arr_coc.pipeline import cell_texture
+
+    if not arr.query_channels:
+        return scene.cells[0]
+    coupled = cell_texture(scene.canvas, arr.query_channels, queries=[question], query_encoder=arr.query_encoder,
+                           cache=arr.cache, options=arr.config.texture.options)
+    return arr._in_channel_order(scene.cells, coupled)[0]
+
+
+def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, progress: bool = True) -> list[Example]:
+    """Examples for ``records``, computing and caching (one file per image) what is missing.
+
+    Interrupted runs lose at most the image in progress; a rerun computes only what is missing.
+    """
+    folder = Path(cache_dir) / cache_key(arr)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "channels.json").write_text(json.dumps({"channels": list(arr.channels)}))
+    by_image: dict[tuple[str, str], list[Record]] = defaultdict(list)
+    for r in records:
+        by_image[(r.dataset, r.image_id)].append(r)
+    examples = []
+    for (dataset, image_id), recs in tqdm(by_image.items(), desc="features", disable=not progress):
+        path = folder / f"{dataset}-{image_id}.pt"
+        data = _load(path)
+        if data is None or not all(r.record_id in data["records"] for r in recs):
+            data = image_features(arr, recs)
+            _atomic_save(data, path)
+        for r in recs:
+            d = data["records"][r.record_id]
+            examples.append(Example(d["cells"], d["query"], data["gestalt"], d["target"], r.record_id,
+                                    r.image_id, r.dataset, str(r.image), r.question, r.answer))
+    return examples
+
+
+def _load(path: Path) -> dict | None:
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, weights_only=True)
+    except (RuntimeError, EOFError, OSError):  # damaged by a crash outside our atomic writes: recompute
+        return None
+
+
+def collate(examples: Sequence[Example]) -> dict[str, Tensor]:
+    """Pad a list of examples to one batch: cells [B, C, H, W], valid [B, H, W], target, query, gestalt."""
+    h = max(e.grid[0] for e in examples)
+    w = max(e.grid[1] for e in examples)
+    b, c = len(examples), examples[0].cells.shape[0]
+    cells = torch.zeros(b, c, h, w)
+    valid = torch.zeros(b, h, w, dtype=torch.bool)
+    target = torch.zeros(b, h, w)
+    for i, e in enumerate(examples):
+        eh, ew = e.grid
+        cells[i, :, :eh, :ew], valid[i, :eh, :ew], target[i, :eh, :ew] = e.cells.float(), True, e.target
+    return {"cells": cells, "valid": valid, "target": target, "query": torch.stack([e.query for e in examples]),
+            "gestalt": torch.stack([e.gestalt for e in examples])}

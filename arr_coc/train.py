@@ -1,0 +1,382 @@
+"""Training the relevance scorer (and any learnable sampler) with the texture and the VLM frozen.
+
+Shapes: ``B`` examples in a batch, ``C`` channels, ``H, W`` padded cell grid, ``n`` valid cells.
+
+Objectives: ``proxy`` -- the share of the answer boxes' area that a soft top-K selection of the
+relevance covers (seed Part 33), plus Part 13's coverage term; ``vlm`` -- the answer's cross-entropy
+through a frozen VLM adapter fed the softly selected tokens. The same command runs in one process
+or under ``torchrun --nproc_per_node N`` (DistributedDataParallel; gloo on CPU, nccl on GPU): every
+rank takes its slice of the same global batch, so N processes take the steps one process takes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+from tqdm import tqdm
+
+from arr_coc.config import ARRConfig
+from arr_coc.evaluate import budget_tokens, split_budget
+from arr_coc.features import Example, _atomic_save, build_examples, collate, split_of
+from arr_coc.soft_topk import coverage_loss, soft_topk
+
+CHECKPOINT_FORMAT = "arr-coc-train/1"
+WEIGHTS_FORMAT = "arr-coc-scorer/1"
+ESTIMATORS = ("soft", "gumbel", "straight_through")
+# fields that may change between a run and its resume; every other field must match
+RESUMABLE = ("steps", "eval_every", "out", "resume", "progress")
+
+
+@dataclass
+class TrainConfig:
+    datasets: tuple[str, ...] = ("funsd", "sroie", "coco")
+    data: str | None = None  # datasets' root folder (default ../shared/data or $ARR_COC_DATA)
+    limit: int | None = None  # records per dataset (a seeded subset spread over images)
+    budget: str = "10%"  # tokens per example, split into gestalt + K saccades as in the evaluation
+    objective: str = "proxy"  # "proxy" (answer-box overlap) or "vlm" (answer cross-entropy)
+    estimator: str = "soft"  # soft top-K, its Gumbel-perturbed version, or straight-through
+    temperature: float = 0.5  # soft top-K temperature, in standard deviations of each image's relevance
+    coverage_weight: float = 0.05  # Part 13: a little mass in every region keeps second questions fed
+    steps: int = 300
+    batch_size: int = 16  # global: split over the ranks
+    lr: float = 0.01  # Adam; the scorer has few weights, each with a clear scale
+    eval_every: int = 50
+    seed: int = 0
+    out: str = "out/train"
+    features: str = "out/features"
+    vlm: str | None = None  # model for objective "vlm" (a folder, hub id or tiny:<family>)
+    resume: bool = False
+    progress: bool = True
+
+
+@dataclass
+class Run:
+    """What a finished run leaves: its history and the held-out metrics."""
+
+    history: list[dict] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def _seed(*parts: Any) -> int:
+    return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 1
+
+
+def batch_indices(step: int, n: int, batch: int, seed: int) -> list[int]:
+    """The global batch of ``step``: consecutive slices of one seeded permutation per epoch.
+
+    Any step's batch is known without replaying the run, which is what makes ``--resume`` exact.
+
+    >>> a = [i for s in range(5) for i in batch_indices(s, 10, 2, 0)]
+    >>> sorted(a) == list(range(10))
+    True
+    """
+    start, out = step * batch, []
+    while len(out) < batch:
+        epoch, pos = divmod(start + len(out), n)
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(_seed(seed, epoch))).tolist()
+        out += perm[pos:pos + batch - len(out)]
+    return out
+
+
+def budget_k(example: Example, budget: str) -> int:
+    """Saccades K for an example at the run's token budget (the evaluation's gestalt/saccade split)."""
+    hc, wc = example.grid
+    return split_budget(budget_tokens(budget, hc * wc), (hc, wc))[1]
+
+
+class Objective(nn.Module):
+    """The trainable parts (scorer + sampler) and the proxy loss; DDP wraps this module."""
+
+    def __init__(self, scorer: nn.Module, sampler: nn.Module, cfg: TrainConfig, vlm: Any = None,
+                 canvas: Any = None) -> None:
+        super().__init__()
+        if cfg.estimator not in ESTIMATORS:
+            raise ValueError(f"unknown estimator {cfg.estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+        self.scorer, self.sampler, self.cfg = scorer, sampler, cfg
+        self.vlm, self.canvas = vlm, canvas  # frozen adapter (a plain object: DDP never sees its weights)
+
+    def selection(self, batch: dict[str, Tensor], ks: Sequence[int], seeds: Sequence[int]) -> tuple[Tensor, Tensor]:
+        """Relevance [B, H, W] and the soft selection weights [B, H, W] (0 off the image, sum K).
+
+        Each example draws its Gumbel noise from its own seed, so how a batch is split over
+        processes does not change what any example sees.
+        """
+        rel = self.scorer(batch["cells"], batch["query"], batch["gestalt"], batch["valid"]).map  # [B, H, W]
+        weights = torch.zeros_like(rel)
+        for b, (k, seed) in enumerate(zip(ks, seeds)):
+            v = batch["valid"][b]
+            r = rel[b][v]
+            # z-scored: top-K ignores scale, and the temperature then means the same on every image
+            # (a scorer cannot escape the relaxation by growing its weights)
+            w = soft_topk(((r - r.mean()) / r.std().clamp_min(1e-6))[None], k, self.cfg.temperature, gumbel=self.cfg.estimator == "gumbel",
+                          generator=torch.Generator().manual_seed(seed),
+                          straight_through=self.cfg.estimator == "straight_through")
+            weights[b] = weights[b].masked_scatter(v, w[0].to(weights))
+        return rel, weights
+
+    def forward(self, batch: dict[str, Tensor], ks: Sequence[int], seeds: Sequence[int]
+                ) -> tuple[Tensor, dict[str, float]]:
+        from arr_coc.learned_samplers import sampler_loss
+
+        rel, weights = self.selection(batch, ks, seeds)
+        area = batch["target"].flatten(1).sum(1)  # [B]
+        share = (weights * batch["target"]).flatten(1).sum(1) / area.clamp_min(1e-9)
+        has = area > 0  # an answer without area (none here) teaches nothing
+        proxy = 1 - share[has].mean() if has.any() else rel.sum() * 0
+        # one token's worth of mass per region of a 4x4 grid -- or what the smallest budget can give
+        cover = coverage_loss(weights, grid=(4, 4), min_mass=min(1.0, 0.5 * min(ks) / 16), valid=batch["valid"])
+        main = proxy if self.vlm is None else self.answer_loss(batch, weights)
+        loss = main + self.cfg.coverage_weight * cover
+        extra = sampler_loss(self.sampler, rel, batch["valid"], batch["query"], batch["target"], list(ks),
+                             temperature=self.cfg.temperature,
+                             generator=torch.Generator().manual_seed(_seed(*seeds)))
+        if extra is not None:
+            loss = loss + extra
+        parts = {"proxy": float(proxy.detach()), "coverage": float(cover.detach())}
+        if self.vlm is not None:
+            parts["answer_ce"] = float(main.detach())
+        return loss, parts
+
+    def answer_loss(self, batch: dict[str, Tensor], weights: Tensor) -> Tensor:
+        """Answer cross-entropy of the frozen VLM fed every token scaled by its soft selection weight."""
+        from arr_coc.canvas import make_canvas
+        from arr_coc.vlm.objective import answer_loss
+
+        examples = batch["examples"]
+        c = self.canvas
+        canvas = make_canvas([e.image for e in examples], cell=c.cell, min_pixels=c.min_pixels, max_pixels=c.max_pixels)
+        images, maps = [], []
+        for b, e in enumerate(examples):
+            h, w = canvas.sizes[b]
+            if (h // c.cell, w // c.cell) != e.grid:
+                raise ValueError(f"{e.image} makes a {h // c.cell}x{w // c.cell} canvas, its features {e.grid}: "
+                                 f"rebuild the feature cache")
+            images.append(canvas.pixels[b, :, :h, :w])
+            maps.append(weights[b, :e.grid[0], :e.grid[1]])
+        return answer_loss(self.vlm, images, [e.question for e in examples], [e.answer for e in examples], maps)
+
+
+@torch.no_grad()
+def hard_metrics(scorer: nn.Module, examples: Sequence[Example], budget: str, *, random_seed: int | None = None
+                 ) -> dict[str, float]:
+    """Top-K of the scorer's relevance (or K random cells) against the answer: IoU (the seeds' proxy) and
+    covered share of the answer's area, means over examples."""
+    ious, shares = [], []
+    for i in range(0, len(examples), 32):
+        chunk = examples[i:i + 32]
+        batch = collate(chunk)
+        rel = scorer(batch["cells"], batch["query"], batch["gestalt"], batch["valid"]).map
+        for b, e in enumerate(chunk):
+            v, t = batch["valid"][b], batch["target"][b]
+            score = rel[b][v]
+            if random_seed is not None:
+                score = torch.rand(score.shape, generator=torch.Generator().manual_seed(_seed(random_seed, e.record_id)))
+            chosen = torch.zeros_like(score, dtype=torch.bool)
+            chosen[score.topk(budget_k(e, budget)).indices] = True
+            answer = t[v] > 0
+            union = int((chosen | answer).sum())
+            if union == 0 or not answer.any():
+                continue
+            ious.append(int((chosen & answer).sum()) / union)
+            shares.append(float((chosen.float() * t[v]).sum() / t[v].sum()))
+    mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
+    return {"iou": mean(ious), "coverage": mean(shares), "n": len(ious)}
+
+
+# ----------------------------------------------------------------------------- checkpoints
+
+
+def save_checkpoint(path: Path, step: int, objective: nn.Module, optimizer: torch.optim.Optimizer,
+                    history: list[dict], cfg: TrainConfig, arr_config: ARRConfig) -> None:
+    _atomic_save({"format": CHECKPOINT_FORMAT, "step": step, "objective": objective.state_dict(),
+                  "optimizer": optimizer.state_dict(), "history": history, "train_config": asdict(cfg),
+                  "arr_config": arr_config.to_dict()}, path)
+    (path.parent / "config.json").write_text(json.dumps({"train": asdict(cfg), "arr": arr_config.to_dict()},
+                                                        indent=1, default=str))
+
+
+def load_checkpoint(path: Path, cfg: TrainConfig, arr_config: ARRConfig) -> dict:
+    """A checkpoint to resume from; a corrupt file or a different configuration is a clear error."""
+    try:
+        ckpt = torch.load(path, weights_only=False)
+    except Exception as err:  # torch raises several types for damaged files
+        raise ValueError(f"checkpoint {path} is corrupt or unreadable ({type(err).__name__}: {err}); "
+                         f"delete it to start afresh") from err
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not an arr-coc training checkpoint ({CHECKPOINT_FORMAT})")
+    saved, now = ckpt["train_config"], asdict(cfg)
+    diff = [k for k in now if k not in RESUMABLE and _norm(saved.get(k)) != _norm(now[k])]
+    if _norm(ckpt["arr_config"]) != _norm(arr_config.to_dict()):
+        diff.append("arr_config")
+    if diff:
+        raise ValueError(f"checkpoint {path} was made with a different configuration ({', '.join(diff)}); "
+                         f"resume with the same settings or use another --out")
+    return ckpt
+
+
+def _norm(v: Any) -> Any:
+    return json.loads(json.dumps(v, default=str))
+
+
+def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict) -> Path:
+    """The trained scorer (and sampler) with what it needs to be rebuilt: channels, configs, metrics."""
+    _atomic_save({"format": WEIGHTS_FORMAT, "scorer_name": arr.config.scorer.name, "channels": list(arr.channels),
+                  "scorer": arr.scorer.state_dict(), "sampler": arr.sampler.state_dict(),
+                  "arr_config": arr.config.to_dict(), "train_config": asdict(cfg), "metrics": metrics}, path)
+    return path
+
+
+# ----------------------------------------------------------------------------- the loop
+
+
+def _distributed() -> tuple[int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return (dist.get_rank(), world) if world > 1 else (0, 1)
+
+
+def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Sequence[Example] | None = None,
+          query_encoder: Any = None) -> Run:
+    """Train, evaluate on the held-out images every ``eval_every`` steps, checkpoint, export.
+
+    ``examples`` (with their image ids) replaces reading the datasets, e.g. in tests.
+    """
+    from arr_coc.pipeline import ARR
+
+    rank, world = _distributed()
+    if cfg.batch_size % world:
+        raise ValueError(f"batch size {cfg.batch_size} must split evenly over {world} processes")
+    if cfg.objective not in ("proxy", "vlm"):
+        raise ValueError(f"unknown objective {cfg.objective!r}; choose proxy or vlm")
+    vlm = _frozen_vlm(cfg, arr_config or ARRConfig())
+    torch.manual_seed(cfg.seed)
+    arr_config = arr_config or ARRConfig()
+    # training starts from the hand-set initialisation, never from previously shipped weights
+    arr_config = replace(arr_config, scorer=replace(arr_config.scorer, weights="none"))
+    arr = ARR(arr_config, query_encoder=query_encoder)
+    arr.scorer.requires_grad_(True)
+    if examples is None:
+        examples = _examples(arr, cfg, rank, world)
+    split = {s: [e for e in examples if split_of(e.image_id, e.dataset) == s] for s in ("train", "val", "test")}
+    if vlm is not None:  # the answer objective needs an answer to read
+        split["train"] = [e for e in split["train"] if e.answer.strip()]
+    if not split["train"]:
+        raise ValueError("no training examples: every image fell into the held-out splits; use more records")
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    objective = Objective(arr.scorer, arr.sampler, cfg, vlm, arr_config.canvas)
+    params = [p for p in objective.parameters() if p.requires_grad]
+    model: nn.Module = objective
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(objective)
+    optimizer = torch.optim.Adam(params, lr=cfg.lr)
+    initial = {s: hard_metrics(arr.scorer, split[s], cfg.budget) for s in ("val", "test")}
+    history, start = [], 0
+    ckpt_path = out / "checkpoint.pt"
+    if cfg.resume and ckpt_path.exists():
+        ckpt = load_checkpoint(ckpt_path, cfg, arr_config)
+        objective.load_state_dict(ckpt["objective"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        history, start = ckpt["history"], ckpt["step"]
+    began = time.perf_counter()
+    bar = tqdm(range(start, cfg.steps), desc="train", disable=not cfg.progress or rank != 0)
+    for step in bar:
+        idx = batch_indices(step, len(split["train"]), cfg.batch_size, cfg.seed)[rank::world]
+        chunk = [split["train"][i] for i in idx]
+        seeds = [_seed(cfg.seed, step, e.record_id) for e in chunk]
+        loss, parts = model({**collate(chunk), "examples": chunk}, [budget_k(e, cfg.budget) for e in chunk], seeds)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        value = loss.detach().clone()
+        if world > 1:
+            dist.all_reduce(value)
+            value /= world
+        row = {"step": step + 1, "loss": float(value), **parts}
+        if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
+            row["val"] = hard_metrics(arr.scorer, split["val"], cfg.budget)
+            if rank == 0:
+                save_checkpoint(ckpt_path, step + 1, objective, optimizer, history + [row], cfg, arr_config)
+        history.append(row)
+        bar.set_postfix(loss=f"{row['loss']:.4f}")
+    run = Run(history, seconds=time.perf_counter() - began)
+    if rank == 0:
+        run.metrics = {
+            "budget": cfg.budget, "examples": {s: len(v) for s, v in split.items()},
+            "initial": initial, "learned": {s: hard_metrics(arr.scorer, split[s], cfg.budget) for s in ("val", "test")},
+            "random": {s: hard_metrics(arr.scorer, split[s], cfg.budget, random_seed=cfg.seed) for s in ("val", "test")},
+            "train_seconds": run.seconds, "processes": world,
+        }
+        export_weights(out / "scorer.pt", arr, cfg, run.metrics)
+        (out / "metrics.json").write_text(json.dumps(run.metrics, indent=1))
+        plot_history(history, out / "loss.png")
+    if world > 1:
+        dist.barrier()
+    return run
+
+
+def _frozen_vlm(cfg: TrainConfig, arr_config: ARRConfig) -> Any:
+    """The VLM of the answer objective, frozen; its cell must be the canvas cell of the features."""
+    if cfg.objective != "vlm":
+        return None
+    if not cfg.vlm:
+        raise ValueError("objective 'vlm' needs --vlm PATH_OR_ID (a Qwen-VL / LLaVA checkpoint or tiny:<family>)")
+    from arr_coc.vlm import load_vlm
+
+    adapter = load_vlm(cfg.vlm)
+    adapter.model.requires_grad_(False).eval()
+    if adapter.cell != arr_config.canvas.cell:
+        raise ValueError(f"{cfg.vlm} uses {adapter.cell} px cells but the canvas uses {arr_config.canvas.cell} px; "
+                         f"set CanvasConfig(cell={adapter.cell})")
+    return adapter
+
+
+def _examples(arr: Any, cfg: TrainConfig, rank: int, world: int) -> list[Example]:
+    """Dataset records -> cached features; rank 0 computes, the others wait and read the cache."""
+    from arr_coc.datasets import load_dataset
+
+    def root(name: str) -> Path | None:  # one dataset: its own path (a jsonl file); several: their parent
+        return None if cfg.data is None else Path(cfg.data) if len(cfg.datasets) == 1 else Path(cfg.data) / name
+
+    records = [r for name in cfg.datasets for r in load_dataset(name, root(name), limit=cfg.limit, seed=cfg.seed)]
+    if rank == 0:
+        examples = build_examples(arr, records, cfg.features, progress=cfg.progress)
+    if world > 1:
+        dist.barrier()
+    if rank != 0:
+        examples = build_examples(arr, records, cfg.features, progress=False)
+    return examples
+
+
+def plot_history(history: Sequence[dict], path: Path) -> Path:
+    """Training loss and held-out IoU against steps, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.plot([h["step"] for h in history], [h["loss"] for h in history], lw=0.8, label="training loss")
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    evals = [h for h in history if "val" in h and not math.isnan(h["val"]["iou"])]
+    if evals:
+        ax2 = ax.twinx()
+        ax2.plot([h["step"] for h in evals], [h["val"]["iou"] for h in evals], "o-", color="C1", label="held-out IoU")
+        ax2.set_ylabel("held-out answer IoU (top-K)")
+        fig.legend(loc="upper right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

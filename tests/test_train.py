@@ -1,0 +1,201 @@
+"""Training the scorer: features cache, proxy objective, held-out metrics, checkpoints, DDP, export."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from arr_coc import features as feats
+from arr_coc.cli import main
+from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
+from arr_coc.datasets import load_dataset
+from arr_coc.features import build_examples, cell_target, split_of
+from arr_coc.pipeline import ARR
+from arr_coc.query import HashingQueryEncoder
+from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.train import TrainConfig, batch_indices, load_checkpoint, train
+
+CONFIG = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """Pages of busy texture where the answer is a smooth bright patch: the hand-set priors (edges,
+    saliency) look everywhere but there, so there is something to learn."""
+    root = tmp_path_factory.mktemp("synthetic")
+    rng = np.random.default_rng(0)
+    lines = []
+    for i in range(24):
+        img = (rng.random((168, 224, 3)) * 255).astype(np.uint8)  # 6 x 8 cells of 28 px of noise
+        y, x = int(rng.integers(0, 4)) * 28, int(rng.integers(0, 6)) * 28
+        img[y:y + 56, x:x + 56] = 235
+        Image.fromarray(img).save(root / f"p{i}.png")
+        lines.append(json.dumps({"image": f"p{i}.png", "question": "Where is the bright patch?", "answer": "",
+                                 "boxes": [[x, y, x + 56, y + 56]], "id": f"p{i}", "image_id": f"p{i}"}))
+    (root / "pages.jsonl").write_text("\n".join(lines))
+    return root / "pages.jsonl"
+
+
+@pytest.fixture(scope="module")
+def examples(dataset, tmp_path_factory):
+    arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
+    return build_examples(arr, load_dataset("jsonl", dataset), tmp_path_factory.mktemp("features"), progress=False)
+
+
+def cfg(tmp_path, **kw):
+    base = dict(datasets=("jsonl",), budget="25%", steps=40, batch_size=4, lr=0.05, eval_every=10,
+                out=str(tmp_path / "run"), features=str(tmp_path / "features"), progress=False)
+    return TrainConfig(**{**base, **kw})
+
+
+def test_cell_target_is_the_exact_covered_share():
+    t = cell_target([(14, 0, 28, 42)], (2, 2), 28)  # lower half of row 0, 1.5 cells wide
+    assert t.tolist() == [[0.5, 0.25], [0.0, 0.0]]
+
+
+def test_features_are_computed_once_per_image_and_keyed_by_channels(dataset, tmp_path, monkeypatch):
+    arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
+    records = load_dataset("jsonl", dataset)[:3]
+    first = build_examples(arr, records, tmp_path, progress=False)
+    assert [e.record_id for e in first] == ["p0", "p1", "p2"]
+    assert first[0].cells.shape[1:] == first[0].target.shape == (6, 8) and first[0].target.sum() == 4
+    monkeypatch.setattr(feats, "image_features", lambda *a: pytest.fail("recomputed a cached image"))
+    again = build_examples(arr, records, tmp_path, progress=False)
+    assert all(torch.equal(a.cells, b.cells) for a, b in zip(first, again))
+    other = ARR(replace(CONFIG, texture=TextureConfig(channels=("rgb", "edges"))), query_encoder=HashingQueryEncoder())
+    assert feats.cache_key(other) != feats.cache_key(arr)  # another channel set never reads these files
+
+
+def test_batches_cover_every_example_each_epoch_and_depend_only_on_the_step():
+    seen = [i for s in range(6) for i in batch_indices(s, 12, 4, seed=3)]
+    assert sorted(seen) == sorted(list(range(12)) * 2)
+    assert batch_indices(4, 12, 4, seed=3) == batch_indices(4, 12, 4, seed=3) != batch_indices(4, 12, 4, seed=4)
+
+
+def test_split_is_by_image_and_stable():
+    ids = [f"img{i}" for i in range(400)]
+    splits = [split_of(i, "funsd") for i in ids]
+    assert splits == [split_of(i, "funsd") for i in ids]
+    share = {s: splits.count(s) / 400 for s in ("train", "val", "test")}
+    assert 0.5 < share["train"] < 0.7 and 0.08 < share["val"] < 0.22 and 0.18 < share["test"] < 0.32
+
+
+def test_training_beats_the_hand_set_scorer_on_held_out_pages(examples, tmp_path):
+    run = train(cfg(tmp_path), CONFIG, examples=examples)
+    m = run.metrics
+    assert m["examples"]["train"] > 0 and m["examples"]["test"] > 0
+    first = sum(h["loss"] for h in run.history[:5]) / 5
+    last = sum(h["loss"] for h in run.history[-5:]) / 5
+    assert last < 0.8 * first
+    assert m["learned"]["test"]["iou"] >= 2 * m["initial"]["test"]["iou"]  # the seeds' success criterion
+    assert m["learned"]["test"]["iou"] > m["random"]["test"]["iou"]
+    out = Path(tmp_path / "run")
+    assert {p.name for p in out.iterdir()} >= {"scorer.pt", "metrics.json", "loss.png", "checkpoint.pt", "config.json"}
+    assert [h["step"] for h in run.history if "val" in h] == [10, 20, 30, 40]
+
+
+@pytest.mark.parametrize("estimator", ["gumbel", "straight_through"])
+def test_other_estimators_train_too(examples, tmp_path, estimator):
+    run = train(cfg(tmp_path, steps=3, estimator=estimator, eval_every=3), CONFIG, examples=examples)
+    assert all(np.isfinite(h["loss"]) for h in run.history) and len(run.history) == 3
+
+
+def test_resume_gives_the_losses_of_an_uninterrupted_run(examples, tmp_path):
+    whole = train(cfg(tmp_path / "a", steps=8, eval_every=4, estimator="gumbel"), CONFIG, examples=examples)
+    train(cfg(tmp_path / "b", steps=4, eval_every=4, estimator="gumbel"), CONFIG, examples=examples)
+    resumed = train(cfg(tmp_path / "b", steps=8, eval_every=4, estimator="gumbel", resume=True), CONFIG,
+                    examples=examples)
+    assert [h["loss"] for h in resumed.history] == [h["loss"] for h in whole.history]
+    assert len(resumed.history) == 8
+
+
+def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
+    c = cfg(tmp_path, steps=2, eval_every=2)
+    train(c, CONFIG, examples=examples)
+    ckpt = Path(c.out) / "checkpoint.pt"
+    with pytest.raises(ValueError, match=r"different configuration \(lr\)"):
+        load_checkpoint(ckpt, replace(c, lr=0.5), CONFIG)
+    with pytest.raises(ValueError, match="different configuration .*arr_config"):
+        load_checkpoint(ckpt, c, replace(CONFIG, seed=5))
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    with pytest.raises(ValueError, match="is corrupt or unreadable"):
+        train(replace(c, resume=True, steps=4), CONFIG, examples=examples)
+    torch.save({"hello": 1}, ckpt)
+    with pytest.raises(ValueError, match="not an arr-coc training checkpoint"):
+        load_checkpoint(ckpt, c, CONFIG)
+
+
+def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_path):
+    c = cfg(tmp_path, steps=5, eval_every=5)
+    train(c, CONFIG, examples=examples)
+    path = Path(c.out) / "scorer.pt"
+    trained = ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(path))), query_encoder=HashingQueryEncoder())
+    assert trained.weights_source == str(path)
+    saved = torch.load(path, weights_only=True)
+    for k, v in saved["scorer"].items():
+        assert torch.equal(trained.scorer.state_dict()[k], v)
+    hand = ARR(CONFIG, query_encoder=HashingQueryEncoder())
+    assert any(not torch.equal(hand.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
+    with pytest.raises(ValueError, match="holds a 'contextual' scorer for channels"):
+        ARR(ARRConfig(texture=TextureConfig(channels=("rgb", "edges")), scorer=ScorerConfig(weights=str(path))),
+            query_encoder=HashingQueryEncoder())
+    with pytest.raises(ValueError, match="cannot read scorer weights"):
+        ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(tmp_path / "none.pt"))), query_encoder=HashingQueryEncoder())
+
+
+def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys):
+    argv = ["train", "--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder",
+            "hashing", "--steps", "6", "--eval-every", "3", "--batch-size", "4", "--budget", "25%",
+            "--out", str(tmp_path / "run"), "--features", str(tmp_path / "f"), "--no-progress",
+            "--export", str(tmp_path / "w.pt")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "test  IoU    initial" in out and "learned" in out and "random" in out
+    assert (tmp_path / "w.pt").exists()
+    assert main(argv[:-2] + ["--batch-size", "3", "--resume"]) == 2  # changed setting: refused, clearly
+    assert "different configuration (batch_size)" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_processes_takes_the_steps_of_one(dataset, tmp_path):
+    if shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None:
+        pytest.skip("torchrun is not installed beside this Python")
+    common = ["--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder", "hashing",
+              "--steps", "4", "--eval-every", "2", "--batch-size", "4", "--budget", "25%", "--estimator", "gumbel",
+              "--features", str(tmp_path / "f"), "--no-progress"]
+    assert main(["train", *common, "--out", str(tmp_path / "one")]) == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29517",
+           "-m", "arr_coc.cli", "train", *common, "--out", str(tmp_path / "two")]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    one = torch.load(tmp_path / "one" / "scorer.pt", weights_only=True)
+    two = torch.load(tmp_path / "two" / "scorer.pt", weights_only=True)
+    assert two["metrics"]["processes"] == 2
+    for k, v in one["scorer"].items():
+        torch.testing.assert_close(two["scorer"][k], v, atol=1e-5, rtol=1e-5)
+    init = ARR(CONFIG, query_encoder=HashingQueryEncoder()).scorer.state_dict()
+    moved = [k for k, v in one["scorer"].items() if not torch.equal(v, init[k])]
+    assert moved  # the comparison is between trained weights, not two untouched initialisations
+
+
+def test_answer_cross_entropy_through_a_frozen_tiny_vlm_decreases(dataset, tmp_path):
+    rows = [json.loads(line) for line in dataset.read_text().splitlines()]
+    answered = tmp_path / "answered.jsonl"
+    answered.write_text("\n".join(json.dumps({**r, "image": str(dataset.parent / r["image"]), "answer": "patch"})
+                                  for r in rows))
+    arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
+    examples = build_examples(arr, load_dataset("jsonl", answered), tmp_path / "f", progress=False)
+    run = train(cfg(tmp_path, objective="vlm", vlm="tiny:qwen2_5_vl", steps=16, eval_every=8, lr=0.1,
+                    coverage_weight=0.0), CONFIG, examples=examples, query_encoder=HashingQueryEncoder())
+    ce = [h["answer_ce"] for h in run.history]
+    assert all(np.isfinite(ce)) and sum(ce[-4:]) / 4 < sum(ce[:4]) / 4
+    with pytest.raises(ValueError, match="objective 'vlm' needs --vlm"):
+        train(cfg(tmp_path, objective="vlm"), CONFIG, examples=examples)
