@@ -220,6 +220,7 @@ def look(args: argparse.Namespace) -> int:
         print(json.dumps(alloc.to_json(0)))
     else:
         print(_summary(alloc, 0, args.top))
+        print(f"scorer        {config.scorer.name}, weights: {arr.weights_source}")
         if args.timings:
             channel_ms = alloc.to_json(0)["channel_ms"]
             print("channel ms    " + "  ".join(f"{k} {v:.1f}" for k, v in channel_ms.items()))

@@ -18,9 +18,10 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
+from torch import Tensor
 from tqdm import tqdm
 
 from .datasets import Record
@@ -136,13 +137,22 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
 
 
 def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done) -> Iterable[dict]:
-    canvas = scene.canvas
+    relevance, query_emb = arr.score(scene, [record.question], vector)
+    yield from allocation_rows(record, scene.canvas, relevance.map, query_emb, samplers, reader, settings, done)
+
+
+def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: Tensor, samplers: dict,
+                    reader: Any, settings: EvalSettings, done: set = frozenset(), suffix: str = "") -> Iterable[dict]:
+    """Rows of one record (a one-image canvas) for every method and budget, given its relevance map.
+
+    ``suffix`` tells scorers apart in one table (``topk@learned``); the scorer-free rows (full,
+    uniform image) come only with the empty suffix.
+    """
     cell, pixels = canvas.cell, canvas.pixels[0]
-    hc, wc = scene.extents[0]
+    hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
     full = canvas.full_tokens[0]
     target = scale_boxes(record.boxes_px, canvas.scales[0])
     others = scale_boxes(record.others_px, canvas.scales[0])
-    relevance, query_emb = arr.score(scene, [record.question], vector)
     readable = reader is not None and bool(record.answer.strip())
 
     def row(method: str, budget: str, tokens: int, view, metrics: dict, start: float) -> dict:
@@ -157,7 +167,7 @@ def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, don
 
     nan = float("nan")
     blind = {"coverage": nan, "hit": nan, "iou": nan, "secondary": nan, "peripheral": nan}
-    if (record.record_id, "full", "full") not in done and "full" in settings.methods:
+    if (record.record_id, "full", "full") not in done and "full" in settings.methods and not suffix:
         start = time.perf_counter()
         everything = {"coverage": 1.0, "hit": 1.0, "iou": nan, "secondary": 1.0, "peripheral": 1.0}
         yield row("full", "full", full, pixels, everything, start)
@@ -165,7 +175,9 @@ def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, don
         total = budget_tokens(spec, full)
         grid, k = split_budget(total, (hc, wc))
         for method in settings.methods:
-            if method == "full" or (record.record_id, method, str(spec)) in done:
+            if method == "full" or (record.record_id, method + suffix, str(spec)) in done:
+                continue
+            if suffix and method == "uniform_image":
                 continue
             start = time.perf_counter()
             if method == "uniform_image":
@@ -173,11 +185,11 @@ def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, don
                 yield row(method, str(spec), used, view, blind, start)
                 continue
             generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
-            sel = samplers[method](relevance.map, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
+            sel = samplers[method](relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
             chosen = sel.mask(*canvas.grid)[0, :hc, :wc]
             metrics = allocation_metrics(chosen, cell, target, others).as_dict()
             view = foveated_view(pixels[:, : hc * cell, : wc * cell], sel.positions[0], cell, grid)
-            yield row(method, str(spec), grid[0] * grid[1] + k, view, metrics, start)
+            yield row(method + suffix, str(spec), grid[0] * grid[1] + k, view, metrics, start)
 
 
 # ----------------------------------------------------------------------------- tables and plots

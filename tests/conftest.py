@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "receipt.jpg"
@@ -32,3 +33,20 @@ def funsd_form() -> Path:
 @pytest.fixture
 def coco_photo() -> Path:
     return shared_files("coco128/images/train2017", "*.jpg", "COCO128")[0]
+
+
+def check_batch_equals_singles(adapter, batch, singles, run_llm, atol):
+    """generate() over a left-padded batch equals each prompt alone; negative control: unmasked padding."""
+    from dataclasses import replace
+
+    from arr_coc.vlm import generate
+
+    assert batch.attention_mask.sum(1).tolist() != [batch.attention_mask.shape[1]] * len(singles)  # really padded
+    tokens, logits = generate(adapter, batch, max_new_tokens=4)
+    for b, one in enumerate(singles):
+        t1, l1 = generate(adapter, one, max_new_tokens=4)
+        assert t1.tolist() == tokens[b:b + 1].tolist()
+        torch.testing.assert_close(l1, logits[b:b + 1], atol=atol, rtol=0)
+    unmasked = replace(batch, attention_mask=torch.ones_like(batch.attention_mask))
+    short = int(batch.attention_mask.sum(1).argmin())
+    assert (run_llm(adapter, unmasked)[short, -1] - run_llm(adapter, batch)[short, -1]).abs().max() > 1e-2

@@ -93,6 +93,31 @@ class VLMAdapter(Protocol):
 ADAPTERS: Registry = Registry("VLM adapter")
 
 
+def chat_ids(tokenizer: Any, processor: Any, question: str, image_token_id: int, lead: Sequence[int] = ()) -> list[int]:
+    """Token ids of a one-image user turn and the generation prompt, from the chat template.
+
+    Without a template: ``lead`` (the family's image block, holding ``image_token_id``), then the question.
+    """
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    source = processor if getattr(processor, "chat_template", None) else tokenizer
+    if getattr(source, "chat_template", None):
+        text = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    return list(lead or [image_token_id]) + tokenizer(question, add_special_tokens=False)["input_ids"]
+
+
+def split_at_image(ids: Sequence[int], image_token_id: int) -> tuple[list[int], list[int]]:
+    """(ids before, ids after) the single image placeholder.
+
+    >>> split_at_image([1, 2, 9, 3], 9)
+    ([1, 2], [3])
+    """
+    where = [i for i, t in enumerate(ids) if t == image_token_id]
+    if len(where) != 1:
+        raise ValueError(f"the chat template must yield exactly one image placeholder, found {len(where)}")
+    return list(ids[:where[0]]), list(ids[where[0] + 1:])
+
+
 def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[VisualTokens],
              suffixes: Sequence[Sequence[int]], rope_rows: int) -> Prefill:
     """Splice each image's visual tokens between its prompt's prefix and suffix tokens; left-pad.

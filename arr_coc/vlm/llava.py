@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens
+from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, split_at_image
 from arr_coc.vlm.qwen import CLIP_MEAN, CLIP_STD, all_cells
 
 # LLaVA-1.5's chat layout, with the tiny tokenizer's <|image_pad|> standing in for <image>.
@@ -247,20 +247,11 @@ class LlavaAdapter:
         """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
         if self.tokenizer is None:
             raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-        source = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
-        if getattr(source, "chat_template", None):
-            text = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        else:  # no template: the image, then the question
-            ids = [self.image_token_id] + self.tokenizer(question, add_special_tokens=False)["input_ids"]
+        ids = chat_ids(self.tokenizer, self.processor, question, self.image_token_id)
         bos = getattr(self.tokenizer, "bos_token_id", None)
         if bos is not None and (not ids or ids[0] != bos):  # LLaVA's processor adds BOS the template lacks
             ids = [bos] + ids
-        where = [i for i, t in enumerate(ids) if t == self.image_token_id]
-        if len(where) != 1:
-            raise ValueError(f"the chat template must yield exactly one image placeholder, found {len(where)}")
-        return ids[:where[0]], ids[where[0] + 1:]
+        return split_at_image(ids, self.image_token_id)
 
     def embed_tokens(self, ids: Tensor) -> Tensor:
         """Token embeddings of the LLM: [B, L] -> [B, L, D]."""

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens
+from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, split_at_image
 
 CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
@@ -246,19 +246,10 @@ class QwenVLAdapter:
         """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
         if self.tokenizer is None:
             raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
-        source = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
-        if getattr(source, "chat_template", None):
-            text = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        else:  # no template: the bare Qwen image block, then the question
-            cfg = self.model.config
-            ids = [cfg.vision_start_token_id, self.image_token_id, cfg.vision_end_token_id]
-            ids += self.tokenizer(question, add_special_tokens=False)["input_ids"]
-        where = [i for i, t in enumerate(ids) if t == self.image_token_id]
-        if len(where) != 1:
-            raise ValueError(f"the chat template must yield exactly one image placeholder, found {len(where)}")
-        return ids[:where[0]], ids[where[0] + 1:]
+        cfg = self.model.config
+        lead = [cfg.vision_start_token_id, self.image_token_id, cfg.vision_end_token_id]  # the bare image block
+        return split_at_image(chat_ids(self.tokenizer, self.processor, question, self.image_token_id, lead),
+                              self.image_token_id)
 
     def embed_tokens(self, ids: Tensor) -> Tensor:
         return self.lm.embed_tokens(ids)
