@@ -128,18 +128,24 @@ def _parser() -> argparse.ArgumentParser:
                                     "OUT/checkpoint.pt (--resume continues exactly), write OUT/scorer.pt, "
                                     "OUT/metrics.json and OUT/loss.png. Multi-process: "
                                     "torchrun --nproc_per_node N -m arr_coc.cli train ...")
+    import inspect
+    import re
+
+    # each field's help is the comment beside it in TrainConfig: one source for code and CLI
+    notes = dict(re.findall(r"^\s+(\w+): .*?#\s*(.+)$", inspect.getsource(TrainConfig), re.M))
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
+        note = notes.get(f.name, "").replace("%", "%%")
         if f.type in ("bool", bool) and f.default:
-            tr.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false")
+            tr.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=note)
         elif f.type in ("bool", bool):
-            tr.add_argument(flag, action="store_true")
+            tr.add_argument(flag, action="store_true", help=note)
         elif f.name == "datasets":
             tr.add_argument(flag, nargs="+", default=list(f.default), help="default %(default)s")
         else:
             kind = {"int": int, "float": float}.get(str(f.type), str)
             tr.add_argument(flag, type=kind if "None" not in str(f.type) else (int if "int" in str(f.type) else str),
-                            default=f.default, help="default %(default)s")
+                            default=f.default, help=f"{note} (default %(default)s)".strip())
     tr.add_argument("--channels", nargs="+", default=None, metavar="NAME", help="texture channels, as for look")
     tr.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
     tr.add_argument("--sampler", default="topk", help="sampler whose parameters train too, if any (default %(default)s)")

@@ -46,16 +46,16 @@ class TrainConfig:
     estimator: str = "soft"  # soft top-K, its Gumbel-perturbed version, or straight-through
     temperature: float = 0.5  # soft top-K temperature, in standard deviations of each image's relevance
     coverage_weight: float = 0.05  # Part 13: a little mass in every region keeps second questions fed
-    steps: int = 300
+    steps: int = 300  # optimiser steps (about a minute on 2 CPU cores once features are cached)
     batch_size: int = 16  # global: split over the ranks
     lr: float = 0.01  # Adam; the scorer has few weights, each with a clear scale
-    eval_every: int = 50
-    seed: int = 0
-    out: str = "out/train"
-    features: str = "out/features"
+    eval_every: int = 50  # held-out evaluation and checkpoint every N steps
+    seed: int = 0  # data order, Gumbel noise, subsets
+    out: str = "out/train"  # checkpoint.pt, config.json, scorer.pt, metrics.json, loss.png
+    features: str = "out/features"  # cache of the texture features (one file per image)
     vlm: str | None = None  # model for objective "vlm" (a folder, hub id or tiny:<family>)
-    resume: bool = False
-    progress: bool = True
+    resume: bool = False  # continue from OUT/checkpoint.pt exactly where it stopped
+    progress: bool = True  # progress bars
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Train the shipped scorer and report it on held-out images: answer IoU and OCR reading accuracy.
 
-    python benchmarks/run_training.py [--steps 400] [--test-limit 150]
+    python benchmarks/run_training.py [--steps 300] [--test-limit 150]
 
 1. Features of every FUNSD, SROIE and COCO record with the default channels (cached in
    out/features; the first run reads every page with OCR, ~30 min on 2 cores).
@@ -43,7 +43,7 @@ OUT = ROOT / "benchmarks" / "results" / "train"
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--steps", type=int, default=TrainConfig.steps)
     p.add_argument("--test-limit", type=int, default=150, help="test records per dataset for the reading table")
     p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
     args = p.parse_args(argv)
