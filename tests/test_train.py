@@ -14,7 +14,7 @@ from PIL import Image
 
 from arr_coc import features as feats
 from arr_coc.cli import main
-from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
+from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig, TextureConfig
 from arr_coc.datasets import load_dataset
 from arr_coc.features import build_examples, cell_target, split_of
 from arr_coc.pipeline import ARR
@@ -199,3 +199,17 @@ def test_answer_cross_entropy_through_a_frozen_tiny_vlm_decreases(dataset, tmp_p
     assert all(np.isfinite(ce)) and sum(ce[-4:]) / 4 < sum(ce[:4]) / 4
     with pytest.raises(ValueError, match="objective 'vlm' needs --vlm"):
         train(cfg(tmp_path, objective="vlm"), CONFIG, examples=examples)
+
+
+@pytest.mark.parametrize("sampler", ["log_polar", "adaptive_stratified"])
+def test_learnable_sampler_parameters_train_and_ship_with_the_scorer(examples, tmp_path, sampler):
+    config = replace(CONFIG, sampler=SamplerConfig(name=sampler))
+    c = cfg(tmp_path, steps=4, eval_every=4, lr=0.05)
+    train(c, config, examples=examples)
+    saved = torch.load(Path(c.out) / "scorer.pt", weights_only=True)
+    init = ARR(config, query_encoder=HashingQueryEncoder()).sampler.state_dict()
+    assert saved["sampler"].keys() == init.keys()
+    assert any(not torch.equal(saved["sampler"][k], v) for k, v in init.items())  # the sampler learned too
+    loaded = ARR(replace(config, scorer=ScorerConfig(weights=str(Path(c.out) / "scorer.pt"))),
+                 query_encoder=HashingQueryEncoder())
+    assert all(torch.equal(loaded.sampler.state_dict()[k], v) for k, v in saved["sampler"].items())
