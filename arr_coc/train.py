@@ -320,7 +320,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         }
         export_weights(out / "scorer.pt", arr, cfg, run.metrics)
         (out / "metrics.json").write_text(json.dumps(run.metrics, indent=1))
-        plot_history(history, out / "loss.png")
+        plot_history(history, out / "loss.png", initial["val"]["iou"])
     if world > 1:
         dist.barrier()
     return run
@@ -359,8 +359,8 @@ def _examples(arr: Any, cfg: TrainConfig, rank: int, world: int) -> list[Example
     return examples
 
 
-def plot_history(history: Sequence[dict], path: Path) -> Path:
-    """Training loss and held-out IoU against steps, as a PNG."""
+def plot_history(history: Sequence[dict], path: Path, initial_iou: float | None = None) -> Path:
+    """Training loss and held-out IoU against steps (the initialisation's at step 0), as a PNG."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -371,12 +371,15 @@ def plot_history(history: Sequence[dict], path: Path) -> Path:
     ax.set_xlabel("step")
     ax.set_ylabel("loss")
     evals = [h for h in history if "val" in h and not math.isnan(h["val"]["iou"])]
+    if initial_iou is not None and not math.isnan(initial_iou):
+        evals = [{"step": 0, "val": {"iou": initial_iou}}] + evals
     if evals:
         ax2 = ax.twinx()
-        ax2.plot([h["step"] for h in evals], [h["val"]["iou"] for h in evals], "o-", color="C1", label="held-out IoU")
-        ax2.set_ylabel("held-out answer IoU (top-K)")
-        fig.legend(loc="upper right")
-    fig.tight_layout()
+        ax2.plot([h["step"] for h in evals], [h["val"]["iou"] for h in evals], "o-", color="C1",
+                 label="validation IoU (top-K)")
+        ax2.set_ylabel("answer IoU on validation images")
+        fig.legend(loc="upper center", ncol=2, frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path

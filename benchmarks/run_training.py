@@ -28,14 +28,14 @@ sys.path.insert(0, str(ROOT))
 
 from arr_coc.canvas import make_canvas  # noqa: E402
 from arr_coc.config import ARRConfig, ScorerConfig  # noqa: E402
-from arr_coc.datasets import load_dataset  # noqa: E402
+from arr_coc.datasets import load_dataset, split_of  # noqa: E402
 from arr_coc.evaluate import (EvalSettings, _done_keys, allocation_rows, markdown_table, pivot_table,  # noqa: E402
                               plot_summary, summarize)
 from arr_coc.features import build_examples, collate  # noqa: E402
 from arr_coc.pipeline import ARR, PACKAGED_WEIGHTS  # noqa: E402
 from arr_coc.reading import READERS  # noqa: E402
 from arr_coc.samplers import SAMPLERS  # noqa: E402
-from arr_coc.train import TrainConfig, train  # noqa: E402
+from arr_coc.train import TrainConfig, hard_metrics, train  # noqa: E402
 
 DATASETS = ("funsd", "sroie", "coco")
 OUT = ROOT / "benchmarks" / "results" / "train"
@@ -46,6 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--steps", type=int, default=TrainConfig.steps)
     p.add_argument("--test-limit", type=int, default=150, help="test records per dataset for the reading table")
     p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
+    p.add_argument("--skip-train", action="store_true", help="report the weights already in out/train")
+    p.add_argument("--skip-reading", action="store_true", help="only the IoU table")
     args = p.parse_args(argv)
     OUT.mkdir(parents=True, exist_ok=True)
 
@@ -54,15 +56,21 @@ def main(argv: list[str] | None = None) -> None:
     records = [r for name in DATASETS for r in load_dataset(name)]
     examples = build_examples(hand, records, ROOT / "out" / "features")
     cfg = TrainConfig(datasets=DATASETS, budget="10%", steps=args.steps, out=str(ROOT / "out" / "train"))
-    run = train(cfg, config, examples=examples, query_encoder=hand.query_encoder)
     weights = Path(cfg.out) / "scorer.pt"
-    PACKAGED_WEIGHTS.mkdir(exist_ok=True)
-    shutil.copyfile(weights, PACKAGED_WEIGHTS / "contextual.pt")
-    for name in ("metrics.json", "loss.png", "config.json"):
-        shutil.copyfile(Path(cfg.out) / name, OUT / name)
-    print(json.dumps(run.metrics, indent=1))
+    if not args.skip_train:
+        run = train(cfg, config, examples=examples, query_encoder=hand.query_encoder)
+        PACKAGED_WEIGHTS.mkdir(exist_ok=True)
+        shutil.copyfile(weights, PACKAGED_WEIGHTS / "contextual.pt")
+        for name in ("metrics.json", "loss.png", "config.json"):
+            shutil.copyfile(Path(cfg.out) / name, OUT / name)
+        print(json.dumps(run.metrics, indent=1))
 
     learned = ARR(ARRConfig(scorer=ScorerConfig(weights=str(weights))), query_encoder=hand.query_encoder).eval()
+    iou = iou_table(hand, learned, [e for e in examples if split_of(e.image_id, e.dataset) == "test"])
+    (OUT / "iou.md").write_text(iou)
+    print(iou)
+    if args.skip_reading:
+        return
     by_id = {(e.dataset, e.record_id): e for e in examples}
     settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), budgets=args.budgets)
     samplers = {m: SAMPLERS.get(m)() for m in ("random", "topk", "stratified")}
@@ -95,6 +103,20 @@ def main(argv: list[str] | None = None) -> None:
                 report.append(f"{column}:\n\n" + pivot_table(summary, column))
     (OUT / "reading.md").write_text("\n\n".join(report) + "\n")
     print("\n\n".join(report))
+
+
+def iou_table(hand: ARR, learned: ARR, test: list) -> str:
+    """Answer IoU (the seeds' proxy) and answer coverage of top-K at several budgets: initial, learned, random."""
+    lines = ["| budget | dataset | n | IoU initial | IoU learned | IoU random | learned / initial "
+             "| coverage initial | coverage learned |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for budget in ("3%", "5%", "10%", "25%"):
+        for name in (*DATASETS, "all"):
+            sub = [e for e in test if name in ("all", e.dataset)]
+            i, j = hard_metrics(hand.scorer, sub, budget), hard_metrics(learned.scorer, sub, budget)
+            r = hard_metrics(hand.scorer, sub, budget, random_seed=0)
+            lines.append(f"| {budget} | {name} | {i['n']} | {i['iou']:.3f} | {j['iou']:.3f} | {r['iou']:.3f} | "
+                         f"{j['iou'] / i['iou']:.2f}x | {i['coverage']:.3f} | {j['coverage']:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -213,3 +213,19 @@ def test_learnable_sampler_parameters_train_and_ship_with_the_scorer(examples, t
     loaded = ARR(replace(config, scorer=ScorerConfig(weights=str(Path(c.out) / "scorer.pt"))),
                  query_encoder=HashingQueryEncoder())
     assert all(torch.equal(loaded.sampler.state_dict()[k], v) for k, v in saved["sampler"].items())
+
+
+def test_arr_loads_the_shipped_weights_only_where_they_fit():
+    from arr_coc.pipeline import PACKAGED_WEIGHTS
+
+    shipped = PACKAGED_WEIGHTS / "contextual.pt"
+    assert shipped.exists(), "the trained default scorer ships inside the package"
+    arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder())  # default channels, weights="auto"
+    assert arr.weights_source == str(shipped)
+    saved = torch.load(shipped, weights_only=True)
+    assert saved["metrics"]["learned"]["test"]["iou"] > saved["metrics"]["initial"]["test"]["iou"]
+    assert all(torch.equal(arr.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
+    mvp = ARR(ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS)), query_encoder=HashingQueryEncoder())
+    assert mvp.weights_source == "hand-set"  # trained on other channels: not applicable, not forced
+    assert ARR(ARRConfig(scorer=ScorerConfig(weights="none")), query_encoder=HashingQueryEncoder()).weights_source \
+        == "hand-set"
