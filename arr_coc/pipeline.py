@@ -158,7 +158,7 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     arr.scorer.load_state_dict(saved["scorer"])
     if saved.get("sampler") and saved["arr_config"]["sampler"]["name"] == arr.config.sampler.name:
         arr.sampler.load_state_dict(saved["sampler"])
-    return str(path)
+    return f"trained, shipped: arr_coc/weights/{path.name}" if auto else str(path)
 
 
 class ARR(nn.Module):

@@ -221,7 +221,7 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
     shipped = PACKAGED_WEIGHTS / "contextual.pt"
     assert shipped.exists(), "the trained default scorer ships inside the package"
     arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder())  # default channels, weights="auto"
-    assert arr.weights_source == str(shipped)
+    assert arr.weights_source == "trained, shipped: arr_coc/weights/contextual.pt"
     saved = torch.load(shipped, weights_only=True)
     assert saved["metrics"]["learned"]["test"]["iou"] > saved["metrics"]["initial"]["test"]["iou"]
     assert all(torch.equal(arr.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
