@@ -177,7 +177,7 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
         for method in settings.methods:
             if method == "full" or (record.record_id, method + suffix, str(spec)) in done:
                 continue
-            if suffix and method == "uniform_image":
+            if suffix and method in ("uniform_image", "random"):  # they ignore the scorer: one row is enough
                 continue
             start = time.perf_counter()
             if method == "uniform_image":
@@ -252,7 +252,8 @@ def pivot_table(summary: Sequence[dict], column: str) -> str:
     budgets = list(dict.fromkeys(s["budget"] for s in sorted(summary, key=lambda s: s["share"] * (s["budget"] != "full") - (s["budget"] == "full"))))
     tokens = {b: sum(s["tokens"] for s in summary if s["budget"] == b) / sum(1 for s in summary if s["budget"] == b)
               for b in budgets}
-    methods = [m for m in METHODS if any(s["method"] == m for s in summary)]
+    seen = list(dict.fromkeys(s["method"] for s in summary))
+    methods = [m for m in METHODS if m in seen] + [m for m in seen if m not in METHODS]  # e.g. topk@learned
     cell = {(s["method"], s["budget"]): s[column] for s in summary}
     lines = ["| method | " + " | ".join(f"{b} ({tokens[b]:.0f} tok)" for b in budgets) + " |",
              "|---|" + "---:|" * len(budgets)]
