@@ -38,6 +38,20 @@ class Selection:
 # ----------------------------------------------------------------------------- shared pieces
 
 
+def as_budget(k: object) -> int:
+    """K as an int; anything else (a float, a bool, a tensor of several values) is a TypeError.
+
+    >>> as_budget(3), as_budget(torch.tensor(4))
+    (3, 4)
+    """
+    try:
+        if isinstance(k, bool):
+            raise TypeError
+        return operator.index(k)
+    except TypeError:
+        raise TypeError(f"budget K must be an int, got {type(k).__name__}") from None
+
+
 def check_budget(relevance: Tensor, k: int, valid: Tensor | None = None) -> Tensor:
     """Validate a sampler call; returns the valid mask `[B, Hc, Wc]` bool (all True for None).
 
@@ -48,12 +62,7 @@ def check_budget(relevance: Tensor, k: int, valid: Tensor | None = None) -> Tens
         raise ValueError(
             f"relevance must be a float [B, Hc, Wc] map, got {relevance.dtype} of shape {tuple(relevance.shape)}"
         )
-    try:
-        k = operator.index(k)
-        if isinstance(k, bool):
-            raise TypeError
-    except TypeError:
-        raise TypeError(f"budget K must be an int, got {type(k).__name__}") from None
+    k = as_budget(k)
     if valid is None:
         valid = torch.ones(relevance.shape, dtype=torch.bool, device=relevance.device)
     elif valid.shape != relevance.shape or valid.dtype != torch.bool:
