@@ -31,7 +31,9 @@ from .reading import READERS, contains_score, downsampled_view, foveated_view, r
 from .samplers import SAMPLERS
 
 # Method order of every table: the upper bound, the field's baseline, then the allocators.
-METHODS = ("full", "uniform_image", "random", "topk", "nms", "stratified", "adaptive_stratified", "log_polar")
+METHODS = ("full", "uniform_image", "random", "topk", "nms", "stratified", "adaptive_stratified", "log_polar",
+           "patches", "quadtree")
+PATCH_METHODS = {"patches": "saliency", "quadtree": "quadtree"}  # variable-size allocators (arr_coc.patching)
 DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
 GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
@@ -184,12 +186,41 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
                 view, used = downsampled_view(pixels[:, : hc * cell, : wc * cell], total, cell)
                 yield row(method, str(spec), used, view, blind, start)
                 continue
+            if method in PATCH_METHODS:
+                view, used, metrics = _patch_view(PATCH_METHODS[method], relevance, k, canvas, grid, target, others)
+                yield row(method + suffix, str(spec), used, view, metrics, start)
+                continue
             generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
             sel = samplers[method](relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
             chosen = sel.mask(*canvas.grid)[0, :hc, :wc]
             metrics = allocation_metrics(chosen, cell, target, others).as_dict()
             view = foveated_view(pixels[:, : hc * cell, : wc * cell], sel.positions[0], cell, grid)
             yield row(method + suffix, str(spec), grid[0] * grid[1] + k, view, metrics, start)
+
+
+def _patch_view(name: str, relevance: Tensor, k: int, canvas: Any, grid: tuple[int, int], target, others
+                ) -> tuple[Tensor, int, dict]:
+    """A variable-size allocator's view (gestalt + patches, each seen at one cell), tokens, metrics.
+
+    Coverage, hit and IoU count the answer seen at full resolution (1x1 patches); ``seen`` adds
+    the answer seen through larger, shrunk patches.
+    """
+    from .metrics import box_mask
+    from .patching import PATCHERS, render_patches
+    from .reading import gestalt_view
+
+    cell = canvas.cell
+    hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
+    patches = PATCHERS.get(name)(relevance, k, valid=canvas.valid, pixels=canvas.pixels)
+    boxes = patches.boxes[0][: int(patches.counts[0])]
+    pixels = canvas.pixels[0, :, : hc * cell, : wc * cell]
+    view = render_patches(pixels, boxes, cell, gestalt_view(pixels, cell, grid))
+    sizes = patches.mask(*canvas.grid)[0, :hc, :wc]  # [hc, wc] size of the patch over each cell, 0 = none
+    metrics = allocation_metrics(sizes == 1, cell, target, others).as_dict()
+    answer = box_mask(target, hc * cell, wc * cell)
+    seen_px = (sizes > 0).double().repeat_interleave(cell, 0).repeat_interleave(cell, 1)
+    metrics["seen"] = float((answer * seen_px).sum() / answer.sum()) if answer.sum() > 0 else float("nan")
+    return view, grid[0] * grid[1] + int(patches.counts[0]), metrics
 
 
 # ----------------------------------------------------------------------------- tables and plots

@@ -121,3 +121,18 @@ def test_bad_settings_fail_before_any_work():
         EvalSettings(methods=("full", "magic"))
     with pytest.raises(KeyError, match="unknown reader 'eyes'"):
         EvalSettings(reader="eyes")
+
+
+def test_variable_size_allocators_fill_the_budget_and_report_what_they_saw(pages, arr, tmp_path):
+    records = load_dataset("jsonl", pages)[:2]
+    settings = EvalSettings(methods=("topk", "patches", "quadtree"), budgets=("25%",), reader=None)
+    rows = read_rows(evaluate(records, arr, tmp_path, settings, progress=False))
+    by = {(r["record_id"], r["method"]): r for r in rows}
+    total = budget_tokens("25%", 20 * 30)
+    for rec in records:
+        patches, quad, topk = (by[(rec.record_id, m)] for m in ("patches", "quadtree", "topk"))
+        assert patches["tokens"] == topk["tokens"] == total  # exactly K tokens, whatever their sizes
+        assert quad["tokens"] <= total and (total - quad["tokens"]) < 3  # a quadtree lands on start + 3m
+        for r in (patches, quad):
+            assert 0 <= r["coverage"] <= r["seen"] <= 1  # full resolution is a part of what is seen
+    assert all(r["seen"] == 1.0 for r in rows if r["method"] == "quadtree")  # the leaves tile the page
