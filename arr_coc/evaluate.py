@@ -187,7 +187,13 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
                 yield row(method, str(spec), used, view, blind, start)
                 continue
             if method in PATCH_METHODS:
-                view, used, metrics = _patch_view(PATCH_METHODS[method], relevance, k, canvas, grid, target, others)
+                try:
+                    view, used, metrics = _patch_view(PATCH_METHODS[method], relevance, k, canvas, grid, target,
+                                                      others)
+                except ValueError as err:  # a quadtree cannot start below its first tiling: no row
+                    if "starting squares" not in str(err):
+                        raise
+                    continue
                 yield row(method + suffix, str(spec), used, view, metrics, start)
                 continue
             generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))

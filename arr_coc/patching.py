@@ -421,5 +421,15 @@ def _saliency(relevance: Tensor, k: int, valid: Tensor | None = None, pixels: Te
 
 @PATCHERS.register("quadtree")
 def _quadtree(relevance: Tensor, k: int, valid: Tensor | None = None, pixels: Tensor | None = None) -> Patches:
-    """`quadtree_patches` refined by summed relevance (query-aware): at most K tokens."""
-    return quadtree_patches(relevance, k, valid, criterion="relevance")
+    """`quadtree_patches` refined by summed relevance (query-aware): at most K tokens.
+
+    The largest leaf grows (8, 16, 32 cells) until the starting tiling fits the budget: a small
+    budget on a large page has to begin with coarser leaves.
+    """
+    for max_size in (8, 16, 32, 64):
+        try:
+            return quadtree_patches(relevance, k, valid, criterion="relevance", max_size=max_size)
+        except ValueError as err:
+            if "starting squares" not in str(err) or max_size == 64:
+                raise
+    raise AssertionError("unreachable")

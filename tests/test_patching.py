@@ -271,3 +271,13 @@ def test_edge_density_is_high_on_a_checkerboard_and_zero_on_flat():
     dens = edge_density(px, 16)
     assert dens.shape == (1, 2, 4)
     assert bool((dens[0, :, 0] == 0).all()) and bool((dens[0, :, 3] > 0.5).all())
+
+
+def test_the_quadtree_entry_starts_coarser_when_the_budget_is_small():
+    from arr_coc.patching import PATCHERS
+
+    rel = torch.rand(1, 55, 39, generator=torch.Generator().manual_seed(0))
+    patches = PATCHERS.get("quadtree")(rel, 170)  # 183 squares to start with at 8 cells, 165 at 16
+    assert int(patches.counts[0]) <= 170
+    sizes = patches.mask(55, 39)
+    assert (sizes > 0).all() and int(sizes.max()) > 8  # the page is tiled, with leaves above 8 cells
