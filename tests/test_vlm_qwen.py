@@ -238,3 +238,50 @@ def test_encode_rejects_bad_input_clearly(adapter, kwargs, message):
 def test_patchify_rejects_sides_off_the_cell():
     with pytest.raises(ValueError, match="multiples of the 28 px cell, got 30x56"):
         patchify(torch.zeros(3, 30, 56), 14, 2, 2)
+
+
+# ----------------------------------------------------------------------------- variable-size patches
+
+
+def test_size_one_patches_at_every_cell_are_the_native_encoding(adapter):
+    img = image(adapter, 4, 5, seed=11)
+    boxes = torch.cat([all_cells(4, 5), torch.ones(20, 1, dtype=torch.long)], 1)
+    vis = adapter.encode_patches([img], [boxes])[0]
+    native = adapter.encode_native([img])[0]
+    torch.testing.assert_close(vis.embeds, native.embeds, atol=1e-4, rtol=1e-5)
+    assert vis.positions.tolist() == native.positions.tolist()
+
+
+def test_a_shrunk_patch_sits_at_its_centre_and_its_position_matters(adapter):
+    img = image(adapter, 6, 6, seed=12)
+    boxes = torch.tensor([[2, 2, 2], [0, 0, 1], [0, 4, 2]])
+    vis = adapter.encode_patches([img], [boxes], gestalt=[(3, 3)], layout="temporal")[0]
+    assert vis.n_gestalt == 9 and len(vis) == 12
+    assert vis.positions[:, 9:].T.tolist() == [[1.0, 2.5, 2.5], [1.0, 0.0, 0.0], [1.0, 0.5, 4.5]]
+    # negative control: the same shrunk pixels encoded at the square's corner, as if it were one cell
+    c = adapter.cell
+    crop = torch.nn.functional.interpolate(img[None, :, 2 * c:4 * c, 2 * c:4 * c].float(), size=(c, c),
+                                           mode="bilinear", antialias=True, align_corners=False)[0]
+    rows = patchify(adapter.normalize(crop), adapter.patch, adapter.merge, adapter.temporal)
+    centred = adapter.encode_segments([Segment(rows, torch.tensor([[2, 2]]), (6, 6), torch.tensor([2]))])[0][0]
+    corner = adapter.encode_segments([Segment(rows, torch.tensor([[2, 2]]), (6, 6))])[0][0]
+    torch.testing.assert_close(adapter.encode_patches([img], [boxes[:1]])[0].embeds, centred, atol=1e-4, rtol=1e-5)
+    assert far(centred, corner)
+
+
+def test_patch_boxes_off_the_grid_are_refused(adapter):
+    with pytest.raises(ValueError, match="inside the 3x4 cell grid"):
+        adapter.encode_patches([image(adapter, 3, 4)], [torch.tensor([[2, 3, 2]])])
+
+
+def test_position_table_taps_at_grid_points_match_transformers():
+    from arr_coc.vlm.qwen import table_taps
+
+    cells = all_cells(3, 5)
+    coords = patch_positions(cells, 2, torch.ones(15, dtype=torch.long))
+    idx, w = table_taps(coords, torch.tensor([6, 10]), 4)
+    ref_i, ref_w = get_vision_interpolation_indices_and_weights(torch.tensor([[1, 6, 10]]), 4, align_corners=True,
+                                                                spatial_merge_size=2)
+    dense = torch.zeros(60, 16).scatter_add_(1, idx, w)
+    ref = torch.zeros(60, 16).scatter_add_(1, ref_i, ref_w)
+    torch.testing.assert_close(dense, ref, atol=1e-6, rtol=0)

@@ -30,6 +30,7 @@ class Segment:
     patches: Tensor  # [n * m * m, C * T * P * P], cell-major, (row, col) inside a cell
     cells: Tensor  # [n, 2] (y, x) cells in the segment's own grid
     grid: tuple[int, int]  # (Hc, Wc) of the image the cells come from
+    sizes: Tensor | None = None  # [n] side in cells of the square each token was shrunk from (None: all 1)
 
 
 def all_cells(hc: int, wc: int, device: Any = None) -> Tensor:
@@ -59,14 +60,22 @@ def patchify(image: Tensor, patch: int, merge: int, temporal: int) -> Tensor:
     return x.reshape(hc * wc * merge * merge, c * temporal * patch * patch)
 
 
-def patch_positions(cells: Tensor, merge: int) -> Tensor:
+def patch_positions(cells: Tensor, merge: int, sizes: Tensor | None = None) -> Tensor:
     """Rotary (row, col) patch coordinates of each cell's m*m patches: [n, 2] -> [n * m * m, 2].
+
+    A token shrunk from a square of ``sizes`` cells places its m*m patches at the centres of the
+    parts of that square they stand for (float); size 1 gives the native integer grid.
 
     >>> patch_positions(torch.tensor([[1, 2]]), 2).tolist()
     [[2, 4], [2, 5], [3, 4], [3, 5]]
+    >>> patch_positions(torch.tensor([[1, 2]]), 2, torch.tensor([2])).tolist()
+    [[2.5, 4.5], [2.5, 6.5], [4.5, 4.5], [4.5, 6.5]]
     """
     off = all_cells(merge, merge, cells.device)  # [m*m, 2]
-    return (cells[:, None, :] * merge + off[None]).reshape(-1, 2)
+    if sizes is None:
+        return (cells[:, None, :] * merge + off[None]).reshape(-1, 2)
+    s = sizes.float().to(cells.device)[:, None, None]  # [n, 1, 1]
+    return (cells[:, None, :].float() * merge + (off[None] + 0.5) * s - 0.5).reshape(-1, 2)
 
 
 def window_order(cells: Tensor, grid: tuple[int, int], window: int) -> tuple[Tensor, Tensor]:
@@ -146,7 +155,7 @@ class QwenVLAdapter:
         mm = self.merge * self.merge
         dev = segments[0].patches.device
         lengths = torch.tensor([len(s.cells) * mm for s in segments], device=dev)
-        return {"position_ids": torch.cat([patch_positions(s.cells, self.merge) for s in segments]),
+        return {"position_ids": torch.cat([patch_positions(s.cells, self.merge, s.sizes) for s in segments]),
                 "cu_seqlens": F.pad(lengths.cumsum(0), (1, 0)).to(torch.int32)}
 
     def tower_outputs(self, out: Any) -> tuple[Tensor, list[Tensor]]:
@@ -241,6 +250,56 @@ class QwenVLAdapter:
         return self.encode(images, [all_cells(i.shape[1] // self.cell, i.shape[2] // self.cell) for i in images],
                            mode="slice")
 
+    @torch.no_grad()
+    def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
+                       gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled"
+                       ) -> list[VisualTokens]:
+        """Variable-size patches (``arr_coc.patching``): each square shrunk to one token at its true place.
+
+        Args:
+            images: each [3, H, W] in [0, 1], sides multiples of ``cell``.
+            boxes: each [K, 3] (y, x, size) in cells; a size-s square is resized to one cell and its
+                patches get the rotary (and, on Qwen3-VL, position-table) coordinates of the centres
+                of what they stand for; in the LLM it sits at the square's centre.
+            gestalt, layout: as in :meth:`encode`.
+        """
+        n = len(images)
+        gestalt = [None] * n if gestalt is None else list(gestalt)
+        if not (len(boxes) == len(gestalt) == n):
+            raise ValueError(f"need boxes and gestalt for each of the {n} images")
+        device, segments, plan = self.visual.device, [], []
+        for img, bx, g in zip(images, boxes, gestalt):
+            img = img.to(device).float()
+            hc, wc = img.shape[1] // self.cell, img.shape[2] // self.cell
+            bx = torch.as_tensor(bx, device=device).long()
+            if bx.ndim != 2 or bx.shape[1] != 3 or len(bx) == 0:
+                raise ValueError(f"boxes must be a non-empty [K, 3] (y, x, size) tensor, got {tuple(bx.shape)}")
+            y, x, size = bx.unbind(1)
+            if (size < 1).any() or (y < 0).any() or (x < 0).any() or (y + size > hc).any() or (x + size > wc).any():
+                raise ValueError(f"boxes must be squares of size >= 1 inside the {hc}x{wc} cell grid")
+            c = self.cell
+            crops = torch.stack([F.interpolate(img[None, :, yy * c:(yy + ss) * c, xx * c:(xx + ss) * c], size=(c, c),
+                                               mode="bilinear", antialias=True, align_corners=False)[0]
+                                 for yy, xx, ss in bx.tolist()])  # [K, 3, cell, cell]
+            rows = torch.cat([patchify(self.normalize(p), self.patch, self.merge, self.temporal) for p in crops])
+            if g is not None:
+                segments.append(Segment(patchify(self.normalize(self.gestalt_image(img, g)), self.patch,
+                                                 self.merge, self.temporal), all_cells(*g, device), g))
+            segments.append(Segment(rows, bx[:, :2], (hc, wc), size))
+            plan.append((g, bx, (hc, wc)))
+        encoded = iter(self.encode_segments(segments))
+        out = []
+        for g, bx, grid in plan:
+            parts = [next(encoded)] if g is not None else []
+            parts.append(next(encoded))
+            centres = bx[:, :2].float() + (bx[:, 2:].float() - 1) / 2  # [K, 2] the square's centre, in cells
+            embeds = torch.cat([p[0] for p in parts])
+            deep = [torch.cat([p[1][j] for p in parts]) for j in range(len(parts[0][1]))]
+            segs = tuple(len(p[0]) * self.merge ** 2 for p in parts)
+            out.append(VisualTokens(embeds, visual_positions(g, centres, grid, layout),
+                                    len(parts[0][0]) if g is not None else 0, deep, segs))
+        return out
+
     # ------------------------------------------------------------------ language model
     def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
         """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
@@ -309,6 +368,24 @@ class Qwen25VLAdapter(QwenVLAdapter):
         return kw
 
 
+def table_taps(coords: Tensor, size: Tensor, side: int) -> tuple[Tensor, Tensor]:
+    """Bilinear (align_corners) taps into a side x side position table at float patch coordinates.
+
+    Qwen3-VL resamples its learned table to each image's patch grid ``size`` (rows, cols); this is
+    the same resampling read at any point, so a shrunk patch gets the embedding of its centre.
+    Returns indices and weights [n, 4] for ``interp_indices`` / ``interp_weights``.
+    """
+    src = coords.float() * (side - 1) / (size.to(coords.device).float() - 1).clamp_min(1)  # [n, 2]
+    lo = src.floor().clamp(0, side - 1)
+    hi = (lo + 1).clamp(max=side - 1)
+    frac = (src - lo).clamp(0, 1)
+    taps_y, taps_x = torch.stack([lo[:, 0], hi[:, 0]], 1), torch.stack([lo[:, 1], hi[:, 1]], 1)  # [n, 2]
+    wy = torch.stack([1 - frac[:, 0], frac[:, 0]], 1)
+    wx = torch.stack([1 - frac[:, 1], frac[:, 1]], 1)
+    idx = (taps_y[:, :, None] * side + taps_x[:, None, :]).reshape(-1, 4).long()
+    return idx, (wy[:, :, None] * wx[:, None, :]).reshape(-1, 4)
+
+
 @ADAPTERS.register("qwen3_vl")
 class Qwen3VLAdapter(QwenVLAdapter):
     """Qwen3-VL: adds the interpolated absolute position table and the DeepStack features."""
@@ -326,6 +403,12 @@ class Qwen3VLAdapter(QwenVLAdapter):
             i, w = get_vision_interpolation_indices_and_weights(
                 thw, self.visual.num_grid_per_side, mode=self.visual.interpolation_mode,
                 align_corners=self.visual.interpolation_align_corners, spatial_merge_size=self.merge)
+            if s.sizes is not None and bool((s.sizes > 1).any()):  # centres between grid points
+                ti, tw = table_taps(patch_positions(s.cells, self.merge, s.sizes), thw[0, 1:],
+                                    self.visual.num_grid_per_side)
+                idx.append(ti)
+                wts.append(tw.to(w.dtype))
+                continue
             rows = ((s.cells[:, 0] * s.grid[1] + s.cells[:, 1])[:, None] * mm
                     + torch.arange(mm, device=s.cells.device)).flatten()  # cell-major patch rows
             idx.append(i[rows])
