@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from arr_coc.datasets import Record, split_of  # noqa: F401  (split_of: re-exported)
+from arr_coc.datasets import Record
 from arr_coc.metrics import box_mask
 from arr_coc.reading import scale_boxes
 
@@ -65,7 +65,7 @@ def cache_key(arr) -> str:
     return hashlib.blake2b(json.dumps(spec, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 
-def _atomic_save(obj: object, path: Path) -> None:
+def atomic_save(obj: object, path: Path) -> None:
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)  # a run killed mid-write leaves the old file or none, never half of one
@@ -117,7 +117,7 @@ def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, pro
         data = _load(path)
         if data is None or not all(r.record_id in data["records"] for r in recs):
             data = image_features(arr, recs)
-            _atomic_save(data, path)
+            atomic_save(data, path)
         for r in recs:
             d = data["records"][r.record_id]
             examples.append(Example(d["cells"], d["query"], data["gestalt"], d["target"], r.record_id,

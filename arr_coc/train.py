@@ -25,8 +25,9 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from arr_coc.config import ARRConfig
+from arr_coc.datasets import split_of
 from arr_coc.evaluate import budget_tokens, split_budget
-from arr_coc.features import Example, _atomic_save, build_examples, collate, split_of
+from arr_coc.features import Example, atomic_save, build_examples, collate
 from arr_coc.soft_topk import coverage_loss, soft_topk
 
 CHECKPOINT_FORMAT = "arr-coc-train/1"
@@ -198,7 +199,7 @@ def hard_metrics(scorer: nn.Module, examples: Sequence[Example], budget: str, *,
 
 def save_checkpoint(path: Path, step: int, objective: nn.Module, optimizer: torch.optim.Optimizer,
                     history: list[dict], cfg: TrainConfig, arr_config: ARRConfig) -> None:
-    _atomic_save({"format": CHECKPOINT_FORMAT, "step": step, "objective": objective.state_dict(),
+    atomic_save({"format": CHECKPOINT_FORMAT, "step": step, "objective": objective.state_dict(),
                   "optimizer": optimizer.state_dict(), "history": history, "train_config": asdict(cfg),
                   "arr_config": arr_config.to_dict()}, path)
     (path.parent / "config.json").write_text(json.dumps({"train": asdict(cfg), "arr": arr_config.to_dict()},
@@ -230,7 +231,7 @@ def _norm(v: Any) -> Any:
 
 def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict) -> Path:
     """The trained scorer (and sampler) with what it needs to be rebuilt: channels, configs, metrics."""
-    _atomic_save({"format": WEIGHTS_FORMAT, "scorer_name": arr.config.scorer.name, "channels": list(arr.channels),
+    atomic_save({"format": WEIGHTS_FORMAT, "scorer_name": arr.config.scorer.name, "channels": list(arr.channels),
                   "scorer": arr.scorer.state_dict(), "sampler": arr.sampler.state_dict(),
                   "arr_config": arr.config.to_dict(), "train_config": asdict(cfg), "metrics": metrics}, path)
     return path

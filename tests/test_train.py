@@ -15,8 +15,8 @@ from PIL import Image
 from arr_coc import features as feats
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig, TextureConfig
-from arr_coc.datasets import load_dataset
-from arr_coc.features import build_examples, cell_target, split_of
+from arr_coc.datasets import load_dataset, split_of
+from arr_coc.features import build_examples, cell_target
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import DEFAULT_CHANNELS

@@ -93,6 +93,19 @@ class VLMAdapter(Protocol):
 ADAPTERS: Registry = Registry("VLM adapter")
 
 
+def per_image(n: int, **given: Sequence | None) -> list[list]:
+    """Each per-image argument as a list of ``n`` (None -> n Nones), or an error naming them all.
+
+    >>> per_image(2, cells=[1, 2], gestalt=None)
+    [[1, 2], [None, None]]
+    """
+    lists = [[None] * n if v is None else list(v) for v in given.values()]
+    if any(len(v) != n for v in lists):
+        names = list(given)
+        raise ValueError(f"need {', '.join(names[:-1])} and {names[-1]} for each of the {n} images")
+    return lists
+
+
 def chat_ids(tokenizer: Any, processor: Any, question: str, image_token_id: int, lead: Sequence[int] = ()) -> list[int]:
     """Token ids of a one-image user turn and the generation prompt, from the chat template.
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, split_at_image
+from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, per_image, split_at_image
 from arr_coc.vlm.qwen import CLIP_MEAN, CLIP_STD, all_cells
 
 # LLaVA-1.5's chat layout, with the tiny tokenizer's <|image_pad|> standing in for <image>.
@@ -170,11 +170,7 @@ class LlavaAdapter:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         if layout not in LAYOUTS:
             raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
-        n = len(images)
-        gestalt = [None] * n if gestalt is None else list(gestalt)
-        weights = [None] * n if weights is None else list(weights)
-        if not (len(cells) == len(gestalt) == len(weights) == n):
-            raise ValueError(f"need cells, gestalt and weights for each of the {n} images")
+        cells, gestalt, weights = per_image(len(images), cells=cells, gestalt=gestalt, weights=weights)
         batch: list[Tensor] = []  # S x S inputs of one native tower call, shared by every image
         plans = []
         for img, chosen, g, w in zip(images, cells, gestalt, weights):

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, split_at_image
+from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, per_image, split_at_image
 
 CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
@@ -195,11 +195,7 @@ class QwenVLAdapter:
         """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-        n = len(images)
-        gestalt = [None] * n if gestalt is None else list(gestalt)
-        weights = [None] * n if weights is None else list(weights)
-        if not (len(cells) == len(gestalt) == len(weights) == n):
-            raise ValueError(f"need cells, gestalt and weights for each of the {n} images")
+        cells, gestalt, weights = per_image(len(images), cells=cells, gestalt=gestalt, weights=weights)
         segments, plan = [], []
         device = self.visual.device  # the model may sit on a GPU while the canvas is on the CPU
         for img, chosen, g, w in zip(images, cells, gestalt, weights):
@@ -220,8 +216,7 @@ class QwenVLAdapter:
             if len(torch.unique(flat)) != len(flat):
                 raise ValueError("cells must be distinct")
             if g is not None:
-                segments.append(Segment(patchify(self.normalize(self.gestalt_image(img, g)), self.patch,
-                                                 self.merge, self.temporal), all_cells(*g, x.device), g))
+                segments.append(self.gestalt_segment(img, g))
             if mode == "sparse":
                 mm = self.merge * self.merge
                 segments.append(Segment(rows.view(hc * wc, mm, -1)[flat].reshape(len(flat) * mm, -1), chosen, (hc, wc)))
@@ -239,11 +234,21 @@ class QwenVLAdapter:
             elif mode == "weighted":
                 tok = tok * w.reshape(-1, 1).to(tok)
             parts.append((tok, deep))
-            embeds = torch.cat([p[0] for p in parts])
-            deepstack = [torch.cat([p[1][j] for p in parts]) for j in range(len(parts[0][1]))]
-            out.append(VisualTokens(embeds, visual_positions(g, chosen, grid, layout), len(parts[0][0]) if g else 0,
-                                    deepstack, segs))
+            out.append(self.visual_tokens(parts, g is not None, visual_positions(g, chosen, grid, layout), segs))
         return out
+
+    def gestalt_segment(self, image: Tensor, grid: tuple[int, int]) -> Segment:
+        """Every cell of the image shrunk to the gestalt ``grid``: the model's own low-resolution view."""
+        rows = patchify(self.normalize(self.gestalt_image(image, grid)), self.patch, self.merge, self.temporal)
+        return Segment(rows, all_cells(*grid, image.device), grid)
+
+    @staticmethod
+    def visual_tokens(parts: list[tuple[Tensor, list[Tensor]]], has_gestalt: bool, positions: Tensor,
+                      segments: tuple[int, ...]) -> VisualTokens:
+        """One image's encoded parts ([gestalt,] saccades; tokens and deepstack each) as VisualTokens."""
+        deepstack = [torch.cat([p[1][j] for p in parts]) for j in range(len(parts[0][1]))]
+        return VisualTokens(torch.cat([p[0] for p in parts]), positions, len(parts[0][0]) if has_gestalt else 0,
+                            deepstack, segments)
 
     def encode_native(self, images: Sequence[Tensor]) -> list[VisualTokens]:
         """Every cell at full resolution, native positions: what the model sees without arr-coc."""
@@ -263,10 +268,7 @@ class QwenVLAdapter:
                 of what they stand for; in the LLM it sits at the square's centre.
             gestalt, layout: as in :meth:`encode`.
         """
-        n = len(images)
-        gestalt = [None] * n if gestalt is None else list(gestalt)
-        if not (len(boxes) == len(gestalt) == n):
-            raise ValueError(f"need boxes and gestalt for each of the {n} images")
+        boxes, gestalt = per_image(len(images), boxes=boxes, gestalt=gestalt)
         device, segments, plan = self.visual.device, [], []
         for img, bx, g in zip(images, boxes, gestalt):
             img = img.to(device).float()
@@ -283,8 +285,7 @@ class QwenVLAdapter:
                                  for yy, xx, ss in bx.tolist()])  # [K, 3, cell, cell]
             rows = torch.cat([patchify(self.normalize(p), self.patch, self.merge, self.temporal) for p in crops])
             if g is not None:
-                segments.append(Segment(patchify(self.normalize(self.gestalt_image(img, g)), self.patch,
-                                                 self.merge, self.temporal), all_cells(*g, device), g))
+                segments.append(self.gestalt_segment(img, g))
             segments.append(Segment(rows, bx[:, :2], (hc, wc), size))
             plan.append((g, bx, (hc, wc)))
         encoded = iter(self.encode_segments(segments))
@@ -293,11 +294,8 @@ class QwenVLAdapter:
             parts = [next(encoded)] if g is not None else []
             parts.append(next(encoded))
             centres = bx[:, :2].float() + (bx[:, 2:].float() - 1) / 2  # [K, 2] the square's centre, in cells
-            embeds = torch.cat([p[0] for p in parts])
-            deep = [torch.cat([p[1][j] for p in parts]) for j in range(len(parts[0][1]))]
             segs = tuple(len(p[0]) * self.merge ** 2 for p in parts)
-            out.append(VisualTokens(embeds, visual_positions(g, centres, grid, layout),
-                                    len(parts[0][0]) if g is not None else 0, deep, segs))
+            out.append(self.visual_tokens(parts, g is not None, visual_positions(g, centres, grid, layout), segs))
         return out
 
     # ------------------------------------------------------------------ language model
