@@ -110,6 +110,13 @@ def _parser() -> argparse.ArgumentParser:
                      help="saccade positions: in the gestalt's frame, or as a second temporal slice")
     ask.add_argument("--no-gestalt", action="store_true", help="send the saccades only")
     ask.add_argument("--sampler", default=SamplerConfig.name, help="sampler name (default %(default)s)")
+    from .vlm.ask import allocators
+
+    ask.add_argument("--allocator", choices=allocators(), default="arr",
+                     help="arr: one-cell saccades from the sampler; saliency / quadtree: variable-size squares "
+                          "(1x1, 2x2, ... cells, each shrunk to one token) on the same relevance, at most --budget "
+                          "tokens, --mode sparse only; a quadtree needs --budget >= its starting tiling "
+                          "(default %(default)s)")
     ask.add_argument("--channels", nargs="+", default=None, metavar="NAME", help="texture channels, as for look")
     ask.add_argument("--max-pixels", type=int, default=CanvasConfig.max_pixels,
                      help="largest canvas area in px (default %(default)s)")
@@ -122,10 +129,12 @@ def _parser() -> argparse.ArgumentParser:
     from .train import TrainConfig
 
     tr = sub.add_parser("train", formatter_class=fmt, epilog=_registered(),
-                        help="train the relevance scorer (texture and VLM frozen); runs under torchrun too",
-                        description="Train the scorer on dataset records split by image (train / val / test), "
+                        help="train the relevance scorer, patch selector or token pruner (texture and VLM frozen); "
+                             "runs under torchrun too",
+                        description="Train the scorer (or --learner selector|pruner) on dataset records split by "
+                                    "image (train / val / test), "
                                     "evaluate on held-out images every --eval-every steps, checkpoint to "
-                                    "OUT/checkpoint.pt (--resume continues exactly), write OUT/scorer.pt, "
+                                    "OUT/checkpoint.pt (--resume continues exactly), write OUT/<learner>.pt, "
                                     "OUT/metrics.json and OUT/loss.png. Multi-process: "
                                     "torchrun --nproc_per_node N -m arr_coc.cli train ...")
     import inspect
@@ -276,12 +285,13 @@ def ask(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with torch.inference_mode():
         a = answer(adapter, [args.image], [args.question], arr=arr, mode=args.mode, layout=args.layout,
-                   gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens)[0]
+                   gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator)[0]
     run_s = time.perf_counter() - start
     tf, ff = a.flops["total"], a.flops_full["total"]
     print(f"question      {a.question!r}")
     print(f"answer        {a.text!r}")
-    print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout {args.layout}")
+    print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout {args.layout}"
+          f"  allocator {args.allocator}")
     print(f"visual tokens sent {a.visual_tokens} = {a.gestalt_tokens} gestalt + {a.saccades} saccades  |  "
           f"full resolution {a.full_tokens}  ({100 * a.visual_tokens / a.full_tokens:.0f}%)")
     print(f"prefill FLOPs est. {tf / 1e12:.3g} T (LLM {a.flops['llm'] / 1e12:.3g} T + vision "
@@ -314,11 +324,11 @@ def train(args: argparse.Namespace) -> int:
         print(f"{split:<5} IoU    initial {m['initial'][split]['iou']:.3f}  learned {m['learned'][split]['iou']:.3f}  "
               f"random {m['random'][split]['iou']:.3f}  |  answer coverage initial "
               f"{m['initial'][split]['coverage']:.3f}  learned {m['learned'][split]['coverage']:.3f}")
-    out = Path(cfg.out)
-    print(f"written       {out / 'scorer.pt'}  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
+    out, weights = Path(cfg.out), Path(cfg.out) / f"{cfg.learner}.pt"
+    print(f"written       {weights}  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
     if args.export:
         args.export.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(out / "scorer.pt", args.export)
+        shutil.copyfile(weights, args.export)
         print(f"exported      {args.export}")
     return 0
 

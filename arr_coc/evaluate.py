@@ -28,12 +28,15 @@ from .datasets import Record
 from .metrics import allocation_metrics
 from .pipeline import ARR
 from .reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
-from .samplers import SAMPLERS
+from .samplers import SAMPLERS, topk_cells
 
 # Method order of every table: the upper bound, the field's baseline, then the allocators.
 METHODS = ("full", "uniform_image", "random", "topk", "nms", "stratified", "adaptive_stratified", "log_polar",
-           "patches", "quadtree")
-PATCH_METHODS = {"patches": "saliency", "quadtree": "quadtree"}  # variable-size allocators (arr_coc.patching)
+           "patches", "patches_edges", "quadtree", "selector", "pruner")
+# variable-size allocators (arr_coc.patching): registry name and the map that drives them
+PATCH_METHODS = {"patches": ("saliency", "relevance"), "patches_edges": ("saliency", "edges"),
+                 "quadtree": ("quadtree", "relevance")}
+LEARNED_METHODS = ("selector", "pruner")  # trained allocators (arr_coc.pruning): top-K of their own map
 DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
 GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
@@ -80,6 +83,8 @@ class EvalSettings:
     reader: str | None = "tesseract"  # None: coverage only
     seed: int = 0
     margin_px: int = MARGIN_PX
+    patch_options: dict | None = None  # keyword options of the patchers, e.g. {"size_prior": 2.0}
+    learned: dict | None = None  # weights of "selector" / "pruner" (default: the packaged ones)
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -116,6 +121,7 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     done = _done_keys(path)
     reader = READERS.get(settings.reader)() if settings.reader else None
     samplers = {m: SAMPLERS.get(m)() for m in settings.methods if m in SAMPLERS}
+    learned = load_learned_methods(arr, settings)
     by_image: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         by_image[r.image_id].append(r)
@@ -130,7 +136,8 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
                 scene = arr.see(todo[0].image)
                 vector = arr.gestalt(scene, 1).vector
                 for record in todo:
-                    for row in _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done):
+                    for row in _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done,
+                                                learned):
                         sink.write(json.dumps(row) + "\n")
                     sink.flush()
                     bar.update(1)
@@ -138,17 +145,49 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     return path
 
 
-def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done) -> Iterable[dict]:
+def load_learned_methods(arr: ARR, settings: EvalSettings) -> dict[str, Any]:
+    """The trained selector / pruner a run asks for, checked against the ARR's channels, query and cell."""
+    from .pruning import load_learned
+
+    paths = settings.learned or {}
+    return {m: load_learned(m, paths.get(m, "auto"), channels=arr.channels, query_dim=arr.query_encoder.dim,
+                            cell=arr.config.canvas.cell)[0] for m in LEARNED_METHODS if m in settings.methods}
+
+
+@torch.no_grad()
+def learned_maps(learned: dict[str, Any], arr: ARR, scene: Any, question: str, query_emb: Tensor) -> dict[str, Tensor]:
+    """Each trained allocator's map [1, Hc, Wc] on a one-image scene (-inf off the image).
+
+    The selector reads the canvas pixels; the pruner reads every cell's encoded token -- the full
+    texture stack, question channels included -- with the question embedding.
+    """
+    from .features import _full_cells
+
+    maps, valid = {}, scene.canvas.valid
+    if "selector" in learned:
+        maps["selector"] = learned["selector"].importance(scene.canvas.pixels, valid)
+    if "pruner" in learned:
+        cells = _full_cells(arr, scene, question)  # [C, Hc, Wc]
+        score = learned["pruner"].score(cells.flatten(1).T[None].float(), query_emb.float())
+        maps["pruner"] = score.view(valid.shape).masked_fill(~valid, -torch.inf)
+    return maps
+
+
+def _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done, learned=None) -> Iterable[dict]:
     relevance, query_emb = arr.score(scene, [record.question], vector)
-    yield from allocation_rows(record, scene.canvas, relevance.map, query_emb, samplers, reader, settings, done)
+    maps = learned_maps(learned, arr, scene, record.question, query_emb) if learned else None
+    yield from allocation_rows(record, scene.canvas, relevance.map, query_emb, samplers, reader, settings, done,
+                               maps=maps)
 
 
 def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: Tensor, samplers: dict,
-                    reader: Any, settings: EvalSettings, done: set = frozenset(), suffix: str = "") -> Iterable[dict]:
+                    reader: Any, settings: EvalSettings, done: set = frozenset(), suffix: str = "",
+                    maps: dict[str, Tensor] | None = None) -> Iterable[dict]:
     """Rows of one record (a one-image canvas) for every method and budget, given its relevance map.
 
     ``suffix`` tells scorers apart in one table (``topk@learned``); the scorer-free rows (full,
-    uniform image) come only with the empty suffix.
+    uniform image) come only with the empty suffix. ``maps`` holds the trained allocators' own maps
+    (:func:`learned_maps`); their methods are skipped without one.
     """
     cell, pixels = canvas.cell, canvas.pixels[0]
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
@@ -188,36 +227,43 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
                 continue
             if method in PATCH_METHODS:
                 try:
-                    view, used, metrics = _patch_view(PATCH_METHODS[method], relevance, k, canvas, grid, target,
-                                                      others)
+                    view, used, metrics = _patch_view(*PATCH_METHODS[method], relevance, k, canvas, grid, target,
+                                                      others, settings.patch_options or {})
                 except ValueError as err:  # a quadtree cannot start below its first tiling: no row
                     if "starting squares" not in str(err):
                         raise
                     continue
                 yield row(method + suffix, str(spec), used, view, metrics, start)
                 continue
-            generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
-            sel = samplers[method](relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
+            if method in LEARNED_METHODS:
+                if not maps or method not in maps:
+                    continue
+                sel = topk_cells(maps[method], k, canvas.valid)
+            else:
+                generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
+                sel = samplers[method](relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
             chosen = sel.mask(*canvas.grid)[0, :hc, :wc]
             metrics = allocation_metrics(chosen, cell, target, others).as_dict()
             view = foveated_view(pixels[:, : hc * cell, : wc * cell], sel.positions[0], cell, grid)
             yield row(method + suffix, str(spec), grid[0] * grid[1] + k, view, metrics, start)
 
 
-def _patch_view(name: str, relevance: Tensor, k: int, canvas: Any, grid: tuple[int, int], target, others
-                ) -> tuple[Tensor, int, dict]:
+def _patch_view(name: str, driver: str, relevance: Tensor, k: int, canvas: Any, grid: tuple[int, int], target,
+                others, options: dict) -> tuple[Tensor, int, dict]:
     """A variable-size allocator's view (gestalt + patches, each seen at one cell), tokens, metrics.
 
-    Coverage, hit and IoU count the answer seen at full resolution (1x1 patches); ``seen`` adds
-    the answer seen through larger, shrunk patches.
+    ``driver`` is the map it allocates by: the query's ``relevance`` or the image's Sobel ``edges``
+    (query-blind). Coverage, hit and IoU count the answer seen at full resolution (1x1 patches);
+    ``seen`` adds the answer seen through larger, shrunk patches.
     """
     from .metrics import box_mask
-    from .patching import PATCHERS, render_patches
+    from .patching import PATCHERS, edge_density, render_patches
     from .reading import gestalt_view
 
     cell = canvas.cell
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
-    patches = PATCHERS.get(name)(relevance, k, valid=canvas.valid, pixels=canvas.pixels)
+    saliency = relevance if driver == "relevance" else edge_density(canvas.pixels, cell)
+    patches = PATCHERS.get(name)(saliency, k, valid=canvas.valid, pixels=canvas.pixels, **options)
     boxes = patches.boxes[0][: int(patches.counts[0])]
     pixels = canvas.pixels[0, :, : hc * cell, : wc * cell]
     view = render_patches(pixels, boxes, cell, gestalt_view(pixels, cell, grid))

@@ -15,7 +15,7 @@ import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -40,6 +40,8 @@ class Example:
     image: str = ""  # the image file, for objectives that look at pixels (answer cross-entropy)
     question: str = ""
     answer: str = ""
+    pixels: Tensor | None = None  # [3, Hc * cell, Wc * cell] uint8 canvas, for allocators that look at pixels
+
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -125,6 +127,26 @@ def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, pro
     return examples
 
 
+def attach_pixels(examples: Sequence[Example], canvas_config: Any, *, progress: bool = True) -> None:
+    """Give every example its image's canvas pixels (uint8, one tensor shared per image), in place.
+
+    For learners that read pixels (the patch selector). The canvas must have the grid the features were
+    computed on; a different one means the cache is stale and is a clear error.
+    """
+    from arr_coc.canvas import make_canvas
+
+    c, shared = canvas_config, {}
+    for e in tqdm(examples, desc="pixels", disable=not progress):
+        if e.image not in shared:
+            canvas = make_canvas(e.image, cell=c.cell, min_pixels=c.min_pixels, max_pixels=c.max_pixels)
+            h, w = canvas.sizes[0]
+            if (h // c.cell, w // c.cell) != e.grid:
+                raise ValueError(f"{e.image} makes a {h // c.cell}x{w // c.cell} canvas, its features {e.grid}: "
+                                 f"rebuild the feature cache")
+            shared[e.image] = (canvas.pixels[0, :, :h, :w] * 255).round().to(torch.uint8)
+        e.pixels = shared[e.image]
+
+
 def _load(path: Path) -> dict | None:
     if not path.exists():
         return None
@@ -135,7 +157,8 @@ def _load(path: Path) -> dict | None:
 
 
 def collate(examples: Sequence[Example]) -> dict[str, Tensor]:
-    """Pad a list of examples to one batch: cells [B, C, H, W], valid [B, H, W], target, query, gestalt."""
+    """Pad a list of examples to one batch: cells [B, C, H, W], valid [B, H, W], target, query, gestalt
+    (and pixels [B, 3, H * cell, W * cell] when every example carries them)."""
     h = max(e.grid[0] for e in examples)
     w = max(e.grid[1] for e in examples)
     b, c = len(examples), examples[0].cells.shape[0]
@@ -145,5 +168,11 @@ def collate(examples: Sequence[Example]) -> dict[str, Tensor]:
     for i, e in enumerate(examples):
         eh, ew = e.grid
         cells[i, :, :eh, :ew], valid[i, :eh, :ew], target[i, :eh, :ew] = e.cells.float(), True, e.target
-    return {"cells": cells, "valid": valid, "target": target, "query": torch.stack([e.query for e in examples]),
-            "gestalt": torch.stack([e.gestalt for e in examples])}
+    out = {"cells": cells, "valid": valid, "target": target, "query": torch.stack([e.query for e in examples]),
+           "gestalt": torch.stack([e.gestalt for e in examples])}
+    if all(e.pixels is not None for e in examples):  # [B, 3, H * cell, W * cell] float in [0, 1]
+        cell = examples[0].pixels.shape[1] // examples[0].grid[0]
+        out["pixels"] = torch.zeros(b, 3, h * cell, w * cell)
+        for i, e in enumerate(examples):
+            out["pixels"][i, :, :e.pixels.shape[1], :e.pixels.shape[2]] = e.pixels.float() / 255
+    return out

@@ -30,6 +30,7 @@ from arr_coc.samplers import check_budget, valid_extent
 # A pixel is a strong edge at a normalised Sobel magnitude >= 0.05, a 10 % contrast step (a full black/white
 # step gives 0.5): ink on paper and object borders pass, JPEG noise and soft shading (1-2 %) do not.
 EDGE_STRENGTH = 0.05
+SIZE_PRIOR = 1.0  # the registry's default alpha of `saliency_patches`; tuned on validation images (README)
 # Luma levels of the entropy criterion: enough to tell ink, paper and shading apart, few enough that a
 # one-cell histogram (28 x 28 px) is not all singletons.
 ENTROPY_BINS = 16
@@ -414,9 +415,10 @@ def patch_coverage(boxes: Tensor, answer: Tensor) -> dict[int, Tensor]:
 
 # ----------------------------------------------------------------------------- registry
 @PATCHERS.register("saliency")
-def _saliency(relevance: Tensor, k: int, valid: Tensor | None = None, pixels: Tensor | None = None) -> Patches:
-    """`saliency_patches` on the relevance map: exactly K tokens of sizes 1, 2, 4."""
-    return saliency_patches(relevance, k, valid)
+def _saliency(relevance: Tensor, k: int, valid: Tensor | None = None, pixels: Tensor | None = None,
+              size_prior: float = SIZE_PRIOR) -> Patches:
+    """`saliency_patches` on any saliency map (the relevance, `edge_density`): exactly K tokens of sizes 1, 2, 4."""
+    return saliency_patches(relevance, k, valid, size_prior=size_prior)
 
 
 @PATCHERS.register("quadtree")

@@ -13,6 +13,8 @@ index), or a ValueError.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -149,6 +151,7 @@ class PatchSelector(nn.Module):
         if cell < 1 or stem < 1 or cell % stem:
             raise ValueError(f"stem={stem} must divide cell={cell} so the output is one value per cell")
         self.cell = cell
+        self.config = {"cell": cell, "width": width, "stem": stem}  # what `load_learned` rebuilds it from
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.net = nn.Sequential(
@@ -200,6 +203,7 @@ class TokenPruner(nn.Module):
         super().__init__()
         self.dim, self.query_dim, self.keep_order = dim, query_dim, keep_order
         hidden = hidden or max(dim // 4, 8)
+        self.config = {"dim": dim, "query_dim": query_dim, "hidden": hidden, "keep_order": keep_order}
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.mlp = nn.Sequential(nn.Linear(dim + query_dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
@@ -228,3 +232,51 @@ class TokenPruner(nn.Module):
         each scaled by its `soft_weights` keep-weight (K in total per row, 0 on padding)."""
         w = soft_weights(self.score(tokens, query), k, mask, temperature)
         return tokens * w[..., None], w
+
+
+# ----------------------------------------------------------------------------- trained weights
+
+LEARNED_FORMAT = "arr-coc-allocator/1"
+LEARNED: dict[str, type[nn.Module]] = {"selector": PatchSelector, "pruner": TokenPruner}
+PACKAGED = Path(__file__).parent / "weights"  # selector.pt, pruner.pt: made by `arr-coc train --learner ...`
+
+
+def save_learned(path: Path, kind: str, module: nn.Module, channels: Sequence[str], **meta: Any) -> Path:
+    """Write a trained selector or pruner with what rebuilds it (its config) and what it was fed (channels)."""
+    from arr_coc.features import atomic_save
+
+    atomic_save({"format": LEARNED_FORMAT, "kind": kind, "config": module.config, "channels": list(channels),
+                 "state": module.state_dict(), **meta}, Path(path))
+    return Path(path)
+
+
+def load_learned(kind: str, spec: str | Path = "auto", *, channels: Sequence[str] | None = None,
+                 query_dim: int | None = None, cell: int | None = None) -> tuple[nn.Module, dict]:
+    """A trained `PatchSelector` ("selector") or `TokenPruner` ("pruner") and its saved metadata.
+
+    ``spec`` "auto" is the packaged file; a path loads that file. The checks that follow say what
+    does not fit: the pruner's token channels and query width, the selector's cell.
+    """
+    if kind not in LEARNED:
+        raise ValueError(f"unknown learned allocator {kind!r}; choose one of {', '.join(LEARNED)}")
+    path = PACKAGED / f"{kind}.pt" if str(spec) == "auto" else Path(spec)
+    hint = f"train one with `arr-coc train --learner {kind}`"
+    try:
+        saved = torch.load(path, weights_only=True)
+    except FileNotFoundError as err:
+        raise ValueError(f"no {kind} weights at {path}; {hint}") from err
+    except (OSError, RuntimeError, EOFError) as err:
+        raise ValueError(f"{path} is unreadable ({type(err).__name__}: {err}); {hint}") from err
+    if not isinstance(saved, dict) or saved.get("format") != LEARNED_FORMAT or saved.get("kind") != kind:
+        raise ValueError(f"{path} holds no {kind} weights ({LEARNED_FORMAT}); {hint}")
+    cfg = saved["config"]
+    if kind == "pruner" and channels is not None and list(channels) != saved["channels"]:
+        raise ValueError(f"{path} prunes tokens of channels {saved['channels']}, this ARR makes {list(channels)}; "
+                         f"use those channels or {hint}")
+    if kind == "pruner" and query_dim is not None and query_dim != cfg["query_dim"]:
+        raise ValueError(f"{path} expects {cfg['query_dim']}-wide query embeddings, got {query_dim}; {hint}")
+    if kind == "selector" and cell is not None and cell != cfg["cell"]:
+        raise ValueError(f"{path} scores {cfg['cell']} px cells, the canvas uses {cell} px; {hint} at that cell")
+    module = LEARNED[kind](**cfg)
+    module.load_state_dict(saved["state"])
+    return module.eval(), {k: v for k, v in saved.items() if k != "state"}

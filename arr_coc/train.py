@@ -33,12 +33,15 @@ from arr_coc.soft_topk import coverage_loss, soft_topk
 CHECKPOINT_FORMAT = "arr-coc-train/1"
 WEIGHTS_FORMAT = "arr-coc-scorer/1"
 ESTIMATORS = ("soft", "gumbel", "straight_through")
+LEARNERS = ("scorer", "selector", "pruner")
+PRUNER_HIDDEN = 32  # the pruner's bottleneck: its tokens are only C (~16) channels wide
 # fields that may change between a run and its resume; every other field must match
 RESUMABLE = ("steps", "eval_every", "out", "resume", "progress")
 
 
 @dataclass
 class TrainConfig:
+    learner: str = "scorer"  # what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"
     datasets: tuple[str, ...] = ("funsd", "sroie", "coco")
     data: str | None = None  # datasets' root folder (default ../shared/data or $ARR_COC_DATA)
     limit: int | None = None  # records per dataset (a seeded subset spread over images)
@@ -95,15 +98,55 @@ def budget_k(example: Example, budget: str) -> int:
     return split_budget(budget_tokens(budget, hc * wc), (hc, wc))[1]
 
 
+class Learner(nn.Module):
+    """What a run fits, seen as one map [B, H, W] per batch (higher = spend a token there).
+
+    ``scorer``: the ARR's relevance scorer on the cached texture (the default). ``selector``: a
+    `PatchSelector` CNN on the canvas pixels, blind to the question. ``pruner``: a `TokenPruner` MLP
+    over every cell's encoded token -- here the texture stack's C-channel vector -- and the question
+    embedding, i.e. pruning after everything was encoded.
+    """
+
+    def __init__(self, kind: str, net: nn.Module) -> None:
+        super().__init__()
+        if kind not in LEARNERS:
+            raise ValueError(f"unknown learner {kind!r}; choose one of {', '.join(LEARNERS)}")
+        self.kind, self.net = kind, net
+
+    @classmethod
+    def build(cls, kind: str, arr: Any, channels: int) -> "Learner":
+        from arr_coc.pruning import PatchSelector, TokenPruner
+
+        if kind == "selector":
+            return cls(kind, PatchSelector(cell=arr.config.canvas.cell))
+        if kind == "pruner":
+            return cls(kind, TokenPruner(channels, query_dim=arr.query_encoder.dim, hidden=PRUNER_HIDDEN))
+        return cls(kind, arr.scorer)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        if self.kind == "scorer":
+            return self.net(batch["cells"], batch["query"], batch["gestalt"], batch["valid"]).map
+        if self.kind == "pruner":
+            b, c, h, w = batch["cells"].shape
+            return self.net.score(batch["cells"].flatten(2).transpose(1, 2), batch["query"]).view(b, h, w)
+        if "pixels" not in batch:
+            raise ValueError("the selector reads pixels: attach them with arr_coc.features.attach_pixels")
+        return self.net.importance(batch["pixels"], batch["valid"])
+
+
+def as_learner(model: nn.Module) -> Learner:
+    return model if isinstance(model, Learner) else Learner("scorer", model)
+
+
 class Objective(nn.Module):
-    """The trainable parts (scorer + sampler) and the proxy loss; DDP wraps this module."""
+    """The trainable parts (scorer + sampler, or a selector / pruner) and the loss; DDP wraps this module."""
 
     def __init__(self, scorer: nn.Module, sampler: nn.Module, cfg: TrainConfig, vlm: Any = None,
                  canvas: Any = None) -> None:
         super().__init__()
         if cfg.estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {cfg.estimator!r}; choose one of {', '.join(ESTIMATORS)}")
-        self.scorer, self.sampler, self.cfg = scorer, sampler, cfg
+        self.scorer, self.sampler, self.cfg = as_learner(scorer), sampler, cfg
         self.vlm, self.canvas = vlm, canvas  # frozen adapter (a plain object: DDP never sees its weights)
 
     def selection(self, batch: dict[str, Tensor], ks: Sequence[int], seeds: Sequence[int]) -> tuple[Tensor, Tensor]:
@@ -112,7 +155,7 @@ class Objective(nn.Module):
         Each example draws its Gumbel noise from its own seed, so how a batch is split over
         processes does not change what any example sees.
         """
-        rel = self.scorer(batch["cells"], batch["query"], batch["gestalt"], batch["valid"]).map  # [B, H, W]
+        rel = self.scorer(batch)  # [B, H, W]
         weights = torch.zeros_like(rel)
         for b, (k, seed) in enumerate(zip(ks, seeds)):
             v = batch["valid"][b]
@@ -138,7 +181,7 @@ class Objective(nn.Module):
         cover = coverage_loss(weights, grid=(4, 4), min_mass=min(1.0, 0.5 * min(ks) / 16), valid=batch["valid"])
         main = proxy if self.vlm is None else self.answer_loss(batch, weights)
         loss = main + self.cfg.coverage_weight * cover
-        extra = sampler_loss(self.sampler, rel, batch["valid"], batch["query"], batch["target"], list(ks),
+        extra = None if self.scorer.kind != "scorer" else sampler_loss(self.sampler, rel, batch["valid"], batch["query"], batch["target"], list(ks),
                              temperature=self.cfg.temperature,
                              generator=torch.Generator().manual_seed(_seed(*seeds)))
         if extra is not None:
@@ -170,13 +213,13 @@ class Objective(nn.Module):
 @torch.no_grad()
 def hard_metrics(scorer: nn.Module, examples: Sequence[Example], budget: str, *, random_seed: int | None = None
                  ) -> dict[str, float]:
-    """Top-K of the scorer's relevance (or K random cells) against the answer: IoU (the seeds' proxy) and
-    covered share of the answer's area, means over examples."""
-    ious, shares = [], []
-    for i in range(0, len(examples), 32):
-        chunk = examples[i:i + 32]
+    """Top-K of the scorer's relevance (or a `Learner`'s map, or K random cells) against the answer: IoU
+    (the seeds' proxy) and covered share of the answer's area, means over examples."""
+    learner, ious, shares = as_learner(scorer), [], []
+    for i in range(0, len(examples), 8):
+        chunk = examples[i:i + 8]
         batch = collate(chunk)
-        rel = scorer(batch["cells"], batch["query"], batch["gestalt"], batch["valid"]).map
+        rel = learner(batch)
         for b, e in enumerate(chunk):
             v, t = batch["valid"][b], batch["target"][b]
             score = rel[b][v]
@@ -260,13 +303,15 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         raise ValueError(f"batch size {cfg.batch_size} must split evenly over {world} processes")
     if cfg.objective not in ("proxy", "vlm"):
         raise ValueError(f"unknown objective {cfg.objective!r}; choose proxy or vlm")
+    if cfg.learner not in LEARNERS:
+        raise ValueError(f"unknown learner {cfg.learner!r}; choose one of {', '.join(LEARNERS)}")
     vlm = _frozen_vlm(cfg, arr_config or ARRConfig())
     torch.manual_seed(cfg.seed)
     arr_config = arr_config or ARRConfig()
     # training starts from the hand-set initialisation, never from previously shipped weights
     arr_config = replace(arr_config, scorer=replace(arr_config.scorer, weights="none"))
     arr = ARR(arr_config, query_encoder=query_encoder)
-    arr.scorer.requires_grad_(True)
+    arr.scorer.requires_grad_(cfg.learner == "scorer")
     if examples is None:
         examples = _examples(arr, cfg, rank, world)
     split = {s: [e for e in examples if split_of(e.image_id, e.dataset) == s] for s in ("train", "val", "test")}
@@ -276,13 +321,18 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         raise ValueError("no training examples: every image fell into the held-out splits; use more records")
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
-    objective = Objective(arr.scorer, arr.sampler, cfg, vlm, arr_config.canvas)
+    learner = Learner.build(cfg.learner, arr, examples[0].cells.shape[0])
+    if cfg.learner == "selector":
+        from arr_coc.features import attach_pixels
+
+        attach_pixels(examples, arr_config.canvas, progress=cfg.progress and rank == 0)
+    objective = Objective(learner, arr.sampler, cfg, vlm, arr_config.canvas)
     params = [p for p in objective.parameters() if p.requires_grad]
     model: nn.Module = objective
     if world > 1:
         model = nn.parallel.DistributedDataParallel(objective)
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
-    initial = {s: hard_metrics(arr.scorer, split[s], cfg.budget) for s in ("val", "test")}
+    initial = {s: hard_metrics(learner, split[s], cfg.budget) for s in ("val", "test")}
     history, start = [], 0
     ckpt_path = out / "checkpoint.pt"
     if cfg.resume and ckpt_path.exists():
@@ -306,7 +356,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
             value /= world
         row = {"step": step + 1, "loss": float(value), **parts}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            row["val"] = hard_metrics(arr.scorer, split["val"], cfg.budget)
+            row["val"] = hard_metrics(learner, split["val"], cfg.budget)
             if rank == 0:
                 save_checkpoint(ckpt_path, step + 1, objective, optimizer, history + [row], cfg, arr_config)
         history.append(row)
@@ -315,11 +365,17 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     if rank == 0:
         run.metrics = {
             "budget": cfg.budget, "examples": {s: len(v) for s, v in split.items()},
-            "initial": initial, "learned": {s: hard_metrics(arr.scorer, split[s], cfg.budget) for s in ("val", "test")},
-            "random": {s: hard_metrics(arr.scorer, split[s], cfg.budget, random_seed=cfg.seed) for s in ("val", "test")},
+            "initial": initial, "learned": {s: hard_metrics(learner, split[s], cfg.budget) for s in ("val", "test")},
+            "random": {s: hard_metrics(learner, split[s], cfg.budget, random_seed=cfg.seed) for s in ("val", "test")},
             "train_seconds": run.seconds, "processes": world,
         }
-        export_weights(out / "scorer.pt", arr, cfg, run.metrics)
+        if cfg.learner == "scorer":
+            export_weights(out / "scorer.pt", arr, cfg, run.metrics)
+        else:
+            from arr_coc.pruning import save_learned
+
+            save_learned(out / f"{cfg.learner}.pt", cfg.learner, learner.net, arr.channels, metrics=run.metrics,
+                         train_config=asdict(cfg))
         (out / "metrics.json").write_text(json.dumps(run.metrics, indent=1))
         plot_history(history, out / "loss.png", initial["val"]["iou"])
     if world > 1:

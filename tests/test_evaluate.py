@@ -136,3 +136,57 @@ def test_variable_size_allocators_fill_the_budget_and_report_what_they_saw(pages
         for r in (patches, quad):
             assert 0 <= r["coverage"] <= r["seen"] <= 1  # full resolution is a part of what is seen
     assert all(r["seen"] == 1.0 for r in rows if r["method"] == "quadtree")  # the leaves tile the page
+
+
+def test_patches_with_a_steep_size_prior_are_exactly_top_k(pages, arr, tmp_path):
+    """alpha > 2 makes every square score below its best cell, so only 1x1 cells are ever picked,
+    in relevance order: the patch allocator then equals the top-K sampler row for row."""
+    records = load_dataset("jsonl", pages)[:3]
+    settings = EvalSettings(methods=("topk", "patches", "patches_edges"), budgets=("10%", "25%"), reader=None,
+                            patch_options={"size_prior": 3.0})
+    rows = read_rows(evaluate(records, arr, tmp_path, settings, progress=False))
+    by = {(r["record_id"], r["method"], r["budget"]): r for r in rows}
+    for rec in records:
+        for b in ("10%", "25%"):
+            topk, patches, edges = (by[(rec.record_id, m, b)] for m in ("topk", "patches", "patches_edges"))
+            assert [patches[c] for c in ("tokens", "coverage", "hit", "iou")] == \
+                   [topk[c] for c in ("tokens", "coverage", "hit", "iou")]
+            assert patches["seen"] == patches["coverage"]  # nothing was seen shrunk
+            assert edges["tokens"] == topk["tokens"]  # the query-blind edge map spends the same budget
+    flat = EvalSettings(methods=("topk", "patches"), budgets=("25%",), reader=None, patch_options={"size_prior": 0.0})
+    rows = read_rows(evaluate(records, arr, tmp_path / "flat", flat, progress=False))
+    assert any(r["seen"] > r["coverage"] for r in rows if r["method"] == "patches")  # large squares, seen shrunk
+
+
+def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr, tmp_path):
+    import torch
+
+    from arr_coc.evaluate import learned_maps, load_learned_methods
+    from arr_coc.metrics import allocation_metrics
+    from arr_coc.pruning import PatchSelector, TokenPruner, save_learned
+    from arr_coc.reading import scale_boxes
+    from arr_coc.samplers import topk_cells
+
+    dim = arr.see(load_dataset("jsonl", pages)[0].image).cells.shape[1] + 2  # + the two question channels
+    save_learned(tmp_path / "pruner.pt", "pruner", TokenPruner(dim, query_dim=arr.query_encoder.dim), arr.channels)
+    save_learned(tmp_path / "selector.pt", "selector", PatchSelector(cell=28, seed=3), arr.channels)
+    paths = {m: tmp_path / f"{m}.pt" for m in ("pruner", "selector")}
+    records = load_dataset("jsonl", pages)[:2]
+    settings = EvalSettings(methods=("topk", "selector", "pruner"), budgets=("25%",), reader=None, learned=paths)
+    rows = read_rows(evaluate(records, arr, tmp_path / "eval", settings, progress=False))
+    learned = load_learned_methods(arr, settings)
+    with torch.no_grad():
+        for rec in records:
+            scene = arr.see(rec.image)
+            rel, query = arr.score(scene, [rec.question], arr.gestalt(scene, 1).vector)
+            maps = learned_maps(learned, arr, scene, rec.question, query)
+            k = next(r for r in rows if r["method"] == "topk" and r["record_id"] == rec.record_id)["tokens"] - 64
+            for m in ("selector", "pruner"):
+                row = next(r for r in rows if r["method"] == m and r["record_id"] == rec.record_id)
+                chosen = topk_cells(maps[m], k, scene.canvas.valid).mask(*scene.canvas.grid)[0]
+                expect = allocation_metrics(chosen, 28, scale_boxes(rec.boxes_px, scene.canvas.scales[0]),
+                                            scale_boxes(rec.others_px, scene.canvas.scales[0]))
+                assert row["coverage"] == pytest.approx(expect.coverage) and row["tokens"] == k + 64
+    missing = EvalSettings(methods=("pruner",), budgets=("25%",), reader=None, learned={"pruner": tmp_path / "no.pt"})
+    with pytest.raises(ValueError, match="no pruner weights at .*no.pt; train one with `arr-coc train --learner"):
+        evaluate(records, arr, tmp_path / "missing", missing, progress=False)

@@ -267,3 +267,55 @@ def test_patch_selector_learns_to_cover_the_answer_with_the_proxy_loss():
     after = coverage()
     assert before < 0.3 < 0.8 < after, (before, after)
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
+
+
+# ----------------------------------------------------------------------------- saved weights
+def test_saved_selector_and_pruner_reload_bit_exactly(tmp_path):
+    from arr_coc.pruning import load_learned, save_learned
+
+    pruner, selector = TokenPruner(6, query_dim=3, hidden=5, seed=4), PatchSelector(cell=8, width=4, seed=2)
+    save_learned(tmp_path / "p.pt", "pruner", pruner, ["a", "b"], metrics={"iou": 0.5})
+    save_learned(tmp_path / "s.pt", "selector", selector, ["a", "b"])
+    p2, meta = load_learned("pruner", tmp_path / "p.pt", channels=["a", "b"], query_dim=3)
+    s2, _ = load_learned("selector", tmp_path / "s.pt", cell=8)
+    tokens, query, pixels = torch.randn(2, 7, 6), torch.randn(2, 3), torch.rand(1, 3, 16, 24)
+    assert torch.equal(p2.score(tokens, query), pruner.score(tokens, query))
+    assert torch.equal(s2.importance(pixels), selector.importance(pixels))
+    assert meta["metrics"] == {"iou": 0.5} and meta["config"]["hidden"] == 5 and not p2.training
+
+
+def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
+    from arr_coc.pruning import load_learned, save_learned
+
+    save_learned(tmp_path / "p.pt", "pruner", TokenPruner(6, query_dim=3), ["a", "b"])
+    save_learned(tmp_path / "s.pt", "selector", PatchSelector(cell=8, width=4), ["a", "b"])
+    (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
+    cases = [
+        (("pruner", tmp_path / "missing.pt"), {}, "no pruner weights at .*missing.pt; train one with "
+                                                  "`arr-coc train --learner pruner`"),
+        (("pruner", tmp_path / "s.pt"), {}, "holds no pruner weights"),
+        (("pruner", tmp_path / "junk.pt"), {}, "junk.pt is unreadable"),
+        (("pruner", tmp_path / "p.pt"), {"channels": ["a", "c"]}, r"prunes tokens of channels \['a', 'b'\], "
+                                                                  r"this ARR makes \['a', 'c'\]"),
+        (("pruner", tmp_path / "p.pt"), {"query_dim": 384}, "expects 3-wide query embeddings, got 384"),
+        (("selector", tmp_path / "s.pt"), {"cell": 28}, "scores 8 px cells, the canvas uses 28 px"),
+        (("oracle",), {}, "unknown learned allocator 'oracle'; choose one of selector, pruner"),
+    ]
+    for args, kw, message in cases:
+        with pytest.raises(ValueError, match=message):
+            load_learned(*args, **kw)
+
+
+def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
+    from arr_coc.config import ARRConfig
+    from arr_coc.pipeline import PIPELINE_CHANNELS
+    from arr_coc.pruning import PACKAGED, load_learned
+
+    for kind in ("selector", "pruner"):
+        if not (PACKAGED / f"{kind}.pt").exists():
+            pytest.fail(f"arr_coc/weights/{kind}.pt is missing: run benchmarks/run_allocators.py")
+        net, meta = load_learned(kind, cell=ARRConfig().canvas.cell)
+        assert meta["train_config"]["learner"] == kind and meta["train_config"]["budget"] == "10%"
+    pruner, meta = load_learned("pruner", channels=meta["channels"], query_dim=384)
+    assert pruner.config["dim"] == len(meta["channels"]) + 2  # rgb is three channels
+    assert tuple(meta["channels"]) == tuple(PIPELINE_CHANNELS)

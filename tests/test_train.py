@@ -229,3 +229,27 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
     assert mvp.weights_source == "hand-set"  # trained on other channels: not applicable, not forced
     assert ARR(ARRConfig(scorer=ScorerConfig(weights="none")), query_encoder=HashingQueryEncoder()).weights_source \
         == "hand-set"
+
+
+@pytest.mark.parametrize("learner", ["pruner", "selector"])
+def test_patch_selector_and_token_pruner_train_export_and_reload(examples, tmp_path, learner):
+    from arr_coc.pruning import load_learned
+    from arr_coc.train import Learner, hard_metrics
+
+    run = train(cfg(tmp_path, learner=learner, steps=60), CONFIG, examples=examples)
+    m = run.metrics
+    # the bright patch is 4 of 48 cells: 12 cells (25%) at random cover it ~25%; learned, nearly all
+    assert m["learned"]["test"]["coverage"] > 0.8 > m["random"]["test"]["coverage"]
+    assert m["learned"]["test"]["coverage"] > m["initial"]["test"]["coverage"] + 0.3
+    saved = Path(tmp_path / "run" / f"{learner}.pt")
+    assert not (tmp_path / "run" / "scorer.pt").exists()
+    arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
+    net, meta = load_learned(learner, saved, channels=arr.channels, query_dim=arr.query_encoder.dim, cell=28)
+    assert meta["metrics"]["learned"] == m["learned"] and meta["channels"] == list(arr.channels)
+    test = [e for e in examples if split_of(e.image_id, e.dataset) == "test"]
+    assert hard_metrics(Learner(learner, net), test, "25%") == m["learned"]["test"]  # the file is the model
+
+
+def test_unknown_learner_is_a_clear_error(examples, tmp_path):
+    with pytest.raises(ValueError, match="unknown learner 'oracle'; choose one of scorer, selector, pruner"):
+        train(cfg(tmp_path, learner="oracle"), CONFIG, examples=examples)

@@ -4,11 +4,13 @@ import torch
 
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
+from arr_coc.patching import PATCHERS
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.registry import UnknownNameError
 from arr_coc.texture import DEFAULT_CHANNELS
 from arr_coc.vlm import ADAPTERS, ask, load_vlm
+from arr_coc.vlm.ask import allocators
 from arr_coc.vlm.qwen import all_cells
 from arr_coc.vlm.tiny import save_tiny, tiny_model
 
@@ -16,6 +18,16 @@ from arr_coc.vlm.tiny import save_tiny, tiny_model
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     return {f: save_tiny(tmp_path_factory.mktemp(f), f) for f in ("qwen2_5_vl", "qwen3_vl")}
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return {f: load_vlm(f"tiny:{f}") for f in ("qwen2_5_vl", "llava")}
+
+
+def small_image(adapter, hc=6, wc=8, seed=0):
+    """A random [3, H, W] image of hc x wc of the adapter's cells (small enough for the canvas to keep)."""
+    return torch.rand(3, hc * adapter.cell, wc * adapter.cell, generator=torch.Generator().manual_seed(seed))
 
 
 def fast_arr(cell):
@@ -102,3 +114,67 @@ def test_cli_ask_prints_answer_tokens_and_flops(saved, receipt, capsys):
 def test_cli_ask_errors_are_one_clear_line(tmp_path, receipt, capsys):
     assert main(["ask", str(receipt), "Q?", "--model", str(tmp_path / "nope"), "--query-encoder", "hashing"]) == 2
     assert "arr-coc: error: cannot load a VLM config from" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- variable-size patch allocators
+
+
+@pytest.mark.parametrize("family, gestalt", [("qwen2_5_vl", 6 * 8), ("llava", 16)])  # (8, 8) capped to the 6x8 grid
+@pytest.mark.parametrize("allocator, sent", [("saliency", 11), ("quadtree", 9)])  # quadtree: 6 squares + 3 per split
+def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny, family, gestalt, allocator, sent):
+    adapter, q, k = tiny[family], "What is the total?", 11
+    arr, img = fast_arr(adapter.cell), small_image(adapter)
+    with torch.no_grad():
+        a = ask(adapter, img, q, arr=arr, budget=k, allocator=allocator, max_new_tokens=2)[0]
+        alloc = arr(img, q, budget=k)
+    patches = PATCHERS.get(allocator)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
+    assert int(patches.counts[0]) == sent and a.full_tokens == 48
+    assert (a.allocator, a.gestalt_tokens, a.saccades, a.visual_tokens) == (allocator, gestalt, sent, gestalt + sent)
+    assert a.cells.tolist() == patches.boxes[0, :sent].tolist()  # [K, 3] (y, x, size), as allocated
+    assert 1 <= len(a.tokens) <= 2 and isinstance(a.text, str)
+    # negative control: the sampler spends all 11 tokens on one-cell saccades
+    arr_answer = ask(adapter, img, q, arr=arr, budget=k, max_new_tokens=2)[0]
+    assert arr_answer.cells.shape == (k, 2) and arr_answer.saccades == k
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "llava"])
+def test_allocator_arr_is_the_call_without_it(tiny, family):
+    adapter = tiny[family]
+    arr, img = fast_arr(adapter.cell), small_image(adapter, seed=1)
+    with torch.no_grad():
+        a, b = (ask(adapter, img, "Date?", arr=arr, budget=5, max_new_tokens=3, **kw)[0]
+                for kw in ({}, {"allocator": "arr"}))
+    assert (a.text, a.tokens, a.gestalt_tokens, a.saccades, a.flops, a.allocator) == \
+        (b.text, b.tokens, b.gestalt_tokens, b.saccades, b.flops, b.allocator)
+    assert a.allocator == "arr" and torch.equal(a.cells, b.cells) and a.cells.shape == (5, 2)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(allocator="grid"), f"unknown allocator 'grid'; choose one of {', '.join(allocators())}"),
+    (dict(allocator="quadtree", mode="slice"),
+     "allocator 'quadtree' sends variable-size patches, which only mode='sparse' encodes \\(got mode='slice'\\)"),
+    (dict(allocator="saliency", mode="weighted"), "use mode='sparse' or allocator='arr'"),
+    (dict(allocator="quadtree", budget=5), "'quadtree' needs a larger budget: budget K=5 is below the 6 starting "
+                                           "squares .*; raise --budget"),
+])
+def test_ask_refuses_what_a_patch_allocator_cannot_do(tiny, kwargs, message):
+    adapter = tiny["llava"]
+    kwargs = {"budget": 11, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), max_new_tokens=1, **kwargs)
+
+
+def test_cli_ask_with_a_quadtree_reports_its_tokens_or_asks_for_a_larger_budget(tmp_path, capsys):
+    from PIL import Image
+
+    path = tmp_path / "page.png"
+    Image.fromarray((small_image(load_vlm("tiny:llava")) * 255).byte().permute(1, 2, 0).numpy()).save(path)
+    argv = ["ask", str(path), "What is the total?", "--model", "tiny:llava", "--allocator", "quadtree",
+            "--query-encoder", "hashing", "--channels", "mvp", "--max-new-tokens", "1"]
+    assert main(argv + ["--budget", "11"]) == 0
+    out = capsys.readouterr().out
+    assert "allocator quadtree" in out
+    assert "visual tokens sent 25 = 16 gestalt + 9 saccades  |  full resolution 48  (52%)" in out
+    assert main(argv + ["--budget", "5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("arr-coc: error: allocator 'quadtree' needs a larger budget") and "raise --budget" in err

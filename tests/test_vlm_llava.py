@@ -3,8 +3,11 @@
 Every exactness test carries a negative control: the same comparison with deliberately wrong
 positions or order must fail, so a test cannot pass because the model ignores them.
 """
+import copy
+
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import check_batch_equals_singles
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
@@ -13,7 +16,8 @@ from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import DEFAULT_CHANNELS
 from arr_coc.vlm import ADAPTERS, assemble, generate
 from arr_coc.vlm.ask import ask
-from arr_coc.vlm.llava import LlavaAdapter, to_patches, to_tiles, tiny_llava_model, tiny_llava_tokenizer
+from arr_coc.vlm.llava import LlavaAdapter, box_places, to_patches, to_tiles
+from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 from arr_coc.vlm.qwen import all_cells
 
 ATOL = 1e-5  # one float32 model, the same kernels on both paths
@@ -149,6 +153,99 @@ def test_sparse_patches_at_wrong_in_tile_positions_give_other_tokens(adapter):
     rolled, moved = torch.roll(tile, 14, dims=2), index // 4 * 4 + (index % 4 + 1) % 4
     assert torch.equal(to_patches(rolled, 14)[moved], to_patches(tile, 14)[index])
     assert far(adapter.sparse_features(rolled, moved), right)
+
+
+# ----------------------------------------------------------------------------- variable-size patches
+
+
+def as_boxes(cells, size=1):
+    """[K, 2] (y, x) cells -> [K, 3] (y, x, size) squares."""
+    return torch.cat([cells, torch.full((len(cells), 1), size)], 1)
+
+
+def shrunk(img, y, x, size):
+    """The size x size cells at (y, x) resized to one 14 px cell, as encode_patches resizes them."""
+    crop = img[None, :, y * 14:(y + size) * 14, x * 14:(x + size) * 14]
+    return F.interpolate(crop, size=(14, 14), mode="bilinear", antialias=True, align_corners=False)[0]
+
+
+@pytest.mark.parametrize("gestalt", [None, True])
+def test_size_one_patches_are_exactly_the_sparse_saccades(adapter, gestalt):
+    img = image(7, 9, seed=11)
+    cells = torch.tensor([[6, 8], [0, 0], [2, 3], [3, 2], [0, 5], [4, 4]])  # four of the six tiles
+    ref = adapter.encode([img], [cells], mode="sparse", gestalt=[gestalt])[0]
+    vis = adapter.encode_patches([img], [as_boxes(cells)], gestalt=[gestalt])[0]
+    assert (vis.n_gestalt, len(vis)) == (ref.n_gestalt, len(ref)) == (16 if gestalt else 0, ref.n_gestalt + 6)
+    assert vis.vision_segments == ref.vision_segments and vis.positions.tolist() == ref.positions.tolist()
+    torch.testing.assert_close(vis.embeds, ref.embeds, atol=1e-6, rtol=0)
+    # negative control: the same cells encoded inside their full tiles (slice) are other tokens
+    sliced = adapter.encode([img], [cells], mode="slice", gestalt=[gestalt])[0]
+    assert far(vis.embeds[vis.n_gestalt:], sliced.embeds[sliced.n_gestalt:])
+
+
+def test_a_shrunk_square_sits_at_its_centre_between_table_slots(adapter):
+    img = image(4, 4, seed=12)  # one tile of 4 x 4 slots
+    token = adapter.encode_patches([img], [torch.tensor([[1, 2, 2]])])[0]  # cells (1..2, 2..3): centre (1.5, 2.5)
+    assert len(token) == 1 and token.vision_segments == (2,)  # CLS + the one square
+    table = adapter.visual.embeddings.position_embedding.weight  # [1 + 16, Dv], CLS first
+    centre = table[1 + torch.tensor([1 * 4 + 2, 1 * 4 + 3, 2 * 4 + 2, 2 * 4 + 3])].mean(0)
+    torch.testing.assert_close(adapter.position_at(torch.tensor([[1.5, 2.5]]))[0], centre, atol=1e-6, rtol=0)
+    torch.testing.assert_close(adapter.position_at(torch.tensor([[2.0, 3.0]]))[0], table[1 + 11], atol=0, rtol=0)
+    # reference: the shrunk square as a one-patch saccade at slot (1, 2) of a tower copy holding the centre there
+    tile = torch.zeros(3, 56, 56)
+    tile[:, 14:28, 28:42] = adapter.normalize(shrunk(img, 1, 2, 2))
+    twin = LlavaAdapter(copy.deepcopy(adapter.model), adapter.tokenizer)
+    with torch.no_grad():
+        twin.visual.embeddings.position_embedding.weight[1 + 6] = centre
+    torch.testing.assert_close(token.embeds, twin.sparse_features(tile, torch.tensor([6])), atol=ATOL, rtol=0)
+    # negative control: the same shrunk pixels at the square's corner slot, as if it were one cell
+    assert far(token.embeds, adapter.sparse_features(tile, torch.tensor([6])))
+
+
+def test_a_square_across_tiles_is_encoded_in_the_tile_of_its_centre(adapter):
+    img = image(7, 9, seed=13)  # 2 x 3 tiles of 4 x 4 cells
+    boxes = torch.tensor([[3, 3, 2], [0, 0, 1], [4, 4, 1], [2, 4, 4]])  # the first straddles four tiles
+    tile, at = box_places(boxes, 4, (7, 9))
+    assert tile.tolist() == [0, 0, 4, 1]  # centres (3.5, 3.5), (0, 0), (4, 4), (3.5, 5.5)
+    assert at.tolist() == [[3.0, 3.0], [0.0, 0.0], [0.0, 0.0], [3.0, 1.5]]  # 3.5 clamped to the last slot
+    vis = adapter.encode_patches([img], [boxes])[0]
+    assert vis.vision_segments == (3, 2, 2)  # CLS + tile 0's two squares, tile 1's, tile 4's
+    # the straddling square attends with tile 0's cell: the same token without the other tiles' squares
+    alone = adapter.encode_patches([img], [boxes[:2]])[0]
+    torch.testing.assert_close(vis.embeds[:2], alone.embeds, atol=1e-6, rtol=0)
+    # negative control: with the lower-right tile's square as its companion it would be another token
+    assert far(adapter.encode_patches([img], [boxes[[0, 2]]])[0].embeds[0], alone.embeds[0])
+
+
+def test_a_batch_of_patches_equals_each_image_alone(adapter):
+    imgs, questions = [image(6, 4, seed=14), image(5, 9, seed=15)], ["What is the total?", "Date?"]
+    boxes = [torch.tensor([[0, 0, 2], [5, 3, 1], [2, 2, 2]]), torch.tensor([[1, 6, 1], [0, 0, 4], [3, 4, 2]])]
+    vis = adapter.encode_patches(imgs, boxes, gestalt=[True, True])
+    assert [len(v) for v in vis] == [16 + 3, 16 + 3]
+    singles = []
+    for b in range(2):
+        one = adapter.encode_patches([imgs[b]], [boxes[b]], gestalt=[True])
+        torch.testing.assert_close(one[0].embeds, vis[b].embeds, atol=1e-6, rtol=0)
+        singles.append(prefill_for(adapter, [questions[b]], one))
+    check_batch_equals_singles(adapter, prefill_for(adapter, questions, vis), singles, run_llm, ATOL)
+
+
+@pytest.mark.parametrize("boxes, kwargs, message", [
+    ([torch.tensor([[2, 3, 2]])], {}, "inside the 3x4 cell grid; \\(y, x, size\\) = \\(2, 3, 2\\) leaves it"),
+    ([torch.tensor([[-1, 0, 1]])], {}, "inside the 3x4 cell grid"),
+    ([torch.tensor([[0, 0, 1], [0, 0, 0]])], {}, "sizes must be >= 1; size 0 marks padding"),
+    ([torch.zeros(3)], {}, "non-empty \\[K, 3\\] \\(y, x, size\\) tensor per image, got shape \\(3,\\)"),
+    ([torch.zeros(0, 3)], {}, "non-empty \\[K, 3\\]"),
+    ([torch.tensor([[0.5, 0.0, 1.0]])], {}, "whole cells"),
+    ([torch.tensor([[0, 0, 1]])], dict(layout="polar"), "unknown layout 'polar'"),
+    ([], {}, "need boxes and gestalt for each of the 1 images"),
+])
+def test_encode_patches_rejects_bad_boxes_clearly(adapter, boxes, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        adapter.encode_patches([image(3, 4)], boxes, **kwargs)
+    # the same call with a good box encodes (only the box was wrong)
+    if kwargs == {} and boxes:
+        assert len(adapter.encode_patches([image(3, 4)], [torch.tensor([[1, 2, 2]])])[0]) == 1
 
 
 # ----------------------------------------------------------------------------- generation and batching

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from arr_coc.soft_topk import soft_topk
 from arr_coc.vlm import ADAPTERS, assemble
-from arr_coc.vlm.llava import tiny_llava_model, tiny_llava_tokenizer
+from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 from arr_coc.vlm.objective import answer_ids, answer_loss, eos_token_id
 from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
 

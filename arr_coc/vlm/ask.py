@@ -1,5 +1,9 @@
 """Ask a frozen VLM about images with gestalt + saccades: load, allocate, encode, assemble, decode.
 
+Saccades are one-cell tokens from ARR's sampler (``allocator="arr"``) or variable-size squares from a
+patch allocator of :data:`arr_coc.patching.PATCHERS` (``"saliency"``, ``"quadtree"``) run on the
+same ARR relevance, each square shrunk to one token (``adapter.encode_patches``).
+
 >>> from arr_coc.vlm import load_vlm
 >>> adapter = load_vlm("tiny:qwen2_5_vl")  # random weights: the answer is noise, the plumbing is real
 >>> adapter.cell
@@ -13,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from arr_coc.config import ARRConfig, SamplerConfig
+from arr_coc.patching import PATCHERS
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate
 
 WEIGHT_FLOOR = 0.5  # weighted mode: the least relevant token keeps half its embedding, none vanishes
@@ -30,7 +35,7 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
 
         family = name_or_path.split(":", 1)[1]
         if family == "llava":
-            from arr_coc.vlm.llava import tiny_llava_model, tiny_llava_tokenizer
+            from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 
             return ADAPTERS.get("llava")(tiny_llava_model(), tiny_llava_tokenizer())
         ip = tiny_image_processor(family)
@@ -79,7 +84,10 @@ class Answer:
     full_tokens: int  # visual tokens of the full-resolution image
     flops: dict[str, float]  # estimated prefill FLOPs sent: llm, vision, total
     flops_full: dict[str, float]  # the same at full resolution
-    cells: torch.Tensor = field(repr=False)  # [K, 2] (y, x) saccade cells in relevance order
+    # allocator "arr": [K, 2] (y, x) saccade cells in relevance order; a patch allocator: [K, 3]
+    # (y, x, size) squares in cells, in the allocator's order, one token each (K = saccades sent)
+    cells: torch.Tensor = field(repr=False)
+    allocator: str = "arr"  # who chose the saccades: "arr" (sampler) or a PATCHERS name
 
     @property
     def visual_tokens(self) -> int:
@@ -109,9 +117,34 @@ def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int]) -> dict[st
                           depth, getattr(cfg_v, "embed_dim", None) or cfg_v.hidden_size, segments)
 
 
+def allocators() -> tuple[str, ...]:
+    """What :func:`ask` can allocate saccades with: ``"arr"`` (ARR's sampler), then every patch allocator.
+
+    >>> allocators()[0], {"saliency", "quadtree"} <= set(allocators())
+    ('arr', True)
+    """
+    return ("arr", *PATCHERS.names())
+
+
+def patch_boxes(name: str, alloc: Any, budget: int) -> list[torch.Tensor]:
+    """Per image the [K_b, 3] (y, x, size) squares of patch allocator ``name`` on ARR's relevance (K_b <= budget).
+
+    The allocator gets ``alloc.relevance.map`` [B, Hc, Wc] with the canvas's valid cells and pixels;
+    padding rows (size 0) are dropped, so K_b counts the tokens image b really sends.
+    """
+    canvas = alloc.canvas
+    try:
+        patches = PATCHERS.get(name)(alloc.relevance.map.detach(), budget, valid=canvas.valid, pixels=canvas.pixels)
+    except ValueError as err:
+        if "starting squares" in str(err):  # a quadtree cannot start below its first tiling
+            raise ValueError(f"allocator {name!r} needs a larger budget: {err}; raise --budget (budget=)") from err
+        raise
+    return [patches.boxes[b, :n] for b, n in enumerate(patches.counts.tolist())]
+
+
 def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any = None, budget: int | None = None,
         mode: str = "sparse", layout: str = "scaled", gestalt: bool = True, max_new_tokens: int = 32,
-        config: ARRConfig | None = None) -> list[Answer]:
+        config: ARRConfig | None = None, allocator: str = "arr") -> list[Answer]:
     """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades.
 
     Args:
@@ -119,12 +152,22 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
         images: what :class:`arr_coc.ARR` accepts (paths, PIL images, tensors; one or a list).
         questions: one per image.
         arr: an ARR whose canvas cell equals ``adapter.cell``; built from ``config`` when None.
-        budget: saccades per image (default: the config's sampler budget).
-        mode, layout: see :meth:`arr_coc.vlm.qwen.QwenVLAdapter.encode`.
+        budget: saccades per image (default: the config's sampler budget); a patch allocator's K
+            (quadtree: at most K, and at least its starting tiling).
+        mode, layout: see :meth:`arr_coc.vlm.qwen.QwenVLAdapter.encode`; patch allocators need
+            ``mode="sparse"``.
         gestalt: send the gestalt (the config's grid for the budget) before the saccades.
+        allocator: ``"arr"``: one-cell saccades from ARR's sampler; a :data:`arr_coc.patching.PATCHERS`
+            name: variable-size squares on ARR's relevance, each one token (``Answer.cells`` then
+            holds the [K, 3] boxes and ``Answer.saccades`` their count).
     """
     from arr_coc.pipeline import ARR
 
+    if allocator not in allocators():
+        raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
+    if allocator != "arr" and mode != "sparse":
+        raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
+                         f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
     if arr is None:
         config = config or ARRConfig()
         config = replace(config, canvas=replace(config.canvas, cell=adapter.cell))
@@ -137,15 +180,19 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
     canvas, cell = alloc.canvas, adapter.cell
     imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
     grids = [(h // cell, w // cell) for h, w in canvas.sizes]
-    cells = [alloc.positions[b] for b in range(canvas.batch_size)]
     # weighted mode already sends every cell of the image: a gestalt would repeat it
     gestalts = [arr.config.gestalt.grid_for(k, g) if gestalt and mode != "weighted" else None for g in grids]
     weights = None
     if mode == "weighted":
         w = relevance_weights(alloc.relevance.map, canvas.valid)
         weights = [w[b, :g[0], :g[1]] for b, g in enumerate(grids)]
-    visual: list[VisualTokens] = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout,
-                                                weights=weights)
+    if allocator == "arr":
+        cells = [alloc.positions[b] for b in range(canvas.batch_size)]
+        visual: list[VisualTokens] = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout,
+                                                    weights=weights)
+    else:
+        cells = patch_boxes(allocator, alloc, k)
+        visual = adapter.encode_patches(imgs, cells, gestalt=gestalts, layout=layout)
     prompts = [adapter.prompt_ids(q) for q in alloc.queries]
     prefill = assemble(adapter.embed_tokens, [p[0] for p in prompts], visual, [p[1] for p in prompts],
                        adapter.rope_rows)
@@ -162,5 +209,5 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
         answers.append(Answer(alloc.queries[b], text, toks, vis.n_gestalt, len(vis) - vis.n_gestalt, full,
                               _flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments),
                               _flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
-                              cells[b].cpu()))
+                              cells[b].cpu(), allocator))
     return answers

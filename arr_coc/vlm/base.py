@@ -70,6 +70,11 @@ class VLMAdapter(Protocol):
                weights: Sequence[Tensor | None] | None = None) -> list[VisualTokens]:
         """Visual tokens per image ([3, H, W] in [0, 1], sides multiples of ``cell``) for its cells [K, 2]."""
 
+    def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
+                       gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled"
+                       ) -> list[VisualTokens]:
+        """Variable-size patches: each (y, x, size) square [K, 3] shrunk to one token at its centre."""
+
     def encode_native(self, images: Sequence[Tensor]) -> list[VisualTokens]:
         """The model's own full-resolution encoding (the upper bound, and the exactness reference)."""
 

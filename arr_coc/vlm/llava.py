@@ -2,11 +2,13 @@
 
 Shapes: ``S`` the tower's square input side (336 px for LLaVA-1.5); ``P`` the CLIP patch (14 px), one
 patch = one LLM token = one cell; ``g = S // P`` patches per tile side (24); ``Hc, Wc`` cells of the
-full image; ``K`` chosen cells; ``D`` the LLM width.
+full image; ``K`` chosen cells (or variable-size boxes); ``D`` the LLM width; ``Dv`` the tower width.
 
 The full image is cut into S x S tiles, so every saccade is encoded by the unmodified tower at its
-native resolution with the position embedding of its place inside its tile. The LLM uses a plain
-1-D RoPE, so visual tokens simply follow each other: gestalt, then saccades in relevance order.
+native resolution with the position embedding of its place inside its tile. A variable-size patch
+(:meth:`LlavaAdapter.encode_patches`) is a square of cells shrunk to one cell, placed at its centre
+by reading the position table bilinearly between slots. The LLM uses a plain 1-D RoPE, so visual
+tokens simply follow each other: gestalt, then saccades in relevance order.
 """
 from __future__ import annotations
 
@@ -18,14 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, per_image, split_at_image
-from arr_coc.vlm.qwen import CLIP_MEAN, CLIP_STD, all_cells
+from arr_coc.vlm.qwen import CLIP_MEAN, CLIP_STD, all_cells, table_taps
 
-# LLaVA-1.5's chat layout, with the tiny tokenizer's <|image_pad|> standing in for <image>.
-TINY_LLAVA_TEMPLATE = (
-    "{% for m in messages %}{{ m.role.upper() }}: {% if m.content is string %}{{ m.content }}{% else %}"
-    "{% for c in m.content %}{% if c.type == 'image' %}<|image_pad|>\n{% else %}{{ c.text }}{% endif %}"
-    "{% endfor %}{% endif %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}")
-TINY_IMAGE_TOKEN_ID = 6  # <|image_pad|>, a special token of the tiny tokenizer
 
 
 def to_tiles(image: Tensor, size: int) -> Tensor:
@@ -53,12 +49,31 @@ def to_patches(tile: Tensor, patch: int) -> Tensor:
     return tile.reshape(c, g, patch, g, patch).permute(1, 3, 0, 2, 4).reshape(g * g, c, patch, patch)
 
 
+def box_places(boxes: Tensor, side: int, grid: tuple[int, int]) -> tuple[Tensor, Tensor]:
+    """Where each (y, x, size) square of cells is encoded: its tile [K] and in-tile (row, col) [K, 2] float.
+
+    A square goes to the tile holding its centre ``(y, x) + (size - 1) / 2`` (a centre half-way
+    between two tiles goes to the upper / left one) and sits at that centre's coordinate inside the
+    tile, clamped to the ``side x side`` position table. A square that straddles a tile boundary is
+    thus attended with the patches of one tile and placed at most half a cell from its true centre;
+    a size-1 box lands exactly on its cell's slot.
+
+    >>> tile, at = box_places(torch.tensor([[5, 1, 1], [0, 0, 2], [3, 1, 2]]), 4, (7, 9))
+    >>> tile.tolist(), at.tolist()  # 3 tiles per row; the last square straddles rows 3 | 4
+    ([3, 0, 0], [[1.0, 1.0], [0.5, 0.5], [3.0, 1.5]])
+    """
+    centre = boxes[:, :2].float() + (boxes[:, 2:].float() - 1) / 2  # [K, 2] in cells of the full image
+    ty, tx = (centre.floor().long() // side).unbind(1)
+    tile = ty * -(-grid[1] // side) + tx
+    return tile, (centre - torch.stack([ty, tx], 1) * side).clamp(0, side - 1)
+
+
 @dataclass
 class Plan:
     """What one image takes from the encoders: its gestalt row, its tiles' rows, or its sparse tokens."""
 
-    tile: Tensor  # [K] row-major tile of each chosen cell
-    inner: Tensor  # [K] raster index of each chosen cell inside its tile
+    tile: Tensor  # [K] row-major tile of each chosen cell or box
+    inner: Tensor | None = None  # [K] raster index of each chosen cell inside its tile (slice, weighted)
     weights: Tensor | None = None  # [Hc, Wc] (weighted mode)
     gestalt: int | None = None  # row of the gestalt in the batched tower input
     tiles: tuple[int, Tensor] | None = None  # (first row, sorted tile ids) in the batched tower input
@@ -114,18 +129,39 @@ class LlavaAdapter:
     def sparse_features(self, tile: Tensor, index: Tensor) -> Tensor:
         """Tokens [k, D] of only the patches ``index`` [k] (raster, in-tile) of one tile [C, S, S].
 
-        The CLIP tower is composed from its public parts so that it attends over CLS + these
-        patches alone, each patch with the position embedding of its place in the tile.
+        The CLIP tower attends over CLS + these patches alone, each patch with the position
+        embedding of its place in the tile (see :meth:`tower_tokens`).
+        """
+        at = torch.stack([index // self.side, index % self.side], 1).float()  # [k, 2] whole slots
+        return self.tower_tokens(to_patches(tile, self.cell)[index], at)
+
+    def position_at(self, at: Tensor) -> Tensor:
+        """The tower's patch position embeddings [k, Dv] at in-tile (row, col) slots [k, 2], float.
+
+        Bilinear between the four surrounding slots of the learned ``side x side`` table (coordinates
+        clamped to it); a whole-number slot reads its table row exactly (weights 1, 0, 0, 0).
+        """
+        table = self.visual.embeddings.position_embedding.weight  # [1 + side^2, Dv]; row 0 is CLS
+        g = self.side
+        idx, w = table_taps(at.clamp(0, g - 1), torch.tensor([g, g], device=at.device), g)  # [k, 4] each
+        return (w[..., None].to(table) * table[1 + idx]).sum(1)
+
+    @torch.no_grad()
+    def tower_tokens(self, patches: Tensor, at: Tensor) -> Tensor:
+        """LLM tokens [k, D] of normalised patches [k, C, P, P] placed at in-tile slots ``at`` [k, 2] float.
+
+        The CLIP tower is composed from its public parts so that it attends over CLS + these patches
+        alone, each with the position embedding of ``at`` (:meth:`position_at`).
         """
         emb = getattr(self.visual, "embeddings", None)
-        if not all(hasattr(m, a) for m, a in [(emb, "class_embedding"), (self.visual, "pre_layrnorm"),
-                                               (self.visual, "encoder")]):
-            raise ValueError(f"sparse mode needs a CLIP vision tower, not {type(self.visual).__name__}; "
-                             "use mode='slice'")
+        if not all(hasattr(m, a) for m, a in [(emb, "class_embedding"), (emb, "position_embedding"),
+                                               (self.visual, "pre_layrnorm"), (self.visual, "encoder")]):
+            raise ValueError(f"sparse mode and encode_patches need a CLIP vision tower, not "
+                             f"{type(self.visual).__name__}; use mode='slice'")
         weight = emb.patch_embedding.weight
-        x = emb.patch_embedding(to_patches(tile, self.cell)[index].to(weight.dtype)).flatten(1)  # [k, Dv]
-        x = torch.cat([emb.class_embedding.to(x)[None], x])
-        x = x + emb.position_embedding(F.pad(index + 1, (1, 0)))  # CLS holds position 0
+        x = emb.patch_embedding(patches.to(weight.device, weight.dtype)).flatten(1)  # [k, Dv]
+        x = torch.cat([emb.class_embedding.to(x)[None], x])  # [1 + k, Dv]
+        x = x + torch.cat([emb.position_embedding.weight[:1], self.position_at(at.to(weight.device))]).to(x)
         layers = self.visual.encoder.layers
         wanted = [self.feature_layer] if isinstance(self.feature_layer, int) else list(self.feature_layer)
         wanted = [i % (len(layers) + 1) for i in wanted]  # hidden state 0 is the encoder's input
@@ -174,11 +210,8 @@ class LlavaAdapter:
         batch: list[Tensor] = []  # S x S inputs of one native tower call, shared by every image
         plans = []
         for img, chosen, g, w in zip(images, cells, gestalt, weights):
-            if img.ndim != 3 or img.shape[1] % self.cell or img.shape[2] % self.cell:
-                raise ValueError(f"images must be [3, H, W] with sides multiples of the {self.cell} px cell, "
-                                 f"got {tuple(img.shape)}")
+            grid = self.image_grid(img)
             x = self.normalize(img)
-            grid = (x.shape[1] // self.cell, x.shape[2] // self.cell)
             if mode == "weighted":
                 if w is None or tuple(w.shape) != grid:
                     raise ValueError(f"weighted mode needs a [{grid[0]}, {grid[1]}] weight map per image")
@@ -186,18 +219,18 @@ class LlavaAdapter:
             chosen = self.check_cells(chosen, grid, x.device)
             if len(chosen) == 0 and g is None:
                 raise ValueError("nothing to encode: give cells, a gestalt, or both, for each image")
-            tw = -(-grid[1] // self.side)
-            plan = Plan(tile=(chosen[:, 0] // self.side) * tw + chosen[:, 1] // self.side,
-                        inner=(chosen[:, 0] % self.side) * self.side + chosen[:, 1] % self.side,
+            tile, at = box_places(F.pad(chosen, (0, 1), value=1), self.side, grid)  # cells are size-1 boxes
+            plan = Plan(tile=tile, inner=(at[:, 0] * self.side + at[:, 1]).long(),
                         weights=w if mode == "weighted" else None)
-            if g is not None:
-                plan.gestalt = len(batch)
-                batch.append(self.normalize(self.gestalt_image(img)))
-                plan.segments.append(self.side ** 2 + 1)
-            tiles, used = to_tiles(x, self.size), torch.unique(plan.tile)
+            self.add_gestalt(plan, img, g, batch)
             if mode == "sparse":
-                plan.tokens = self.sparse_tokens(tiles, plan)
-            elif len(used):
+                c = self.cell
+                patches = x.reshape(3, grid[0], c, grid[1], c).permute(1, 3, 0, 2, 4)[chosen[:, 0], chosen[:, 1]]
+                plan.tokens = self.sparse_tokens(patches, at, plan)  # patches: [K, 3, P, P]
+                plans.append(plan)
+                continue
+            tiles, used = to_tiles(x, self.size), torch.unique(plan.tile)
+            if len(used):
                 used = torch.arange(len(tiles), device=x.device) if mode == "weighted" else used
                 plan.tiles = (len(batch), used)
                 batch.extend(tiles[used])
@@ -206,12 +239,89 @@ class LlavaAdapter:
         feats = self.tile_features(torch.stack(batch)) if batch else None
         return [self.collect(p, feats) for p in plans]
 
-    def sparse_tokens(self, tiles: Tensor, plan: Plan) -> Tensor | None:
-        """Sparse saccade tokens [K, D] in the plan's order, one tower call per tile; None when K = 0."""
+    @torch.no_grad()
+    def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
+                       gestalt: Sequence[Any] | None = None, layout: str = "scaled") -> list[VisualTokens]:
+        """Variable-size patches (``arr_coc.patching``): each square shrunk to one token at its centre.
+
+        Each (y, x, size) square of cells is resized to one 14 px cell (bilinear, antialiased; a
+        size-1 box is its cell's pixels untouched) and encoded like a sparse saccade: with the other
+        squares of its tile, CLS in front, at the position embedding read bilinearly at its centre.
+        The tile is the one holding the centre, and a centre past the last slot of that tile is
+        clamped to it (see :func:`box_places`), so a square straddling tiles is placed at most half a
+        cell off. Size-1 boxes at cells give exactly ``encode(images, cells, mode="sparse")``.
+
+        Args:
+            images: each [3, H, W] in [0, 1], sides multiples of ``cell``.
+            boxes: each a non-empty [K, 3] (y, x, size) in cells, in the order the tokens are sent;
+                drop the size-0 padding rows of ``Patches.boxes`` first (keep ``counts[b]`` rows).
+            gestalt, layout: as in :meth:`encode` (LLaVA's own S x S view first for any non-None
+                gestalt; one 1-D layout, tokens in sequence).
+        """
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+        boxes, gestalt = per_image(len(images), boxes=boxes, gestalt=gestalt)
+        batch: list[Tensor] = []
+        plans = []
+        for img, bx, g in zip(images, boxes, gestalt):
+            grid = self.image_grid(img)
+            img = img.float().to(self.visual.device)
+            bx = self.check_boxes(bx, grid, img.device)
+            c = self.cell
+            crops = torch.stack([img[:, y * c:(y + s) * c, x * c:(x + s) * c] if s == 1 else
+                                 F.interpolate(img[None, :, y * c:(y + s) * c, x * c:(x + s) * c], size=(c, c),
+                                               mode="bilinear", antialias=True, align_corners=False)[0]
+                                 for y, x, s in bx.tolist()])  # [K, 3, P, P]
+            tile, at = box_places(bx, self.side, grid)
+            plan = Plan(tile=tile)
+            self.add_gestalt(plan, img, g, batch)
+            plan.tokens = self.sparse_tokens(self.normalize(crops), at, plan)
+            plans.append(plan)
+        feats = self.tile_features(torch.stack(batch)) if batch else None
+        return [self.collect(p, feats) for p in plans]
+
+    def image_grid(self, img: Tensor) -> tuple[int, int]:
+        """(Hc, Wc) cells of an image [3, H, W] whose sides are multiples of the cell."""
+        if img.ndim != 3 or img.shape[1] % self.cell or img.shape[2] % self.cell:
+            raise ValueError(f"images must be [3, H, W] with sides multiples of the {self.cell} px cell, "
+                             f"got {tuple(img.shape)}")
+        return img.shape[1] // self.cell, img.shape[2] // self.cell
+
+    def check_boxes(self, boxes: Any, grid: tuple[int, int], device: Any) -> Tensor:
+        """Validated [K, 3] long (y, x, size) squares inside ``grid``, K >= 1."""
+        boxes = torch.as_tensor(boxes, device=device)
+        if boxes.ndim != 2 or boxes.shape[1] != 3 or len(boxes) == 0:
+            raise ValueError(f"boxes must be a non-empty [K, 3] (y, x, size) tensor per image, "
+                             f"got shape {tuple(boxes.shape)}")
+        if boxes.is_floating_point() and not torch.equal(boxes, boxes.round()):
+            raise ValueError("boxes must hold whole cells (y, x, size)")
+        boxes = boxes.long()
+        y, x, size = boxes.unbind(1)
+        if (size < 1).any():
+            raise ValueError("box sizes must be >= 1; size 0 marks padding in Patches.boxes: send only the "
+                             "first counts[b] rows of image b")
+        out = (y < 0) | (x < 0) | (y + size > grid[0]) | (x + size > grid[1])
+        if out.any():
+            bad = boxes[out][0].tolist()
+            raise ValueError(f"boxes must be squares inside the {grid[0]}x{grid[1]} cell grid; (y, x, size) = "
+                             f"{tuple(bad)} leaves it")
+        return boxes
+
+    def add_gestalt(self, plan: Plan, image: Tensor, gestalt: Any, batch: list[Tensor]) -> None:
+        """Queue LLaVA's own S x S view of ``image`` [3, H, W] in the shared tower batch unless gestalt is None."""
+        if gestalt is None:
+            return
+        plan.gestalt = len(batch)
+        batch.append(self.normalize(self.gestalt_image(image)))
+        plan.segments.append(self.side ** 2 + 1)  # + CLS
+
+    def sparse_tokens(self, patches: Tensor, at: Tensor, plan: Plan) -> Tensor | None:
+        """Saccade tokens [K, D] in the plan's order from normalised patches [K, C, P, P] at in-tile slots
+        ``at`` [K, 2]: one tower call per tile, over CLS + that tile's patches; None when K = 0."""
         tokens = None
         for t in torch.unique(plan.tile).tolist():
             here = plan.tile == t
-            out = self.sparse_features(tiles[t], plan.inner[here])
+            out = self.tower_tokens(patches[here], at[here])
             if tokens is None:
                 tokens = out.new_zeros(len(plan.tile), out.shape[1])
             tokens[here] = out
@@ -284,42 +394,3 @@ class LlavaAdapter:
         return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": pixels,
                 "position_ids": (mask.cumsum(1) - 1).clamp_min(0)}
 
-
-def tiny_llava_tokenizer() -> Any:
-    """The tiny character-level tokenizer with a LLaVA-1.5-style chat template."""
-    from arr_coc.vlm.tiny import tiny_tokenizer
-
-    tok = tiny_tokenizer()
-    tok.chat_template = TINY_LLAVA_TEMPLATE
-    return tok
-
-
-def tiny_llava_config(*, layers: int = 2, width: int = 32, image_size: int = 56) -> Any:
-    """A 2-layer CLIP (14 px patches, 4x4 grid) + 2-layer Llama LLaVA config for the tiny tokenizer."""
-    from transformers import LlavaConfig
-
-    vision = dict(model_type="clip_vision_model", hidden_size=width, intermediate_size=2 * width,
-                  num_hidden_layers=layers, num_attention_heads=2, image_size=image_size, patch_size=14,
-                  projection_dim=width)
-    text = dict(model_type="llama", hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
-                num_attention_heads=2, num_key_value_heads=1, head_dim=width // 2, vocab_size=128,
-                bos_token_id=None, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
-    return LlavaConfig(vision_config=vision, text_config=text, image_token_id=TINY_IMAGE_TOKEN_ID,
-                       image_seq_length=(image_size // 14) ** 2)
-
-
-def tiny_llava_model(std: float = 0.3, seed: int = 0, **kwargs: Any) -> Any:
-    """A tiny random ``LlavaForConditionalGeneration`` whose matrices are redrawn with ``std``.
-
-    >>> tiny_llava_model().config.model_type
-    'llava'
-    """
-    from transformers import AutoModelForImageTextToText
-
-    torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(tiny_llava_config(**kwargs)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim >= 2:  # position tables too, so the tower responds to where a patch sits
-                p.normal_(0.0, std)
-    return model

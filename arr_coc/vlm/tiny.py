@@ -1,4 +1,4 @@
-"""Tiny random-weight Qwen-VL models, tokenizer and processor: real architectures, seconds on a CPU.
+"""Tiny random-weight Qwen-VL and LLaVA models, tokenizer and processor: real architectures, seconds on a CPU.
 
 What the tests, the examples and ``arr-coc ask --model tiny:<family>`` run on where no checkpoint
 is at hand. Weights are redrawn with a large std because a model at transformers' default init
@@ -99,3 +99,48 @@ def save_tiny(folder: str | Path, family: str = "qwen2_5_vl", **kwargs: Any) -> 
     tiny_tokenizer().save_pretrained(folder)
     tiny_image_processor(family).save_pretrained(folder)
     return folder
+
+# LLaVA-1.5's chat layout, with the tiny tokenizer's <|image_pad|> standing in for <image>.
+TINY_LLAVA_TEMPLATE = (
+    "{% for m in messages %}{{ m.role.upper() }}: {% if m.content is string %}{{ m.content }}{% else %}"
+    "{% for c in m.content %}{% if c.type == 'image' %}<|image_pad|>\n{% else %}{{ c.text }}{% endif %}"
+    "{% endfor %}{% endif %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+TINY_IMAGE_TOKEN_ID = 6  # <|image_pad|>, a special token of the tiny tokenizer
+
+
+def tiny_llava_tokenizer() -> Any:
+    """The tiny character-level tokenizer with a LLaVA-1.5-style chat template."""
+    tok = tiny_tokenizer()
+    tok.chat_template = TINY_LLAVA_TEMPLATE
+    return tok
+
+
+def tiny_llava_config(*, layers: int = 2, width: int = 32, image_size: int = 56) -> Any:
+    """A 2-layer CLIP (14 px patches, 4x4 grid) + 2-layer Llama LLaVA config for the tiny tokenizer."""
+    from transformers import LlavaConfig
+
+    vision = dict(model_type="clip_vision_model", hidden_size=width, intermediate_size=2 * width,
+                  num_hidden_layers=layers, num_attention_heads=2, image_size=image_size, patch_size=14,
+                  projection_dim=width)
+    text = dict(model_type="llama", hidden_size=width, intermediate_size=2 * width, num_hidden_layers=layers,
+                num_attention_heads=2, num_key_value_heads=1, head_dim=width // 2, vocab_size=128,
+                bos_token_id=None, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
+    return LlavaConfig(vision_config=vision, text_config=text, image_token_id=TINY_IMAGE_TOKEN_ID,
+                       image_seq_length=(image_size // 14) ** 2)
+
+
+def tiny_llava_model(std: float = 0.3, seed: int = 0, **kwargs: Any) -> Any:
+    """A tiny random ``LlavaForConditionalGeneration`` whose matrices are redrawn with ``std``.
+
+    >>> tiny_llava_model().config.model_type
+    'llava'
+    """
+    from transformers import AutoModelForImageTextToText
+
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(tiny_llava_config(**kwargs)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim >= 2:  # position tables too, so the tower responds to where a patch sits
+                p.normal_(0.0, std)
+    return model
