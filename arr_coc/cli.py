@@ -91,6 +91,13 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--clip-model", default=None, metavar="PATH_OR_ID", help="weights for the 'clip' channel")
     ev.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
+    ev.add_argument("--size-prior", type=float, default=None, metavar="ALPHA",
+                    help="variable-size patches score a square by relevance mass / side**ALPHA "
+                         "(default: arr_coc.patching.SIZE_PRIOR, chosen on validation images)")
+    ev.add_argument("--selector-weights", default="auto", metavar="PATH",
+                    help="weights of the 'selector' method (default: the packaged ones)")
+    ev.add_argument("--pruner-weights", default="auto", metavar="PATH",
+                    help="weights of the 'pruner' method (default: the packaged ones)")
     from .vlm import LAYOUTS, MODES
 
     ask = sub.add_parser("ask", formatter_class=fmt, epilog=_registered(),
@@ -247,17 +254,27 @@ def look(args: argparse.Namespace) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     from .config import ARRConfig, CanvasConfig, ScorerConfig
     from .datasets import load_dataset
-    from .evaluate import EvalSettings, evaluate as run, write_reports
+    from .evaluate import LEARNED_METHODS, METHODS, EvalSettings, evaluate as run, load_learned_methods, write_reports
     from .pipeline import ARR
     from .query import HashingQueryEncoder, MiniLMQueryEncoder
 
-    settings = EvalSettings(methods=args.methods, budgets=args.budgets, seed=args.seed, margin_px=args.margin,
-                            reader=None if args.reader == "none" else args.reader)
     records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed, split=args.split)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
     config = ARRConfig(canvas=CanvasConfig(cell=args.cell), texture=texture_config(args.channels, args.clip_model),
                        scorer=ScorerConfig(name=args.scorer, weights=args.scorer_weights), seed=args.seed)
     arr = ARR(config, query_encoder=encoder).eval()
+    learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
+    methods = list(args.methods)
+    if methods == list(METHODS):  # the default list: leave out trained allocators whose weights do not fit
+        for m in LEARNED_METHODS:
+            try:
+                load_learned_methods(arr, EvalSettings(methods=(m,), reader=None, learned=learned))
+            except ValueError as err:
+                print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
+                methods.remove(m)
+    settings = EvalSettings(methods=methods, budgets=args.budgets, seed=args.seed, margin_px=args.margin,
+                            reader=None if args.reader == "none" else args.reader, learned=learned,
+                            patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
     jsonl = run(records, arr, args.out / args.dataset, settings)
     csv_path, md_path, png_path = write_reports(jsonl)
     print(md_path.read_text())

@@ -12,6 +12,7 @@ into a CSV, a markdown table and plots.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import math
 import time
@@ -151,7 +152,7 @@ def load_learned_methods(arr: ARR, settings: EvalSettings) -> dict[str, Any]:
 
     paths = settings.learned or {}
     return {m: load_learned(m, paths.get(m, "auto"), channels=arr.channels, query_dim=arr.query_encoder.dim,
-                            cell=arr.config.canvas.cell)[0] for m in LEARNED_METHODS if m in settings.methods}
+                            query_encoder=type(arr.query_encoder).__name__, cell=arr.config.canvas.cell)[0] for m in LEARNED_METHODS if m in settings.methods}
 
 
 @torch.no_grad()
@@ -263,7 +264,10 @@ def _patch_view(name: str, driver: str, relevance: Tensor, k: int, canvas: Any, 
     cell = canvas.cell
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
     saliency = relevance if driver == "relevance" else edge_density(canvas.pixels, cell)
-    patches = PATCHERS.get(name)(saliency, k, valid=canvas.valid, pixels=canvas.pixels, **options)
+    patcher = PATCHERS.get(name)
+    accepted = inspect.signature(patcher).parameters  # e.g. size_prior reaches the square patches only
+    patches = patcher(saliency, k, valid=canvas.valid, pixels=canvas.pixels,
+                      **{key: v for key, v in options.items() if key in accepted})
     boxes = patches.boxes[0][: int(patches.counts[0])]
     pixels = canvas.pixels[0, :, : hc * cell, : wc * cell]
     view = render_patches(pixels, boxes, cell, gestalt_view(pixels, cell, grid))
@@ -277,7 +281,7 @@ def _patch_view(name: str, driver: str, relevance: Tensor, k: int, canvas: Any, 
 
 # ----------------------------------------------------------------------------- tables and plots
 
-COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "reading")
+COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "seen", "reading")  # seen: variable-size allocators
 
 
 def _mean(values: list) -> float:
@@ -314,7 +318,7 @@ def _fmt(v: float, pct: bool = False) -> str:
 
 def markdown_table(summary: Sequence[dict]) -> str:
     lines = ["| budget | method | tokens (share of full) | n | coverage | hit rate | IoU proxy | secondary "
-             "| peripheral | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| peripheral | seen | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
         lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
                      + " | ".join(_fmt(s[c]) for c in COLUMNS) + " |")
@@ -381,7 +385,7 @@ def plot_summary(summary: Sequence[dict], path: Path) -> Path:
             if method == "full":
                 ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
                 continue
-            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=f"C{i - 1}",
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=matplotlib.colormaps["tab20"](i),
                     ls=":" if method in ("uniform_image", "random") else "-", label=method)
         ax.set_xlabel("tokens sent (% of full resolution)")
         ax.set_ylabel(label)

@@ -30,7 +30,7 @@ from arr_coc.samplers import check_budget, valid_extent
 # A pixel is a strong edge at a normalised Sobel magnitude >= 0.05, a 10 % contrast step (a full black/white
 # step gives 0.5): ink on paper and object borders pass, JPEG noise and soft shading (1-2 %) do not.
 EDGE_STRENGTH = 0.05
-SIZE_PRIOR = 1.0  # the registry's default alpha of `saliency_patches`; tuned on validation images (README)
+SIZE_PRIOR = 2.0  # the registry's alpha of `saliency_patches`: best reading on validation images (tune_patches.py)
 # Luma levels of the entropy criterion: enough to tell ink, paper and shading apart, few enough that a
 # one-cell histogram (28 x 28 px) is not all singletons.
 ENTROPY_BINS = 16

@@ -251,7 +251,8 @@ def save_learned(path: Path, kind: str, module: nn.Module, channels: Sequence[st
 
 
 def load_learned(kind: str, spec: str | Path = "auto", *, channels: Sequence[str] | None = None,
-                 query_dim: int | None = None, cell: int | None = None) -> tuple[nn.Module, dict]:
+                 query_dim: int | None = None, query_encoder: str | None = None, cell: int | None = None
+                 ) -> tuple[nn.Module, dict]:
     """A trained `PatchSelector` ("selector") or `TokenPruner` ("pruner") and its saved metadata.
 
     ``spec`` "auto" is the packaged file; a path loads that file. The checks that follow say what
@@ -265,7 +266,7 @@ def load_learned(kind: str, spec: str | Path = "auto", *, channels: Sequence[str
         saved = torch.load(path, weights_only=True)
     except FileNotFoundError as err:
         raise ValueError(f"no {kind} weights at {path}; {hint}") from err
-    except (OSError, RuntimeError, EOFError) as err:
+    except Exception as err:  # torch raises several types for damaged or foreign files
         raise ValueError(f"{path} is unreadable ({type(err).__name__}: {err}); {hint}") from err
     if not isinstance(saved, dict) or saved.get("format") != LEARNED_FORMAT or saved.get("kind") != kind:
         raise ValueError(f"{path} holds no {kind} weights ({LEARNED_FORMAT}); {hint}")
@@ -275,6 +276,9 @@ def load_learned(kind: str, spec: str | Path = "auto", *, channels: Sequence[str
                          f"use those channels or {hint}")
     if kind == "pruner" and query_dim is not None and query_dim != cfg["query_dim"]:
         raise ValueError(f"{path} expects {cfg['query_dim']}-wide query embeddings, got {query_dim}; {hint}")
+    if kind == "pruner" and query_encoder is not None and saved.get("query_encoder", query_encoder) != query_encoder:
+        raise ValueError(f"{path} was trained on questions embedded by {saved['query_encoder']}, this ARR uses "
+                         f"{query_encoder}; use that encoder or {hint}")
     if kind == "selector" and cell is not None and cell != cfg["cell"]:
         raise ValueError(f"{path} scores {cfg['cell']} px cells, the canvas uses {cell} px; {hint} at that cell")
     module = LEARNED[kind](**cfg)

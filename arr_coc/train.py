@@ -375,7 +375,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
             from arr_coc.pruning import save_learned
 
             save_learned(out / f"{cfg.learner}.pt", cfg.learner, learner.net, arr.channels, metrics=run.metrics,
-                         train_config=asdict(cfg))
+                         train_config=asdict(cfg), query_encoder=type(arr.query_encoder).__name__)
         (out / "metrics.json").write_text(json.dumps(run.metrics, indent=1))
         plot_history(history, out / "loss.png", initial["val"]["iou"])
     if world > 1:

@@ -190,3 +190,19 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
     missing = EvalSettings(methods=("pruner",), budgets=("25%",), reader=None, learned={"pruner": tmp_path / "no.pt"})
     with pytest.raises(ValueError, match="no pruner weights at .*no.pt; train one with `arr-coc train --learner"):
         evaluate(records, arr, tmp_path / "missing", missing, progress=False)
+
+
+def test_cli_eval_default_methods_leave_out_a_trained_allocator_that_does_not_fit(pages, tmp_path, capsys):
+    # the packaged pruner reads MiniLM question embeddings; the hashing encoder makes others
+    assert main(["eval", "jsonl", "--data", str(pages), "--budgets", "25%", "--limit", "1", "--reader", "none",
+                 "--query-encoder", "hashing", "--size-prior", "3", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert "leaving out method pruner:" in err and "embedded by MiniLMQueryEncoder, this ARR uses Hashing" in err
+    rows = read_rows(tmp_path / "jsonl" / "records.jsonl")
+    methods = {r["method"] for r in rows}
+    assert "selector" in methods and "pruner" not in methods and "patches_edges" in methods
+    by = {r["method"]: r for r in rows}
+    assert by["patches"]["coverage"] == by["topk"]["coverage"]  # --size-prior 3 reached the patcher
+    assert main(["eval", "jsonl", "--data", str(pages), "--methods", "pruner", "--limit", "1", "--reader", "none",
+                 "--query-encoder", "hashing", "--out", str(tmp_path / "x")]) == 2  # asked for by name: an error
+    assert "embedded by MiniLMQueryEncoder" in capsys.readouterr().err

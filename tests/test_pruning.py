@@ -289,6 +289,7 @@ def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
 
     save_learned(tmp_path / "p.pt", "pruner", TokenPruner(6, query_dim=3), ["a", "b"])
     save_learned(tmp_path / "s.pt", "selector", PatchSelector(cell=8, width=4), ["a", "b"])
+    save_learned(tmp_path / "q.pt", "pruner", TokenPruner(6, query_dim=3), ["a"], query_encoder="MiniLMQueryEncoder")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     cases = [
         (("pruner", tmp_path / "missing.pt"), {}, "no pruner weights at .*missing.pt; train one with "
@@ -298,6 +299,8 @@ def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
         (("pruner", tmp_path / "p.pt"), {"channels": ["a", "c"]}, r"prunes tokens of channels \['a', 'b'\], "
                                                                   r"this ARR makes \['a', 'c'\]"),
         (("pruner", tmp_path / "p.pt"), {"query_dim": 384}, "expects 3-wide query embeddings, got 384"),
+        (("pruner", tmp_path / "q.pt"), {"query_encoder": "HashingQueryEncoder"},
+         "trained on questions embedded by MiniLMQueryEncoder, this ARR uses HashingQueryEncoder"),
         (("selector", tmp_path / "s.pt"), {"cell": 28}, "scores 8 px cells, the canvas uses 28 px"),
         (("oracle",), {}, "unknown learned allocator 'oracle'; choose one of selector, pruner"),
     ]
@@ -316,6 +319,7 @@ def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
             pytest.fail(f"arr_coc/weights/{kind}.pt is missing: run benchmarks/run_allocators.py")
         net, meta = load_learned(kind, cell=ARRConfig().canvas.cell)
         assert meta["train_config"]["learner"] == kind and meta["train_config"]["budget"] == "10%"
+        assert meta["query_encoder"] == "MiniLMQueryEncoder"
     pruner, meta = load_learned("pruner", channels=meta["channels"], query_dim=384)
     assert pruner.config["dim"] == len(meta["channels"]) + 2  # rgb is three channels
     assert tuple(meta["channels"]) == tuple(PIPELINE_CHANNELS)

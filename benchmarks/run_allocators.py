@@ -1,0 +1,114 @@
+"""Every allocator at equal tokens on held-out images: samplers, variable-size patches, quadtree, learned.
+
+    python benchmarks/run_allocators.py [--limit 40] [--budgets 10% 25%] [--skip-train]
+
+1. Trains the two learned allocators with ``arr_coc.train`` (defaults: proxy objective at 10%,
+   300 steps, training images only) -- ``--learner selector`` (a CNN on the pixels, blind to the
+   question) and ``--learner pruner`` (an MLP over every cell's encoded token and the question) --
+   into out/train_<learner>/, and ships their weights as arr_coc/weights/<learner>.pt.
+   ``--skip-train`` ships what out/train_<learner>/ already holds.
+2. Runs the evaluation harness on the test split (never trained on, never used to choose a
+   setting) of FUNSD, SROIE and COCO for every allocator: full resolution, one uniformly
+   downsampled image, random cells, top-K and stratified samplers, relevance-driven and
+   edge-driven variable-size patches (size prior from benchmarks/tune_patches.py), the
+   relevance quadtree, the patch selector and the token pruner. Rows go to
+   benchmarks/results/allocators/<dataset>/records.jsonl (resumable).
+3. Writes benchmarks/results/allocators/report.md (reading ANLS on the documents; answer coverage
+   at full resolution and answer area seen at any size everywhere) and allocators.png.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from arr_coc.datasets import load_dataset  # noqa: E402
+from arr_coc.evaluate import EvalSettings, METHODS, evaluate, pivot_table, summarize, write_reports  # noqa: E402
+from arr_coc.pipeline import ARR  # noqa: E402
+from arr_coc.pruning import PACKAGED  # noqa: E402
+from arr_coc.train import TrainConfig, train  # noqa: E402
+
+DATASETS = ("funsd", "sroie", "coco")
+ALLOCATORS = ("full", "uniform_image", "random", "topk", "stratified", "patches", "patches_edges", "quadtree",
+              "selector", "pruner")
+OUT = ROOT / "benchmarks" / "results" / "allocators"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--limit", type=int, default=40, help="test records per dataset")
+    p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
+    p.add_argument("--skip-train", action="store_true", help="ship the weights already in out/train_<learner>")
+    args = p.parse_args(argv)
+    for learner in ("selector", "pruner"):
+        out = ROOT / "out" / f"train_{learner}"
+        if not args.skip_train:
+            train(TrainConfig(learner=learner, out=str(out), features=str(ROOT / "out" / "features")))
+        shutil.copyfile(out / f"{learner}.pt", PACKAGED / f"{learner}.pt")
+        (OUT / "train").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(out / "metrics.json", OUT / "train" / f"{learner}_metrics.json")
+        shutil.copyfile(out / "loss.png", OUT / "train" / f"{learner}_loss.png")
+    arr = ARR().eval()
+    settings = EvalSettings(methods=ALLOCATORS, budgets=args.budgets)
+    summaries = {}
+    for name in DATASETS:
+        records = load_dataset(name, limit=args.limit, split="test")
+        jsonl = evaluate(records, arr, OUT / name, settings)
+        write_reports(jsonl)
+        summaries[name] = summarize([json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()])
+    report = report_tables(summaries)
+    (OUT / "report.md").write_text(report)
+    plot(summaries, OUT / "allocators.png")
+    print(report)
+
+
+def report_tables(summaries: dict[str, list[dict]]) -> str:
+    parts = []
+    for name, summary in summaries.items():
+        parts.append(f"## {name} (test images, {max(s['n'] for s in summary)} questions)")
+        for column, what in (("reading", "reading (ANLS of OCR on what the VLM would see)"),
+                             ("coverage", "answer area covered at full resolution"),
+                             ("seen", "answer area seen at any resolution (variable-size allocators)")):
+            if any(s.get(column) == s.get(column) for s in summary):
+                parts.append(f"{what}:\n\n" + pivot_table(summary, column))
+    return "\n\n".join(parts) + "\n"
+
+
+def plot(summaries: dict[str, list[dict]], path: Path) -> Path:
+    """Per dataset: the headline metric (reading on documents, coverage on COCO) per allocator and budget."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(13, 3.8), layout="constrained")
+    axes = fig.subplots(1, len(summaries))
+    for ax, (name, summary) in zip(axes, summaries.items()):
+        column = "reading" if any(s["reading"] == s["reading"] for s in summary) else "coverage"
+        budgets = sorted({s["budget"] for s in summary if s["budget"] != "full"}, key=lambda b: float(b[:-1]))
+        methods = [m for m in METHODS if m != "full" and any(s["method"] == m for s in summary)]
+        width = 0.8 / len(budgets)
+        for j, b in enumerate(budgets):
+            vals = {s["method"]: s[column] for s in summary if s["budget"] == b}
+            ax.bar([i + j * width for i in range(len(methods))], [vals.get(m, 0.0) for m in methods], width,
+                   label=f"{b} of full-resolution tokens")
+        full = [s[column] for s in summary if s["method"] == "full"]
+        if full and full[0] == full[0]:
+            ax.axhline(full[0], color="k", ls="--", lw=1, label="full resolution")
+        ax.set_xticks([i + width * (len(budgets) - 1) / 2 for i in range(len(methods))], methods, rotation=60,
+                      ha="right", fontsize=8)
+        ax.set_title(f"{name}: {column}")
+        ax.set_ylim(0, 1.02)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.savefig(path, dpi=110)
+    return path
+
+
+if __name__ == "__main__":
+    main()
