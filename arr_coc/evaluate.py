@@ -151,8 +151,9 @@ def load_learned_methods(arr: ARR, settings: EvalSettings) -> dict[str, Any]:
     from .pruning import load_learned
 
     paths = settings.learned or {}
-    return {m: load_learned(m, paths.get(m, "auto"), channels=arr.channels, query_dim=arr.query_encoder.dim,
-                            query_encoder=type(arr.query_encoder).__name__, cell=arr.config.canvas.cell)[0] for m in LEARNED_METHODS if m in settings.methods}
+    fit = dict(channels=arr.channels, query_dim=arr.query_encoder.dim, query_encoder=type(arr.query_encoder).__name__,
+               cell=arr.config.canvas.cell)
+    return {m: load_learned(m, paths.get(m, "auto"), **fit)[0] for m in LEARNED_METHODS if m in settings.methods}
 
 
 @torch.no_grad()
@@ -162,13 +163,11 @@ def learned_maps(learned: dict[str, Any], arr: ARR, scene: Any, question: str, q
     The selector reads the canvas pixels; the pruner reads every cell's encoded token -- the full
     texture stack, question channels included -- with the question embedding.
     """
-    from .features import _full_cells
-
     maps, valid = {}, scene.canvas.valid
     if "selector" in learned:
         maps["selector"] = learned["selector"].importance(scene.canvas.pixels, valid)
     if "pruner" in learned:
-        cells = _full_cells(arr, scene, question)  # [C, Hc, Wc]
+        cells = arr.cell_stack(scene, [question])[0]  # [C, Hc, Wc]
         score = learned["pruner"].score(cells.flatten(1).T[None].float(), query_emb.float())
         maps["pruner"] = score.view(valid.shape).masked_fill(~valid, -torch.inf)
     return maps

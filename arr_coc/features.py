@@ -42,7 +42,6 @@ class Example:
     answer: str = ""
     pixels: Tensor | None = None  # [3, Hc * cell, Wc * cell] uint8 canvas, for allocators that look at pixels
 
-
     @property
     def grid(self) -> tuple[int, int]:
         return tuple(self.target.shape)  # type: ignore[return-value]
@@ -84,22 +83,11 @@ def image_features(arr, records: Sequence[Record]) -> dict:
         if r.image_id != records[0].image_id:
             raise ValueError(f"records of one image expected, got {r.image_id} and {records[0].image_id}")
         query = arr.query_encoder.encode([r.question])[0]
-        full = _full_cells(arr, scene, r.question)
+        full = arr.cell_stack(scene, [r.question])[0]
         target = cell_target(scale_boxes(r.boxes_px, canvas.scales[0]), (hc, wc), canvas.cell)
         out["records"][r.record_id] = {"cells": full[:, :hc, :wc].half(), "query": query.float(),
                                        "target": target}
     return out
-
-
-def _full_cells(arr, scene, question: str) -> Tensor:
-    """[C, Hc, Wc] of the full channel stack (image + question channels) for one question."""
-    from arr_coc.pipeline import cell_texture
-
-    if not arr.query_channels:
-        return scene.cells[0]
-    coupled = cell_texture(scene.canvas, arr.query_channels, queries=[question], query_encoder=arr.query_encoder,
-                           cache=arr.cache, options=arr.config.texture.options)
-    return arr._in_channel_order(scene.cells, coupled)[0]
 
 
 def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, progress: bool = True) -> list[Example]:
@@ -127,23 +115,32 @@ def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, pro
     return examples
 
 
-def attach_pixels(examples: Sequence[Example], canvas_config: Any, *, progress: bool = True) -> None:
-    """Give every example its image's canvas pixels (uint8, one tensor shared per image), in place.
+def example_pixels(example: Example, canvas_config: Any) -> Tensor:
+    """The example's image on its canvas, unpadded: [3, Hc * cell, Wc * cell] float in [0, 1].
 
-    For learners that read pixels (the patch selector). The canvas must have the grid the features were
-    computed on; a different one means the cache is stale and is a clear error.
+    The canvas must have the grid the features were computed on; a different one means the cache is
+    stale and is a clear error.
     """
     from arr_coc.canvas import make_canvas
 
-    c, shared = canvas_config, {}
+    c = canvas_config
+    canvas = make_canvas(example.image, cell=c.cell, min_pixels=c.min_pixels, max_pixels=c.max_pixels)
+    h, w = canvas.sizes[0]
+    if (h // c.cell, w // c.cell) != example.grid:
+        raise ValueError(f"{example.image} makes a {h // c.cell}x{w // c.cell} canvas, its features {example.grid}: "
+                         f"rebuild the feature cache")
+    return canvas.pixels[0, :, :h, :w]
+
+
+def attach_pixels(examples: Sequence[Example], canvas_config: Any, *, progress: bool = True) -> None:
+    """Give every example its image's canvas pixels (uint8, one tensor shared per image), in place.
+
+    For learners that read pixels (the patch selector); see `example_pixels`.
+    """
+    shared: dict[str, Tensor] = {}
     for e in tqdm(examples, desc="pixels", disable=not progress):
         if e.image not in shared:
-            canvas = make_canvas(e.image, cell=c.cell, min_pixels=c.min_pixels, max_pixels=c.max_pixels)
-            h, w = canvas.sizes[0]
-            if (h // c.cell, w // c.cell) != e.grid:
-                raise ValueError(f"{e.image} makes a {h // c.cell}x{w // c.cell} canvas, its features {e.grid}: "
-                                 f"rebuild the feature cache")
-            shared[e.image] = (canvas.pixels[0, :, :h, :w] * 255).round().to(torch.uint8)
+            shared[e.image] = (example_pixels(e, canvas_config) * 255).round().to(torch.uint8)
         e.pixels = shared[e.image]
 
 

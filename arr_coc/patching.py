@@ -353,6 +353,28 @@ def pad_tokens(tokens: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
 
 
 # ----------------------------------------------------------------------------- what the VLM sees
+def shrink_squares(pixels: Tensor, boxes: Tensor, cell: int) -> Tensor:
+    """Each (y, x, size) square of one image `[3, H, W]` resized to one cell: `[K, 3, cell, cell]`.
+
+    Bilinear and antialiased, as a VLM processor shrinks an image; a 1x1 square is its cell's pixels
+    untouched. What a variable-size patch token is made of, in the adapters and in `render_patches`.
+
+    Example:
+        >>> px = torch.rand(3, 8, 8)
+        >>> out = shrink_squares(px, torch.tensor([[0, 0, 1], [0, 2, 2]]), 2)
+        >>> tuple(out.shape), torch.equal(out[0], px[:, :2, :2])
+        ((2, 3, 2, 2), True)
+    """
+    crops = []
+    for y, x, s in boxes.tolist():
+        square = pixels[:, y * cell:(y + s) * cell, x * cell:(x + s) * cell]
+        if square.shape[1:] != (s * cell, s * cell):
+            raise ValueError(f"box (y={y}, x={x}, size={s}) leaves the {pixels.shape[1]}x{pixels.shape[2]} px image")
+        crops.append(square if s == 1 else F.interpolate(square[None], size=(cell, cell), mode="bilinear",
+                                                         align_corners=False, antialias=True)[0])
+    return torch.stack(crops)
+
+
 def render_patches(pixels: Tensor, boxes: Tensor, cell: int, background: Tensor | None = None) -> Tensor:
     """One image `[3, H, W]` as the VLM receives it: each patch shrunk to one cell and blown up onto its area.
 
@@ -377,17 +399,13 @@ def render_patches(pixels: Tensor, boxes: Tensor, cell: int, background: Tensor 
     out = torch.zeros_like(pixels) if background is None else background.clone()
     if out.shape != pixels.shape:
         raise ValueError(f"background {tuple(out.shape)} must match pixels {tuple(pixels.shape)}")
-    for y, x, s in boxes.tolist():
-        if s == 0:
-            continue
+    boxes = boxes[boxes[:, 2] > 0]
+    if len(boxes) == 0:
+        return out
+    for (y, x, s), small in zip(boxes.tolist(), shrink_squares(pixels, boxes, cell)):
         area = (slice(None), slice(y * cell, (y + s) * cell), slice(x * cell, (x + s) * cell))
-        patch = pixels[area]
-        if patch.shape[1:] != (s * cell, s * cell):
-            raise ValueError(f"box (y={y}, x={x}, size={s}) leaves the {pixels.shape[1]}x{pixels.shape[2]} px image")
-        if s > 1:
-            small = F.interpolate(patch[None], size=(cell, cell), mode="bilinear", align_corners=False, antialias=True)
-            patch = F.interpolate(small, size=patch.shape[1:], mode="bilinear", align_corners=False)[0].clamp(0, 1)
-        out[area] = patch
+        out[area] = small if s == 1 else F.interpolate(small[None], size=(s * cell, s * cell), mode="bilinear",
+                                                       align_corners=False)[0].clamp(0, 1)
     return out
 
 

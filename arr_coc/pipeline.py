@@ -227,13 +227,22 @@ class ARR(nn.Module):
         cells = scene.cells
         if self.query_channels:
             with _timed(t, "coupling"):
-                coupled = cell_texture(scene.canvas, self.query_channels, queries=queries,
-                                       query_encoder=self.query_encoder, cache=self.cache,
-                                       options=self.config.texture.options, timings=t)
-                cells = self._in_channel_order(scene.cells, coupled)  # [B, C, Hc, Wc]
+                cells = self.cell_stack(scene, queries, timings=t)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
             relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid)
         return relevance, query_emb
+
+    def cell_stack(self, scene: Scene, queries: Sequence[str], timings: dict[str, float] | None = None) -> Tensor:
+        """Every channel of every cell, the question-coupled ones for ``queries``: [B, C, Hc, Wc] in channel order.
+
+        What the scorer reads, and the encoded tokens the trained pruner reads.
+        """
+        if not self.query_channels:
+            return scene.cells
+        coupled = cell_texture(scene.canvas, self.query_channels, queries=list(queries),
+                               query_encoder=self.query_encoder, cache=self.cache,
+                               options=self.config.texture.options, timings=timings)
+        return self._in_channel_order(scene.cells, coupled)
 
     def _in_channel_order(self, image_cells: Tensor, coupled_cells: Tensor) -> Tensor:
         """Interleave image and question-coupled cell textures into the configured channel order."""

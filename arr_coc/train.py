@@ -193,20 +193,12 @@ class Objective(nn.Module):
 
     def answer_loss(self, batch: dict[str, Tensor], weights: Tensor) -> Tensor:
         """Answer cross-entropy of the frozen VLM fed every token scaled by its soft selection weight."""
-        from arr_coc.canvas import make_canvas
+        from arr_coc.features import example_pixels
         from arr_coc.vlm.objective import answer_loss
 
         examples = batch["examples"]
-        c = self.canvas
-        canvas = make_canvas([e.image for e in examples], cell=c.cell, min_pixels=c.min_pixels, max_pixels=c.max_pixels)
-        images, maps = [], []
-        for b, e in enumerate(examples):
-            h, w = canvas.sizes[b]
-            if (h // c.cell, w // c.cell) != e.grid:
-                raise ValueError(f"{e.image} makes a {h // c.cell}x{w // c.cell} canvas, its features {e.grid}: "
-                                 f"rebuild the feature cache")
-            images.append(canvas.pixels[b, :, :h, :w])
-            maps.append(weights[b, :e.grid[0], :e.grid[1]])
+        images = [example_pixels(e, self.canvas) for e in examples]
+        maps = [weights[b, :e.grid[0], :e.grid[1]] for b, e in enumerate(examples)]
         return answer_loss(self.vlm, images, [e.question for e in examples], [e.answer for e in examples], maps)
 
 

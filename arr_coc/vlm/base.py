@@ -98,6 +98,37 @@ class VLMAdapter(Protocol):
 ADAPTERS: Registry = Registry("VLM adapter")
 
 
+def box_centres(boxes: Tensor) -> Tensor:
+    """Centres [K, 2] float (y, x), in cells, of (y, x, size) squares [K, 3]: where a shrunk square's token sits.
+
+    >>> box_centres(torch.tensor([[2, 3, 1], [0, 0, 2]])).tolist()
+    [[2.0, 3.0], [0.5, 0.5]]
+    """
+    return boxes[:, :2].float() + (boxes[:, 2:].float() - 1) / 2
+
+
+def check_boxes(boxes: Any, grid: tuple[int, int], device: Any = None) -> Tensor:
+    """Validated [K, 3] long (y, x, size) squares inside ``grid``, K >= 1."""
+    boxes = torch.as_tensor(boxes, device=device)
+    if boxes.ndim != 2 or boxes.shape[1] != 3 or len(boxes) == 0:
+        raise ValueError(f"boxes must be a non-empty [K, 3] (y, x, size) tensor per image, "
+                         f"got shape {tuple(boxes.shape)}")
+    if boxes.is_floating_point() and not torch.equal(boxes, boxes.round()):
+        raise ValueError("boxes must hold whole cells (y, x, size)")
+    boxes = boxes.long()
+    y, x, size = boxes.unbind(1)
+    if (size < 1).any():
+        raise ValueError("box sizes must be >= 1; size 0 marks padding in Patches.boxes: send only the "
+                         "first counts[b] rows of image b")
+    out = (y < 0) | (x < 0) | (y + size > grid[0]) | (x + size > grid[1])
+    if out.any():
+        bad = boxes[out][0].tolist()
+        raise ValueError(f"boxes must be squares inside the {grid[0]}x{grid[1]} cell grid; (y, x, size) = "
+                         f"{tuple(bad)} leaves it")
+    return boxes
+
+
+
 def per_image(n: int, **given: Sequence | None) -> list[list]:
     """Each per-image argument as a list of ``n`` (None -> n Nones), or an error naming them all.
 

@@ -19,7 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, per_image, split_at_image
+from arr_coc.patching import shrink_squares
+from arr_coc.vlm.base import (ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes,
+                               per_image, split_at_image)
 from arr_coc.vlm.qwen import CLIP_MEAN, CLIP_STD, all_cells, table_taps
 
 
@@ -62,7 +64,7 @@ def box_places(boxes: Tensor, side: int, grid: tuple[int, int]) -> tuple[Tensor,
     >>> tile.tolist(), at.tolist()  # 3 tiles per row; the last square straddles rows 3 | 4
     ([3, 0, 0], [[1.0, 1.0], [0.5, 0.5], [3.0, 1.5]])
     """
-    centre = boxes[:, :2].float() + (boxes[:, 2:].float() - 1) / 2  # [K, 2] in cells of the full image
+    centre = box_centres(boxes)  # [K, 2] in cells of the full image
     ty, tx = (centre.floor().long() // side).unbind(1)
     tile = ty * -(-grid[1] // side) + tx
     return tile, (centre - torch.stack([ty, tx], 1) * side).clamp(0, side - 1)
@@ -266,12 +268,8 @@ class LlavaAdapter:
         for img, bx, g in zip(images, boxes, gestalt):
             grid = self.image_grid(img)
             img = img.float().to(self.visual.device)
-            bx = self.check_boxes(bx, grid, img.device)
-            c = self.cell
-            crops = torch.stack([img[:, y * c:(y + s) * c, x * c:(x + s) * c] if s == 1 else
-                                 F.interpolate(img[None, :, y * c:(y + s) * c, x * c:(x + s) * c], size=(c, c),
-                                               mode="bilinear", antialias=True, align_corners=False)[0]
-                                 for y, x, s in bx.tolist()])  # [K, 3, P, P]
+            bx = check_boxes(bx, grid, img.device)
+            crops = shrink_squares(img, bx, self.cell)  # [K, 3, P, P]
             tile, at = box_places(bx, self.side, grid)
             plan = Plan(tile=tile)
             self.add_gestalt(plan, img, g, batch)
@@ -286,26 +284,6 @@ class LlavaAdapter:
             raise ValueError(f"images must be [3, H, W] with sides multiples of the {self.cell} px cell, "
                              f"got {tuple(img.shape)}")
         return img.shape[1] // self.cell, img.shape[2] // self.cell
-
-    def check_boxes(self, boxes: Any, grid: tuple[int, int], device: Any) -> Tensor:
-        """Validated [K, 3] long (y, x, size) squares inside ``grid``, K >= 1."""
-        boxes = torch.as_tensor(boxes, device=device)
-        if boxes.ndim != 2 or boxes.shape[1] != 3 or len(boxes) == 0:
-            raise ValueError(f"boxes must be a non-empty [K, 3] (y, x, size) tensor per image, "
-                             f"got shape {tuple(boxes.shape)}")
-        if boxes.is_floating_point() and not torch.equal(boxes, boxes.round()):
-            raise ValueError("boxes must hold whole cells (y, x, size)")
-        boxes = boxes.long()
-        y, x, size = boxes.unbind(1)
-        if (size < 1).any():
-            raise ValueError("box sizes must be >= 1; size 0 marks padding in Patches.boxes: send only the "
-                             "first counts[b] rows of image b")
-        out = (y < 0) | (x < 0) | (y + size > grid[0]) | (x + size > grid[1])
-        if out.any():
-            bad = boxes[out][0].tolist()
-            raise ValueError(f"boxes must be squares inside the {grid[0]}x{grid[1]} cell grid; (y, x, size) = "
-                             f"{tuple(bad)} leaves it")
-        return boxes
 
     def add_gestalt(self, plan: Plan, image: Tensor, gestalt: Any, batch: list[Tensor]) -> None:
         """Queue LLaVA's own S x S view of ``image`` [3, H, W] in the shared tower batch unless gestalt is None."""

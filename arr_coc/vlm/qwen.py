@@ -18,7 +18,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import ADAPTERS, LAYOUTS, MODES, VisualTokens, chat_ids, per_image, split_at_image
+from arr_coc.patching import shrink_squares
+from arr_coc.vlm.base import (ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes, per_image,
+                               split_at_image)
 
 CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
@@ -273,27 +275,19 @@ class QwenVLAdapter:
         for img, bx, g in zip(images, boxes, gestalt):
             img = img.to(device).float()
             hc, wc = img.shape[1] // self.cell, img.shape[2] // self.cell
-            bx = torch.as_tensor(bx, device=device).long()
-            if bx.ndim != 2 or bx.shape[1] != 3 or len(bx) == 0:
-                raise ValueError(f"boxes must be a non-empty [K, 3] (y, x, size) tensor, got {tuple(bx.shape)}")
-            y, x, size = bx.unbind(1)
-            if (size < 1).any() or (y < 0).any() or (x < 0).any() or (y + size > hc).any() or (x + size > wc).any():
-                raise ValueError(f"boxes must be squares of size >= 1 inside the {hc}x{wc} cell grid")
-            c = self.cell
-            crops = torch.stack([F.interpolate(img[None, :, yy * c:(yy + ss) * c, xx * c:(xx + ss) * c], size=(c, c),
-                                               mode="bilinear", antialias=True, align_corners=False)[0]
-                                 for yy, xx, ss in bx.tolist()])  # [K, 3, cell, cell]
+            bx = check_boxes(bx, (hc, wc), device)
+            crops = shrink_squares(img, bx, self.cell)  # [K, 3, cell, cell]
             rows = torch.cat([patchify(self.normalize(p), self.patch, self.merge, self.temporal) for p in crops])
             if g is not None:
                 segments.append(self.gestalt_segment(img, g))
-            segments.append(Segment(rows, bx[:, :2], (hc, wc), size))
+            segments.append(Segment(rows, bx[:, :2], (hc, wc), bx[:, 2]))
             plan.append((g, bx, (hc, wc)))
         encoded = iter(self.encode_segments(segments))
         out = []
         for g, bx, grid in plan:
             parts = [next(encoded)] if g is not None else []
             parts.append(next(encoded))
-            centres = bx[:, :2].float() + (bx[:, 2:].float() - 1) / 2  # [K, 2] the square's centre, in cells
+            centres = box_centres(bx)  # [K, 2] the square's centre, in cells
             segs = tuple(len(p[0]) * self.merge ** 2 for p in parts)
             out.append(self.visual_tokens(parts, g is not None, visual_positions(g, centres, grid, layout), segs))
         return out
