@@ -23,6 +23,7 @@ demo: setup
 	$(BIN)/arr-coc look examples/receipt.jpg "What is the total?" --out out/receipt_arr.png
 
 test: setup
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
 
 bench: setup

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 from torch import Tensor
@@ -57,3 +57,31 @@ class ImageCache:
 
     def __len__(self) -> int:
         return len(self._items)
+
+
+def cached_per_image(cache: ImageCache, name: str, images: Tensor, compute: Callable[[Tensor], Sequence[T]]) -> list[T]:
+    """Per-image cached results of a batched model: ``compute(images)`` runs at most once, on the first miss.
+
+    Args:
+        cache: the per-image cache; entries are keyed by ``name`` and each image's content.
+        name: cache entry name.
+        images: ``[B, 3, H, W]``.
+        compute: batched model, ``[B, 3, H, W] -> B`` per-image results.
+
+    Example:
+        >>> cache, runs = ImageCache(), []
+        >>> images = torch.rand(2, 3, 4, 4)
+        >>> _ = cached_per_image(cache, "m", images, lambda x: runs.append(1) or list(x.mean((1, 2, 3))))
+        >>> _ = cached_per_image(cache, "m", images, lambda x: runs.append(1) or list(x.mean((1, 2, 3))))
+        >>> len(runs), cache.misses, cache.hits
+        (1, 2, 2)
+    """
+    batch: Sequence[T] | None = None
+
+    def one(i: int) -> T:
+        nonlocal batch
+        if batch is None:  # one batched run serves every image of the call that misses
+            batch = compute(images)
+        return batch[i]
+
+    return [cache.get(name, images[i], lambda i=i: one(i)) for i in range(images.shape[0])]

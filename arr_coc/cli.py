@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 from typing import Sequence
 
-from . import __version__
+from arr_coc import __version__
 
 
 def _registered() -> str:
-    from .relevance import SCORERS
-    from .samplers import SAMPLERS
-    from .texture import CHANNELS
-    from .vlm import ADAPTERS, LAYOUTS, MODES
+    from arr_coc.relevance import SCORERS
+    from arr_coc.samplers import SAMPLERS
+    from arr_coc.texture import CHANNELS
+    from arr_coc.vlm import ADAPTERS, LAYOUTS, MODES
 
     return (f"samplers: {', '.join(SAMPLERS.names())}\n"
             f"texture channels: {', '.join(CHANNELS.names())}\n"
@@ -25,7 +25,7 @@ def _registered() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from .config import DEFAULT_BUDGET, CanvasConfig, SamplerConfig
+    from arr_coc.config import DEFAULT_BUDGET, CanvasConfig, SamplerConfig
 
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="arr-coc", formatter_class=fmt,
@@ -63,8 +63,8 @@ def _parser() -> argparse.ArgumentParser:
     look.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
     look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
 
-    from .datasets import DATASETS
-    from .evaluate import DEFAULT_BUDGETS, MARGIN_PX, METHODS
+    from arr_coc.data.datasets import DATASETS
+    from arr_coc.eval.harness import DEFAULT_BUDGETS, MARGIN_PX, METHODS
 
     ev = sub.add_parser("eval", formatter_class=fmt, epilog=_registered(),
                         help="coverage and OCR reading of the answer at equal token budgets, per method",
@@ -98,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="weights of the 'selector' method (default: the packaged ones)")
     ev.add_argument("--pruner-weights", default="auto", metavar="PATH",
                     help="weights of the 'pruner' method (default: the packaged ones)")
-    from .vlm import LAYOUTS, MODES
+    from arr_coc.vlm import LAYOUTS, MODES
 
     ask = sub.add_parser("ask", formatter_class=fmt, epilog=_registered(),
                          help="answer a question with a frozen VLM fed gestalt + saccades",
@@ -117,7 +117,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="saccade positions: in the gestalt's frame, or as a second temporal slice")
     ask.add_argument("--no-gestalt", action="store_true", help="send the saccades only")
     ask.add_argument("--sampler", default=SamplerConfig.name, help="sampler name (default %(default)s)")
-    from .vlm.ask import allocators
+    from arr_coc.vlm.ask import allocators
 
     ask.add_argument("--allocator", choices=allocators(), default="arr",
                      help="arr: one-cell saccades from the sampler; saliency / quadtree: variable-size squares "
@@ -133,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--device", default=None, help="e.g. cuda (default: cpu)")
     from dataclasses import fields
 
-    from .train import TrainConfig
+    from arr_coc.train.loop import TrainConfig
 
     tr = sub.add_parser("train", formatter_class=fmt, epilog=_registered(),
                         help="train the relevance scorer, patch selector or token pruner (texture and VLM frozen); "
@@ -197,8 +197,8 @@ def _summary(alloc, i: int = 0, top: int = 10) -> str:
 def texture_config(channels: Sequence[str] | None, clip_model: str | None = None):
     """TextureConfig from CLI names ('mvp': the 13-channel MVP; 'default': the pipeline's default set) and
     the CLIP weights."""
-    from .config import PIPELINE_CHANNELS, TextureConfig
-    from .texture import DEFAULT_CHANNELS
+    from arr_coc.config import PIPELINE_CHANNELS, TextureConfig
+    from arr_coc.texture import DEFAULT_CHANNELS
 
     names = None
     if channels:
@@ -210,10 +210,10 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
 def look(args: argparse.Namespace) -> int:
     import torch
 
-    from .config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig
-    from .pipeline import ARR
-    from .query import HashingQueryEncoder, MiniLMQueryEncoder
-    from .viz import plot_allocation
+    from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig
+    from arr_coc.pipeline import ARR
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+    from arr_coc.viz import plot_allocation
 
     config = ARRConfig(
         canvas=CanvasConfig(cell=args.cell, max_pixels=args.max_pixels),
@@ -252,11 +252,11 @@ def look(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from .config import ARRConfig, CanvasConfig, ScorerConfig
-    from .datasets import load_dataset
-    from .evaluate import LEARNED_METHODS, METHODS, EvalSettings, evaluate as run, load_learned_methods, write_reports
-    from .pipeline import ARR
-    from .query import HashingQueryEncoder, MiniLMQueryEncoder
+    from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig
+    from arr_coc.data.datasets import load_dataset
+    from arr_coc.eval.harness import LEARNED_METHODS, METHODS, EvalSettings, evaluate as run, load_learned_methods, write_reports
+    from arr_coc.pipeline import ARR
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 
     records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed, split=args.split)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
@@ -285,10 +285,10 @@ def evaluate(args: argparse.Namespace) -> int:
 def ask(args: argparse.Namespace) -> int:
     import torch
 
-    from .config import ARRConfig, CanvasConfig, SamplerConfig
-    from .pipeline import ARR
-    from .query import HashingQueryEncoder, MiniLMQueryEncoder
-    from .vlm import ask as answer, load_vlm
+    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig
+    from arr_coc.pipeline import ARR
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+    from arr_coc.vlm import ask as answer, load_vlm
 
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
@@ -321,9 +321,9 @@ def train(args: argparse.Namespace) -> int:
     import shutil
     from dataclasses import fields
 
-    from .config import ARRConfig, SamplerConfig, ScorerConfig
-    from .query import HashingQueryEncoder, MiniLMQueryEncoder
-    from .train import TrainConfig, train as run
+    from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+    from arr_coc.train.loop import TrainConfig, train as run
 
     cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
     cfg.datasets = tuple(cfg.datasets)

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from arr_coc.budget import gestalt_grid
 from arr_coc.texture import DEFAULT_CHANNELS
 
 # The seeds' budget: a 16x16 gestalt (256) + 273 saccades = 529 tokens, about a quarter of a
@@ -38,20 +39,17 @@ class TextureConfig:
 
 @dataclass
 class GestaltConfig:
-    # (rows, cols) of gestalt tokens; None picks 16x16, or 8x8 when the saccade budget is small
-    # (< 128), so the gestalt never dwarfs the saccades; always clamped to the image's own grid.
-    grid: tuple[int, int] | None = None
+    grid: tuple[int, int] | None = None  # (rows, cols) of gestalt tokens; None: arr_coc.budget's rule
 
     def grid_for(self, budget: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
-        """Gestalt grid for a saccade budget on an image of ``cells_hw`` token cells.
+        """Gestalt grid sent with ``budget`` saccades on an image of ``cells_hw`` token cells.
 
-        >>> GestaltConfig().grid_for(273, (48, 48)), GestaltConfig().grid_for(64, (48, 48))
-        ((16, 16), (8, 8))
-        >>> GestaltConfig().grid_for(273, (10, 40))
-        (10, 16)
+        >>> GestaltConfig().grid_for(273, (48, 48)), GestaltConfig(grid=(4, 6)).grid_for(64, (48, 48))
+        ((16, 16), (4, 6))
         """
-        gh, gw = self.grid if self.grid is not None else ((16, 16) if budget >= 128 else (8, 8))
-        return min(gh, cells_hw[0]), min(gw, cells_hw[1])
+        if self.grid is None:
+            return gestalt_grid(budget, cells_hw)
+        return min(self.grid[0], cells_hw[0]), min(self.grid[1], cells_hw[1])
 
 
 @dataclass

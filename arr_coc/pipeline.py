@@ -15,15 +15,16 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from .canvas import Canvas, make_canvas
-from .config import PIPELINE_CHANNELS, ARRConfig
-from .extract import extract_gather
-from .gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
-from .query import MiniLMQueryEncoder, QueryEncoder, check_queries
-from .relevance import SCORERS, Relevance
-from .samplers import SAMPLERS, Selection
-from .cache import ImageCache
-from .texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
+from arr_coc.canvas import Canvas, make_canvas
+from arr_coc.config import PIPELINE_CHANNELS, ARRConfig
+from arr_coc.extract import extract_gather
+from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
+from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.relevance import SCORERS, Relevance
+from arr_coc.samplers import SAMPLERS, Selection
+from arr_coc.cache import ImageCache
+from arr_coc.weights import PACKAGED
+from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
 
 @dataclass
@@ -128,7 +129,6 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     timings[name] = (time.perf_counter() - start) * 1e3
 
 
-PACKAGED_WEIGHTS = Path(__file__).parent / "weights"
 
 
 def load_scorer_weights(arr: "ARR", spec: str) -> str:
@@ -140,7 +140,7 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     if spec == "none":
         return "hand-set"
     auto = spec == "auto"
-    path = PACKAGED_WEIGHTS / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
+    path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
     if auto and not path.exists():
         return "hand-set"
     try:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .registry import Registry
+from arr_coc.registry import Registry
 
 SCORERS: Registry[type[nn.Module]] = Registry("scorer")
 

@@ -45,7 +45,7 @@ def run(config: str, dataset: str, limit: int) -> Path:
 
 def table(limit: int) -> str:
     """Every channel set on the same records: the ones all runs of a dataset have finished."""
-    from arr_coc.evaluate import summarize
+    from arr_coc.eval.harness import summarize
 
     lines = ["| dataset | channels | n | budget | method | coverage | hit rate | reading (ANLS) |",
              "|---|---|---:|---|---|---:|---:|---:|"]

@@ -2,7 +2,7 @@
 
     python benchmarks/run_allocators.py [--limit 40] [--budgets 10% 25%] [--skip-train]
 
-1. Trains the two learned allocators with ``arr_coc.train`` (defaults: proxy objective at 10%,
+1. Trains the two learned allocators with ``arr_coc.train.loop`` (defaults: proxy objective at 10%,
    300 steps, training images only) -- ``--learner selector`` (a CNN on the pixels, blind to the
    question) and ``--learner pruner`` (an MLP over every cell's encoded token and the question) --
    into out/train_<learner>/, and ships their weights as arr_coc/weights/<learner>.pt.
@@ -27,11 +27,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from arr_coc.datasets import load_dataset  # noqa: E402
-from arr_coc.evaluate import EvalSettings, METHODS, evaluate, pivot_table, summarize, write_reports  # noqa: E402
+from arr_coc.data.datasets import load_dataset  # noqa: E402
+from arr_coc.eval.harness import EvalSettings, METHODS, evaluate, pivot_table, summarize, write_reports  # noqa: E402
 from arr_coc.pipeline import ARR  # noqa: E402
-from arr_coc.pruning import PACKAGED  # noqa: E402
-from arr_coc.train import TrainConfig, train  # noqa: E402
+from arr_coc.weights import PACKAGED  # noqa: E402
+from arr_coc.train.loop import TrainConfig, train  # noqa: E402
 
 DATASETS = ("funsd", "sroie", "coco")
 ALLOCATORS = ("full", "uniform_image", "random", "topk", "stratified", "patches", "patches_edges", "quadtree",

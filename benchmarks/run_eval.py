@@ -28,7 +28,7 @@ def run_one(name: str, limit: int, out: Path, extra: list[str]) -> str:
         raise SystemExit(f"eval {name} failed with code {code}")
     import json
 
-    from arr_coc.evaluate import pivot_table, summarize
+    from arr_coc.eval.harness import pivot_table, summarize
 
     summary = summarize([json.loads(x) for x in (out / name / "records.jsonl").read_text().splitlines()])
     tables = [f"{col} (mean over records)\n\n{pivot_table(summary, col)}" for col in ("reading", "coverage")

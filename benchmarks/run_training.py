@@ -28,14 +28,15 @@ sys.path.insert(0, str(ROOT))
 
 from arr_coc.canvas import make_canvas  # noqa: E402
 from arr_coc.config import ARRConfig, ScorerConfig  # noqa: E402
-from arr_coc.datasets import load_dataset, split_of  # noqa: E402
-from arr_coc.evaluate import (EvalSettings, _done_keys, allocation_rows, markdown_table, pivot_table,  # noqa: E402
+from arr_coc.data.datasets import load_dataset, split_of  # noqa: E402
+from arr_coc.eval.harness import (EvalSettings, _done_keys, allocation_rows, markdown_table, pivot_table,  # noqa: E402
                               plot_summary, summarize)
-from arr_coc.features import build_examples, collate  # noqa: E402
-from arr_coc.pipeline import ARR, PACKAGED_WEIGHTS  # noqa: E402
-from arr_coc.reading import READERS  # noqa: E402
+from arr_coc.train.features import build_examples, collate  # noqa: E402
+from arr_coc.pipeline import ARR  # noqa: E402
+from arr_coc.weights import PACKAGED  # noqa: E402
+from arr_coc.eval.reading import READERS  # noqa: E402
 from arr_coc.samplers import SAMPLERS  # noqa: E402
-from arr_coc.train import TrainConfig, hard_metrics, train  # noqa: E402
+from arr_coc.train.loop import TrainConfig, hard_metrics, train  # noqa: E402
 
 DATASETS = ("funsd", "sroie", "coco")
 OUT = ROOT / "benchmarks" / "results" / "train"
@@ -59,8 +60,8 @@ def main(argv: list[str] | None = None) -> None:
     weights = Path(cfg.out) / "scorer.pt"
     if not args.skip_train:
         run = train(cfg, config, examples=examples, query_encoder=hand.query_encoder)
-        PACKAGED_WEIGHTS.mkdir(exist_ok=True)
-        shutil.copyfile(weights, PACKAGED_WEIGHTS / "contextual.pt")
+        PACKAGED.mkdir(exist_ok=True)
+        shutil.copyfile(weights, PACKAGED / "contextual.pt")
         for name in ("metrics.json", "loss.png", "config.json"):
             shutil.copyfile(Path(cfg.out) / name, OUT / name)
         print(json.dumps(run.metrics, indent=1))

@@ -25,10 +25,10 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from arr_coc.datasets import load_dataset  # noqa: E402
-from arr_coc.evaluate import EvalSettings, _done_keys, allocation_rows  # noqa: E402
+from arr_coc.data.datasets import load_dataset  # noqa: E402
+from arr_coc.eval.harness import EvalSettings, _done_keys, allocation_rows  # noqa: E402
 from arr_coc.pipeline import ARR  # noqa: E402
-from arr_coc.reading import READERS  # noqa: E402
+from arr_coc.eval.reading import READERS  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "patching" / "tune"
 METHODS = ("patches", "patches_edges")

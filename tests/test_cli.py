@@ -27,7 +27,7 @@ def test_look_json_has_sizes_positions_scores_and_token_counts(receipt, capsys):
     assert len(d["positions"]) == len(d["scores"]) == 40
     assert all(0 <= y < 53 and 0 <= x < 35 for y, x in d["positions"])
     assert d["scores"] == sorted(d["scores"], reverse=True)
-    assert d["tokens"] == {"gestalt": 64, "saccades": 40, "sent": 104, "full_resolution": 1855}
+    assert d["tokens"] == {"gestalt": 36, "saccades": 40, "sent": 76, "full_resolution": 1855}  # 6x6: largest square <= 40
 
 
 def test_look_prints_a_summary_and_writes_the_picture(receipt, tmp_path, capsys):
@@ -62,4 +62,4 @@ def test_console_script_with_the_packaged_minilm(receipt):
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
-    assert len(d["positions"]) == 16 and d["tokens"]["sent"] == 16 + 64
+    assert len(d["positions"]) == 16 and d["tokens"]["sent"] == 16 + 16

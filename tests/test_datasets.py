@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from arr_coc.datasets import (
+from arr_coc.data.datasets import (
     DATASETS,
     Record,
     SroieReport,

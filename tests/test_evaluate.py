@@ -8,8 +8,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig
-from arr_coc.datasets import load_dataset
-from arr_coc.evaluate import EvalSettings, budget_tokens, evaluate, split_budget, summarize, write_reports
+from arr_coc.data.datasets import load_dataset
+from arr_coc.budget import budget_tokens, split_budget
+from arr_coc.eval.harness import EvalSettings, evaluate, summarize, write_reports
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 
@@ -161,10 +162,10 @@ def test_patches_with_a_steep_size_prior_are_exactly_top_k(pages, arr, tmp_path)
 def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr, tmp_path):
     import torch
 
-    from arr_coc.evaluate import learned_maps, load_learned_methods
-    from arr_coc.metrics import allocation_metrics
-    from arr_coc.pruning import PatchSelector, TokenPruner, save_learned
-    from arr_coc.reading import scale_boxes
+    from arr_coc.eval.harness import learned_maps, load_learned_methods
+    from arr_coc.eval.metrics import allocation_metrics
+    from arr_coc.allocators.pruning import PatchSelector, TokenPruner, save_learned
+    from arr_coc.eval.reading import scale_boxes
     from arr_coc.samplers import topk_cells
 
     dim = arr.see(load_dataset("jsonl", pages)[0].image).cells.shape[1] + 2  # + the two question channels

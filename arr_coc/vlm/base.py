@@ -265,3 +265,35 @@ def flops_estimate(n_params_llm: int, llm_layers: int, llm_width: int, prompt_to
     patches = sum(vit_segments)
     vit = 2.0 * n_params_vit * patches + 4.0 * vit_layers * vit_width * sum(s * s for s in vit_segments)
     return {"llm": llm, "vision": vit, "total": llm + vit}
+
+
+# CLIP's pixel normalisation, which the Qwen-VL and LLaVA towers share
+CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+
+
+def all_cells(hc: int, wc: int, device: Any = None) -> Tensor:
+    """Every cell of a grid in raster order: ``[hc * wc, 2] (y, x)``.
+
+    >>> all_cells(2, 3).tolist()
+    [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
+    """
+    ys, xs = torch.meshgrid(torch.arange(hc, device=device), torch.arange(wc, device=device), indexing="ij")
+    return torch.stack([ys.flatten(), xs.flatten()], -1)
+
+
+def table_taps(coords: Tensor, size: Tensor, side: int) -> tuple[Tensor, Tensor]:
+    """Bilinear (align_corners) taps into a side x side position table at float patch coordinates.
+
+    Qwen3-VL resamples its learned table to each image's patch grid ``size`` (rows, cols); this is
+    the same resampling read at any point, so a shrunk patch gets the embedding of its centre.
+    Returns indices and weights [n, 4] for ``interp_indices`` / ``interp_weights``.
+    """
+    src = coords.float() * (side - 1) / (size.to(coords.device).float() - 1).clamp_min(1)  # [n, 2]
+    lo = src.floor().clamp(0, side - 1)
+    hi = (lo + 1).clamp(max=side - 1)
+    frac = (src - lo).clamp(0, 1)
+    taps_y, taps_x = torch.stack([lo[:, 0], hi[:, 0]], 1), torch.stack([lo[:, 1], hi[:, 1]], 1)  # [n, 2]
+    wy = torch.stack([1 - frac[:, 0], frac[:, 0]], 1)
+    wx = torch.stack([1 - frac[:, 1], frac[:, 1]], 1)
+    idx = (taps_y[:, :, None] * side + taps_x[:, None, :]).reshape(-1, 4).long()
+    return idx, (wy[:, :, None] * wx[:, None, :]).reshape(-1, 4)

@@ -19,10 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.patching import shrink_squares
-from arr_coc.vlm.base import (ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes,
+from arr_coc.imageops import shrink_squares
+from arr_coc.vlm.base import (CLIP_MEAN, CLIP_STD, all_cells, table_taps, ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes,
                                per_image, split_at_image)
-from arr_coc.vlm.qwen import CLIP_MEAN, CLIP_STD, all_cells, table_taps
 
 
 
@@ -244,7 +243,7 @@ class LlavaAdapter:
     @torch.no_grad()
     def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
                        gestalt: Sequence[Any] | None = None, layout: str = "scaled") -> list[VisualTokens]:
-        """Variable-size patches (``arr_coc.patching``): each square shrunk to one token at its centre.
+        """Variable-size patches (``arr_coc.allocators.patching``): each square shrunk to one token at its centre.
 
         Each (y, x, size) square of cells is resized to one 14 px cell (bilinear, antialiased; a
         size-1 box is its cell's pixels untouched) and encoded like a sparse saccade: with the other

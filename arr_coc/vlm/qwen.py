@@ -18,11 +18,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.patching import shrink_squares
-from arr_coc.vlm.base import (ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes, per_image,
+from arr_coc.imageops import shrink_squares
+from arr_coc.vlm.base import (CLIP_MEAN, CLIP_STD, all_cells, table_taps, ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes, per_image,
                                split_at_image)
 
-CLIP_MEAN, CLIP_STD = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
 
 
 @dataclass
@@ -33,16 +32,6 @@ class Segment:
     cells: Tensor  # [n, 2] (y, x) cells in the segment's own grid
     grid: tuple[int, int]  # (Hc, Wc) of the image the cells come from
     sizes: Tensor | None = None  # [n] side in cells of the square each token was shrunk from (None: all 1)
-
-
-def all_cells(hc: int, wc: int, device: Any = None) -> Tensor:
-    """Every cell of a grid in raster order: ``[hc * wc, 2] (y, x)``.
-
-    >>> all_cells(2, 3).tolist()
-    [[0, 0], [0, 1], [0, 2], [1, 0], [1, 1], [1, 2]]
-    """
-    ys, xs = torch.meshgrid(torch.arange(hc, device=device), torch.arange(wc, device=device), indexing="ij")
-    return torch.stack([ys.flatten(), xs.flatten()], -1)
 
 
 def patchify(image: Tensor, patch: int, merge: int, temporal: int) -> Tensor:
@@ -261,7 +250,7 @@ class QwenVLAdapter:
     def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
                        gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled"
                        ) -> list[VisualTokens]:
-        """Variable-size patches (``arr_coc.patching``): each square shrunk to one token at its true place.
+        """Variable-size patches (``arr_coc.allocators.patching``): each square shrunk to one token at its true place.
 
         Args:
             images: each [3, H, W] in [0, 1], sides multiples of ``cell``.
@@ -358,24 +347,6 @@ class Qwen25VLAdapter(QwenVLAdapter):
         cu = torch.cat(sizes).cumsum(0) * self.merge ** 2
         kw.update(window_index=torch.cat(orders), cu_window_seqlens=F.pad(cu, (1, 0)).to(torch.int32))
         return kw
-
-
-def table_taps(coords: Tensor, size: Tensor, side: int) -> tuple[Tensor, Tensor]:
-    """Bilinear (align_corners) taps into a side x side position table at float patch coordinates.
-
-    Qwen3-VL resamples its learned table to each image's patch grid ``size`` (rows, cols); this is
-    the same resampling read at any point, so a shrunk patch gets the embedding of its centre.
-    Returns indices and weights [n, 4] for ``interp_indices`` / ``interp_weights``.
-    """
-    src = coords.float() * (side - 1) / (size.to(coords.device).float() - 1).clamp_min(1)  # [n, 2]
-    lo = src.floor().clamp(0, side - 1)
-    hi = (lo + 1).clamp(max=side - 1)
-    frac = (src - lo).clamp(0, 1)
-    taps_y, taps_x = torch.stack([lo[:, 0], hi[:, 0]], 1), torch.stack([lo[:, 1], hi[:, 1]], 1)  # [n, 2]
-    wy = torch.stack([1 - frac[:, 0], frac[:, 0]], 1)
-    wx = torch.stack([1 - frac[:, 1], frac[:, 1]], 1)
-    idx = (taps_y[:, :, None] * side + taps_x[:, None, :]).reshape(-1, 4).long()
-    return idx, (wy[:, :, None] * wx[:, None, :]).reshape(-1, 4)
 
 
 @ADAPTERS.register("qwen3_vl")

@@ -80,7 +80,7 @@ def default_root(name: str) -> Path:
     if name not in _FOLDERS:
         raise ValueError(f"dataset {name!r} has no default folder; pass its path (--data PATH)")
     env = os.environ.get("ARR_COC_DATA")
-    base = Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "data"
+    base = Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
     return base / _FOLDERS[name]
 
 

@@ -1,6 +1,6 @@
 """Where did the saccades land? Answer-box coverage, hit rate, the seeds' IoU proxy, region-wise coverage.
 
-Boxes are ``(y0, x0, y1, x1)`` in canvas pixels (``arr_coc.reading.scale_boxes`` with ``Canvas.scales``); ``chosen`` is a
+Boxes are ``(y0, x0, y1, x1)`` in canvas pixels (``arr_coc.data.boxes.scale_boxes`` with ``Canvas.scales``); ``chosen`` is a
 ``[Hc, Wc]`` bool map of the full-resolution saccade cells. Areas are measured exactly: a box
 covers each pixel by the fraction of the pixel inside it, and a union of boxes takes the per-pixel
 maximum (exact for boxes on pixel edges, a tight lower bound otherwise).
@@ -13,29 +13,9 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-Box = tuple[float, float, float, float]  # (y0, x0, y1, x1)
+from arr_coc.data.boxes import Box, box_mask
 
 
-def box_mask(boxes: Sequence[Box], height: int, width: int) -> Tensor:
-    """Fraction of each pixel covered by the union of ``boxes`` -> [height, width] float64 in [0, 1].
-
-    >>> box_mask([(0.5, 0, 2, 1)], 2, 2)
-    tensor([[0.5000, 0.0000],
-            [1.0000, 0.0000]], dtype=torch.float64)
-    """
-    mask = torch.zeros(height, width, dtype=torch.float64)
-    for y0, x0, y1, x1 in boxes:  # a loop over boxes (tens), each touching only its own window
-        r0, r1 = max(int(y0), 0), min(int(-(-y1 // 1)), height)
-        c0, c1 = max(int(x0), 0), min(int(-(-x1 // 1)), width)
-        if r1 <= r0 or c1 <= c0:
-            continue
-        rows = torch.arange(r0, r1, dtype=torch.float64)
-        cols = torch.arange(c0, c1, dtype=torch.float64)
-        wy = (torch.clamp(rows + 1, max=y1) - torch.clamp(rows, min=y0)).clamp(0, 1)  # [h]
-        wx = (torch.clamp(cols + 1, max=x1) - torch.clamp(cols, min=x0)).clamp(0, 1)  # [w]
-        window = mask[r0:r1, c0:c1]
-        torch.maximum(window, wy[:, None] * wx[None, :], out=window)
-    return mask
 
 
 def cells_to_pixels(chosen: Tensor, cell: int) -> Tensor:

@@ -19,9 +19,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from arr_coc.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
+from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
 from arr_coc.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
 from arr_coc.soft_topk import soft_topk
+from arr_coc.weights import PACKAGED, atomic_save
 
 # Padding sits this many temperatures below the lowest real score: sigmoid(-1e4) is 0 in float64,
 # so soft weights put no mass on padding, yet the bisection bracket stays finite.
@@ -88,7 +89,7 @@ def soft_weights(scores: Tensor, k: int, mask: Tensor | None = None, temperature
     """Differentiable keep-weights `[B, N]` in [0, 1], K per row, zero on padding (see `soft_topk`).
 
     Scores are standardised over each row's unmasked entries first, so `temperature` is in standard
-    deviations (as in `arr_coc.train`): a scorer cannot sharpen the relaxation by growing its outputs.
+    deviations (as in `arr_coc.train.loop`): a scorer cannot sharpen the relaxation by growing its outputs.
     As temperature -> 0 the weights approach the hard mask of `prune`.
 
     Example:
@@ -238,13 +239,10 @@ class TokenPruner(nn.Module):
 
 LEARNED_FORMAT = "arr-coc-allocator/1"
 LEARNED: dict[str, type[nn.Module]] = {"selector": PatchSelector, "pruner": TokenPruner}
-PACKAGED = Path(__file__).parent / "weights"  # selector.pt, pruner.pt: made by `arr-coc train --learner ...`
 
 
 def save_learned(path: Path, kind: str, module: nn.Module, channels: Sequence[str], **meta: Any) -> Path:
     """Write a trained selector or pruner with what rebuilds it (its config) and what it was fed (channels)."""
-    from arr_coc.features import atomic_save
-
     atomic_save({"format": LEARNED_FORMAT, "kind": kind, "config": module.config, "channels": list(channels),
                  "state": module.state_dict(), **meta}, Path(path))
     return Path(path)

@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from arr_coc.datasets import Record
-from arr_coc.metrics import box_mask
-from arr_coc.reading import scale_boxes
+from arr_coc.data.datasets import Record
+from arr_coc.data.boxes import box_mask, scale_boxes
+from arr_coc.weights import atomic_save
 
 
 @dataclass
@@ -64,12 +64,6 @@ def cache_key(arr) -> str:
     spec = {"channels": list(arr.channels), "options": c.texture.options, "canvas": vars(c.canvas),
             "query_encoder": type(arr.query_encoder).__name__}
     return hashlib.blake2b(json.dumps(spec, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
-
-
-def atomic_save(obj: object, path: Path) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)  # a run killed mid-write leaves the old file or none, never half of one
 
 
 @torch.no_grad()

@@ -24,6 +24,7 @@ from kornia.color import rgb_to_grayscale
 from kornia.filters import sobel
 from torch import Tensor
 
+from arr_coc.imageops import shrink_squares  # noqa: F401  (re-exported for the allocators' users)
 from arr_coc.registry import Registry
 from arr_coc.samplers import check_budget, valid_extent
 
@@ -353,34 +354,12 @@ def pad_tokens(tokens: Sequence[Tensor]) -> tuple[Tensor, Tensor]:
 
 
 # ----------------------------------------------------------------------------- what the VLM sees
-def shrink_squares(pixels: Tensor, boxes: Tensor, cell: int) -> Tensor:
-    """Each (y, x, size) square of one image `[3, H, W]` resized to one cell: `[K, 3, cell, cell]`.
-
-    Bilinear and antialiased, as a VLM processor shrinks an image; a 1x1 square is its cell's pixels
-    untouched. What a variable-size patch token is made of, in the adapters and in `render_patches`.
-
-    Example:
-        >>> px = torch.rand(3, 8, 8)
-        >>> out = shrink_squares(px, torch.tensor([[0, 0, 1], [0, 2, 2]]), 2)
-        >>> tuple(out.shape), torch.equal(out[0], px[:, :2, :2])
-        ((2, 3, 2, 2), True)
-    """
-    crops = []
-    for y, x, s in boxes.tolist():
-        square = pixels[:, y * cell:(y + s) * cell, x * cell:(x + s) * cell]
-        if square.shape[1:] != (s * cell, s * cell):
-            raise ValueError(f"box (y={y}, x={x}, size={s}) leaves the {pixels.shape[1]}x{pixels.shape[2]} px image")
-        crops.append(square if s == 1 else F.interpolate(square[None], size=(cell, cell), mode="bilinear",
-                                                         align_corners=False, antialias=True)[0])
-    return torch.stack(crops)
-
-
 def render_patches(pixels: Tensor, boxes: Tensor, cell: int, background: Tensor | None = None) -> Tensor:
     """One image `[3, H, W]` as the VLM receives it: each patch shrunk to one cell and blown up onto its area.
 
     A patch is resized to cell x cell px (bilinear, antialiased, as a VLM processor shrinks an image) and
     back (bilinear); 1x1 patches pass through bit-exact. Patches are pasted over `background`, e.g.
-    `arr_coc.reading.gestalt_view(pixels, cell, grid)` for what arr-coc sends; default black (nothing seen).
+    `arr_coc.eval.reading.gestalt_view(pixels, cell, grid)` for what arr-coc sends; default black (nothing seen).
 
     Args:
         pixels: `[3, H, W]` float in [0, 1].

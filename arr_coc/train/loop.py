@@ -25,9 +25,10 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from arr_coc.config import ARRConfig
-from arr_coc.datasets import split_of
-from arr_coc.evaluate import budget_tokens, split_budget
-from arr_coc.features import Example, atomic_save, build_examples, collate
+from arr_coc.data.datasets import split_of
+from arr_coc.budget import budget_tokens, split_budget
+from arr_coc.train.features import Example, build_examples, collate
+from arr_coc.weights import atomic_save
 from arr_coc.soft_topk import coverage_loss, soft_topk
 
 CHECKPOINT_FORMAT = "arr-coc-train/1"
@@ -115,7 +116,7 @@ class Learner(nn.Module):
 
     @classmethod
     def build(cls, kind: str, arr: Any, channels: int) -> "Learner":
-        from arr_coc.pruning import PatchSelector, TokenPruner
+        from arr_coc.allocators.pruning import PatchSelector, TokenPruner
 
         if kind == "selector":
             return cls(kind, PatchSelector(cell=arr.config.canvas.cell))
@@ -193,7 +194,7 @@ class Objective(nn.Module):
 
     def answer_loss(self, batch: dict[str, Tensor], weights: Tensor) -> Tensor:
         """Answer cross-entropy of the frozen VLM fed every token scaled by its soft selection weight."""
-        from arr_coc.features import example_pixels
+        from arr_coc.train.features import example_pixels
         from arr_coc.vlm.objective import answer_loss
 
         examples = batch["examples"]
@@ -315,7 +316,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     out.mkdir(parents=True, exist_ok=True)
     learner = Learner.build(cfg.learner, arr, examples[0].cells.shape[0])
     if cfg.learner == "selector":
-        from arr_coc.features import attach_pixels
+        from arr_coc.train.features import attach_pixels
 
         attach_pixels(examples, arr_config.canvas, progress=cfg.progress and rank == 0)
     objective = Objective(learner, arr.sampler, cfg, vlm, arr_config.canvas)
@@ -364,7 +365,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         if cfg.learner == "scorer":
             export_weights(out / "scorer.pt", arr, cfg, run.metrics)
         else:
-            from arr_coc.pruning import save_learned
+            from arr_coc.allocators.pruning import save_learned
 
             save_learned(out / f"{cfg.learner}.pt", cfg.learner, learner.net, arr.channels, metrics=run.metrics,
                          train_config=asdict(cfg), query_encoder=type(arr.query_encoder).__name__)
@@ -393,7 +394,7 @@ def _frozen_vlm(cfg: TrainConfig, arr_config: ARRConfig) -> Any:
 
 def _examples(arr: Any, cfg: TrainConfig, rank: int, world: int) -> list[Example]:
     """Dataset records -> cached features; rank 0 computes, the others wait and read the cache."""
-    from arr_coc.datasets import load_dataset
+    from arr_coc.data.datasets import load_dataset
 
     def root(name: str) -> Path | None:  # one dataset: its own path (a jsonl file); several: their parent
         return None if cfg.data is None else Path(cfg.data) if len(cfg.datasets) == 1 else Path(cfg.data) / name

@@ -1,8 +1,8 @@
 """Evaluation harness: does the allocation keep the answer? dataset x method x budget, at equal tokens.
 
 For every record (image, question, answer, answer boxes) and every token budget it measures where
-the saccades landed (:mod:`arr_coc.metrics`) and whether a real OCR engine still reads the answer
-in what the VLM would see (:mod:`arr_coc.reading`): the foveated view for the samplers, one
+the saccades landed (:mod:`arr_coc.eval.metrics`) and whether a real OCR engine still reads the answer
+in what the VLM would see (:mod:`arr_coc.eval.reading`): the foveated view for the samplers, one
 uniformly downsampled image with the same token count, and the full-resolution canvas (upper bound).
 
 Rows are appended to ``<out>/<dataset>/records.jsonl`` one record at a time, so an interrupted run
@@ -25,52 +25,22 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from .datasets import Record
-from .metrics import allocation_metrics
-from .pipeline import ARR
-from .reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
-from .samplers import SAMPLERS, topk_cells
+from arr_coc.data.datasets import Record
+from arr_coc.eval.metrics import allocation_metrics
+from arr_coc.budget import budget_tokens, split_budget
+from arr_coc.pipeline import ARR
+from arr_coc.eval.reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
+from arr_coc.samplers import SAMPLERS, topk_cells
 
 # Method order of every table: the upper bound, the field's baseline, then the allocators.
 METHODS = ("full", "uniform_image", "random", "topk", "nms", "stratified", "adaptive_stratified", "log_polar",
            "patches", "patches_edges", "quadtree", "selector", "pruner")
-# variable-size allocators (arr_coc.patching): registry name and the map that drives them
+# variable-size allocators (arr_coc.allocators.patching): registry name and the map that drives them
 PATCH_METHODS = {"patches": ("saliency", "relevance"), "patches_edges": ("saliency", "edges"),
                  "quadtree": ("quadtree", "relevance")}
-LEARNED_METHODS = ("selector", "pruner")  # trained allocators (arr_coc.pruning): top-K of their own map
+LEARNED_METHODS = ("selector", "pruner")  # trained allocators (arr_coc.allocators.pruning): top-K of their own map
 DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
-GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
-
-
-def budget_tokens(spec: str | int, full_tokens: int) -> int:
-    """A budget given as tokens (``"529"``/529) or as a share of full resolution (``"25%"``) -> tokens.
-
-    >>> budget_tokens("25%", 972), budget_tokens(529, 400), budget_tokens("100", 972)
-    (243, 400, 100)
-    """
-    s = str(spec).strip()
-    if s.endswith("%"):
-        share = float(s[:-1]) / 100
-        if not 0 < share <= 1:
-            raise ValueError(f"budget {spec!r} must be a share in (0%, 100%]")
-        tokens = round(share * full_tokens)
-    else:
-        tokens = int(s)
-    if tokens < 2:
-        raise ValueError(f"budget {spec!r} gives {tokens} tokens; at least 2 (one gestalt, one saccade) are needed")
-    return min(tokens, full_tokens)
-
-
-def split_budget(total: int, cells_hw: tuple[int, int]) -> tuple[tuple[int, int], int]:
-    """Share ``total`` tokens between a square gestalt and K saccades: the largest gestalt of at most half
-    the budget (16x16 for the default 529 = 256 + 273; 8x8 at 243), never larger than the image.
-
-    >>> split_budget(529, (48, 48)), split_budget(243, (36, 27)), split_budget(48, (36, 27))
-    (((16, 16), 273), ((8, 8), 179), ((4, 4), 32))
-    """
-    side = next(g for g in GESTALT_SIDES if g * g <= total // 2 and g <= min(cells_hw))
-    return (side, side), total - side * side
 
 
 def _record_seed(seed: int, record_id: str) -> int:
@@ -148,7 +118,7 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
 
 def load_learned_methods(arr: ARR, settings: EvalSettings) -> dict[str, Any]:
     """The trained selector / pruner a run asks for, checked against the ARR's channels, query and cell."""
-    from .pruning import load_learned
+    from arr_coc.allocators.pruning import load_learned
 
     paths = settings.learned or {}
     fit = dict(channels=arr.channels, query_dim=arr.query_encoder.dim, query_encoder=type(arr.query_encoder).__name__,
@@ -256,9 +226,9 @@ def _patch_view(name: str, driver: str, relevance: Tensor, k: int, canvas: Any, 
     (query-blind). Coverage, hit and IoU count the answer seen at full resolution (1x1 patches);
     ``seen`` adds the answer seen through larger, shrunk patches.
     """
-    from .metrics import box_mask
-    from .patching import PATCHERS, edge_density, render_patches
-    from .reading import gestalt_view
+    from arr_coc.eval.metrics import box_mask
+    from arr_coc.allocators.patching import PATCHERS, edge_density, render_patches
+    from arr_coc.eval.reading import gestalt_view
 
     cell = canvas.cell
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell

@@ -31,7 +31,7 @@ from torch import Tensor
 from arr_coc.extract import extract_gather, paste_patches
 from arr_coc.registry import Registry
 
-Box = tuple[float, float, float, float]  # (y0, x0, y1, x1) px
+from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng) "
@@ -197,15 +197,6 @@ def downsampled_view(pixels: Tensor, tokens: int, cell: int) -> tuple[Tensor, in
 
 
 # ----------------------------------------------------------------------------- boxes and crops
-def scale_boxes(boxes_px: Sequence[Box], scale_yx: tuple[float, float]) -> list[Box]:
-    """Maps (y0, x0, y1, x1) boxes by (sy, sx), e.g. original pixels -> canvas pixels (``Canvas.scales``).
-
-    Example:
-        >>> scale_boxes([(10, 20, 30, 40)], (0.5, 2.0))
-        [(5.0, 40.0, 15.0, 80.0)]
-    """
-    sy, sx = (float(s) for s in scale_yx)
-    return [(y0 * sy, x0 * sx, y1 * sy, x1 * sx) for y0, x0, y1, x1 in (map(float, b) for b in boxes_px)]
 
 
 def union_box(boxes_px: Sequence[Box]) -> Box:

@@ -1,0 +1,1 @@
+"""Alternative allocators behind one interface: variable-size patches, quadtree, learned selector and pruner."""

@@ -1,0 +1,61 @@
+"""Pixel operations every layer shares: the antialiased resize, float <-> 8-bit, squares shrunk to one cell.
+
+Images are ``[..., 3, H, W]`` float in [0, 1] unless a name says ``uint8``.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def resize(x: Tensor, size: tuple[int, int]) -> Tensor:
+    """``[..., C, H, W]`` -> ``[..., C, *size]``, bilinear and antialiased, clamped to [0, 1].
+
+    Antialiasing is what a VLM processor's area-like shrink does: plain bilinear aliases thin strokes of
+    text away. The same size passes through untouched (bit-exact, no copy).
+
+    >>> x = torch.rand(3, 8, 8)
+    >>> resize(x, (8, 8)) is x, tuple(resize(x, (4, 2)).shape)
+    (True, (3, 4, 2))
+    """
+    if tuple(x.shape[-2:]) == tuple(size):
+        return x
+    flat = x.reshape(-1, *x.shape[-3:]).float()  # [N, C, H, W]
+    y = F.interpolate(flat, size=tuple(size), mode="bilinear", align_corners=False, antialias=True)
+    return y.clamp_(0.0, 1.0).reshape(*x.shape[:-2], *size)  # float rounding may step past 1 by an ulp
+
+
+def to_uint8(image: Tensor) -> Tensor:
+    """Float in [0, 1] -> uint8 0-255 (rounded, on the CPU), same shape.
+
+    >>> to_uint8(torch.tensor([0.0, 0.5, 1.0, 1.2]))
+    tensor([  0, 128, 255, 255], dtype=torch.uint8)
+    """
+    return (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu()
+
+
+def to_hwc_uint8(image: Tensor):
+    """``[3, H, W]`` float in [0, 1] -> ``[H, W, 3]`` uint8 numpy array, what OCR engines and PIL read."""
+    return to_uint8(image).permute(1, 2, 0).contiguous().numpy()
+
+
+def shrink_squares(pixels: Tensor, boxes: Tensor, cell: int) -> Tensor:
+    """Each (y, x, size) square of one image `[3, H, W]` resized to one cell: `[K, 3, cell, cell]`.
+
+    A 1x1 square is its cell's pixels untouched. What a variable-size patch token is made of, in the VLM
+    adapters and in the allocators' rendering of what the VLM sees.
+
+    Example:
+        >>> px = torch.rand(3, 8, 8)
+        >>> out = shrink_squares(px, torch.tensor([[0, 0, 1], [0, 2, 2]]), 2)
+        >>> tuple(out.shape), torch.equal(out[0], px[:, :2, :2])
+        ((2, 3, 2, 2), True)
+    """
+    crops = []
+    for y, x, s in boxes.tolist():
+        square = pixels[:, y * cell:(y + s) * cell, x * cell:(x + s) * cell]
+        if square.shape[1:] != (s * cell, s * cell):
+            raise ValueError(f"box (y={y}, x={x}, size={s}) leaves the {pixels.shape[1]}x{pixels.shape[2]} px image")
+        crops.append(square if s == 1 else resize(square, (cell, cell)))
+    return torch.stack(crops)
