@@ -40,7 +40,7 @@ class Coverage:
 
     coverage: float  # share of the answer-box area inside saccade cells
     hit: float  # 1.0 when coverage >= 0.5
-    iou: float  # seeds' proxy: IoU of the chosen cells and the cells the answer touches
+    iou: float  # training's proxy: IoU of the chosen cells and the cells the answer touches
     secondary: float  # coverage of the other answers of the same image (not the target)
     peripheral: float  # coverage of everything else
 
@@ -50,7 +50,7 @@ class Coverage:
 
 def allocation_metrics(chosen: Tensor, cell: int, target: Sequence[Box], others: Sequence[Box] = (),
                        hit_threshold: float = 0.5) -> Coverage:
-    """Coverage, hit, IoU proxy and region-wise coverage (seed Part 13) of one image's saccades.
+    """Coverage, hit, IoU proxy and region-wise coverage (does every region keep some saccades?) of one image's saccades.
 
     Args:
         chosen: [Hc, Wc] bool, the saccade cells (the canvas is Hc*cell x Wc*cell px).
