@@ -18,7 +18,7 @@ import torch
 
 from arr_coc.config import ARRConfig, SamplerConfig
 from arr_coc.allocators.patching import PATCHERS
-from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate
+from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate, llm_chunk_flops, timed
 
 WEIGHT_FLOOR = 0.5  # weighted mode: the least relevant token keeps half its embedding, none vanishes
 
@@ -72,6 +72,9 @@ def _processor_parts(path: str) -> tuple[Any, Any, Any, Any]:
         return None, None, None, None
 
 
+RELEVANCE_SOURCES = ("arr", "vlm")
+
+
 @dataclass
 class Answer:
     """One question's answer and what it cost against the model's full-resolution input."""
@@ -82,16 +85,46 @@ class Answer:
     gestalt_tokens: int
     saccades: int
     full_tokens: int  # visual tokens of the full-resolution image
-    flops: dict[str, float]  # estimated prefill FLOPs sent: llm, vision, total
+    flops: dict[str, float]  # estimated FLOPs sent: llm, vision (prefill), allocation (the VLM's first look), total
     flops_full: dict[str, float]  # the same at full resolution
     # allocator "arr": [K, 2] (y, x) saccade cells in relevance order; a patch allocator: [K, 3]
     # (y, x, size) squares in cells, in the allocator's order, one token each (K = saccades sent)
     cells: torch.Tensor = field(repr=False)
     allocator: str = "arr"  # who chose the saccades: "arr" (sampler) or a PATCHERS name
+    relevance: str = "arr"  # where relevance came from: "arr" (texture + OCR scorer) or "vlm" (its first look)
+    # wall milliseconds of the whole call (the batch) per stage: "allocation/<stage>" (ARR's stages,
+    # "allocation/channel/<name>" inside its texture and coupling; or the first look), "vision...",
+    # "prefill...", "decode"
+    timings_ms: dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def visual_tokens(self) -> int:
         return self.gestalt_tokens + self.saccades
+
+    def stage_ms(self) -> dict[str, float]:
+        """Milliseconds per stage group: allocation, vision, prefill, decode (channel details not added twice)."""
+        out = {"allocation": 0.0, "vision": 0.0, "prefill": 0.0, "decode": 0.0}
+        for name, ms in self.timings_ms.items():
+            group = name.split("/", 1)[0]
+            if group in out and not name.startswith("allocation/channel/"):
+                out[group] += ms
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """The answer, the tokens sent and full, FLOPs and stage times, as plain JSON-able data."""
+        stages = self.stage_ms()
+        return {
+            "question": self.question,
+            "answer": self.text,
+            "relevance": self.relevance,
+            "allocator": self.allocator,
+            "tokens": {"sent": self.visual_tokens, "gestalt": self.gestalt_tokens, "saccades": self.saccades,
+                       "full_resolution": self.full_tokens},
+            "flops": {k: float(v) for k, v in self.flops.items()},
+            "flops_full": {k: float(v) for k, v in self.flops_full.items()},
+            "time_ms": {**{k: round(v, 2) for k, v in stages.items()}, "total": round(sum(stages.values()), 2)},
+            "stages_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
+        }
 
 
 def relevance_weights(relevance: torch.Tensor, valid: torch.Tensor, floor: float = WEIGHT_FLOOR) -> torch.Tensor:
@@ -108,13 +141,28 @@ def relevance_weights(relevance: torch.Tensor, valid: torch.Tensor, floor: float
     return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
 
 
-def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int]) -> dict[str, float]:
+def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int], look_tokens: int = 0,
+           look_past: int = 0) -> dict[str, float]:
+    """FLOP estimate of a prompt (and of a first look: ``look_tokens`` question tokens over ``look_past``)."""
     cfg_t, cfg_v = adapter.text_config, adapter.model.config.vision_config
     llm = sum(p.numel() for p in adapter.lm.layers.parameters())
     vit = sum(p.numel() for p in adapter.visual.parameters())
     depth = getattr(cfg_v, "depth", None) or cfg_v.num_hidden_layers  # Qwen towers say depth, CLIP num_hidden_layers
-    return flops_estimate(llm, cfg_t.num_hidden_layers, cfg_t.hidden_size, prompt_tokens, vit,
-                          depth, getattr(cfg_v, "embed_dim", None) or cfg_v.hidden_size, segments)
+    window, full = None, None
+    if getattr(cfg_v, "fullatt_block_indexes", None) is not None and getattr(cfg_v, "window_size", None):
+        window = (cfg_v.window_size // cfg_v.patch_size) ** 2  # patches per window
+        full = len(cfg_v.fullatt_block_indexes)
+    out = flops_estimate(llm, cfg_t.num_hidden_layers, cfg_t.hidden_size, prompt_tokens, vit,
+                         depth, getattr(cfg_v, "embed_dim", None) or cfg_v.hidden_size, segments,
+                         vit_window=window, vit_full_layers=full)
+    out["allocation"] = llm_chunk_flops(llm, cfg_t.num_hidden_layers, cfg_t.hidden_size, look_tokens, look_past)
+    out["total"] += out["allocation"]
+    return out
+
+
+def model_device(adapter: Any) -> torch.device:
+    """Where the adapter's language model sits: the first look and the second pass run there."""
+    return next(adapter.lm.parameters()).device
 
 
 def allocators() -> tuple[str, ...]:
@@ -126,15 +174,15 @@ def allocators() -> tuple[str, ...]:
     return ("arr", *PATCHERS.names())
 
 
-def patch_boxes(name: str, alloc: Any, budget: int) -> list[torch.Tensor]:
-    """Per image the [K_b, 3] (y, x, size) squares of patch allocator ``name`` on ARR's relevance (K_b <= budget).
+def patch_boxes(name: str, relevance: torch.Tensor, canvas: Any, budget: int) -> list[torch.Tensor]:
+    """Per image the [K_b, 3] (y, x, size) squares of patch allocator ``name`` on a relevance map (K_b <= budget).
 
-    The allocator gets ``alloc.relevance.map`` [B, Hc, Wc] with the canvas's valid cells and pixels;
+    The allocator gets ``relevance`` [B, Hc, Wc] with the canvas's valid cells and pixels;
     padding rows (size 0) are dropped, so K_b counts the tokens image b really sends.
     """
-    canvas = alloc.canvas
+    valid = canvas.valid.to(relevance.device)
     try:
-        patches = PATCHERS.get(name)(alloc.relevance.map.detach(), budget, valid=canvas.valid, pixels=canvas.pixels)
+        patches = PATCHERS.get(name)(relevance.detach(), budget, valid=valid, pixels=canvas.pixels.to(relevance.device))
     except ValueError as err:
         if "starting squares" in str(err):  # a quadtree cannot start below its first tiling
             raise ValueError(f"allocator {name!r} needs a larger budget: {err}; raise --budget (budget=)") from err
@@ -144,31 +192,49 @@ def patch_boxes(name: str, alloc: Any, budget: int) -> list[torch.Tensor]:
 
 def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any = None, budget: int | None = None,
         mode: str = "sparse", layout: str = "scaled", gestalt: bool = True, max_new_tokens: int = 32,
-        config: ARRConfig | None = None, allocator: str = "arr") -> list[Answer]:
+        config: ARRConfig | None = None, allocator: str = "arr", relevance: str = "arr",
+        look_layers: Sequence[int] | None = None) -> list[Answer]:
     """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades.
 
     Args:
         adapter: a VLM adapter (:func:`load_vlm`); its cell sets the canvas cell.
         images: what :class:`arr_coc.ARR` accepts (paths, PIL images, tensors; one or a list).
         questions: one per image.
-        arr: an ARR whose canvas cell equals ``adapter.cell``; built from ``config`` when None.
+        arr: an ARR whose canvas cell equals ``adapter.cell``; built from ``config`` when None. Its
+            canvas, gestalt rule and sampler serve both relevance sources.
         budget: saccades per image (default: the config's sampler budget); a patch allocator's K
             (quadtree: at most K, and at least its starting tiling).
         mode, layout: see :meth:`arr_coc.vlm.qwen.QwenVLAdapter.encode`; patch allocators need
             ``mode="sparse"``.
         gestalt: send the gestalt (the config's grid for the budget) before the saccades.
         allocator: ``"arr"``: one-cell saccades from ARR's sampler; a :data:`arr_coc.patching.PATCHERS`
-            name: variable-size squares on ARR's relevance, each one token (``Answer.cells`` then
+            name: variable-size squares on the relevance map, each one token (``Answer.cells`` then
             holds the [K, 3] boxes and ``Answer.saccades`` their count).
+        relevance: ``"arr"``: ARR's scorer on its texture channels (OCR included by default; on the
+            CPU). ``"vlm"``: the VLM's first look (:mod:`arr_coc.vlm.look`): the model encodes the
+            gestalt, reads the question over it, and its attention to each gestalt token, spread
+            over the cells, is the relevance; the answer then reuses that prefill. Everything runs
+            on the model's device.
+        look_layers: decoder layers the first look reads (default: the middle half).
     """
-    from arr_coc.pipeline import ARR
-
     if allocator not in allocators():
         raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
+    if relevance not in RELEVANCE_SOURCES:
+        raise ValueError(f"unknown relevance source {relevance!r}; choose one of {', '.join(RELEVANCE_SOURCES)}")
     if allocator != "arr" and mode != "sparse":
         raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
                          f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
+    if relevance == "vlm":
+        if mode == "weighted" or not gestalt:
+            raise ValueError("relevance 'vlm' reads the VLM's look at the gestalt, which "
+                             f"{'mode weighted' if gestalt else 'no gestalt'} does not send; use mode 'sparse' or "
+                             "'slice' with the gestalt, or relevance 'arr'")
+        if not hasattr(adapter, "encode_gestalt"):
+            raise ValueError(f"relevance 'vlm' needs an adapter that encodes the gestalt alone (the Qwen-VL "
+                             f"families); {adapter.name} has none: use relevance 'arr'")
     if arr is None:
+        from arr_coc.pipeline import ARR
+
         config = config or ARRConfig()
         config = replace(config, canvas=replace(config.canvas, cell=adapter.cell))
         arr = ARR(config)
@@ -176,8 +242,17 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs "
                          f"{adapter.cell} px; build ARRConfig(canvas=CanvasConfig(cell={adapter.cell}))")
     k = budget if budget is not None else arr.config.sampler.budget
+    t: dict[str, float] = {}
+    run = _ask_vlm if relevance == "vlm" else _ask_arr
+    return run(adapter, images, questions, arr, k, mode, layout, gestalt, max_new_tokens, allocator, look_layers, t)
+
+
+def _ask_arr(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: str, layout: str, gestalt: bool,
+             max_new_tokens: int, allocator: str, look_layers: Any, t: dict[str, float]) -> list[Answer]:
+    """Relevance from ARR's scorer, then one pass: prefix, gestalt, saccades, question."""
     alloc = arr(images, questions, budget=k)
-    canvas, cell = alloc.canvas, adapter.cell
+    t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
+    canvas, cell, device = alloc.canvas, adapter.cell, model_device(adapter)
     imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
     grids = [(h // cell, w // cell) for h, w in canvas.sizes]
     # weighted mode already sends every cell of the image: a gestalt would repeat it
@@ -186,28 +261,77 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
     if mode == "weighted":
         w = relevance_weights(alloc.relevance.map, canvas.valid)
         weights = [w[b, :g[0], :g[1]] for b, g in enumerate(grids)]
-    if allocator == "arr":
-        cells = [alloc.positions[b] for b in range(canvas.batch_size)]
-        visual: list[VisualTokens] = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout,
-                                                    weights=weights)
-    else:
-        cells = patch_boxes(allocator, alloc, k)
-        visual = adapter.encode_patches(imgs, cells, gestalt=gestalts, layout=layout)
+    with timed(t, "vision", device):
+        if allocator == "arr":
+            cells = [alloc.positions[b] for b in range(canvas.batch_size)]
+            visual: list[VisualTokens] = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout,
+                                                        weights=weights)
+        else:
+            cells = patch_boxes(allocator, alloc.relevance.map, canvas, k)
+            visual = adapter.encode_patches(imgs, cells, gestalt=gestalts, layout=layout)
     prompts = [adapter.prompt_ids(q) for q in alloc.queries]
     prefill = assemble(adapter.embed_tokens, [p[0] for p in prompts], visual, [p[1] for p in prompts],
                        adapter.rope_rows)
     eos = adapter.text_config.eos_token_id
-    tokens, _ = generate(adapter, prefill, max_new_tokens=max_new_tokens, eos_token_id=eos)
+    tokens, _ = generate(adapter, prefill, max_new_tokens=max_new_tokens, eos_token_id=eos, timings=t)
+    return _answers(adapter, alloc.queries, tokens, visual, prompts, grids, cells, allocator, "arr", t)
+
+
+def _ask_vlm(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: str, layout: str, gestalt: bool,
+             max_new_tokens: int, allocator: str, look_layers: Any, t: dict[str, float]) -> list[Answer]:
+    """Relevance from the VLM's first look at the gestalt; the answer continues its KV cache."""
+    from arr_coc.canvas import make_canvas
+    from arr_coc.query import check_queries
+    from arr_coc.vlm.look import first_look, second_pass
+
+    cfg, cell, device = arr.config.canvas, adapter.cell, model_device(adapter)
+    with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
+        canvas = make_canvas(images, cell=cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+        queries = check_queries(questions, canvas.batch_size)
+        imgs = [canvas.pixels[b, :, :h, :w].to(device) for b, (h, w) in enumerate(canvas.sizes)]
+    grids = [(h // cell, w // cell) for h, w in canvas.sizes]
+    gestalts = [arr.config.gestalt.grid_for(k, g) for g in grids]
+    with timed(t, "vision/gestalt", device):
+        seen = adapter.encode_gestalt(imgs, gestalts)
+    look = first_look(adapter, seen, gestalts, queries, layers=look_layers, timings=t)
+    with timed(t, "allocation/relevance", device):
+        rel = look.relevance_map(grids, canvas.grid)  # [B, Hc, Wc]
+        valid = canvas.valid.to(device)
+    with timed(t, "allocation/selection", device):
+        if allocator == "arr":
+            generator = torch.Generator().manual_seed(arr.config.seed)
+            sel = arr.sampler(rel, k, valid=valid, generator=generator)
+            cells = [sel.positions[b] for b in range(canvas.batch_size)]
+        else:
+            cells = patch_boxes(allocator, rel, canvas, k)
+    with timed(t, "vision", device):
+        if allocator == "arr":
+            visual = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout, encoded=seen)
+        else:
+            visual = adapter.encode_patches(imgs, cells, gestalt=gestalts, layout=layout, encoded=seen)
+    eos = adapter.text_config.eos_token_id
+    tokens, _ = second_pass(adapter, look, visual, max_new_tokens=max_new_tokens, eos_token_id=eos, timings=t)
+    prompts = list(zip(look.prefixes, look.suffixes))
+    return _answers(adapter, queries, tokens, visual, prompts, grids, cells, allocator, "vlm", t,
+                    [len(p[0]) + len(v) for p, v in zip(prompts, seen)])
+
+
+def _answers(adapter: Any, queries: Sequence[str], tokens: torch.Tensor, visual: Sequence[VisualTokens],
+             prompts: Sequence[tuple[list[int], list[int]]], grids: Sequence[tuple[int, int]],
+             cells: Sequence[torch.Tensor], allocator: str, relevance: str, t: dict[str, float],
+             look_past: Sequence[int] | None = None) -> list[Answer]:
+    eos = adapter.text_config.eos_token_id
     answers = []
     for b, (vis, (pre, suf)) in enumerate(zip(visual, prompts)):
         toks = tokens[b].tolist()
         if eos is not None:
             stop = [eos] if isinstance(eos, int) else list(eos)
-            toks = toks[:next((i for i, t in enumerate(toks) if t in stop), len(toks))]
+            toks = toks[:next((i for i, tok in enumerate(toks) if tok in stop), len(toks))]
         full = grids[b][0] * grids[b][1]
         text = adapter.tokenizer.decode(toks, skip_special_tokens=True).strip()
-        answers.append(Answer(alloc.queries[b], text, toks, vis.n_gestalt, len(vis) - vis.n_gestalt, full,
-                              _flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments),
+        look = (len(suf), look_past[b]) if look_past is not None else (0, 0)
+        answers.append(Answer(queries[b], text, toks, vis.n_gestalt, len(vis) - vis.n_gestalt, full,
+                              _flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments, *look),
                               _flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
-                              cells[b].cpu(), allocator))
+                              cells[b].cpu(), allocator, relevance, dict(t)))
     return answers
