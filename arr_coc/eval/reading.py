@@ -32,6 +32,7 @@ from arr_coc.extract import extract_gather, paste_patches
 from arr_coc.registry import Registry
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
+from arr_coc.errors import MissingDependencyError
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng) "
@@ -314,7 +315,7 @@ class TesseractReader:
         try:
             import pytesseract
         except ImportError as e:
-            raise ImportError(f"the tesseract reader needs pytesseract: {_INSTALL_TESSERACT}") from e
+            raise MissingDependencyError(f"the tesseract reader needs pytesseract: {_INSTALL_TESSERACT}") from e
         os.environ.setdefault("OMP_THREAD_LIMIT", "1")
         try:
             pytesseract.get_tesseract_version()
@@ -358,7 +359,7 @@ class RapidOCRReader:
         try:
             import rapidocr  # noqa: F401
         except ImportError as e:
-            raise ImportError(f"the rapidocr reader needs rapidocr: {_INSTALL_RAPIDOCR}") from e
+            raise MissingDependencyError(f"the rapidocr reader needs rapidocr: {_INSTALL_RAPIDOCR}") from e
         self.det_limit_side_len = det_limit_side_len
         self._engine = None
 
