@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.imageops import shrink_squares
+from arr_coc.imageops import resize, shrink_squares
 from arr_coc.vlm.base import (CLIP_MEAN, CLIP_STD, all_cells, table_taps, ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes, per_image,
                                split_at_image)
 
@@ -167,8 +167,7 @@ class QwenVLAdapter:
     def gestalt_image(self, image: Tensor, grid: tuple[int, int]) -> Tensor:
         """The image shrunk to ``grid`` cells (antialiased), for the model's own low-res encoding."""
         size = (grid[0] * self.cell, grid[1] * self.cell)
-        return F.interpolate(image[None].float(), size=size, mode="bilinear", antialias=True,
-                             align_corners=False)[0].clamp(0, 1)
+        return resize(image.float(), size)
 
     @torch.no_grad()
     def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
