@@ -36,7 +36,7 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
-from arr_coc.vlm.ask import _flops
+from arr_coc.vlm.ask import prefill_flops
 from arr_coc.vlm.base import assemble
 from arr_coc.vlm.qwen import Qwen25VLAdapter
 
@@ -173,10 +173,9 @@ def choose_dtype(choice: str) -> tuple[torch.dtype, str]:
 def page(size: int) -> torch.Tensor:
     """The bundled receipt resized to ``size`` x ``size`` px: [3, S, S] in [0, 1]."""
     from arr_coc.canvas import load_image
+    from arr_coc.imageops import resize
 
-    img = load_image(ROOT / "examples" / "receipt.jpg")
-    return torch.nn.functional.interpolate(img[None], size=(size, size), mode="bilinear",
-                                           antialias=True)[0].clamp(0, 1)
+    return resize(load_image(ROOT / "examples" / "receipt.jpg"), (size, size))
 
 
 def prompt_ids(config: Any, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -359,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         tokens, prompt, segments, look = seen[method]
         st = {k: times[method].get(k, [0.0] * args.repeats) for k in ("allocation", "vision", "prefill")}
         totals = [a + v + p for a, v, p in zip(st["allocation"], st["vision"], st["prefill"])]
-        flops = _flops(adapter, prompt, segments, *(look or (0, 0)))
+        flops = prefill_flops(adapter, prompt, segments, *(look or (0, 0)))
         rows.append(dict(method=method, visual_tokens=tokens, prompt_tokens=prompt, vision_segments=segments,
                          allocation_ms=statistics.median(st["allocation"]), vision_ms=statistics.median(st["vision"]),
                          prefill_ms=statistics.median(st["prefill"]), total_ms=statistics.median(totals),

@@ -229,7 +229,7 @@ def test_ask_vlm_a_batch_of_different_sizes_equals_each_image_alone(tiny):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(relevance="ocr"), "unknown relevance source 'ocr'; choose one of arr, vlm"),
+    (dict(relevance="ocr"), "unknown relevance source 'ocr'; choose one of auto, arr, vlm"),
     (dict(relevance="vlm", mode="weighted"), "relevance 'vlm' reads the VLM's look at the gestalt, which mode weighted"),
     (dict(relevance="vlm", gestalt=False), "which no gestalt does not send"),
 ])
@@ -246,13 +246,34 @@ def test_ask_vlm_on_llava_names_what_it_needs(tiny):
 
 
 def test_flops_count_qwen25_window_attention_per_window(tiny):
-    from arr_coc.vlm.ask import _flops
+    from arr_coc.vlm.ask import prefill_flops
 
     adapter = tiny["qwen2_5_vl"]  # 2 tower layers, the last one full; windows of 56 px = 4 x 4 patches
     vc = adapter.model.config.vision_config
     assert (vc.window_size // vc.patch_size) ** 2 == 16 and list(vc.fullatt_block_indexes) == [1]
     width, weights = vc.hidden_size, sum(p.numel() for p in adapter.visual.parameters())
-    f = _flops(adapter, 10, (64,))
+    f = prefill_flops(adapter, 10, (64,))
     assert f["vision"] == 2.0 * weights * 64 + 4.0 * width * (64 * 64 + 64 * 16)  # one full layer, one windowed
-    g = _flops(adapter, 10, (64,), look_tokens=5, look_past=20)
+    g = prefill_flops(adapter, 10, (64,), look_tokens=5, look_past=20)
     assert g["allocation"] > 0 and g["total"] == pytest.approx(f["total"] + g["allocation"])
+
+
+def test_cli_ask_relevance_vlm_json_prints_answer_tokens_and_stage_times(receipt, capsys):
+    import json
+
+    argv = ["ask", str(receipt), "What is the total?", "--model", "tiny:qwen2_5_vl", "--relevance", "vlm", "--json",
+            "--saccades", "40", "--max-new-tokens", "2"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["relevance"], out["family"]) == ("vlm", "qwen2_5_vl")
+    assert out["tokens"] == {"sent": 76, "gestalt": 36, "saccades": 40, "full_resolution": 53 * 35}
+    assert isinstance(out["answer"], str) and set(out["time_ms"]) == {"allocation", "vision", "prefill", "decode",
+                                                                       "total"}
+    assert out["time_ms"]["total"] == pytest.approx(sum(v for k, v in out["time_ms"].items() if k != "total"), abs=0.1)
+    assert {"allocation/first look", "allocation/selection", "vision/gestalt", "prefill/gestalt"} <= set(out["stages_ms"])
+    assert out["flops"]["allocation"] > 0 and out["flops"]["total"] < out["flops_full"]["total"]
+    # on the CPU, auto is arr: ARR's stages, no first look
+    assert main(argv[:5] + ["--json", "--saccades", "40", "--max-new-tokens", "1", "--query-encoder", "hashing",
+                            "--channels", "mvp"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["relevance"] == "arr" and "allocation/texture" in auto["stages_ms"] and auto["flops"]["allocation"] == 0

@@ -75,6 +75,16 @@ def _processor_parts(path: str) -> tuple[Any, Any, Any, Any]:
 RELEVANCE_SOURCES = ("arr", "vlm")
 
 
+def default_relevance(adapter: Any) -> str:
+    """``"vlm"`` where the model runs on CUDA and can read its gestalt alone, else ``"arr"``.
+
+    On a GPU the first look costs the question's tokens once more, milliseconds, while ARR's
+    default channels run OCR on the CPU for seconds: longer than the VLM's whole answer. On the
+    CPU both cost seconds, and ARR's relevance is the one whose quality has been measured.
+    """
+    return "vlm" if model_device(adapter).type == "cuda" and hasattr(adapter, "encode_gestalt") else "arr"
+
+
 @dataclass
 class Answer:
     """One question's answer and what it cost against the model's full-resolution input."""
@@ -141,9 +151,11 @@ def relevance_weights(relevance: torch.Tensor, valid: torch.Tensor, floor: float
     return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
 
 
-def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int], look_tokens: int = 0,
-           look_past: int = 0) -> dict[str, float]:
-    """FLOP estimate of a prompt (and of a first look: ``look_tokens`` question tokens over ``look_past``)."""
+def prefill_flops(adapter: Any, prompt_tokens: int, segments: Sequence[int], look_tokens: int = 0,
+                  look_past: int = 0) -> dict[str, float]:
+    """Estimated prefill FLOPs (llm, vision, allocation, total) of a prompt of ``prompt_tokens`` whose image the
+    tower encoded in attention ``segments`` of patches (:func:`arr_coc.vlm.base.flops_estimate`); allocation:
+    a first look's ``look_tokens`` question tokens read over ``look_past`` cached ones (0 without one)."""
     cfg_t, cfg_v = adapter.text_config, adapter.model.config.vision_config
     llm = sum(p.numel() for p in adapter.lm.layers.parameters())
     vit = sum(p.numel() for p in adapter.visual.parameters())
@@ -158,6 +170,24 @@ def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int], look_token
     out["allocation"] = llm_chunk_flops(llm, cfg_t.num_hidden_layers, cfg_t.hidden_size, look_tokens, look_past)
     out["total"] += out["allocation"]
     return out
+
+
+def decode_flops(adapter: Any, prompt_tokens: int, new_tokens: int) -> float:
+    """Estimated FLOPs of decoding ``new_tokens`` after a prompt: 2 per LLM weight per token, plus each
+    token's attention over the cached context (the prefill estimate's convention)."""
+    cfg = adapter.text_config
+    llm = sum(p.numel() for p in adapter.lm.layers.parameters())
+    context = sum(prompt_tokens + i for i in range(new_tokens))
+    return 2.0 * llm * new_tokens + 4.0 * cfg.num_hidden_layers * cfg.hidden_size * context
+
+
+def answer_text(adapter: Any, tokens: Sequence[int]) -> tuple[str, list[int]]:
+    """Generated ids up to the first end-of-sequence token, and their text."""
+    toks, eos = list(tokens), adapter.text_config.eos_token_id
+    if eos is not None:
+        stop = [eos] if isinstance(eos, int) else list(eos)
+        toks = toks[:next((i for i, t in enumerate(toks) if t in stop), len(toks))]
+    return adapter.tokenizer.decode(toks, skip_special_tokens=True).strip(), toks
 
 
 def model_device(adapter: Any) -> torch.device:
@@ -192,7 +222,7 @@ def patch_boxes(name: str, relevance: torch.Tensor, canvas: Any, budget: int) ->
 
 def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any = None, budget: int | None = None,
         mode: str = "sparse", layout: str = "scaled", gestalt: bool = True, max_new_tokens: int = 32,
-        config: ARRConfig | None = None, allocator: str = "arr", relevance: str = "arr",
+        config: ARRConfig | None = None, allocator: str = "arr", relevance: str = "auto",
         look_layers: Sequence[int] | None = None) -> list[Answer]:
     """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades.
 
@@ -214,13 +244,15 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
             CPU). ``"vlm"``: the VLM's first look (:mod:`arr_coc.vlm.look`): the model encodes the
             gestalt, reads the question over it, and its attention to each gestalt token, spread
             over the cells, is the relevance; the answer then reuses that prefill. Everything runs
-            on the model's device.
+            on the model's device. ``"auto"``: :func:`default_relevance`.
         look_layers: decoder layers the first look reads (default: the middle half).
     """
     if allocator not in allocators():
         raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
+    if relevance == "auto":
+        relevance = default_relevance(adapter)
     if relevance not in RELEVANCE_SOURCES:
-        raise ValueError(f"unknown relevance source {relevance!r}; choose one of {', '.join(RELEVANCE_SOURCES)}")
+        raise ValueError(f"unknown relevance source {relevance!r}; choose one of auto, {', '.join(RELEVANCE_SOURCES)}")
     if allocator != "arr" and mode != "sparse":
         raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
                          f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
@@ -273,7 +305,8 @@ def _ask_arr(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: 
     prefill = assemble(adapter.embed_tokens, [p[0] for p in prompts], visual, [p[1] for p in prompts],
                        adapter.rope_rows)
     eos = adapter.text_config.eos_token_id
-    tokens, _ = generate(adapter, prefill, max_new_tokens=max_new_tokens, eos_token_id=eos, timings=t)
+    tokens, _ = generate(adapter, prefill, max_new_tokens=max_new_tokens, eos_token_id=eos, timings=(g := {}))
+    t.update(prefill=g["prefill_ms"], decode=g["decode_ms"])
     return _answers(adapter, alloc.queries, tokens, visual, prompts, grids, cells, allocator, "arr", t)
 
 
@@ -320,18 +353,13 @@ def _answers(adapter: Any, queries: Sequence[str], tokens: torch.Tensor, visual:
              prompts: Sequence[tuple[list[int], list[int]]], grids: Sequence[tuple[int, int]],
              cells: Sequence[torch.Tensor], allocator: str, relevance: str, t: dict[str, float],
              look_past: Sequence[int] | None = None) -> list[Answer]:
-    eos = adapter.text_config.eos_token_id
     answers = []
     for b, (vis, (pre, suf)) in enumerate(zip(visual, prompts)):
-        toks = tokens[b].tolist()
-        if eos is not None:
-            stop = [eos] if isinstance(eos, int) else list(eos)
-            toks = toks[:next((i for i, tok in enumerate(toks) if tok in stop), len(toks))]
+        text, toks = answer_text(adapter, tokens[b].tolist())
         full = grids[b][0] * grids[b][1]
-        text = adapter.tokenizer.decode(toks, skip_special_tokens=True).strip()
         look = (len(suf), look_past[b]) if look_past is not None else (0, 0)
         answers.append(Answer(queries[b], text, toks, vis.n_gestalt, len(vis) - vis.n_gestalt, full,
-                              _flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments, *look),
-                              _flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
+                              prefill_flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments, *look),
+                              prefill_flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
                               cells[b].cpu(), allocator, relevance, dict(t)))
     return answers

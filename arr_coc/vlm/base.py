@@ -100,25 +100,6 @@ class VLMAdapter(Protocol):
 ADAPTERS: Registry = Registry("VLM adapter")
 
 
-def synchronize(device: Any) -> None:
-    """Wait for the work queued on ``device`` (a no-op off CUDA), so a clock reading covers it."""
-    if device is not None and torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@contextmanager
-def timed(timings: dict[str, float] | None, name: str, device: Any = None) -> Iterator[None]:
-    """Add the wall milliseconds of the block to ``timings[name]`` (None: no timing), ``device`` synchronised."""
-    if timings is None:
-        yield
-        return
-    synchronize(device)
-    start = time.perf_counter()
-    yield
-    synchronize(device)
-    timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start) * 1e3
-
-
 def box_centres(boxes: Tensor) -> Tensor:
     """Centres [K, 2] float (y, x), in cells, of (y, x, size) squares [K, 3]: where a shrunk square's token sits.
 
@@ -233,6 +214,25 @@ def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[
     return Prefill(embeds, mask, pos, nxt, vmask, deepstack)
 
 
+def synchronize(device: Any) -> None:
+    """Wait for the device's queued work, so a wall-clock reading covers it (a no-op on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@contextmanager
+def timed(timings: dict[str, float] | None, name: str, device: Any = "cpu") -> Iterator[None]:
+    """Add the wall milliseconds of the block to ``timings[name]`` (None: no timing), ``device`` synchronised."""
+    if timings is None:
+        yield
+        return
+    synchronize(device)
+    start = time.perf_counter()
+    yield
+    synchronize(device)
+    timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+
+
 @torch.no_grad()
 def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
              eos_token_id: int | Sequence[int] | None = None, cache: Any = None,
@@ -240,18 +240,19 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
     """Greedy decoding with a KV cache from a prefill with explicit positions.
 
     ``cache`` (a transformers ``DynamicCache``) may already hold the start of every prompt, with
-    ``past_mask`` [B, L0] its padding mask: the prefill then continues those prompts. ``timings``
-    collects the milliseconds of ``prefill`` and ``decode``.
+    ``past_mask`` [B, L0] its padding mask: the prefill then continues those prompts.
 
     Returns:
         tokens [B, T] (T <= max_new_tokens; finished rows repeat ``eos``) and the logits [B, T, V] that
-        chose them.
+        chose them. ``timings``, when given, receives ``prefill_ms`` and ``decode_ms`` of the batch.
     """
     from transformers import DynamicCache
 
     eos = torch.tensor([] if eos_token_id is None else
                        ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)),
                        device=prefill.attention_mask.device)
+    device = prefill.inputs_embeds.device
+    start = time.perf_counter()
     mask = prefill.attention_mask
     if cache is None:
         cache = DynamicCache(config=adapter.text_config)
@@ -259,19 +260,14 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
         raise ValueError("continuing a cache needs past_mask [B, cached length]")
     else:
         mask = torch.cat([past_mask.to(mask), mask], 1)
-    device = mask.device
-    with timed(timings, "prefill", device):
-        hidden = adapter.language_model(dict(inputs_embeds=prefill.inputs_embeds, attention_mask=mask,
-                                             position_ids=prefill.position_ids, past_key_values=cache,
-                                             visual_mask=prefill.visual_mask, deepstack=prefill.deepstack))
-        logits = adapter.logits(hidden[:, -1:])  # [B, 1, V]
-    with timed(timings, "decode", device):
-        return _decode(adapter, prefill, logits, mask, cache, eos, max_new_tokens)
-
-
-def _decode(adapter: VLMAdapter, prefill: Prefill, logits: Tensor, mask: Tensor, cache: Any, eos: Tensor,
-            max_new_tokens: int) -> tuple[Tensor, Tensor]:
-    """Greedy steps after the prefill's last logits [B, 1, V]."""
+    hidden = adapter.language_model(dict(inputs_embeds=prefill.inputs_embeds, attention_mask=mask,
+                                         position_ids=prefill.position_ids, past_key_values=cache,
+                                         visual_mask=prefill.visual_mask, deepstack=prefill.deepstack))
+    logits = adapter.logits(hidden[:, -1:])  # [B, 1, V]
+    if timings is not None:
+        synchronize(device)
+        timings["prefill_ms"] = (time.perf_counter() - start) * 1e3
+        start = time.perf_counter()
     b = mask.shape[0]
     done = torch.zeros(b, dtype=torch.bool, device=mask.device)
     tokens, scores = [], []
@@ -289,7 +285,11 @@ def _decode(adapter: VLMAdapter, prefill: Prefill, logits: Tensor, mask: Tensor,
         hidden = adapter.language_model(dict(inputs_embeds=adapter.embed_tokens(nxt[:, None]), attention_mask=mask,
                                              position_ids=pos, past_key_values=cache))
         logits = adapter.logits(hidden)
-    return torch.stack(tokens, 1), torch.stack(scores, 1)
+    out = torch.stack(tokens, 1), torch.stack(scores, 1)
+    if timings is not None:
+        synchronize(device)
+        timings["decode_ms"] = (time.perf_counter() - start) * 1e3
+    return out
 
 
 def flops_estimate(n_params_llm: int, llm_layers: int, llm_width: int, prompt_tokens: int,

@@ -275,8 +275,14 @@ def second_pass(adapter: Any, look: FirstLook, visuals: Sequence[VisualTokens], 
                 ) -> tuple[Tensor, Tensor]:
     """Append saccades + question to the first look's cache and decode greedily: (tokens [B, T], logits [B, T, V]).
 
-    The cache is consumed: a first look answers once. ``timings`` as in :func:`arr_coc.vlm.base.generate`.
+    The cache is consumed: a first look answers once. ``timings`` collects ``prefill`` (saccades +
+    question on the cache) and ``decode``, in milliseconds.
     """
     pf = second_pass_prefill(adapter, look, visuals)
-    return generate(adapter, pf, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                    cache=look.cache, past_mask=look.attention_mask, timings=timings)
+    g: dict[str, float] = {}
+    out = generate(adapter, pf, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                   cache=look.cache, past_mask=look.attention_mask, timings=g if timings is not None else None)
+    if timings is not None:
+        timings["prefill"] = timings.get("prefill", 0.0) + g["prefill_ms"]
+        timings["decode"] = timings.get("decode", 0.0) + g["decode_ms"]
+    return out
