@@ -277,3 +277,40 @@ def test_cli_ask_relevance_vlm_json_prints_answer_tokens_and_stage_times(receipt
                             "--channels", "mvp"]) == 0
     auto = json.loads(capsys.readouterr().out)
     assert auto["relevance"] == "arr" and "allocation/texture" in auto["stages_ms"] and auto["flops"]["allocation"] == 0
+
+
+def test_first_look_channel_mixes_the_vlms_attention_into_arrs_scorer(tiny):
+    from arr_coc.vlm.look import first_look
+
+    adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 8
+    img = small_image(adapter, seed=5)
+    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=adapter.cell),
+                        texture=TextureConfig(channels=DEFAULT_CHANNELS + ("first_look",))),
+              query_encoder=HashingQueryEncoder()).eval()
+    a = ask(adapter, img, q, arr=arr, budget=k, relevance="arr", max_new_tokens=2)[0]
+    assert a.relevance == "arr" and {"allocation/first look", "allocation/texture"} <= set(a.timings_ms)
+    look = first_look(adapter, adapter.encode_gestalt([img], [(2, 2)]), [(2, 2)], [q])
+    fl = look.relevance_map([(6, 8)], (6, 8))[:, None]  # [1, 1, Hc, Wc]
+    alloc = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": fl})
+    assert a.cells.tolist() == alloc.positions[0].tolist()
+    # hand-set participatory head: the coupled channel enters with its fixed weight 3, at its absolute level
+    torch.testing.assert_close(alloc.relevance.parts[0, 2], 3.0 * fl[0, 0])
+    # negative control: a flat first look leaves other cells on top
+    flat = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": torch.full_like(fl, 0.5)})
+    assert flat.positions[0].tolist() != alloc.positions[0].tolist()
+    with pytest.raises(ValueError, match="'first_look' channel is read from a VLM's attention, not from pixels"):
+        arr(img, q, budget=k)
+    with pytest.raises(ValueError, match="given channels \\['clip'\\] are not question-coupled channels"):
+        arr(img, q, budget=k, coupled=lambda canvas, qs: {"clip": fl})
+
+
+def test_arr_texture_runs_where_the_arr_was_moved():
+    """Plain tensor channels follow the ARR's device (the meta device stands in for a GPU here)."""
+    channels = ("rgb", "edges", "saliency", "eccentricity")
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=channels)), query_encoder=HashingQueryEncoder()).eval()
+    img = torch.rand(3, 112, 140, generator=torch.Generator().manual_seed(0))
+    cpu = arr.see(img)
+    meta = arr.to("meta").see(img)
+    assert cpu.cells.device.type == "cpu"
+    assert meta.cells.device.type == meta.canvas.pixels.device.type == meta.canvas.valid.device.type == "meta"
+    assert meta.cells.shape == cpu.cells.shape == (1, 6, 4, 5)

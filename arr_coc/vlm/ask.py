@@ -257,13 +257,7 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
         raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
                          f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
     if relevance == "vlm":
-        if mode == "weighted" or not gestalt:
-            raise ValueError("relevance 'vlm' reads the VLM's look at the gestalt, which "
-                             f"{'mode weighted' if gestalt else 'no gestalt'} does not send; use mode 'sparse' or "
-                             "'slice' with the gestalt, or relevance 'arr'")
-        if not hasattr(adapter, "encode_gestalt"):
-            raise ValueError(f"relevance 'vlm' needs an adapter that encodes the gestalt alone (the Qwen-VL "
-                             f"families); {adapter.name} has none: use relevance 'arr'")
+        _check_look(adapter, mode, gestalt, "relevance 'vlm'")
     if arr is None:
         from arr_coc.pipeline import ARR
 
@@ -279,10 +273,48 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
     return run(adapter, images, questions, arr, k, mode, layout, gestalt, max_new_tokens, allocator, look_layers, t)
 
 
+def _look(adapter: Any, canvas: Any, queries: Sequence[str], arr: Any, k: int, layers: Any,
+          t: dict[str, float]) -> dict[str, Any]:
+    """The first look at every image of a canvas: its images on the model's device, grids, gestalt tokens, look."""
+    from arr_coc.vlm.look import first_look
+
+    cell, device = adapter.cell, model_device(adapter)
+    imgs = [canvas.pixels[b, :, :h, :w].to(device) for b, (h, w) in enumerate(canvas.sizes)]
+    grids = [(h // cell, w // cell) for h, w in canvas.sizes]
+    gestalts = [arr.config.gestalt.grid_for(k, g) for g in grids]
+    with timed(t, "vision/gestalt", device):
+        seen = adapter.encode_gestalt(imgs, gestalts)
+    look = first_look(adapter, seen, gestalts, list(queries), layers=layers, timings=t)
+    return dict(imgs=imgs, grids=grids, gestalts=gestalts, seen=seen, look=look)
+
+
+def _check_look(adapter: Any, mode: str, gestalt: bool, why: str) -> None:
+    if mode == "weighted" or not gestalt:
+        raise ValueError(f"{why} reads the VLM's look at the gestalt, which "
+                         f"{'mode weighted' if gestalt else 'no gestalt'} does not send; use mode 'sparse' or "
+                         "'slice' with the gestalt, or relevance 'arr'")
+    if not hasattr(adapter, "encode_gestalt"):
+        raise ValueError(f"{why} needs an adapter that encodes the gestalt alone (the Qwen-VL "
+                         f"families); {adapter.name} has none: use relevance 'arr'")
+
+
 def _ask_arr(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: str, layout: str, gestalt: bool,
              max_new_tokens: int, allocator: str, look_layers: Any, t: dict[str, float]) -> list[Answer]:
-    """Relevance from ARR's scorer, then one pass: prefix, gestalt, saccades, question."""
-    alloc = arr(images, questions, budget=k)
+    """Relevance from ARR's scorer, then one pass: prefix, gestalt, saccades, question.
+
+    With the ``first_look`` channel among ARR's channels, the VLM's first look feeds the scorer
+    and the answer continues its cache, as with the ``vlm`` source.
+    """
+    seen: dict[str, Any] = {}
+    coupled = None
+    if "first_look" in arr.query_channels:
+        _check_look(adapter, mode, gestalt, "the first_look channel")
+
+        def coupled(canvas: Any, queries: list[str]) -> dict[str, torch.Tensor]:
+            seen.update(_look(adapter, canvas, queries, arr, k, look_layers, t))
+            return {"first_look": seen["look"].relevance_map(seen["grids"], canvas.grid)[:, None]}
+
+    alloc = arr(images, questions, budget=k, coupled=coupled)
     t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
     canvas, cell, device = alloc.canvas, adapter.cell, model_device(adapter)
     imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
@@ -293,18 +325,28 @@ def _ask_arr(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: 
     if mode == "weighted":
         w = relevance_weights(alloc.relevance.map, canvas.valid)
         weights = [w[b, :g[0], :g[1]] for b, g in enumerate(grids)]
+    reuse = seen.get("seen")
     with timed(t, "vision", device):
         if allocator == "arr":
             cells = [alloc.positions[b] for b in range(canvas.batch_size)]
             visual: list[VisualTokens] = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout,
-                                                        weights=weights)
+                                                        weights=weights, **({"encoded": reuse} if reuse else {}))
         else:
             cells = patch_boxes(allocator, alloc.relevance.map, canvas, k)
-            visual = adapter.encode_patches(imgs, cells, gestalt=gestalts, layout=layout)
+            visual = adapter.encode_patches(imgs, cells, gestalt=gestalts, layout=layout,
+                                            **({"encoded": reuse} if reuse else {}))
+    eos = adapter.text_config.eos_token_id
+    if reuse:
+        from arr_coc.vlm.look import second_pass
+
+        look = seen["look"]
+        tokens, _ = second_pass(adapter, look, visual, max_new_tokens=max_new_tokens, eos_token_id=eos, timings=t)
+        prompts = list(zip(look.prefixes, look.suffixes))
+        return _answers(adapter, alloc.queries, tokens, visual, prompts, grids, cells, allocator, "arr", t,
+                        [len(p[0]) + len(v) for p, v in zip(prompts, reuse)])
     prompts = [adapter.prompt_ids(q) for q in alloc.queries]
     prefill = assemble(adapter.embed_tokens, [p[0] for p in prompts], visual, [p[1] for p in prompts],
                        adapter.rope_rows)
-    eos = adapter.text_config.eos_token_id
     tokens, _ = generate(adapter, prefill, max_new_tokens=max_new_tokens, eos_token_id=eos, timings=(g := {}))
     t.update(prefill=g["prefill_ms"], decode=g["decode_ms"])
     return _answers(adapter, alloc.queries, tokens, visual, prompts, grids, cells, allocator, "arr", t)
@@ -315,18 +357,14 @@ def _ask_vlm(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: 
     """Relevance from the VLM's first look at the gestalt; the answer continues its KV cache."""
     from arr_coc.canvas import make_canvas
     from arr_coc.query import check_queries
-    from arr_coc.vlm.look import first_look, second_pass
+    from arr_coc.vlm.look import second_pass
 
-    cfg, cell, device = arr.config.canvas, adapter.cell, model_device(adapter)
+    cfg, device = arr.config.canvas, model_device(adapter)
     with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
-        canvas = make_canvas(images, cell=cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+        canvas = make_canvas(images, cell=adapter.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
         queries = check_queries(questions, canvas.batch_size)
-        imgs = [canvas.pixels[b, :, :h, :w].to(device) for b, (h, w) in enumerate(canvas.sizes)]
-    grids = [(h // cell, w // cell) for h, w in canvas.sizes]
-    gestalts = [arr.config.gestalt.grid_for(k, g) for g in grids]
-    with timed(t, "vision/gestalt", device):
-        seen = adapter.encode_gestalt(imgs, gestalts)
-    look = first_look(adapter, seen, gestalts, queries, layers=look_layers, timings=t)
+    lk = _look(adapter, canvas, queries, arr, k, look_layers, t)
+    imgs, grids, gestalts, seen, look = lk["imgs"], lk["grids"], lk["gestalts"], lk["seen"], lk["look"]
     with timed(t, "allocation/relevance", device):
         rel = look.relevance_map(grids, canvas.grid)  # [B, Hc, Wc]
         valid = canvas.valid.to(device)
