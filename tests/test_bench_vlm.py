@@ -107,3 +107,15 @@ def test_meta_built_model_equals_a_normally_built_one_with_its_weights():
     image = bench.page(5 * 28)[:, :, :4 * 28]  # 5 x 4 cells
     a, b = (bench.Qwen25VLAdapter(m).encode_native([image])[0].embeds for m in (fast, ref))
     assert torch.isfinite(a).all() and torch.equal(a, b)
+
+
+def test_flops_only_counts_the_first_look_and_windows_without_running_the_model(tmp_path):
+    bench = load_bench()
+    rows = bench.main(["--flops-only", "--tiny", "--repeats", "1", "--size", "448", "--budget", "40",
+                       "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)])
+    full, arr, vlm = (r["flops"] for r in rows)
+    assert arr["allocation"] == 0 < vlm["allocation"]
+    assert vlm["total"] == arr["total"] + vlm["allocation"] and arr["llm"] == vlm["llm"]
+    assert full["total"] > vlm["total"]
+    md = (tmp_path / "bench_vlm_flops.md").read_text()
+    assert "| sparse, vlm relevance | 106 | 144 + 160 |" in md and "ARR's allocation on this page, measured" in md
