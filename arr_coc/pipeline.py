@@ -251,6 +251,16 @@ class ARR(nn.Module):
                  for n in self.channels]
         return torch.cat(parts, 1)
 
+    def select(self, relevance: Tensor, k: int, *, valid: Tensor | None = None,
+               query_emb: Tensor | None = None) -> Selection:
+        """The configured sampler (with its trained parameters, if any) on a relevance map [B, Hc, Wc].
+
+        The selection step of :meth:`forward`, seeded with the config's seed: ``arr-coc eval``'s ``arr``
+        method calls it, so the method is what ``look``, ``ask`` and ``ARR()`` send.
+        """
+        generator = torch.Generator().manual_seed(self.config.seed)
+        return self.sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
+
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
                 budget: int | None = None) -> Allocation:
         """Allocate ``budget`` (default: the config's) saccades per image for its question."""
@@ -263,9 +273,7 @@ class ARR(nn.Module):
             gestalt = self.gestalt(scene, k)
         relevance, query_emb = self.score(scene, queries, gestalt.vector, timings=t)
         with _timed(t, "selection"):
-            generator = torch.Generator().manual_seed(self.config.seed)
-            selection = self.sampler(relevance.map.detach(), k, valid=canvas.valid, query_emb=query_emb,
-                                     generator=generator)
+            selection = self.select(relevance.map, k, valid=canvas.valid, query_emb=query_emb)
         with _timed(t, "extraction"):
             patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
         return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,

@@ -18,6 +18,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -33,7 +34,8 @@ from arr_coc.eval.reading import READERS, contains_score, downsampled_view, fove
 from arr_coc.samplers import SAMPLERS, topk_cells
 
 # Method order of every table: the upper bound, the field's baseline, then the allocators.
-METHODS = ("full", "uniform_image", "random", "topk", "nms", "stratified", "adaptive_stratified", "log_polar",
+# "arr" is the evaluated ARR's own sampler: with no options, what `arr-coc look`, `ask` and ARR() send.
+METHODS = ("full", "uniform_image", "random", "topk", "arr", "nms", "stratified", "adaptive_stratified", "log_polar",
            "patches", "patches_edges", "quadtree", "selector", "pruner")
 # variable-size allocators (arr_coc.allocators.patching): registry name and the map that drives them
 PATCH_METHODS = {"patches": ("saliency", "relevance"), "patches_edges": ("saliency", "edges"),
@@ -56,6 +58,7 @@ class EvalSettings:
     margin_px: int = MARGIN_PX
     patch_options: dict | None = None  # keyword options of the patchers, e.g. {"size_prior": 2.0}
     learned: dict | None = None  # weights of "selector" / "pruner" (default: the packaged ones)
+    keep_cells: bool = False  # rows also hold the chosen cells ("cells": [[y, x], ...]) of the cell methods
 
     def __post_init__(self) -> None:
         unknown = [m for m in self.methods if m not in METHODS]
@@ -92,6 +95,8 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     done = _done_keys(path)
     reader = READERS.get(settings.reader)() if settings.reader else None
     samplers = {m: SAMPLERS.get(m)() for m in settings.methods if m in SAMPLERS}
+    if "arr" in settings.methods:
+        samplers["arr"] = arr.select
     learned = load_learned_methods(arr, settings)
     by_image: dict[str, list[Record]] = defaultdict(list)
     for r in records:
@@ -209,11 +214,17 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
                 if not maps or method not in maps:
                     continue
                 sel = topk_cells(maps[method], k, canvas.valid)
+            elif method == "arr":  # the ARR's own sampler and seed, as ARR.forward calls it
+                if "arr" not in samplers:
+                    continue
+                sel = samplers["arr"](relevance, k, valid=canvas.valid, query_emb=query_emb)
             else:
                 generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
                 sel = samplers[method](relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
             chosen = sel.mask(*canvas.grid)[0, :hc, :wc]
             metrics = allocation_metrics(chosen, cell, target, others).as_dict()
+            if settings.keep_cells:
+                metrics["cells"] = sel.positions[0].tolist()
             view = foveated_view(pixels[:, : hc * cell, : wc * cell], sel.positions[0], cell, grid)
             yield row(method + suffix, str(spec), grid[0] * grid[1] + k, view, metrics, start)
 
@@ -279,6 +290,19 @@ def summarize(rows: Sequence[dict]) -> list[dict]:
     return out
 
 
+@lru_cache(maxsize=None)
+def method_label(method: str) -> str:
+    """A method's name in tables: samplers with learnable parameters run untrained here, and say so.
+
+    >>> method_label("topk"), method_label("log_polar"), method_label("adaptive_stratified@learned")
+    ('topk', 'log_polar (untrained)', 'adaptive_stratified@learned (untrained)')
+    """
+    base = method.split("@")[0]
+    if base in SAMPLERS.names() and any(True for _ in SAMPLERS.get(base)().parameters()):
+        return f"{method} (untrained)"
+    return method
+
+
 def _fmt(v: float, pct: bool = False) -> str:
     if v != v:
         return "—"
@@ -289,7 +313,7 @@ def markdown_table(summary: Sequence[dict]) -> str:
     lines = ["| budget | method | tokens (share of full) | n | coverage | hit rate | IoU proxy | secondary "
              "| peripheral | seen | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
-        lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
+        lines.append(f"| {s['budget']} | {method_label(s['method'])} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
                      + " | ".join(_fmt(s[c]) for c in COLUMNS) + " |")
     return "\n".join(lines)
 
@@ -314,7 +338,7 @@ def pivot_table(summary: Sequence[dict], column: str) -> str:
     lines = ["| method | " + " | ".join(f"{b} ({tokens[b]:.0f} tok)" for b in budgets) + " |",
              "|---|" + "---:|" * len(budgets)]
     for m in methods:
-        lines.append(f"| {m} | " + " | ".join(_fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
+        lines.append(f"| {method_label(m)} | " + " | ".join(_fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
     return "\n".join(lines)
 
 
@@ -355,7 +379,7 @@ def plot_summary(summary: Sequence[dict], path: Path) -> Path:
                 ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
                 continue
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=matplotlib.colormaps["tab20"](i),
-                    ls=":" if method in ("uniform_image", "random") else "-", label=method)
+                    ls=":" if method in ("uniform_image", "random") else "-", label=method_label(method))
         ax.set_xlabel("tokens sent (% of full resolution)")
         ax.set_ylabel(label)
         ax.set_ylim(-0.02, 1.02)
