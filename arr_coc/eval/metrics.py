@@ -1,4 +1,4 @@
-"""Where did the saccades land? Answer-box coverage, hit rate, the seeds' IoU proxy, region-wise coverage.
+"""Where did the saccades land? Answer-box coverage, hit rate, the IoU proxy of training, region-wise coverage.
 
 Boxes are ``(y0, x0, y1, x1)`` in canvas pixels (``arr_coc.data.boxes.scale_boxes`` with ``Canvas.scales``); ``chosen`` is a
 ``[Hc, Wc]`` bool map of the full-resolution saccade cells. Areas are measured exactly: a box
@@ -35,7 +35,7 @@ class Coverage:
 
     coverage: float  # share of the answer-box area inside saccade cells
     hit: float  # 1.0 when coverage >= 0.5
-    iou: float  # seeds' proxy: IoU of the chosen cells and the cells the answer touches
+    iou: float  # training's proxy: IoU of the chosen cells and the cells the answer touches
     secondary: float  # coverage of the other answers of the same image (not the target)
     peripheral: float  # coverage of everything else
 
@@ -45,7 +45,7 @@ class Coverage:
 
 def allocation_metrics(chosen: Tensor, cell: int, target: Sequence[Box], others: Sequence[Box] = (),
                        hit_threshold: float = 0.5) -> Coverage:
-    """Coverage, hit, IoU proxy and region-wise coverage (seed Part 13) of one image's saccades.
+    """Coverage, hit, IoU proxy and region-wise coverage (does every region keep some saccades?) of one image's saccades.
 
     Args:
         chosen: [Hc, Wc] bool, the saccade cells (the canvas is Hc*cell x Wc*cell px).
