@@ -1,8 +1,8 @@
 """Channel ablation: coverage and reading with and without each question-coupled channel.
 
 Runs `arr-coc eval` per (channel set, dataset) with top-K and stratified at 10% and 25% of the
-full-resolution tokens, then joins the summaries with the default-channel rows of the main run
-(benchmarks/results/eval, made by run_eval.py with the same seed and subset) into one table.
+full-resolution tokens (the same seeded records for every channel set), then joins the summaries into one
+table.
 
     python benchmarks/run_ablation.py [--limit 100] [--jobs 2] [--split test]
 
@@ -24,6 +24,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 METHODS = ("topk", "stratified")
 BUDGETS = ("10%", "25%")
 CONFIGS = {  # name -> (channels, datasets)
+    "mvp": (("mvp",), ("funsd", "sroie", "coco")),  # the 13 question-blind channels alone
     "+text": (("mvp", "text_match", "key_value"), ("funsd", "sroie")),
     "+objects": (("mvp", "objects"), ("coco",)),
     "+learned_saliency": (("mvp", "learned_saliency"), ("funsd", "sroie", "coco")),
@@ -54,13 +55,13 @@ def table(limit: int) -> str:
 
     lines = ["| dataset | channels | n | budget | method | coverage | hit rate | reading (ANLS) |",
              "|---|---|---:|---|---|---:|---:|---:|"]
-    runs = [("mvp", RESULTS / "eval")] + [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
+    runs = [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
     fmt = lambda v: "—" if v != v else f"{v:.3f}"  # noqa: E731
     for dataset in ("funsd", "sroie", "coco"):
         found = {}
         for name, folder in runs:
             path = folder / dataset / "records.jsonl"
-            if (name == "mvp" or dataset in CONFIGS[name][1]) and path.exists():
+            if dataset in CONFIGS[name][1] and path.exists():
                 rows = [json.loads(x) for x in path.read_text().splitlines()]
                 found[name] = [r for r in rows if r["method"] in METHODS and r["budget"] in BUDGETS]
         if not found:
