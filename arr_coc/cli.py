@@ -24,6 +24,13 @@ def _registered() -> str:
             f"modes: {', '.join(MODES)}; layouts: {', '.join(LAYOUTS)}")
 
 
+# The token rule of arr_coc.budget, as look and ask state it in --help.
+BUDGET_HELP = ("saccade tokens K (default %(default)s). Sent: K saccades + a square gestalt, the largest side of "
+               "16, 12, 8, 6, 4, 2, 1 with side*side <= K (273 -> 16x16, 529 in all; 128 -> 8x8), each side clamped "
+               "to the image's cell grid (a 10x40-cell image gets a 10x16 gestalt); an image with fewer than K "
+               "cells is refused with its count")
+
+
 def _parser() -> argparse.ArgumentParser:
     from arr_coc.config import DEFAULT_BUDGET, CanvasConfig, SamplerConfig
 
@@ -39,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                           description="Allocate saccades for one image and question.")
     look.add_argument("image", help="image file (any format PIL reads)")
     look.add_argument("question", help='the question, e.g. "What is the total?"')
-    look.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="saccade tokens K (default %(default)s)")
+    look.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help=BUDGET_HELP)
     look.add_argument("--sampler", default=SamplerConfig.name, help="sampler name (default %(default)s; see below)")
     look.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
     look.add_argument("--cell", type=int, default=CanvasConfig.cell,
@@ -47,7 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     look.add_argument("--max-pixels", type=int, default=CanvasConfig.max_pixels,
                       help="largest canvas area in px (default %(default)s)")
     look.add_argument("--gestalt", type=int, default=None, metavar="N",
-                      help="N x N gestalt tokens (default 16, or 8 when --budget < 128)")
+                      help="N x N gestalt tokens, clamped to the image's cell grid (default: the rule of --budget)")
     look.add_argument("--seed", type=int, default=0, help="seed for learnable parts and random samplers")
     look.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm",
                       help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words")
@@ -109,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument("--model", required=True, metavar="PATH_OR_ID",
                      help="checkpoint folder or hub id loaded with from_pretrained (Qwen2/2.5/3-VL), "
                           "or tiny:<family> for a random-weight model that only exercises the plumbing")
-    ask.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="saccade tokens K (default %(default)s)")
+    ask.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help=BUDGET_HELP)
     ask.add_argument("--mode", choices=MODES, default="sparse",
                      help="sparse: the tower encodes only the chosen cells; slice: full grid, keep the chosen "
                           "tokens; weighted: every token, scaled by relevance (default %(default)s)")
