@@ -167,6 +167,19 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--sampler", default="topk", help="sampler whose parameters train too, if any (default %(default)s)")
     tr.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     tr.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
+    sv = sub.add_parser("serve", formatter_class=fmt,
+                        help="the microscope: a web page to see and steer the allocation (Gradio)",
+                        description="Serve the microscope: upload an image, ask, and see where the saccades go, "
+                                    "what each part of the scorer contributed, and what the VLM would see.")
+    sv.add_argument("--model", default=None, metavar="PATH_OR_ID",
+                    help="a VLM to answer with (as for ask; tiny:<family> for the random-weight plumbing model); "
+                         "default: no answer, allocation only")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: this machine only)")
+    sv.add_argument("--port", type=int, default=7860, help="port (default %(default)s)")
+    sv.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
+    sv.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads of the server process (default: torch's choice); 1 keeps "
+                         "answers quick on a machine that is busy with other work")
     for cmd in (look, ev):
         cmd.add_argument("--scorer-weights", default="auto", metavar="auto|none|PATH",
                          help="auto: the shipped trained weights when they fit the channels; none: hand-set; "
@@ -350,10 +363,33 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve(args: argparse.Namespace) -> int:
+    import torch
+
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
+    from arr_coc.app.service import Microscope
+    from arr_coc.app.ui import serve as run
+
+    vlm = None
+    if args.model:
+        from arr_coc.vlm import load_vlm
+
+        vlm = load_vlm(args.model)
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    print(f"arr-coc microscope on http://{args.host}:{args.port}/ (Ctrl+C stops it)", flush=True)
+    run(Microscope(query_encoder=encoder, vlm=vlm), host=args.host, port=args.port)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        return {"look": look, "eval": evaluate, "ask": ask, "train": train}[args.command](args)
+        return {"look": look, "eval": evaluate, "ask": ask, "train": train, "serve": serve}[args.command](args)
     except (ValueError, TypeError, KeyError, OSError, ImportError) as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2
