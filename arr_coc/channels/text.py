@@ -52,6 +52,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
 
 INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
@@ -181,7 +182,7 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
     _rapidocr()  # checked on every call: the engine below is cached once built
     engine = _engine(int(det_limit_side_len))
     height, width = image.shape[-2:]
-    u8 = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    u8 = to_hwc_uint8(image)
     out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
     boxes: list[tuple[float, float, float, float]] = []
     if out.boxes is not None and len(out.boxes):

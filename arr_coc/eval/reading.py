@@ -11,31 +11,34 @@ an OCR engine run on a view says whether the answer survived the allocation:
     ``foveated_view``     the gestalt with every saccade cell pasted back at full resolution
     ``downsampled_view``  the field's baseline: one uniformly downsampled image within a token budget
 
-Readers (``READERS``): ``tesseract`` (pytesseract) and ``rapidocr`` (PP-OCR ONNX models, offline).
+Readers (``READERS``): ``tesseract`` (the Debian binary, one subprocess per crop) and ``rapidocr`` (PP-OCR ONNX models, offline).
 Scores: ``anls`` (ST-VQA / DocVQA) and ``contains_score`` (ANLS against the best word window of the
 reading, so neighbouring words that fall inside the crop margin are not penalised).
 """
 from __future__ import annotations
 
+import io
 import math
 import os
+import shutil
+import subprocess
 from typing import Optional, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from rapidfuzz.distance import Levenshtein
 from torch import Tensor
 
 from arr_coc.extract import extract_gather, paste_patches
+from arr_coc.imageops import resize, to_hwc_uint8
 from arr_coc.registry import Registry
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
 
 _INSTALL_TESSERACT = (
-    "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng) "
-    "and the Python package pytesseract, or choose --reader rapidocr"
+    "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "
+    "or choose --reader rapidocr"
 )
 _INSTALL_RAPIDOCR = "install the Python packages rapidocr and onnxruntime (pip install rapidocr onnxruntime), or choose --reader tesseract"
 
@@ -60,14 +63,6 @@ def _as_batch(pixels: Tensor, cell: int, fn: str) -> tuple[Tensor, bool]:
     return (pixels[None] if single else pixels), single
 
 
-def _resize(x: Tensor, size: tuple[int, int]) -> Tensor:
-    """[B, 3, H, W] -> [B, 3, *size], antialiased bilinear; bit-exact pass-through at the same size."""
-    if tuple(x.shape[-2:]) == tuple(size):
-        return x.clone()
-    # antialias=True is what a VLM processor's area-like shrink does; without it thin strokes alias away.
-    return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True).clamp_(0.0, 1.0)
-
-
 def _check_grid(grid: Sequence[int], fn: str) -> tuple[int, int]:
     if len(grid) != 2 or any(isinstance(g, bool) or int(g) != g or g < 1 for g in grid):
         raise ValueError(f"{fn}: grid must be (rows, cols) positive ints (token cells), got {grid!r}")
@@ -77,8 +72,9 @@ def _check_grid(grid: Sequence[int], fn: str) -> tuple[int, int]:
 def _grid_view(x: Tensor, cell: int, grid: tuple[int, int]) -> Tensor:
     """[B, 3, H, W] -> the same size after a round trip through grid[0]*cell x grid[1]*cell px."""
     H, W = x.shape[-2:]
-    small = _resize(x, (grid[0] * cell, grid[1] * cell))  # [B, 3, rows*cell, cols*cell]: what the VLM sees
-    return _resize(small, (H, W))  # [B, 3, H, W]; upsampling, so antialias has no effect here
+    small = resize(x, (grid[0] * cell, grid[1] * cell))  # [B, 3, rows*cell, cols*cell]: what the VLM sees
+    out = resize(small, (H, W))  # [B, 3, H, W]; upsampling, so antialias has no effect here
+    return out.clone() if out is x else out  # a view is a new image, never the caller's tensor
 
 
 def gestalt_view(pixels: Tensor, cell: int, grid: Sequence[int]) -> Tensor:
@@ -263,7 +259,7 @@ def to_gray_pil(image: Tensor) -> Image.Image:
     if not isinstance(image, Tensor) or image.ndim != 3 or image.shape[0] not in (1, 3) or 0 in image.shape:
         shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
         raise ValueError(f"a reader needs a non-empty [3, h, w] or [1, h, w] image tensor, got {shape}")
-    u8 = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    u8 = to_hwc_uint8(image)  # [h, w, 1 or 3]
     return Image.fromarray(u8[..., 0] if u8.shape[-1] == 1 else u8, "L" if u8.shape[-1] == 1 else "RGB").convert("L")
 
 
@@ -290,7 +286,7 @@ def make_reader(name: str, **kwargs) -> Reader:
 
 @READERS.register("tesseract")
 class TesseractReader:
-    """Tesseract via pytesseract on an 8-bit grayscale crop.
+    """Tesseract (the ``tesseract`` binary) on an 8-bit grayscale crop.
 
     ``psm=6`` ("a single uniform block of text") because a reader gets a small crop around one
     answer: the default automatic page segmentation (psm 3) looks for columns and paragraphs and
@@ -305,39 +301,47 @@ class TesseractReader:
     In the same run psm 7 scored 0.599 and psm 3 0.483. A white border added around the crop
     lowered the score (0.754 -> 0.667 over margins 0-8 px), so there is none.
 
-    ``OMP_THREAD_LIMIT=1`` is set in the environment (unless already set) because Tesseract's
-    OpenMP threads make it ~7x slower on small crops; it is a process-wide setting inherited by the
-    tesseract subprocess.
+    Each crop is piped to its own ``tesseract stdin stdout`` process started with
+    ``OMP_THREAD_LIMIT=threads`` in that process's environment only: Tesseract's OpenMP threads make
+    it ~7x slower on small crops, and the limit must not leak into the caller's process (which
+    would throttle every other OpenMP user there).
     """
 
-    def __init__(self, psm: int = 6, lang: str = "eng", upscale: float = 2.0, upscale_below_px: int = 40) -> None:
-        try:
-            import pytesseract
-        except ImportError as e:
-            raise ImportError(f"the tesseract reader needs pytesseract: {_INSTALL_TESSERACT}") from e
-        os.environ.setdefault("OMP_THREAD_LIMIT", "1")
-        try:
-            pytesseract.get_tesseract_version()
-        except pytesseract.TesseractNotFoundError as e:
-            raise RuntimeError(f"the tesseract binary was not found: {_INSTALL_TESSERACT}") from e
+    def __init__(self, psm: int = 6, lang: str = "eng", upscale: float = 2.0, upscale_below_px: int = 40,
+                 threads: int = 1, cmd: str = "tesseract") -> None:
+        exe = shutil.which(cmd)
+        if exe is None:
+            raise RuntimeError(f"the tesseract binary was not found: {_INSTALL_TESSERACT}")
         if isinstance(psm, bool) or int(psm) != psm or not 0 <= psm <= 13:
             raise ValueError(f"psm must be a Tesseract page segmentation mode 0..13, got {psm!r}")
         if not upscale >= 1:
             raise ValueError(f"upscale must be >= 1 (1 switches it off), got {upscale!r}")
-        self._tess = pytesseract
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        self.cmd, self.threads = exe, threads
         self.psm, self.lang, self.upscale, self.upscale_below_px = int(psm), lang, float(upscale), upscale_below_px
+
+    def command(self) -> list[str]:
+        """The argument list of one reading (image on stdin, text on stdout)."""
+        return [self.cmd, "stdin", "stdout", "-l", self.lang, "--psm", str(self.psm)]
 
     def read(self, image: Tensor) -> str:
         img = to_gray_pil(image)
         if self.upscale > 1 and img.height < self.upscale_below_px:
             size = (round(img.width * self.upscale), round(img.height * self.upscale))
             img = img.resize(size, Image.LANCZOS)
-        os.environ.setdefault("OMP_THREAD_LIMIT", "1")
-        text = self._tess.image_to_string(img, lang=self.lang, config=f"--psm {self.psm}")
-        return " ".join(text.split())
+        png = io.BytesIO()
+        img.save(png, "PNG")
+        env = {**os.environ, "OMP_THREAD_LIMIT": str(self.threads)}  # this child only
+        done = subprocess.run(self.command(), input=png.getvalue(), capture_output=True, env=env, check=False)
+        if done.returncode != 0:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise RuntimeError(f"tesseract exited with {done.returncode}: {err[-1] if err else 'no message'}")
+        return " ".join(done.stdout.decode("utf-8", "replace").split())
 
     def __repr__(self) -> str:
-        return f"TesseractReader(psm={self.psm}, lang={self.lang!r}, upscale={self.upscale}, upscale_below_px={self.upscale_below_px})"
+        return (f"TesseractReader(psm={self.psm}, lang={self.lang!r}, upscale={self.upscale}, "
+                f"upscale_below_px={self.upscale_below_px}, threads={self.threads})")
 
 
 @READERS.register("rapidocr")
