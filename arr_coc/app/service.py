@@ -150,9 +150,11 @@ class Microscope:
         self.vlm = vlm
         self.max_new_tokens = max_new_tokens
         self.cell = vlm.cell if vlm is not None else CanvasConfig.cell
-        self.channel_cache = ImageCache(max_items=64)  # OCR lines etc., shared by every ARR below
-        self.scenes = ImageCache(max_items=16)  # canvas + question-free cell texture per image and channel set
-        self._arrs: dict[str, ARR] = {}
+        self.forget()  # channel_cache: OCR lines etc., shared by every ARR; scenes: canvas + question-free texture
+
+    def forget(self) -> None:
+        """Drop every cached image: the next request on any image pays for its texture and OCR again."""
+        self.channel_cache, self.scenes, self._arrs = ImageCache(max_items=64), ImageCache(max_items=16), {}
 
     def arr(self, settings: Settings) -> ARR:
         key = json.dumps(settings.config().to_dict(), sort_keys=True, default=str)
