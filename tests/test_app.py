@@ -136,3 +136,16 @@ def test_display_factor_keeps_cells_whole_pixels():
             f = views.display_factor((side, side // 2), cell)
             assert cell % f == 0 and (side / f <= views.MAX_SIDE or f == cell)
     assert CanvasConfig().cell % views.display_factor((1484, 980), 28) == 0
+
+
+def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp_path):
+    from arr_coc.vlm import load_vlm
+
+    vlm = load_vlm("tiny:qwen2_5_vl")
+    scope = Microscope(query_encoder=HashingQueryEncoder(), vlm=vlm, max_new_tokens=3)
+    result = scope.run(read_upload(page), "What is the total due?",
+                       Settings(budget=40, channels=DEFAULT_CHANNELS, cell=32))
+    assert result.settings.cell == vlm.cell == result.allocation.canvas.cell  # the model's cell wins
+    assert isinstance(result.answer, str) and "answer" in result.timings_ms
+    d = json.loads(render(result, tmp_path).json_path.read_text())
+    assert d["answer"] == result.answer and d["cell"] == vlm.cell
