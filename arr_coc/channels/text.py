@@ -54,6 +54,7 @@ from torch import Tensor
 
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
+from arr_coc.errors import MissingDependencyError
 
 INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
 # Full pages are detected at most 960 px on their long side (``Det.limit_type="max"``). RapidOCR's default
@@ -148,7 +149,7 @@ def _rapidocr() -> Any:
     try:
         import rapidocr
     except ImportError as err:
-        raise ImportError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
+        raise MissingDependencyError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
     return rapidocr
 
 

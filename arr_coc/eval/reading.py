@@ -35,6 +35,7 @@ from arr_coc.imageops import resize, to_hwc_uint8
 from arr_coc.registry import Registry
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
+from arr_coc.errors import MissingDependencyError
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "
@@ -362,7 +363,7 @@ class RapidOCRReader:
         try:
             import rapidocr  # noqa: F401
         except ImportError as e:
-            raise ImportError(f"the rapidocr reader needs rapidocr: {_INSTALL_RAPIDOCR}") from e
+            raise MissingDependencyError(f"the rapidocr reader needs rapidocr: {_INSTALL_RAPIDOCR}") from e
         self.det_limit_side_len = det_limit_side_len
         self._engine = None
 
