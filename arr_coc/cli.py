@@ -255,6 +255,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
     from arr_coc.eval.harness import LEARNED_METHODS, METHODS, EvalSettings, evaluate as run, load_learned_methods, write_reports
+    from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 
@@ -276,7 +277,7 @@ def evaluate(args: argparse.Namespace) -> int:
                             reader=None if args.reader == "none" else args.reader, learned=learned,
                             patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
     jsonl = run(records, arr, args.out / args.dataset, settings)
-    csv_path, md_path, png_path = write_reports(jsonl)
+    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets))
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0

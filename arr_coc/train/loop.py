@@ -24,7 +24,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from arr_coc.config import ARRConfig
+from arr_coc.config import ARRConfig, check_float, check_int
 from arr_coc.data.datasets import split_of
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.train.features import Example, build_examples, collate
@@ -34,6 +34,7 @@ from arr_coc.soft_topk import coverage_loss, soft_topk
 CHECKPOINT_FORMAT = "arr-coc-train/1"
 WEIGHTS_FORMAT = "arr-coc-scorer/1"
 ESTIMATORS = ("soft", "gumbel", "straight_through")
+OBJECTIVES = ("proxy", "vlm")
 LEARNERS = ("scorer", "selector", "pruner")
 PRUNER_HIDDEN = 32  # the pruner's bottleneck: its tokens are only C (~16) channels wide
 # fields that may change between a run and its resume; every other field must match
@@ -61,6 +62,29 @@ class TrainConfig:
     vlm: str | None = None  # model for objective "vlm" (a folder, hub id or tiny:<family>)
     resume: bool = False  # continue from OUT/checkpoint.pt exactly where it stopped
     progress: bool = True  # progress bars
+
+    def __post_init__(self) -> None:
+        from arr_coc.data.datasets import DATASETS
+
+        for name, choices in (("learner", LEARNERS), ("objective", OBJECTIVES), ("estimator", ESTIMATORS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {', '.join(choices)}")
+        if isinstance(self.datasets, str):
+            self.datasets = (self.datasets,)
+        self.datasets = tuple(self.datasets)
+        if not self.datasets:
+            raise ValueError("datasets is empty; name at least one of " + ", ".join(DATASETS.names()))
+        for name in self.datasets:
+            DATASETS.get(name)
+        if self.limit is not None:
+            self.limit = check_int("limit", self.limit)
+        budget_tokens(self.budget, 10**9)  # '25%' or a token count
+        self.temperature = check_float("temperature", self.temperature)
+        self.coverage_weight = check_float("coverage_weight", self.coverage_weight, strict=False)
+        self.lr = check_float("lr", self.lr)
+        for name in ("steps", "batch_size", "eval_every"):
+            setattr(self, name, check_int(name, getattr(self, name)))
+        self.seed = check_int("seed", self.seed, 0)
 
 
 @dataclass
