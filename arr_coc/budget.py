@@ -10,7 +10,7 @@ One rule serves ``look``, ``ask``, ``eval`` and ``train``:
 """
 from __future__ import annotations
 
-GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first; 16x16 is the seeds' gestalt
+GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first; 16x16 at the reference budget of 273 saccades
 
 
 def _clamp(side: int, cells_hw: tuple[int, int]) -> tuple[int, int]:

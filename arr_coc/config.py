@@ -95,7 +95,7 @@ def resolve_device(device: Any) -> Any:
     return d
 
 
-# The seeds' budget: a 16x16 gestalt (256) + 273 saccades = 529 tokens, about a quarter of a
+# The reference budget: a 16x16 gestalt (256) + 273 saccades = 529 tokens, about a quarter of a
 # 1344x1344 page at full resolution (2304 tokens at 28 px).
 DEFAULT_BUDGET = 273
 
@@ -118,7 +118,7 @@ class CanvasConfig:
         return self.max_pixels // (self.cell * self.cell)
 
 
-# The seeds' 13-channel MVP plus the channels that helped at equal tokens in the ablation (README):
+# The 13-channel MVP texture plus the channels that helped at equal tokens in the ablation (README):
 # the text channels on forms and receipts (one OCR pass per image, ~2 s on two CPU cores; silent on
 # photos without text) and learned saliency on all three datasets (~0.6 s per image).
 PIPELINE_CHANNELS = DEFAULT_CHANNELS + ("text_match", "key_value", "learned_saliency")
@@ -155,7 +155,7 @@ class GestaltConfig:
 
 @dataclass
 class ScorerConfig:
-    name: str = "contextual"  # the Part 47 three-way scorer; "mvp" is the Part 33 ~100-weight scorer
+    name: str = "contextual"  # the three-way scorer (relevance.py); "mvp" is the 86-weight baseline scorer
     query_dim: int = 384  # all-MiniLM-L6-v2
     hidden: int = 64  # context-weight MLP width: 3 outputs need little
     # "auto": the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel
@@ -172,7 +172,7 @@ class ScorerConfig:
 @dataclass
 class SamplerConfig:
     # stratified keeps a token in every region (a second question about the footer is not starved)
-    # while still spending most of the budget where relevance is high (seed Part 13)
+    # while still spending most of the budget where relevance is high
     name: str = "stratified"
     budget: int = DEFAULT_BUDGET
     kwargs: dict[str, Any] = field(default_factory=dict)

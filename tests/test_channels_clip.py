@@ -8,13 +8,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-pytest.importorskip("transformers")
-pytest.importorskip("tokenizers")
-
-import arr_coc.channels.clip  # noqa: E402,F401  registers the channel
-from arr_coc.cache import ImageCache  # noqa: E402
-from arr_coc.channels.clip import load_clip, patch_features, project_tokens, vision_input  # noqa: E402
-from arr_coc.texture import compute_texture  # noqa: E402
+import arr_coc.channels.clip  # noqa: F401  registers the channel
+from arr_coc.cache import ImageCache
+from arr_coc.channels.clip import load_clip, patch_features, project_tokens, vision_input
+from arr_coc.texture import compute_texture
 
 WORDS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "what", "is", "the", "total", "where", "cat", "dog", "a", "date"]
 TEXT_LEN, IMAGE, PATCH = 16, 32, 8  # native grid 4 x 4 patches

@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import skimage.data as skimage_data
 import torch
 import torch.nn.functional as F
 
@@ -15,8 +16,6 @@ from arr_coc.channels.efficientnet_lite import load_efficientnet_lite0, normaliz
 from arr_coc.config import TextureConfig
 from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 from arr_coc.texture import DEFAULT_CHANNELS, compute_texture
-
-skimage_data = pytest.importorskip("skimage.data")
 
 CAT_IDS = set(range(281, 286))  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 # A 640 x 640 grey canvas with chelsea's cat (300 x 451) pasted 20 px from the bottom-right corner.

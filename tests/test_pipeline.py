@@ -1,5 +1,6 @@
 import pytest
 import torch
+from PIL import Image
 
 from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
 from arr_coc.extract import extract_loop
@@ -48,11 +49,13 @@ def test_same_seed_same_allocation(receipt):
     assert torch.equal(a.positions, b.positions) and torch.equal(a.scores, b.scores)
 
 
-def test_batch_of_different_sizes_equals_each_image_alone(receipt, coco_photo):
+def test_batch_of_different_sizes_equals_each_image_alone(receipt, tmp_path):
+    landscape = tmp_path / "landscape.png"  # a second size and orientation: the receipt turned and shrunk
+    Image.open(receipt).transpose(Image.Transpose.ROTATE_90).reduce(2).save(landscape)
     arr = make_arr()
     with torch.no_grad():
-        both = arr([receipt, coco_photo], ["What is the total?", "Where is the dog?"])
-        alone = [arr(receipt, "What is the total?"), arr(coco_photo, "Where is the dog?")]
+        both = arr([receipt, landscape], ["What is the total?", "Where is the dog?"])
+        alone = [arr(receipt, "What is the total?"), arr(landscape, "Where is the dog?")]
     check_allocation(both, 273)
     for i, one in enumerate(alone):
         assert torch.equal(both.positions[i], one.positions[0])
@@ -61,9 +64,9 @@ def test_batch_of_different_sizes_equals_each_image_alone(receipt, coco_photo):
 
 
 @pytest.mark.parametrize("name", SAMPLERS.names())
-def test_every_sampler_runs_in_the_pipeline(name, funsd_form):
+def test_every_sampler_runs_in_the_pipeline(name, receipt):
     with torch.no_grad():
-        out = make_arr(sampler=SamplerConfig(name=name, budget=64))(funsd_form, "Date:")
+        out = make_arr(sampler=SamplerConfig(name=name, budget=64))(receipt, "Date:")
     check_allocation(out, 64)
     assert out.gestalt.grid == (8, 8) and out.tokens_sent == 128
 

@@ -52,3 +52,20 @@ def test_minilm_embeds_offline_caches_and_ranks_paraphrases_closer():
     enc.max_cached = 2
     enc.encode(["What is the total amount?", "a new question"])  # the cat question is least recent
     assert list(enc._cache) == ["What is the total amount?", "a new question"]
+
+
+@pytest.mark.slow
+def test_minilm_loads_without_network_and_leaves_the_environment_alone(monkeypatch):
+    import os
+    import socket
+
+    def no_network(*args, **kwargs):
+        raise OSError("network access attempted")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    before = dict(os.environ)
+    e = MiniLMQueryEncoder().encode(["What is the total?"])
+    assert e.shape == (1, 384)
+    assert dict(os.environ) == before  # a later hub download in this process is not disabled

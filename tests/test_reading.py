@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import matplotlib
@@ -226,25 +227,33 @@ def test_unknown_reader_lists_the_known_ones():
         make_reader("easyocr")
 
 
-def test_missing_tesseract_binary_says_what_to_install(monkeypatch):
-    import pytesseract
-
-    def missing():
-        raise pytesseract.TesseractNotFoundError()
-
-    monkeypatch.setattr(pytesseract, "get_tesseract_version", missing)
+def test_missing_tesseract_binary_says_what_to_install():
     with pytest.raises(RuntimeError, match=r"apt-get install tesseract-ocr tesseract-ocr-eng.*--reader rapidocr"):
-        TesseractReader()
+        TesseractReader(cmd="tesseract-that-is-not-installed")
 
 
-def test_tesseract_reader_sets_a_single_openmp_thread_and_checks_psm(monkeypatch):
+def test_tesseract_thread_limit_goes_to_its_own_process_only(monkeypatch, tmp_path):
     monkeypatch.delenv("OMP_THREAD_LIMIT", raising=False)
-    assert TesseractReader(psm=7).psm == 7
-    import os
-
-    assert os.environ["OMP_THREAD_LIMIT"] == "1"
+    # a stand-in binary that prints the limit it was started with, as the reading
+    fake = tmp_path / "tesseract"
+    fake.write_text("#!/bin/sh\ncat > /dev/null\necho limit $OMP_THREAD_LIMIT args $@\n")
+    fake.chmod(0o755)
+    reader = TesseractReader(psm=7, cmd=str(fake), threads=1)
+    assert reader.read(torch.ones(3, 50, 60)) == f"limit 1 args stdin stdout -l eng --psm 7"
+    assert "OMP_THREAD_LIMIT" not in os.environ  # the caller's process is untouched
+    assert TesseractReader(cmd=str(fake), threads=3).read(torch.ones(3, 50, 60)).startswith("limit 3 ")
     with pytest.raises(ValueError, match="psm"):
         TesseractReader(psm=14)
+    with pytest.raises(ValueError, match="threads"):
+        TesseractReader(threads=0)
+
+
+def test_tesseract_failure_is_reported_with_its_message(tmp_path):
+    fake = tmp_path / "tesseract"
+    fake.write_text("#!/bin/sh\necho 'Error opening data file eng.traineddata' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with pytest.raises(RuntimeError, match="tesseract exited with 1: Error opening data file eng.traineddata"):
+        TesseractReader(cmd=str(fake)).read(torch.ones(3, 20, 20))
 
 
 def test_read_region_rejects_an_object_without_read():

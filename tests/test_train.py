@@ -165,8 +165,7 @@ def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_torchrun_with_two_processes_takes_the_steps_of_one(dataset, tmp_path):
-    if shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None:
-        pytest.skip("torchrun is not installed beside this Python")
+    assert shutil.which("torchrun", path=str(Path(sys.executable).parent)), "torchrun (part of torch) is missing"
     common = ["--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder", "hashing",
               "--steps", "4", "--eval-every", "2", "--batch-size", "4", "--budget", "25%", "--estimator", "gumbel",
               "--features", str(tmp_path / "f"), "--no-progress"]

@@ -1,4 +1,6 @@
-"""Question-answer records with answer boxes (FUNSD, SROIE, COCO, JSONL) and box geometry.
+"""Question-answer records (FUNSD, SROIE, COCO, JSONL with answer boxes; DocVQA, InfoVQA, TextVQA, ChartQA
+without) and box geometry.
 
 Training and evaluation both read records; neither imports the other, so the records live here, below both.
 """
+from arr_coc.data import datasets, vqa  # noqa: F401  (registers the loaders)

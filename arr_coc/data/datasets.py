@@ -1,7 +1,8 @@
 """Evaluation datasets: real images with a question, the answer text and the answer boxes.
 
 Every loader turns a folder into a list of :class:`Record` and is registered in ``DATASETS``
-(``funsd``, ``sroie``, ``coco``, ``jsonl``); :func:`load_dataset` adds a reproducible subset.
+(``funsd``, ``sroie``, ``coco``, ``jsonl`` here; ``docvqa``, ``infovqa``, ``textvqa``, ``chartqa`` in
+:mod:`arr_coc.data.vqa`, whose records have no boxes); :func:`load_dataset` adds a reproducible subset.
 
 Boxes are ``(y0, x0, y1, x1)`` in original image pixels (float) of the image as displayed, i.e. after its
 EXIF orientation, which is how the pipeline reads it (:func:`arr_coc.canvas.image_size`). Sources that store
@@ -62,6 +63,14 @@ class Record:
     answer: str  # text to read; "" when there is nothing to read (COCO)
     boxes_px: tuple[Box, ...]  # answer boxes (y0, x0, y1, x1), original px
     others_px: tuple[Box, ...] = ()  # answer boxes of the OTHER records of the same image
+    # every accepted answer (DocVQA's list, TextVQA's 10 annotators); () = just ``answer``
+    answers: tuple[str, ...] = ()
+    metric: str = "anls"  # how a predicted answer is scored: anls, vqa_accuracy, relaxed_accuracy
+
+    @property
+    def references(self) -> tuple[str, ...]:
+        """The answers a prediction is scored against."""
+        return self.answers or (self.answer,)
 
 
 @dataclass
@@ -118,10 +127,15 @@ def load_dataset(
         root: the dataset folder (or JSONL file); None = :func:`default_root`.
         limit: keep at most this many records (positive); None keeps all, in loader order.
         seed: seed of the image shuffle.
-        split: keep only the images of this split (:func:`split_of`), before ``limit``.
+        split: keep only the images of this split (:func:`split_of`), before ``limit``; benchmarks
+            with official splits (DocVQA, InfoVQA, TextVQA, ChartQA) read that split's files instead.
     """
-    records = DATASETS.get(name)(None if root is None else Path(root))
-    if split is not None:
+    loader = DATASETS.get(name)
+    if getattr(loader, "official_splits", False):  # a benchmark's own train / val / test files
+        records = loader(None if root is None else Path(root), split=split)
+    else:
+        records = loader(None if root is None else Path(root))
+    if split is not None and not getattr(loader, "official_splits", False):
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
         records = [r for r in records if split_of(r.image_id, r.dataset) == split]

@@ -1,4 +1,7 @@
-"""Where did the saccades land? Answer-box coverage, hit rate, the seeds' IoU proxy, region-wise coverage.
+"""Where did the saccades land, and was the answer right? Box coverage metrics and the benchmarks' answer metrics.
+
+Answer metrics (``ANSWER_METRICS``, named by ``Record.metric``): ``anls`` (DocVQA, InfoVQA),
+``vqa_accuracy`` (TextVQA: 10 annotators, the VQA normalisation) and ``relaxed_accuracy`` (ChartQA).
 
 Boxes are ``(y0, x0, y1, x1)`` in canvas pixels (``arr_coc.data.boxes.scale_boxes`` with ``Canvas.scales``); ``chosen`` is a
 ``[Hc, Wc]`` bool map of the full-resolution saccade cells. Areas are measured exactly: a box
@@ -7,13 +10,15 @@ maximum (exact for boxes on pixel edges, a tight lower bound otherwise).
 """
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
 
 from arr_coc.data.boxes import Box, box_mask
+from arr_coc.eval.reading import anls
 
 
 
@@ -35,7 +40,7 @@ class Coverage:
 
     coverage: float  # share of the answer-box area inside saccade cells
     hit: float  # 1.0 when coverage >= 0.5
-    iou: float  # seeds' proxy: IoU of the chosen cells and the cells the answer touches
+    iou: float  # training's proxy: IoU of the chosen cells and the cells the answer touches
     secondary: float  # coverage of the other answers of the same image (not the target)
     peripheral: float  # coverage of everything else
 
@@ -45,7 +50,7 @@ class Coverage:
 
 def allocation_metrics(chosen: Tensor, cell: int, target: Sequence[Box], others: Sequence[Box] = (),
                        hit_threshold: float = 0.5) -> Coverage:
-    """Coverage, hit, IoU proxy and region-wise coverage (seed Part 13) of one image's saccades.
+    """Coverage, hit, IoU proxy and region-wise coverage (does every region keep some saccades?) of one image's saccades.
 
     Args:
         chosen: [Hc, Wc] bool, the saccade cells (the canvas is Hc*cell x Wc*cell px).
@@ -71,3 +76,132 @@ def allocation_metrics(chosen: Tensor, cell: int, target: Sequence[Box], others:
     iou = int((answer_cells & chosen).sum()) / union if union else float("nan")
     return Coverage(coverage=cov, hit=float(cov >= hit_threshold) if cov == cov else float("nan"), iou=iou,
                     secondary=covered_fraction(o, chosen_px), peripheral=covered_fraction(rest, chosen_px))
+
+
+# ----------------------------------------------------------------------------- answer metrics
+# The VQA evaluation's answer normalisation (Antol et al. 2015, vqaEval.py), used by TextVQA.
+_VQA_CONTRACTIONS = {
+    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
+    "couldn'tve": "couldn't've", "couldnt've": "couldn't've", "didnt": "didn't", "doesnt": "doesn't", "dont": "don't",
+    "hadnt": "hadn't", "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't", "havent": "haven't",
+    "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's", "howd": "how'd", "howll": "how'll",
+    "hows": "how's", "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm", "Ive": "I've", "isnt": "isn't", "itd": "it'd",
+    "itd've": "it'd've", "it'dve": "it'd've", "itll": "it'll", "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
+    "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've", "mustnt": "mustn't",
+    "mustve": "must've", "neednt": "needn't", "notve": "not've", "oclock": "o'clock", "oughtnt": "oughtn't",
+    "ow's'at": "'ow's'at", "'ows'at": "'ow's'at", "'ow'sat": "'ow's'at", "shant": "shan't", "shed've": "she'd've",
+    "she'dve": "she'd've", "she's": "she's", "shouldve": "should've", "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've", "somebodyll": "somebody'll",
+    "somebodys": "somebody's", "someoned": "someone'd", "someoned've": "someone'd've", "someone'dve": "someone'd've",
+    "someonell": "someone'll", "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
+    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's", "thered": "there'd",
+    "thered've": "there'd've", "there'dve": "there'd've", "therere": "there're", "theres": "there's", "theyd": "they'd",
+    "theyd've": "they'd've", "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're", "theyve": "they've",
+    "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've", "we'dve": "we'd've", "weve": "we've", "werent": "weren't",
+    "whatll": "what'll", "whatre": "what're", "whats": "what's", "whatve": "what've", "whens": "when's",
+    "whered": "where'd", "wheres": "where's", "whereve": "where've", "whod": "who'd", "whod've": "who'd've",
+    "who'dve": "who'd've", "wholl": "who'll", "whos": "who's", "whove": "who've", "whyll": "why'll", "whyre": "why're",
+    "whys": "why's", "wont": "won't", "wouldve": "would've", "wouldnt": "wouldn't", "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've", "yall": "y'all", "yall'll": "y'all'll", "y'allll": "y'all'll",
+    "yall'd've": "y'all'd've", "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've", "youd": "you'd",
+    "youd've": "you'd've", "you'dve": "you'd've", "youll": "you'll", "youre": "you're", "youve": "you've",
+}
+_VQA_NUMBERS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+                "seven": "7", "eight": "8", "nine": "9", "ten": "10"}
+_VQA_ARTICLES = ("a", "an", "the")
+_VQA_PUNCT = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
+_PERIOD = re.compile(r"(?!<=\d)(\.)(?!\d)")  # a period not followed by a digit (the official pattern, as written)
+_COMMA_NUMBER = re.compile(r"(\d)(,)(\d)")
+
+
+def vqa_normalize(text: str) -> str:
+    """The VQA answer normalisation: punctuation, lower case, number words to digits, no articles, contractions.
+
+    Example:
+        >>> vqa_normalize("The Two dogs!"), vqa_normalize("dont"), vqa_normalize("1,000"), vqa_normalize("3.5 ft.")
+        ('2 dogs', "don't", '1000', '3.5 ft')
+    """
+    text = text.replace("\n", " ").replace("\t", " ").strip()
+    out = text
+    for p in _VQA_PUNCT:
+        if p + " " in text or " " + p in text or _COMMA_NUMBER.search(text):
+            out = out.replace(p, "")
+        else:
+            out = out.replace(p, " ")
+    out = _PERIOD.sub("", out)
+    words = [_VQA_NUMBERS.get(w, w) for w in out.lower().split()]
+    return " ".join(_VQA_CONTRACTIONS.get(w, w) for w in words if w not in _VQA_ARTICLES)
+
+
+def vqa_accuracy(prediction: str, answers: str | Sequence[str]) -> float:
+    """VQA accuracy: min(#matching annotators / 3, 1), averaged over the leave-one-out subsets of the answers.
+
+    With the usual 10 answers, each of the 10 subsets of 9 counts; prediction and answers are compared
+    after :func:`vqa_normalize`.
+
+    Example:
+        >>> vqa_accuracy("Two", ["2"] * 10), vqa_accuracy("stop", ["stop"] * 2 + ["go"] * 8)
+        (1.0, 0.6)
+        >>> round(vqa_accuracy("stop", ["stop"] * 3 + ["go"] * 7), 4), vqa_accuracy("yield", ["stop"] * 10)
+        (0.9, 0.0)
+    """
+    answers = [answers] if isinstance(answers, str) else list(answers)
+    if not answers:
+        raise ValueError("vqa_accuracy needs at least one ground-truth answer")
+    if len(answers) == 1:  # one reference: no subsets to leave out, a plain match
+        return float(vqa_normalize(prediction) == vqa_normalize(answers[0]))
+    p = vqa_normalize(prediction)
+    same = [vqa_normalize(a) == p for a in answers]
+    hits = sum(same)
+    return sum(min((hits - s) / 3, 1.0) for s in same) / len(answers)
+
+
+def _number(text: str) -> float | None:
+    """ChartQA's number reading: a float, a percentage as a fraction, else None."""
+    try:
+        return float(text[:-1]) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+
+
+def relaxed_accuracy(prediction: str, answers: str | Sequence[str], tolerance: float = 0.05) -> float:
+    """ChartQA's relaxed accuracy: a number within ``tolerance`` relative error, otherwise an exact match.
+
+    Exact means equal after stripping and lower-casing; a target of 0 or a non-number is compared
+    exactly. The best over the answers counts.
+
+    Example:
+        >>> relaxed_accuracy("10.4", "10"), relaxed_accuracy("10.6", "10"), relaxed_accuracy(" Yes", "yes")
+        (1.0, 0.0, 1.0)
+        >>> relaxed_accuracy("12%", "0.12"), relaxed_accuracy("0.0", "0"), relaxed_accuracy("0", "0")
+        (1.0, 0.0, 1.0)
+    """
+    answers = [answers] if isinstance(answers, str) else list(answers)
+    if not answers:
+        raise ValueError("relaxed_accuracy needs at least one ground-truth answer")
+    p = prediction.strip()
+    best = 0.0
+    for a in (a.strip() for a in answers):
+        pv, av = _number(p), _number(a)
+        if pv is not None and av:
+            ok = abs(pv - av) / abs(av) <= tolerance
+        else:
+            ok = p.lower() == a.lower()
+        best = max(best, float(ok))
+    return best
+
+
+ANSWER_METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {
+    "anls": anls, "vqa_accuracy": vqa_accuracy, "relaxed_accuracy": relaxed_accuracy}
+
+
+def answer_score(metric: str, prediction: str, answers: Sequence[str]) -> float:
+    """Score a predicted answer with a benchmark's metric (``ANSWER_METRICS``: the records' ``metric``).
+
+    >>> answer_score("anls", "Total", ["total"]), answer_score("relaxed_accuracy", "51", ["50"])
+    (1.0, 1.0)
+    """
+    if metric not in ANSWER_METRICS:
+        raise ValueError(f"unknown answer metric {metric!r}; known: {', '.join(ANSWER_METRICS)}")
+    return ANSWER_METRICS[metric](prediction, answers)

@@ -11,14 +11,17 @@ an OCR engine run on a view says whether the answer survived the allocation:
     ``foveated_view``     the gestalt with every saccade cell pasted back at full resolution
     ``downsampled_view``  the field's baseline: one uniformly downsampled image within a token budget
 
-Readers (``READERS``): ``tesseract`` (pytesseract) and ``rapidocr`` (PP-OCR ONNX models, offline).
+Readers (``READERS``): ``tesseract`` (the Debian binary, one subprocess per crop) and ``rapidocr`` (PP-OCR ONNX models, offline).
 Scores: ``anls`` (ST-VQA / DocVQA) and ``contains_score`` (ANLS against the best word window of the
 reading, so neighbouring words that fall inside the crop margin are not penalised).
 """
 from __future__ import annotations
 
+import io
 import math
 import os
+import shutil
+import subprocess
 from typing import Optional, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
@@ -34,8 +37,8 @@ from arr_coc.registry import Registry
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
 
 _INSTALL_TESSERACT = (
-    "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng) "
-    "and the Python package pytesseract, or choose --reader rapidocr"
+    "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "
+    "or choose --reader rapidocr"
 )
 _INSTALL_RAPIDOCR = "install the Python packages rapidocr and onnxruntime (pip install rapidocr onnxruntime), or choose --reader tesseract"
 
@@ -290,7 +293,7 @@ def make_reader(name: str, **kwargs) -> Reader:
 
 @READERS.register("tesseract")
 class TesseractReader:
-    """Tesseract via pytesseract on an 8-bit grayscale crop.
+    """Tesseract (the ``tesseract`` binary) on an 8-bit grayscale crop.
 
     ``psm=6`` ("a single uniform block of text") because a reader gets a small crop around one
     answer: the default automatic page segmentation (psm 3) looks for columns and paragraphs and
@@ -305,39 +308,47 @@ class TesseractReader:
     In the same run psm 7 scored 0.599 and psm 3 0.483. A white border added around the crop
     lowered the score (0.754 -> 0.667 over margins 0-8 px), so there is none.
 
-    ``OMP_THREAD_LIMIT=1`` is set in the environment (unless already set) because Tesseract's
-    OpenMP threads make it ~7x slower on small crops; it is a process-wide setting inherited by the
-    tesseract subprocess.
+    Each crop is piped to its own ``tesseract stdin stdout`` process started with
+    ``OMP_THREAD_LIMIT=threads`` in that process's environment only: Tesseract's OpenMP threads make
+    it ~7x slower on small crops, and the limit must not leak into the caller's process (which
+    would throttle every other OpenMP user there).
     """
 
-    def __init__(self, psm: int = 6, lang: str = "eng", upscale: float = 2.0, upscale_below_px: int = 40) -> None:
-        try:
-            import pytesseract
-        except ImportError as e:
-            raise ImportError(f"the tesseract reader needs pytesseract: {_INSTALL_TESSERACT}") from e
-        os.environ.setdefault("OMP_THREAD_LIMIT", "1")
-        try:
-            pytesseract.get_tesseract_version()
-        except pytesseract.TesseractNotFoundError as e:
-            raise RuntimeError(f"the tesseract binary was not found: {_INSTALL_TESSERACT}") from e
+    def __init__(self, psm: int = 6, lang: str = "eng", upscale: float = 2.0, upscale_below_px: int = 40,
+                 threads: int = 1, cmd: str = "tesseract") -> None:
+        exe = shutil.which(cmd)
+        if exe is None:
+            raise RuntimeError(f"the tesseract binary was not found: {_INSTALL_TESSERACT}")
         if isinstance(psm, bool) or int(psm) != psm or not 0 <= psm <= 13:
             raise ValueError(f"psm must be a Tesseract page segmentation mode 0..13, got {psm!r}")
         if not upscale >= 1:
             raise ValueError(f"upscale must be >= 1 (1 switches it off), got {upscale!r}")
-        self._tess = pytesseract
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ValueError(f"threads must be a positive int, got {threads!r}")
+        self.cmd, self.threads = exe, threads
         self.psm, self.lang, self.upscale, self.upscale_below_px = int(psm), lang, float(upscale), upscale_below_px
+
+    def command(self) -> list[str]:
+        """The argument list of one reading (image on stdin, text on stdout)."""
+        return [self.cmd, "stdin", "stdout", "-l", self.lang, "--psm", str(self.psm)]
 
     def read(self, image: Tensor) -> str:
         img = to_gray_pil(image)
         if self.upscale > 1 and img.height < self.upscale_below_px:
             size = (round(img.width * self.upscale), round(img.height * self.upscale))
             img = img.resize(size, Image.LANCZOS)
-        os.environ.setdefault("OMP_THREAD_LIMIT", "1")
-        text = self._tess.image_to_string(img, lang=self.lang, config=f"--psm {self.psm}")
-        return " ".join(text.split())
+        png = io.BytesIO()
+        img.save(png, "PNG")
+        env = {**os.environ, "OMP_THREAD_LIMIT": str(self.threads)}  # this child only
+        done = subprocess.run(self.command(), input=png.getvalue(), capture_output=True, env=env, check=False)
+        if done.returncode != 0:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise RuntimeError(f"tesseract exited with {done.returncode}: {err[-1] if err else 'no message'}")
+        return " ".join(done.stdout.decode("utf-8", "replace").split())
 
     def __repr__(self) -> str:
-        return f"TesseractReader(psm={self.psm}, lang={self.lang!r}, upscale={self.upscale}, upscale_below_px={self.upscale_below_px})"
+        return (f"TesseractReader(psm={self.psm}, lang={self.lang!r}, upscale={self.upscale}, "
+                f"upscale_below_px={self.upscale_below_px}, threads={self.threads})")
 
 
 @READERS.register("rapidocr")

@@ -3,7 +3,7 @@
 Shapes: ``B`` examples in a batch, ``C`` channels, ``H, W`` padded cell grid, ``n`` valid cells.
 
 Objectives: ``proxy`` -- the share of the answer boxes' area that a soft top-K selection of the
-relevance covers (seed Part 33), plus Part 13's coverage term; ``vlm`` -- the answer's cross-entropy
+relevance covers, plus the coverage term of ``soft_topk.coverage_loss``; ``vlm`` -- the answer's cross-entropy
 through a frozen VLM adapter fed the softly selected tokens. The same command runs in one process
 or under ``torchrun --nproc_per_node N`` (DistributedDataParallel; gloo on CPU, nccl on GPU): every
 rank takes its slice of the same global batch, so N processes take the steps one process takes.
@@ -51,7 +51,7 @@ class TrainConfig:
     objective: str = "proxy"  # "proxy" (answer-box overlap) or "vlm" (answer cross-entropy)
     estimator: str = "soft"  # soft top-K, its Gumbel-perturbed version, or straight-through
     temperature: float = 0.5  # soft top-K temperature, in standard deviations of each image's relevance
-    coverage_weight: float = 0.05  # Part 13: a little mass in every region keeps second questions fed
+    coverage_weight: float = 0.05  # a little mass in every region keeps second questions fed
     steps: int = 300  # optimiser steps (about a minute on 2 CPU cores once features are cached)
     batch_size: int = 16  # global: split over the ranks
     lr: float = 0.01  # Adam; the scorer has few weights, each with a clear scale
@@ -231,7 +231,7 @@ class Objective(nn.Module):
 def hard_metrics(scorer: nn.Module, examples: Sequence[Example], budget: str, *, random_seed: int | None = None
                  ) -> dict[str, float]:
     """Top-K of the scorer's relevance (or a `Learner`'s map, or K random cells) against the answer: IoU
-    (the seeds' proxy) and covered share of the answer's area, means over examples."""
+    (the training proxy) and covered share of the answer's area, means over examples."""
     learner, ious, shares = as_learner(scorer), [], []
     for i in range(0, len(examples), 8):
         chunk = examples[i:i + 8]
