@@ -33,6 +33,7 @@ from arr_coc.eval.metrics import allocation_metrics
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.pipeline import ARR
+from arr_coc.query import encoder_name
 from arr_coc.eval.reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
 from arr_coc.samplers import SAMPLERS, topk_cells
 
@@ -152,7 +153,7 @@ def load_learned_methods(arr: ARR, settings: EvalSettings) -> dict[str, Any]:
     from arr_coc.allocators.pruning import load_learned
 
     paths = settings.learned or {}
-    fit = dict(channels=arr.channels, query_dim=arr.query_encoder.dim, query_encoder=type(arr.query_encoder).__name__,
+    fit = dict(channels=arr.channels, query_dim=arr.query_encoder.dim, query_encoder=encoder_name(arr.query_encoder),
                cell=arr.config.canvas.cell)
     return {m: load_learned(m, paths.get(m, "auto"), **fit)[0] for m in LEARNED_METHODS if m in settings.methods}
 
