@@ -102,9 +102,11 @@ DEFAULT_BUDGET = 273
 
 @dataclass
 class CanvasConfig:
-    cell: int = 28  # one LLM token = 2x2 merged 14 px patches (Qwen2/2.5-VL); 32 for Qwen3-VL
-    min_pixels: int = 56 * 56  # Qwen's smallest image: 2x2 tokens
-    max_pixels: int = 1792 * 1792  # 4096 full-resolution tokens: A4 pages stay legible, texture stays < 0.5 GB
+    # one LLM token = 2x2 merged 14 px patches (Qwen2/2.5-VL); 32 for Qwen3-VL
+    cell: int = field(default=28, metadata={"help": "token cell in px: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL"})
+    min_pixels: int = field(default=56 * 56, metadata={"help": "smallest canvas area in px"})  # Qwen's: 2x2 tokens
+    # 4096 full-resolution tokens: A4 pages stay legible, texture stays < 0.5 GB
+    max_pixels: int = field(default=1792 * 1792, metadata={"help": "largest canvas area in px"})
 
     def __post_init__(self) -> None:
         self.cell = check_int("cell", self.cell)
@@ -155,12 +157,13 @@ class GestaltConfig:
 
 @dataclass
 class ScorerConfig:
-    name: str = "contextual"  # the three-way scorer (relevance.py); "mvp" is the 86-weight baseline scorer
+    # the three-way scorer (relevance.py); "mvp" is the 86-weight baseline scorer
+    name: str = field(default="contextual", metadata={"help": "relevance scorer"})
     query_dim: int = 384  # all-MiniLM-L6-v2
     hidden: int = 64  # context-weight MLP width: 3 outputs need little
-    # "auto": the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel
-    # set (else the hand-set initialisation); "none": always hand-set; or a path from `arr-coc train`
-    weights: str = "auto"
+    weights: str = field(default="auto", metadata={
+        "help": "auto: the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel "
+                "set (else hand-set); none: always hand-set; or a file from `arr-coc train`"})
 
     def __post_init__(self) -> None:
         SCORERS.get(self.name)  # an unknown name lists the known ones
@@ -173,8 +176,10 @@ class ScorerConfig:
 class SamplerConfig:
     # stratified keeps a token in every region (a second question about the footer is not starved)
     # while still spending most of the budget where relevance is high
-    name: str = "stratified"
-    budget: int = DEFAULT_BUDGET
+    name: str = field(default="stratified", metadata={"help": "sampler name (see the list below)"})
+    budget: int = field(default=DEFAULT_BUDGET, metadata={
+        "help": "K saccades: full-resolution tokens sent besides the gestalt, whose tokens come on top",
+        "metavar": "K"})
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

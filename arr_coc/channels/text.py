@@ -53,7 +53,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
+from arr_coc.errors import MissingDependencyError
 
 INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
 # Full pages are detected at most 960 px on their long side (``Det.limit_type="max"``). RapidOCR's default
@@ -150,7 +152,7 @@ def _rapidocr() -> Any:
     try:
         import rapidocr
     except ImportError as err:
-        raise ImportError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
+        raise MissingDependencyError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
     return rapidocr
 
 
@@ -198,8 +200,7 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
     _rapidocr()  # checked on every call: the engine below is cached once built
     engine = _engine(int(det_limit_side_len))
     height, width = image.shape[-2:]
-    image = _pad_for_detection(image.detach().float(), det_limit_side_len)
-    u8 = (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    u8 = to_hwc_uint8(_pad_for_detection(image.detach().float(), det_limit_side_len))
     out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
     boxes: list[tuple[float, float, float, float]] = []
     if out.boxes is not None and len(out.boxes):

@@ -138,7 +138,8 @@ def per_image(n: int, **given: Sequence | None) -> list[list]:
     lists = [[None] * n if v is None else list(v) for v in given.values()]
     if any(len(v) != n for v in lists):
         names = list(given)
-        raise ValueError(f"need {', '.join(names[:-1])} and {names[-1]} for each of the {n} images")
+        listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+        raise ValueError(f"need {listed} for each of the {n} images")
     return lists
 
 
@@ -213,8 +214,12 @@ def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[
 
 @torch.no_grad()
 def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
-             eos_token_id: int | Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
+             eos_token_id: int | Sequence[int] | None = None, cache: Any = None,
+             past_mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Greedy decoding with a KV cache from a prefill with explicit positions.
+
+    ``cache`` (a transformers ``DynamicCache``) may already hold the start of every prompt, with
+    ``past_mask`` [B, L0] its padding mask: the prefill then continues those prompts.
 
     Returns:
         tokens [B, T] (T <= max_new_tokens; finished rows repeat ``eos``) and the logits [B, T, V] that
@@ -223,13 +228,20 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
     from transformers import DynamicCache
 
     eos = torch.tensor([] if eos_token_id is None else
-                       ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)))
-    cache = DynamicCache(config=adapter.text_config)
-    hidden = adapter.language_model(dict(inputs_embeds=prefill.inputs_embeds, attention_mask=prefill.attention_mask,
+                       ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)),
+                       device=prefill.attention_mask.device)
+    mask = prefill.attention_mask
+    if cache is None:
+        cache = DynamicCache(config=adapter.text_config)
+    elif past_mask is None or past_mask.shape[1] != cache.get_seq_length():
+        raise ValueError("continuing a cache needs past_mask [B, cached length]")
+    else:
+        mask = torch.cat([past_mask.to(mask), mask], 1)
+    hidden = adapter.language_model(dict(inputs_embeds=prefill.inputs_embeds, attention_mask=mask,
                                          position_ids=prefill.position_ids, past_key_values=cache,
                                          visual_mask=prefill.visual_mask, deepstack=prefill.deepstack))
     logits = adapter.logits(hidden[:, -1:])  # [B, 1, V]
-    mask, b = prefill.attention_mask, prefill.attention_mask.shape[0]
+    b = mask.shape[0]
     done = torch.zeros(b, dtype=torch.bool, device=mask.device)
     tokens, scores = [], []
     for step in range(max_new_tokens):
