@@ -191,6 +191,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--reader", default="tesseract", help="OCR engine: tesseract, rapidocr, or none")
     ev.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
+    ev.add_argument("--fresh", action="store_true",
+                    help="OUT/DATASET holds rows made with other settings (channels, scorer weights, query "
+                         "encoder, reader, ...): replace them (without it such a run is refused)")
     ev.add_argument("--size-prior", type=float, default=None, metavar="ALPHA",
                     help="variable-size patches score a square by relevance mass / side**ALPHA "
                          "(default: arr_coc.allocators.patching.SIZE_PRIOR, chosen on validation images)")
@@ -273,11 +276,12 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
 def look(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig, check_int
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
     from arr_coc.viz import plot_allocation
 
+    check_int("top", args.top, 0)
     config = ARRConfig(
         canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
         texture=texture_config(args.channels, args.clip_model),
@@ -339,7 +343,8 @@ def evaluate(args: argparse.Namespace) -> int:
                 methods.remove(m)
     settings = EvalSettings(methods=methods, budgets=args.budgets, seed=args.seed, margin_px=args.margin,
                             reader=None if args.reader == "none" else args.reader, learned=learned,
-                            patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
+                            patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
+                            fresh=args.fresh)
     jsonl = run(records, arr, args.out / args.dataset, settings)
     csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets))
     print(md_path.read_text())
@@ -430,6 +435,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except USER_ERRORS as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # eval keeps every finished record's rows, train its last checkpoint: the same command resumes
+        kept = {"eval": "the rows of finished records are kept: rerun the same command to go on",
+                "train": "the last checkpoint is kept: rerun with --resume to go on"}
+        print(f"arr-coc: interrupted; {kept.get(args.command, 'nothing to resume')}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
