@@ -33,6 +33,8 @@ def check_int(name: str, value: Any, low: int = 1) -> int:
         raise TypeError(f"{name} must be an integer >= {low}, got {value!r} ({type(value).__name__})") from None
     if v < low:
         raise ValueError(f"{name} must be an integer >= {low}, got {v}")
+    if v >= 2**63:  # nothing counts that far, and torch's int64 cannot hold it
+        raise ValueError(f"{name} must be below 2**63, got {v}")
     return v
 
 
@@ -168,8 +170,10 @@ class ScorerConfig:
     def __post_init__(self) -> None:
         SCORERS.get(self.name)  # an unknown name lists the known ones
         self.query_dim, self.hidden = check_int("query_dim", self.query_dim), check_int("hidden", self.hidden)
-        if not isinstance(self.weights, str) or not self.weights:
+        if not isinstance(self.weights, str):
             raise TypeError(f"scorer weights must be 'auto', 'none' or a file path, got {self.weights!r}")
+        if not self.weights.strip():
+            raise ValueError("scorer weights are empty; pass auto, none or a file path")
 
 
 @dataclass
@@ -198,8 +202,6 @@ class ARRConfig:
 
     def __post_init__(self) -> None:
         self.seed = check_int("seed", self.seed, 0)
-        if self.seed >= 2**63:
-            raise ValueError(f"seed must be below 2**63, got {self.seed}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

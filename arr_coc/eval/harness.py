@@ -28,7 +28,7 @@ from torch import Tensor
 from tqdm import tqdm
 
 from arr_coc.data.datasets import Record
-from arr_coc.config import check_int
+from arr_coc.config import check_float, check_int
 from arr_coc.eval.metrics import allocation_metrics
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.budget import budget_tokens, split_budget
@@ -77,6 +77,8 @@ class EvalSettings:
             budget_tokens(b, 10**9)
         self.seed = check_int("seed", self.seed, 0)
         self.margin_px = check_int("margin", self.margin_px, 0)
+        if (self.patch_options or {}).get("size_prior") is not None:
+            check_float("size_prior", self.patch_options["size_prior"], strict=False)
 
 
 def _done_keys(path: Path) -> set[tuple[str, str, str]]:
@@ -127,24 +129,24 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     by_image: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         by_image[r.image_id].append(r)
-    bar = tqdm(total=len(records), desc=f"eval {records[0].dataset if records else ''}", disable=not progress)
-    for recs in by_image.values():
-        done = store.done()  # re-read: another run into the same folder may have done some
-        todo = [r for r in recs if not set(_keys(r, settings)) <= done]
-        bar.update(len(recs) - len(todo))
-        if not todo:
-            continue
-        with torch.no_grad():
-            try:
-                scene = arr.see(todo[0].image)
-            except (ValueError, TypeError, OSError) as err:
-                raise type(err)(f"record {todo[0].record_id}: {err}") from err
-            vector = arr.gestalt(scene, 1).vector
-            for record in todo:
-                store.append(_evaluate_record(record, scene, vector, arr, samplers, reader, settings, done,
-                                              learned))
-                bar.update(1)
-    bar.close()
+    # closed on the way out of an interruption too, so the message that follows starts its own line
+    with tqdm(total=len(records), desc=f"eval {records[0].dataset if records else ''}", disable=not progress) as bar:
+        for recs in by_image.values():
+            done = store.done()  # re-read: another run into the same folder may have done some
+            todo = [r for r in recs if not set(_keys(r, settings)) <= done]
+            bar.update(len(recs) - len(todo))
+            if not todo:
+                continue
+            with torch.no_grad():
+                try:
+                    scene = arr.see(todo[0].image)
+                except (ValueError, TypeError, OSError) as err:
+                    raise type(err)(f"record {todo[0].record_id}: {err}") from err
+                vector = arr.gestalt(scene, 1).vector
+                for record in todo:
+                    store.append(_evaluate_record(record, scene, vector, arr, samplers, reader, settings, done,
+                                                  learned))
+                    bar.update(1)
     return store.path
 
 
