@@ -251,6 +251,20 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--sampler", default="topk",
                     help="sampler whose parameters train too, if any (default %(default)s)")
     tr.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
+    sv = command("serve", [],
+                 help="the microscope: a web page to see and steer the allocation (Gradio)",
+                 description="Serve the microscope: upload an image, ask, and see where the saccades go, what each "
+                             "part of the scorer contributed, and what the VLM would see.")
+    sv.add_argument("--model", default=None, metavar="PATH_OR_ID",
+                    help="a VLM to answer with (as for ask; tiny:<family> for the random-weight plumbing model); "
+                         "default: no answer, allocation only")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: this machine only)")
+    sv.add_argument("--port", type=int, default=7860, help="port (default %(default)s)")
+    sv.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm",
+                    help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words (default %(default)s)")
+    sv.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads of the server process (default: torch's choice); 1 keeps "
+                         "answers quick on a machine that is busy with other work")
     return p
 
 
@@ -475,6 +489,28 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve(args: argparse.Namespace) -> int:
+    import torch
+
+    from arr_coc.app.service import Microscope
+    from arr_coc.app.ui import serve as run
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
+    vlm = None
+    if args.model:
+        from arr_coc.vlm import load_vlm
+
+        vlm = load_vlm(args.model)
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    print(f"arr-coc microscope on http://{args.host}:{args.port}/ (Ctrl+C stops it)", flush=True)
+    run(Microscope(query_encoder=encoder, vlm=vlm), host=args.host, port=args.port)
+    return 0
+
+
 # What a user fixes by changing the command or its files: the project's own UserError types (unknown
 # names, missing extras), and the ValueError / OSError the library raises for a bad value or an
 # unreadable file. Anything else (TypeError, KeyError, RuntimeError, ...) is a bug: it keeps its traceback.
@@ -483,7 +519,7 @@ USER_ERRORS = (UserError, ValueError, OSError)
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    run = {"look": look, "eval": evaluate, "ask": ask, "train": train}[args.command]
+    run = {"look": look, "eval": evaluate, "ask": ask, "train": train, "serve": serve}[args.command]
     try:
         return run(args)
     except USER_ERRORS as err:
