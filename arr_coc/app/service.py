@@ -229,7 +229,8 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     hc, wc = h // c, w // c
     full = a.canvas.pixels[0, :, :h, :w]  # [3, h, w] the canvas
     f = views.display_factor((h, w), c)
-    image, dc = views.to_uint8(views.downscale(full, f)), c // f  # [h/f, w/f, 3]; views drawn on cells of dc px
+    small, dc = views.downscale(full, f), c // f  # [3, h/f, w/f]: views are drawn at display size, on cells of dc px
+    image = views.to_uint8(small)
     rel = a.relevance
     sacc = views.saccade_view(image, result.sent, dc)
     heat = views.heat_view(image, rel.map[0, :hc, :wc], dc)
@@ -239,13 +240,14 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     centres = result.sent[:, :2] + (result.sent[:, 2:] // 2 if result.sent.shape[1] == 3 else 0)
     counts = tokens_per_region(centres, (hc, wc), (min(8, hc), min(8, wc)), a.gestalt.num_tokens).numpy()
     tokens = views.tokens_view(image, counts, dc)
-    gview = gestalt_view(full, c, a.gestalt.grid)
+    # what the VLM sees, shown at display size: the same views made on the display-size canvas
+    gview = gestalt_view(small, dc, a.gestalt.grid)
     if result.sent.shape[1] == 3:  # squares: the VLM sees each square shrunk to one token
         from arr_coc.allocators.patching import render_patches
 
-        fview = render_patches(full, result.sent, c, background=gview)
+        fview = render_patches(small, result.sent, dc, background=gview)
     else:
-        fview = foveated_view(full, result.sent, c, a.gestalt.grid)
+        fview = foveated_view(small, result.sent, dc, a.gestalt.grid)
     d = result.to_json()
     tok = d["tokens"]
     cw = d["context_weights"]
@@ -272,6 +274,5 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     png_path = out / "allocation.png"
     views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                               f"tokens per region: {tok['sent']} sent"]).save(png_path, compress_level=1)
-    as_image = lambda x: Image.fromarray(views.to_uint8(views.downscale(x, f)))  # noqa: E731
-    return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout), as_image(gview),
-                    as_image(fview), tokens, summary, "\n".join(rows), json_path, png_path)
+    return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout),
+                    Image.fromarray(views.to_uint8(gview)), Image.fromarray(views.to_uint8(fview)), tokens, summary, "\n".join(rows), json_path, png_path)
