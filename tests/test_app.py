@@ -155,4 +155,5 @@ def test_a_checkpoint_that_is_not_a_torch_file_is_a_readable_error(scope, page, 
     garbage = tmp_path / "scorer.pt"
     garbage.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot read scorer weights"):
-        scope.run(read_upload(page), "What is the total due?", Settings(channels=DEFAULT_CHANNELS, weights=str(garbage)))
+        scope.run(read_upload(page), "What is the total due?",
+                  Settings(channels=DEFAULT_CHANNELS, weights=str(garbage)))

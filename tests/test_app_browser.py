@@ -52,7 +52,8 @@ def upload_status(url: str, size: int) -> int:
     """HTTP status of posting a ``size``-byte file to the server's upload endpoint."""
     boundary = "arrcocboundary"
     body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"big.png\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n").encode() + bytes(size) + f"\r\n--{boundary}--\r\n".encode()
+            f"Content-Type: application/octet-stream\r\n\r\n").encode()
+    body += bytes(size) + f"\r\n--{boundary}--\r\n".encode()
     req = urllib.request.Request(url + "gradio_api/upload", data=body,
                                  headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
     try:

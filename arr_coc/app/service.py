@@ -21,7 +21,8 @@ from torch import Tensor
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import load_image
-from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
+from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
+                            TextureConfig)
 from arr_coc.eval.reading import foveated_view, gestalt_view
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
@@ -215,6 +216,7 @@ class Rendered:
     gestalt: Image.Image
     foveated: Image.Image
     tokens: Image.Image
+    answer: str | None  # the VLM's answer, when the microscope has one
     summary: str  # markdown: tokens sent, context weights, scorer, cache
     timings: str  # markdown table of stage times
     json_path: Path
@@ -262,8 +264,6 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
         "context weights " + ", ".join(f"{k} {v:.2f} (x{s:g})" for (k, v), s in zip(cw.items(), scale))
         + ("; texture from the per-image cache" if result.scene_cached else ""),
     ])
-    if result.answer is not None:
-        summary += f"\n\n**VLM answer:** {result.answer}"
     rows = ["| stage | ms |", "| --- | ---: |"]
     rows += [f"| {k}{' (cached)' if result.scene_cached and k in ('canvas', 'texture') else ''} | {v:.1f} |"
              for k, v in d["timings_ms"].items()]
@@ -272,7 +272,9 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     json_path = out / "allocation.json"
     json_path.write_text(json.dumps(d, indent=1))
     png_path = out / "allocation.png"
-    views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
-                                              f"tokens per region: {tok['sent']} sent"]).save(png_path, compress_level=1)
+    picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
+                                                        f"tokens per region: {tok['sent']} sent"])
+    picture.save(png_path, compress_level=1)  # fast: the download is written on every request
     return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout),
-                    Image.fromarray(views.to_uint8(gview)), Image.fromarray(views.to_uint8(fview)), tokens, summary, "\n".join(rows), json_path, png_path)
+                    Image.fromarray(views.to_uint8(gview)), Image.fromarray(views.to_uint8(fview)), tokens,
+                    result.answer, summary, "\n".join(rows), json_path, png_path)
