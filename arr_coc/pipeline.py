@@ -6,6 +6,7 @@ Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell``
 """
 from __future__ import annotations
 
+import pickle
 import time
 from pathlib import Path
 from contextlib import contextmanager
@@ -146,7 +147,7 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
         return "hand-set"
     try:
         saved = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError) as err:
+    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:  # not a torch file at all
         raise ValueError(f"cannot read scorer weights {path}: {err}") from err
     if not isinstance(saved, dict) or saved.get("format") != "arr-coc-scorer/1":
         raise ValueError(f"{path} is not an arr-coc scorer file (made by `arr-coc train`)")
