@@ -6,6 +6,7 @@ Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell``
 """
 from __future__ import annotations
 
+import pickle
 import time
 from pathlib import Path
 from contextlib import contextmanager
@@ -16,14 +17,14 @@ import torch
 from torch import Tensor, nn
 
 from arr_coc.canvas import Canvas, make_canvas
-from arr_coc.config import PIPELINE_CHANNELS, ARRConfig
+from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
-from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries, encoder_name
 from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection
 from arr_coc.cache import ImageCache
-from arr_coc.weights import PACKAGED
+from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
 
@@ -144,18 +145,20 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
     if auto and not path.exists():
         return "hand-set"
-    try:
-        saved = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError) as err:
-        raise ValueError(f"cannot read scorer weights {path}: {err}") from err
-    if not isinstance(saved, dict) or saved.get("format") != "arr-coc-scorer/1":
-        raise ValueError(f"{path} is not an arr-coc scorer file (made by `arr-coc train`)")
+    saved = load_file(path, "arr-coc-scorer/1", "scorer weights (made by `arr-coc train`)")
     fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
     if not fits:
         if auto:
             return "hand-set"
         raise ValueError(f"{path} holds a {saved['scorer_name']!r} scorer for channels {saved['channels']}; "
                          f"this ARR has {arr.config.scorer.name!r} on {list(arr.channels)}")
+    # Files written before the encoder was recorded were all trained on MiniLM questions (the default).
+    trained_on, encoder = saved.get("query_encoder", "MiniLMQueryEncoder"), encoder_name(arr.query_encoder)
+    if trained_on != encoder:
+        if auto:
+            return "hand-set"
+        raise ValueError(f"{path} was trained on questions embedded by {trained_on}, this ARR uses {encoder}; "
+                         f"use that query encoder or train weights for this one")
     arr.scorer.load_state_dict(saved["scorer"])
     if saved.get("sampler") and saved["arr_config"]["sampler"]["name"] == arr.config.sampler.name:
         arr.sampler.load_state_dict(saved["sampler"])
@@ -282,7 +285,7 @@ class ARR(nn.Module):
                  timings: dict[str, float] | None = None) -> Allocation:
         """Allocate on a :meth:`see` result: several questions or budgets on one image pay for its texture once."""
         t = {} if timings is None else timings
-        k = self.config.sampler.budget if budget is None else budget
+        k = self.config.sampler.budget if budget is None else check_int("budget", budget)
         canvas = scene.canvas
         queries = check_queries(queries, canvas.batch_size)
         with _timed(t, "gestalt"):
