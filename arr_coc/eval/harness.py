@@ -109,6 +109,7 @@ def run_settings(arr: ARR, settings: EvalSettings) -> dict:
     encoder = arr.query_encoder
     return {"format": SETTINGS_FORMAT, "channels": list(arr.channels), "texture_options": c.texture.options,
             "canvas": vars(c.canvas), "gestalt_grid": c.gestalt.grid, "scorer": c.scorer.name,
+            "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
             "query_encoder": f"{type(encoder).__name__}/{encoder.dim}", "reader": settings.reader,
             "margin_px": settings.margin_px, "seed": settings.seed, "patch_options": settings.patch_options or {}}
