@@ -6,6 +6,7 @@ Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell``
 """
 from __future__ import annotations
 
+import pickle
 import time
 from pathlib import Path
 from contextlib import contextmanager
@@ -16,14 +17,14 @@ import torch
 from torch import Tensor, nn
 
 from arr_coc.canvas import Canvas, make_canvas
-from arr_coc.config import PIPELINE_CHANNELS, ARRConfig
+from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
-from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries, encoder_name
 from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection
 from arr_coc.cache import ImageCache
-from arr_coc.weights import PACKAGED
+from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
 
@@ -38,6 +39,7 @@ class Allocation:
     patches: Tensor  # [B, K, 3, cell, cell] full-resolution pixels of each saccade
     gestalt: Gestalt
     timings_ms: dict[str, float] = field(default_factory=dict)
+    cells: Tensor | None = field(default=None, repr=False)  # [B, C, Hc, Wc] the cell texture the scorer read
 
     @property
     def positions(self) -> Tensor:
@@ -143,18 +145,20 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
     if auto and not path.exists():
         return "hand-set"
-    try:
-        saved = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError) as err:
-        raise ValueError(f"cannot read scorer weights {path}: {err}") from err
-    if not isinstance(saved, dict) or saved.get("format") != "arr-coc-scorer/1":
-        raise ValueError(f"{path} is not an arr-coc scorer file (made by `arr-coc train`)")
+    saved = load_file(path, "arr-coc-scorer/1", "scorer weights (made by `arr-coc train`)")
     fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
     if not fits:
         if auto:
             return "hand-set"
         raise ValueError(f"{path} holds a {saved['scorer_name']!r} scorer for channels {saved['channels']}; "
                          f"this ARR has {arr.config.scorer.name!r} on {list(arr.channels)}")
+    # Files written before the encoder was recorded were all trained on MiniLM questions (the default).
+    trained_on, encoder = saved.get("query_encoder", "MiniLMQueryEncoder"), encoder_name(arr.query_encoder)
+    if trained_on != encoder:
+        if auto:
+            return "hand-set"
+        raise ValueError(f"{path} was trained on questions embedded by {trained_on}, this ARR uses {encoder}; "
+                         f"use that query encoder or train weights for this one")
     arr.scorer.load_state_dict(saved["scorer"])
     if saved.get("sampler") and saved["arr_config"]["sampler"]["name"] == arr.config.sampler.name:
         arr.sampler.load_state_dict(saved["sampler"])
@@ -168,6 +172,7 @@ class ARR(nn.Module):
         config: :class:`ARRConfig`; the defaults give 256 gestalt + 273 saccade tokens.
         query_encoder: a :class:`QueryEncoder`; default MiniLM (packaged weights, offline).
         gestalt_encoder: a :class:`GestaltEncoder`; default pooled texture features.
+        cache: the per-image cache of slow channel parts (OCR, ...); pass one to share it between ARRs.
 
     Example:
         >>> from arr_coc.query import HashingQueryEncoder
@@ -178,7 +183,7 @@ class ARR(nn.Module):
     """
 
     def __init__(self, config: ARRConfig | None = None, *, query_encoder: QueryEncoder | None = None,
-                 gestalt_encoder: GestaltEncoder | None = None) -> None:
+                 gestalt_encoder: GestaltEncoder | None = None, cache: ImageCache | None = None) -> None:
         super().__init__()
         self.config = config = config or ARRConfig()
         self.channels = tuple(config.texture.channels or PIPELINE_CHANNELS)
@@ -189,7 +194,7 @@ class ARR(nn.Module):
         self.image_channels = tuple(c for c in self.channels if c not in self.query_channels)
         if not self.image_channels:
             raise ValueError(f"channels {self.channels} are all question-coupled; add an image channel, e.g. 'rgb'")
-        self.cache = ImageCache()
+        self.cache = ImageCache() if cache is None else cache
         self.query_encoder = query_encoder or MiniLMQueryEncoder()
         self.gestalt_encoder = gestalt_encoder or PooledGestaltEncoder()
         width = channel_width(self.image_channels)
@@ -206,7 +211,8 @@ class ARR(nn.Module):
         with _timed(t, "canvas"):
             canvas = make_canvas(images, cell=cfg.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
             prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
-            device = next(self.scorer.parameters()).device
+            param = next(self.parameters(), None)
+            device = canvas.pixels.device if param is None else param.device
             if canvas.pixels.device != device:  # texture that is plain tensor ops runs where the ARR was moved
                 canvas = replace(canvas, pixels=canvas.pixels.to(device), valid=canvas.valid.to(device))
                 prev_pixels = None if prev_pixels is None else prev_pixels.to(device)
@@ -228,6 +234,13 @@ class ARR(nn.Module):
 
         ``given``: question-coupled channels computed elsewhere (see :meth:`cell_stack`).
         """
+        relevance, query_emb, _ = self._score(scene, queries, gestalt_vector, timings, given)
+        return relevance, query_emb
+
+    def _score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
+               timings: dict[str, float] | None = None,
+               given: dict[str, Tensor] | None = None) -> tuple[Relevance, Tensor, Tensor]:
+        """:meth:`score`, plus the cell texture it read [B, C, Hc, Wc]."""
         t = {} if timings is None else timings
         queries = check_queries(queries, scene.canvas.batch_size)
         with _timed(t, "query"):
@@ -237,8 +250,10 @@ class ARR(nn.Module):
             with _timed(t, "coupling"):
                 cells = self.cell_stack(scene, queries, timings=t, given=given)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
-            relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid)
-        return relevance, query_emb
+            scale = self.config.scorer.part_scale
+            relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid,
+                                    scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale)
+        return relevance, query_emb, cells
 
     def cell_stack(self, scene: Scene, queries: Sequence[str], timings: dict[str, float] | None = None,
                    given: dict[str, Tensor] | None = None) -> Tensor:
@@ -269,6 +284,16 @@ class ARR(nn.Module):
                  for n in self.channels]
         return torch.cat(parts, 1)
 
+    def select(self, relevance: Tensor, k: int, *, valid: Tensor | None = None,
+               query_emb: Tensor | None = None) -> Selection:
+        """The configured sampler (with its trained parameters, if any) on a relevance map [B, Hc, Wc].
+
+        The selection step of :meth:`forward`, seeded with the config's seed: ``arr-coc eval``'s ``arr``
+        method calls it, so the method is what ``look``, ``ask`` and ``ARR()`` send.
+        """
+        generator = torch.Generator().manual_seed(self.config.seed)
+        return self.sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
+
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
                 budget: int | None = None, coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None
                 ) -> Allocation:
@@ -278,22 +303,30 @@ class ARR(nn.Module):
         computed from pixels (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's attention to its gestalt).
         """
         t: dict[str, float] = {}
-        k = self.config.sampler.budget if budget is None else budget
         scene = self.see(images, prev=prev, timings=t)
+        return self.allocate(scene, queries, budget=budget, timings=t, coupled=coupled)
+
+    def allocate(self, scene: Scene, queries: str | Sequence[str], *, budget: int | None = None,
+                 timings: dict[str, float] | None = None,
+                 coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None) -> Allocation:
+        """Allocate on a :meth:`see` result: several questions or budgets on one image pay for its texture once.
+
+        ``coupled``: as in :meth:`forward`.
+        """
+        t = {} if timings is None else timings
+        k = self.config.sampler.budget if budget is None else check_int("budget", budget)
         canvas = scene.canvas
         queries = check_queries(queries, canvas.batch_size)
         given = coupled(canvas, queries) if coupled is not None else None
         with _timed(t, "gestalt"):
             gestalt = self.gestalt(scene, k)
-        relevance, query_emb = self.score(scene, queries, gestalt.vector, timings=t, given=given)
+        relevance, query_emb, cells = self._score(scene, queries, gestalt.vector, timings=t, given=given)
         with _timed(t, "selection"):
-            generator = torch.Generator().manual_seed(self.config.seed)
-            selection = self.sampler(relevance.map.detach(), k, valid=canvas.valid, query_emb=query_emb,
-                                     generator=generator)
+            selection = self.select(relevance.map, k, valid=canvas.valid, query_emb=query_emb)
         with _timed(t, "extraction"):
             patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
         return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,
-                          patches=patches, gestalt=gestalt, timings_ms=t)
+                          patches=patches, gestalt=gestalt, timings_ms=t, cells=cells)
 
     def _prev_canvas(self, prev: Any, canvas: Canvas) -> Tensor:
         """The previous frame(s) on the same canvas as the current ones, for the motion channel."""

@@ -50,6 +50,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import to_hwc_uint8
@@ -62,6 +63,8 @@ INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
 # page whose short side is already larger; capping the long side at 960 found every line of a FUNSD form
 # (762x1000 px) that full resolution found, while 736 lost 1 of 26 lines and misread others (measured).
 DET_LIMIT_SIDE_LEN = 960
+# The short side, in detector pixels, below which a thin image is padded (see _pad_for_detection).
+MIN_DETECTED_SIDE = 48
 # RapidOCR's own default cut-off (``Global.text_score``) for a recognised text: below it a reading is mostly
 # wrong characters, and its embedding would match questions at random.
 MIN_SCORE = 0.5
@@ -166,6 +169,20 @@ def _engine(det_limit_side_len: int) -> Any:
     return _rapidocr().RapidOCR(params=params)
 
 
+def _pad_for_detection(image: Tensor, det_limit_side_len: int) -> Tensor:
+    """Pad a thin image's short side with white paper (bottom or right, so boxes keep their coordinates).
+
+    The detector scales the long side to ``det_limit_side_len`` and rounds both sides to multiples of 32
+    px; a short side that scales below 16 px rounds to zero and RapidOCR fails (a 28 x 5600 px banner).
+    """
+    h, w = image.shape[-2:]
+    need = math.ceil(MIN_DETECTED_SIDE * max(h, w) / min(max(h, w), det_limit_side_len))
+    if min(h, w) >= need:
+        return image
+    pad = (0, need - w, 0, 0) if w < h else (0, 0, 0, need - h)  # (left, right, top, bottom)
+    return F.pad(image, pad, value=1.0)
+
+
 def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> TextLines:
     """Detect, read and embed the text lines of one image ``[3, H, W]`` float in [0, 1].
 
@@ -183,7 +200,7 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
     _rapidocr()  # checked on every call: the engine below is cached once built
     engine = _engine(int(det_limit_side_len))
     height, width = image.shape[-2:]
-    u8 = to_hwc_uint8(image)
+    u8 = to_hwc_uint8(_pad_for_detection(image.detach().float(), det_limit_side_len))
     out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
     boxes: list[tuple[float, float, float, float]] = []
     if out.boxes is not None and len(out.boxes):

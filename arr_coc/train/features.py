@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pickle
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from tqdm import tqdm
 from arr_coc.data.datasets import Record
 from arr_coc.data.boxes import box_mask, scale_boxes
 from arr_coc.imageops import to_uint8
+from arr_coc.query import encoder_name
 from arr_coc.weights import atomic_save
 
 
@@ -63,7 +66,7 @@ def cache_key(arr) -> str:
     """What makes cached features valid: the channel set, their options, the cell and the canvas limits."""
     c = arr.config
     spec = {"channels": list(arr.channels), "options": c.texture.options, "canvas": vars(c.canvas),
-            "query_encoder": type(arr.query_encoder).__name__}
+            "query_encoder": encoder_name(arr.query_encoder)}
     return hashlib.blake2b(json.dumps(spec, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 
@@ -98,7 +101,7 @@ def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, pro
         by_image[(r.dataset, r.image_id)].append(r)
     examples = []
     for (dataset, image_id), recs in tqdm(by_image.items(), desc="features", disable=not progress):
-        path = folder / f"{dataset}-{image_id}.pt"
+        path = folder / cache_file(dataset, image_id)
         data = _load(path)
         if data is None or not all(r.record_id in data["records"] for r in recs):
             data = image_features(arr, recs)
@@ -139,13 +142,35 @@ def attach_pixels(examples: Sequence[Example], canvas_config: Any, *, progress: 
         e.pixels = shared[e.image]
 
 
+def cache_file(dataset: str, image_id: str) -> str:
+    """The cache file of one image: ``<dataset>-<image_id>.pt``, or a hashed name when the id is not a plain
+    file name (a JSONL image id defaults to the image's path, slashes and all).
+
+    >>> cache_file("funsd", "0000971160"), cache_file("jsonl", "/data/scans/a.png")
+    ('funsd-0000971160.pt', 'jsonl-a.png-0e5b2f8fd49c0905.pt')
+    """
+    name = f"{dataset}-{image_id}"
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,150}", name):
+        return name + ".pt"
+    digest = hashlib.blake2b(f"{dataset}/{image_id}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(image_id).name)[-60:]
+    return f"{dataset}-{tail}-{digest}.pt"
+
+
 def _load(path: Path) -> dict | None:
+    """A cached image's features; None when absent or not a features file (recomputed and overwritten).
+
+    Read with ``weights_only=True``: a cache file can hold tensors and plain values, never code.
+    """
     if not path.exists():
         return None
     try:
-        return torch.load(path, weights_only=True)
-    except (RuntimeError, EOFError, OSError):  # damaged by a crash outside our atomic writes: recompute
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError, TypeError):
+        return None  # damaged (a crash outside our atomic writes) or foreign: recompute
+    if not isinstance(data, dict) or not isinstance(data.get("records"), dict) or "gestalt" not in data:
         return None
+    return data
 
 
 def collate(examples: Sequence[Example]) -> dict[str, Tensor]:

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-from arr_coc.config import ARRConfig, SamplerConfig
+from arr_coc.config import ARRConfig, SamplerConfig, check_int, resolve_device, resolve_dtype
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate, llm_chunk_flops, timed
 
@@ -30,6 +30,10 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoTokenizer
 
+    # checked before anything loads: a wrong name or a GPU this torch cannot reach fails in a second
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ValueError(f"model must be a checkpoint folder, a hub id or tiny:<family>, got {name_or_path!r}")
     if name_or_path.startswith("tiny:"):
         from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
 
@@ -37,10 +41,11 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
         if family == "llava":
             from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 
-            return ADAPTERS.get("llava")(tiny_llava_model(), tiny_llava_tokenizer())
+            return ADAPTERS.get("llava")(_placed(tiny_llava_model(), dtype, device), tiny_llava_tokenizer())
+        ADAPTERS.get(family)  # an unknown family lists the registered ones
         ip = tiny_image_processor(family)
-        return ADAPTERS.get(family)(tiny_model(family), tiny_tokenizer(), image_mean=ip.image_mean,
-                                    image_std=ip.image_std)
+        return ADAPTERS.get(family)(_placed(tiny_model(family), dtype, device), tiny_tokenizer(),
+                                    image_mean=ip.image_mean, image_std=ip.image_std)
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
@@ -53,6 +58,11 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return adapter_cls(model, tokenizer, processor=processor, image_mean=mean, image_std=std)
+
+
+def _placed(model: Any, dtype: torch.dtype | None, device: torch.device | None) -> Any:
+    """A model built here (not loaded) moved to the asked dtype and device, as from_pretrained would."""
+    return model.to(**{k: v for k, v in (("dtype", dtype), ("device", device)) if v is not None})
 
 
 def _processor_parts(path: str) -> tuple[Any, Any, Any, Any]:
@@ -204,7 +214,12 @@ def allocators() -> tuple[str, ...]:
     return ("arr", *PATCHERS.names())
 
 
-def patch_boxes(name: str, relevance: torch.Tensor, canvas: Any, budget: int) -> list[torch.Tensor]:
+def patch_boxes(name: str, alloc: Any, budget: int) -> list[torch.Tensor]:
+    """Per image the [K_b, 3] (y, x, size) squares of patch allocator ``name`` on ARR's relevance (K_b <= budget)."""
+    return patch_boxes_on(name, alloc.relevance.map, alloc.canvas, budget)
+
+
+def patch_boxes_on(name: str, relevance: torch.Tensor, canvas: Any, budget: int) -> list[torch.Tensor]:
     """Per image the [K_b, 3] (y, x, size) squares of patch allocator ``name`` on a relevance map (K_b <= budget).
 
     The allocator gets ``relevance`` [B, Hc, Wc] with the canvas's valid cells and pixels;
@@ -247,8 +262,16 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
             on the model's device. ``"auto"``: :func:`default_relevance`.
         look_layers: decoder layers the first look reads (default: the middle half).
     """
+    from arr_coc.vlm.base import LAYOUTS, MODES
+
     if allocator not in allocators():
         raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
+    for name, value, choices in (("mode", mode, MODES), ("layout", layout, LAYOUTS)):
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens)
+    if budget is not None:
+        budget = check_int("budget", budget)
     if relevance == "auto":
         relevance = default_relevance(adapter)
     if relevance not in RELEVANCE_SOURCES:
@@ -332,7 +355,7 @@ def _ask_arr(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: 
             visual: list[VisualTokens] = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout,
                                                         weights=weights, **({"encoded": reuse} if reuse else {}))
         else:
-            cells = patch_boxes(allocator, alloc.relevance.map, canvas, k)
+            cells = patch_boxes(allocator, alloc, k)
             visual = adapter.encode_patches(imgs, cells, gestalt=gestalts, layout=layout,
                                             **({"encoded": reuse} if reuse else {}))
     eos = adapter.text_config.eos_token_id
@@ -374,7 +397,7 @@ def _ask_vlm(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: 
             sel = arr.sampler(rel, k, valid=valid, generator=generator)
             cells = [sel.positions[b] for b in range(canvas.batch_size)]
         else:
-            cells = patch_boxes(allocator, rel, canvas, k)
+            cells = patch_boxes_on(allocator, rel, canvas, k)
     with timed(t, "vision", device):
         if allocator == "arr":
             visual = adapter.encode(imgs, cells, mode=mode, gestalt=gestalts, layout=layout, encoded=seen)
