@@ -59,7 +59,6 @@ class FirstLook:
             out.append(up / up.max().clamp_min(1e-12))
         return out
 
-
     def relevance_map(self, grids: Sequence[tuple[int, int]], size: tuple[int, int]) -> Tensor:
         """The cell maps of :meth:`cell_maps` on a padded batch grid ``size`` (Hc, Wc): [B, Hc, Wc], 0 on padding."""
         maps = self.cell_maps(grids)
