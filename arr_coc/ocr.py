@@ -10,6 +10,8 @@ from functools import lru_cache
 from types import ModuleType
 from typing import Any
 
+from arr_coc.errors import MissingDependencyError
+
 INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
 # Detection runs at most 960 px on the long side (``Det.limit_type="max"``). RapidOCR's default ("min", 736)
 # upscales the SHORT side to 736 px, which costs seconds on small crops (a 300x60 px crop becomes
@@ -23,7 +25,7 @@ TEXT_SCORE = 0.5
 
 
 def require_rapidocr(what: str, alternative: str = "") -> ModuleType:
-    """The ``rapidocr`` module, or an ImportError naming ``what`` needs it and how to install it.
+    """The ``rapidocr`` module, or a MissingDependencyError (an ImportError) saying ``what`` needs it and how to install it.
 
     Example:
         >>> require_rapidocr("the text channels").__name__
@@ -32,7 +34,7 @@ def require_rapidocr(what: str, alternative: str = "") -> ModuleType:
     try:
         import rapidocr
     except ImportError as err:
-        raise ImportError(f"{what} needs RapidOCR: {INSTALL_RAPIDOCR}{alternative}") from err
+        raise MissingDependencyError(f"{what} needs RapidOCR: {INSTALL_RAPIDOCR}{alternative}") from err
     return rapidocr
 
 

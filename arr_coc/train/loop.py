@@ -42,25 +42,40 @@ RESUMABLE = ("steps", "eval_every", "out", "resume", "progress")
 
 @dataclass
 class TrainConfig:
-    learner: str = "scorer"  # what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"
-    datasets: tuple[str, ...] = ("funsd", "sroie", "coco")
-    data: str | None = None  # datasets' root folder (default ../shared/data or $ARR_COC_DATA)
-    limit: int | None = None  # records per dataset (a seeded subset spread over images)
-    budget: str = "10%"  # tokens per example, split into gestalt + K saccades as in the evaluation
-    objective: str = "proxy"  # "proxy" (answer-box overlap) or "vlm" (answer cross-entropy)
-    estimator: str = "soft"  # soft top-K, its Gumbel-perturbed version, or straight-through
-    temperature: float = 0.5  # soft top-K temperature, in standard deviations of each image's relevance
-    coverage_weight: float = 0.05  # a little mass in every region keeps second questions fed
-    steps: int = 300  # optimiser steps (about a minute on 2 CPU cores once features are cached)
-    batch_size: int = 16  # global: split over the ranks
-    lr: float = 0.01  # Adam; the scorer has few weights, each with a clear scale
-    eval_every: int = 50  # held-out evaluation and checkpoint every N steps
-    seed: int = 0  # data order, Gumbel noise, subsets
-    out: str = "out/train"  # checkpoint.pt, config.json, scorer.pt, metrics.json, loss.png
-    features: str = "out/features"  # cache of the texture features (one file per image)
-    vlm: str | None = None  # model for objective "vlm" (a folder, hub id or tiny:<family>)
-    resume: bool = False  # continue from OUT/checkpoint.pt exactly where it stopped
-    progress: bool = True  # progress bars
+    """One training run; each field's ``help`` is also its ``arr-coc train --<field>`` help text."""
+
+    learner: str = field(default="scorer", metadata={
+        "help": 'what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"'})
+    datasets: tuple[str, ...] = field(default=("funsd", "sroie", "coco"), metadata={"help": "datasets to train on"})
+    data: str | None = field(default=None, metadata={
+        "help": "datasets' root folder (default ../shared/data or $ARR_COC_DATA)"})
+    limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
+    budget: str = field(default="10%", metadata={
+        "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
+                "a token count (529) or a share of full resolution (10%)"})
+    objective: str = field(default="proxy", metadata={
+        "help": '"proxy" (answer-box overlap) or "vlm" (answer cross-entropy)'})
+    estimator: str = field(default="soft", metadata={
+        "help": "soft (soft top-K), gumbel (its Gumbel-perturbed version) or straight_through"})
+    temperature: float = field(default=0.5, metadata={
+        "help": "soft top-K temperature, in standard deviations of each image's relevance"})
+    # a little mass in every region keeps second questions fed
+    coverage_weight: float = field(default=0.05, metadata={"help": "weight of the coverage term of the loss"})
+    steps: int = field(default=300, metadata={
+        "help": "optimiser steps (about a minute on 2 CPU cores once features are cached)"})
+    batch_size: int = field(default=16, metadata={"help": "global batch size, split over the ranks"})
+    # Adam; the scorer has few weights, each with a clear scale
+    lr: float = field(default=0.01, metadata={"help": "Adam learning rate"})
+    eval_every: int = field(default=50, metadata={"help": "held-out evaluation and checkpoint every N steps"})
+    seed: int = field(default=0, metadata={"help": "seed of the data order, Gumbel noise and subsets"})
+    out: str = field(default="out/train", metadata={
+        "help": "output folder: checkpoint.pt, config.json, <learner>.pt, metrics.json, loss.png"})
+    features: str = field(default="out/features", metadata={
+        "help": "cache of the texture features (one file per image)"})
+    vlm: str | None = field(default=None, metadata={
+        "help": 'model for objective "vlm" (a folder, hub id or tiny:<family>)'})
+    resume: bool = field(default=False, metadata={"help": "continue from OUT/checkpoint.pt exactly where it stopped"})
+    progress: bool = field(default=True, metadata={"help": "progress bars"})
 
 
 @dataclass
