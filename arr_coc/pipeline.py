@@ -23,8 +23,10 @@ from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection
 from arr_coc.cache import ImageCache
-from arr_coc.weights import PACKAGED
+from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
+
+SCORER_FORMAT = "arr-coc-scorer/1"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
 
 
 @dataclass
@@ -144,12 +146,7 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
     if auto and not path.exists():
         return "hand-set"
-    try:
-        saved = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError) as err:
-        raise ValueError(f"cannot read scorer weights {path}: {err}") from err
-    if not isinstance(saved, dict) or saved.get("format") != "arr-coc-scorer/1":
-        raise ValueError(f"{path} is not an arr-coc scorer file (made by `arr-coc train`)")
+    saved = load_file(path, SCORER_FORMAT, "scorer weights (made by `arr-coc train`)")
     fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
     if not fits:
         if auto:

@@ -1,4 +1,5 @@
 """Training the scorer: features cache, proxy objective, held-out metrics, checkpoints, DDP, export."""
+import argparse
 import json
 import os
 import shutil
@@ -125,10 +126,13 @@ def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
     with pytest.raises(ValueError, match="different configuration .*arr_config"):
         load_checkpoint(ckpt, c, replace(CONFIG, seed=5))
     ckpt.write_bytes(ckpt.read_bytes()[:100])
-    with pytest.raises(ValueError, match="is corrupt or unreadable"):
+    with pytest.raises(ValueError, match="checkpoint.pt cannot be read as a training checkpoint .*delete it"):
         train(replace(c, resume=True, steps=4), CONFIG, examples=examples)
+    torch.save({"format": "arr-coc-train/1", "step": argparse.Namespace(step=1)}, ckpt)  # an object, not a value
+    with pytest.raises(ValueError, match="cannot be read as a training checkpoint"):  # weights_only refuses it
+        load_checkpoint(ckpt, c, CONFIG)
     torch.save({"hello": 1}, ckpt)
-    with pytest.raises(ValueError, match="not an arr-coc training checkpoint"):
+    with pytest.raises(ValueError, match="holds None, not a training checkpoint"):
         load_checkpoint(ckpt, c, CONFIG)
 
 
@@ -146,7 +150,7 @@ def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_
     with pytest.raises(ValueError, match="holds a 'contextual' scorer for channels"):
         ARR(ARRConfig(texture=TextureConfig(channels=("rgb", "edges")), scorer=ScorerConfig(weights=str(path))),
             query_encoder=HashingQueryEncoder())
-    with pytest.raises(ValueError, match="cannot read scorer weights"):
+    with pytest.raises(ValueError, match="none.pt: no such file; expected scorer weights"):
         ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(tmp_path / "none.pt"))), query_encoder=HashingQueryEncoder())
 
 

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
 from arr_coc.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
 from arr_coc.soft_topk import standardized_soft_topk
-from arr_coc.weights import PACKAGED, atomic_save
+from arr_coc.weights import PACKAGED, atomic_save, load_file
 
 
 def _check_k(k: int, mask: Tensor) -> None:
@@ -248,14 +248,9 @@ def load_learned(kind: str, spec: str | Path = "auto", *, channels: Sequence[str
         raise ValueError(f"unknown learned allocator {kind!r}; choose one of {', '.join(LEARNED)}")
     path = PACKAGED / f"{kind}.pt" if str(spec) == "auto" else Path(spec)
     hint = f"train one with `arr-coc train --learner {kind}`"
-    try:
-        saved = torch.load(path, weights_only=True)
-    except FileNotFoundError as err:
-        raise ValueError(f"no {kind} weights at {path}; {hint}") from err
-    except Exception as err:  # torch raises several types for damaged or foreign files
-        raise ValueError(f"{path} is unreadable ({type(err).__name__}: {err}); {hint}") from err
-    if not isinstance(saved, dict) or saved.get("format") != LEARNED_FORMAT or saved.get("kind") != kind:
-        raise ValueError(f"{path} holds no {kind} weights ({LEARNED_FORMAT}); {hint}")
+    saved = load_file(path, LEARNED_FORMAT, f"{kind} weights ({hint})")
+    if saved.get("kind") != kind:
+        raise ValueError(f"{path} holds {saved.get('kind')} weights, not {kind} weights; {hint}")
     cfg = saved["config"]
     if kind == "pruner" and channels is not None and list(channels) != saved["channels"]:
         raise ValueError(f"{path} prunes tokens of channels {saved['channels']}, this ARR makes {list(channels)}; "

@@ -24,7 +24,9 @@ from tqdm import tqdm
 from arr_coc.data.datasets import Record
 from arr_coc.data.boxes import box_mask, scale_boxes
 from arr_coc.imageops import to_uint8
-from arr_coc.weights import atomic_save
+from arr_coc.weights import atomic_save, load_file
+
+FEATURES_FORMAT = "arr-coc-features/1"
 
 
 @dataclass
@@ -73,7 +75,8 @@ def image_features(arr, records: Sequence[Record]) -> dict:
     scene = arr.see(records[0].image)
     canvas, (hc, wc) = scene.canvas, scene.extents[0]
     vector = arr.gestalt(scene, 1).vector[0]
-    out = {"image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(), "records": {}}
+    out = {"format": FEATURES_FORMAT, "image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(),
+           "records": {}}
     for r in records:
         if r.image_id != records[0].image_id:
             raise ValueError(f"records of one image expected, got {r.image_id} and {records[0].image_id}")
@@ -143,8 +146,8 @@ def _load(path: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        return torch.load(path, weights_only=True)
-    except (RuntimeError, EOFError, OSError):  # damaged by a crash outside our atomic writes: recompute
+        return load_file(path, FEATURES_FORMAT, "cached training features")
+    except ValueError:  # damaged by a crash outside our atomic writes, or an older layout: recompute
         return None
 
 

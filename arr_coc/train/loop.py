@@ -25,14 +25,15 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from arr_coc.config import ARRConfig
+from arr_coc.pipeline import SCORER_FORMAT
 from arr_coc.data.datasets import split_of
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.train.features import Example, build_examples, collate
-from arr_coc.weights import atomic_save
+from arr_coc.weights import atomic_save, load_file
 from arr_coc.soft_topk import coverage_loss, standardized_soft_topk
 
 CHECKPOINT_FORMAT = "arr-coc-train/1"
-WEIGHTS_FORMAT = "arr-coc-scorer/1"
+WEIGHTS_FORMAT = SCORER_FORMAT  # what ARR loads as ScorerConfig.weights
 ESTIMATORS = ("soft", "gumbel", "straight_through")
 LEARNERS = ("scorer", "selector", "pruner")
 PRUNER_HIDDEN = 32  # the pruner's bottleneck: its tokens are only C (~16) channels wide
@@ -258,13 +259,7 @@ def save_checkpoint(path: Path, step: int, objective: nn.Module, optimizer: torc
 
 def load_checkpoint(path: Path, cfg: TrainConfig, arr_config: ARRConfig) -> dict:
     """A checkpoint to resume from; a corrupt file or a different configuration is a clear error."""
-    try:
-        ckpt = torch.load(path, weights_only=False)
-    except Exception as err:  # torch raises several types for damaged files
-        raise ValueError(f"checkpoint {path} is corrupt or unreadable ({type(err).__name__}: {err}); "
-                         f"delete it to start afresh") from err
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not an arr-coc training checkpoint ({CHECKPOINT_FORMAT})")
+    ckpt = load_file(path, CHECKPOINT_FORMAT, "a training checkpoint of `arr-coc train` (delete it to start afresh)")
     saved, now = ckpt["train_config"], asdict(cfg)
     diff = [k for k in now if k not in RESUMABLE and _norm(saved.get(k)) != _norm(now[k])]
     if _norm(ckpt["arr_config"]) != _norm(arr_config.to_dict()):
