@@ -20,10 +20,10 @@ from arr_coc.data.datasets import load_dataset, split_of
 from arr_coc.train.features import build_examples, cell_target
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train.loop import TrainConfig, batch_indices, load_checkpoint, train
 
-CONFIG = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"))
+CONFIG = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 
 
 @pytest.fixture(scope="module")
@@ -228,7 +228,7 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
     saved = torch.load(shipped, weights_only=True)
     assert saved["metrics"]["learned"]["test"]["iou"] > saved["metrics"]["initial"]["test"]["iou"]
     assert all(torch.equal(arr.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
-    mvp = ARR(ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS)), query_encoder=HashingQueryEncoder())
+    mvp = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder())
     assert mvp.weights_source == "hand-set"  # trained on other channels: not applicable, not forced
     assert ARR(ARRConfig(scorer=ScorerConfig(weights="none")), query_encoder=HashingQueryEncoder()).weights_source \
         == "hand-set"
