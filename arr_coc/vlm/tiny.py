@@ -87,6 +87,13 @@ def tiny_image_processor(family: str = "qwen2_5_vl") -> Any:
                                     temporal_patch_size=2, **mean_std)
 
 
+# LLaVA-1.5's chat layout, with the tiny tokenizer's <|image_pad|> standing in for <image>.
+TINY_LLAVA_TEMPLATE = (
+    "{% for m in messages %}{{ m.role.upper() }}: {% if m.content is string %}{{ m.content }}{% else %}"
+    "{% for c in m.content %}{% if c.type == 'image' %}<|image_pad|>\n{% else %}{{ c.text }}{% endif %}"
+    "{% endfor %}{% endif %} {% endfor %}{% if add_generation_prompt %}ASSISTANT:{% endif %}")
+TINY_IMAGE_TOKEN_ID = 6  # <|image_pad|>, a special token of the tiny tokenizer
+
 
 def tiny_llava_tokenizer() -> Any:
     """The tiny character-level tokenizer with a LLaVA-1.5-style chat template."""
