@@ -11,6 +11,7 @@ from PIL import Image, ImageDraw
 from arr_coc.app import views
 from arr_coc.app.service import PRESETS, Microscope, Settings, check_question, methods, read_upload, render
 from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
@@ -105,7 +106,7 @@ def test_json_download_keeps_the_look_json_schema_and_the_png_is_written(scope, 
 
 
 def test_saccade_view_keeps_chosen_cells_and_dims_the_rest(page):
-    rgb = views.to_uint8(read_upload(page))
+    rgb = to_hwc_uint8(read_upload(page))
     cells = torch.tensor([[0, 0], [5, 7]])
     out = np.asarray(views.saccade_view(rgb, cells, 28, numbered=0)).astype(int)
     inner = (slice(3, 25), slice(3, 25))  # inside the outline

@@ -23,6 +23,7 @@ from arr_coc.cache import ImageCache
 from arr_coc.canvas import load_image
 from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
 from arr_coc.eval.reading import foveated_view, gestalt_view
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
 from arr_coc.samplers import SAMPLERS
@@ -229,7 +230,7 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     hc, wc = h // c, w // c
     full = a.canvas.pixels[0, :, :h, :w]  # [3, h, w] the canvas
     f = views.display_factor((h, w), c)
-    image, dc = views.to_uint8(views.downscale(full, f)), c // f  # [h/f, w/f, 3]; views drawn on cells of dc px
+    image, dc = to_hwc_uint8(views.downscale(full, f)), c // f  # [h/f, w/f, 3]; views drawn on cells of dc px
     rel = a.relevance
     sacc = views.saccade_view(image, result.sent, dc)
     heat = views.heat_view(image, rel.map[0, :hc, :wc], dc)
@@ -272,6 +273,6 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     png_path = out / "allocation.png"
     views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                               f"tokens per region: {tok['sent']} sent"]).save(png_path, compress_level=1)
-    as_image = lambda x: Image.fromarray(views.to_uint8(views.downscale(x, f)))  # noqa: E731
+    as_image = lambda x: Image.fromarray(to_hwc_uint8(views.downscale(x, f)))  # noqa: E731
     return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout), as_image(gview),
                     as_image(fview), tokens, summary, "\n".join(rows), json_path, png_path)

@@ -239,6 +239,25 @@ def split_at_image(ids: Sequence[int], image_token_id: int) -> tuple[list[int], 
     return list(ids[:where[0]]), list(ids[where[0] + 1:])
 
 
+def left_pad_rows(rows: Sequence[tuple[Tensor, Tensor, Tensor]], rope_rows: int
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-prompt (embeds ``[n, D]``, positions ``[R, n]``, visual mask ``[n]``) left-padded into one batch.
+
+    Returns ``(embeds [B, L, D], attention mask [B, L] long, positions [R, B, L], visual mask [B, L])``;
+    padding sits on the left so every row's next token is at column L, as cached generation expects.
+    """
+    length = max(len(r[0]) for r in rows)
+    b, d, dev = len(rows), rows[0][0].shape[1], rows[0][0].device
+    embeds = rows[0][0].new_zeros(b, length, d)
+    mask = torch.zeros(b, length, dtype=torch.long, device=dev)
+    pos = torch.zeros(rope_rows, b, length, device=dev)
+    vmask = torch.zeros(b, length, dtype=torch.bool, device=dev)
+    for i, (emb, p, v) in enumerate(rows):
+        n = len(emb)
+        embeds[i, length - n:], mask[i, length - n:], pos[:, i, length - n:], vmask[i, length - n:] = emb, 1, p, v
+    return embeds, mask, pos, vmask
+
+
 def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[VisualTokens],
              suffixes: Sequence[Sequence[int]], rope_rows: int) -> Prefill:
     """Splice each image's visual tokens between its prompt's prefix and suffix tokens; left-pad.
@@ -266,15 +285,8 @@ def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[
         is_vis = torch.zeros(emb.shape[0], dtype=torch.bool, device=dev)
         is_vis[len(pre):len(pre) + len(vis)] = True
         rows.append((emb, pos, is_vis, after + len(suf)))
-    length = max(r[0].shape[0] for r in rows)
-    b, d, dev = len(rows), rows[0][0].shape[1], rows[0][0].device
-    embeds = rows[0][0].new_zeros(b, length, d)
-    mask = torch.zeros(b, length, dtype=torch.long, device=dev)
-    pos = torch.zeros(rope_rows, b, length, device=dev)
-    vmask = torch.zeros(b, length, dtype=torch.bool, device=dev)
-    for i, (emb, p, v, _) in enumerate(rows):
-        n = emb.shape[0]
-        embeds[i, length - n:], mask[i, length - n:], pos[:, i, length - n:], vmask[i, length - n:] = emb, 1, p, v
+    embeds, mask, pos, vmask = left_pad_rows([r[:3] for r in rows], rope_rows)
+    dev = embeds.device
     layers = len(visuals[0].deepstack)
     if any(len(v.deepstack) != layers for v in visuals):
         raise ValueError("every image must carry the same number of deepstack layers")
