@@ -150,3 +150,11 @@ def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp
     assert isinstance(result.answer, str) and "answer" in result.timings_ms
     d = json.loads(render(result, tmp_path).json_path.read_text())
     assert d["answer"] == result.answer and d["cell"] == vlm.cell
+
+
+def test_a_checkpoint_that_is_not_a_torch_file_is_a_readable_error(scope, page, tmp_path):
+    garbage = tmp_path / "scorer.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="cannot read scorer weights"):
+        scope.run(read_upload(page), "What is the total due?",
+                  Settings(channels=MVP_CHANNELS, weights=str(garbage)))

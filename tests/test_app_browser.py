@@ -1,12 +1,14 @@
 """`arr-coc serve` driven by a real browser (headless Chromium from Debian's packages, via Selenium).
 
 One server, one browser, one user session: a good request, three bad ones (not an image, an empty
-question, a budget the image cannot hold) that each show their error in the page, and a good request
-after them that still works.
+question, a budget the image cannot hold) that each show their error in the page, a good request
+after them that still works, and two configurations compared side by side.
 """
 from __future__ import annotations
 
 import io
+import socket
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -36,10 +38,43 @@ def fetch(url: str) -> np.ndarray:
         return np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB")).astype(float)
 
 
+def own_address() -> str:
+    """This machine's address on its default route (a UDP socket is only pointed there, nothing is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+        except OSError:
+            return "127.0.0.1"
+        return s.getsockname()[0]
+
+
+def upload_status(url: str, size: int) -> int:
+    """HTTP status of posting a ``size``-byte file to the server's upload endpoint."""
+    boundary = "arrcocboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"big.png\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode()
+    body += bytes(size) + f"\r\n--{boundary}--\r\n".encode()
+    req = urllib.request.Request(url + "gradio_api/upload", data=body,
+                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
     not_an_image = tmp_path / "scan.png"
     not_an_image.write_bytes(b"%PDF-1.4 this is not a picture")
     with server("--query-encoder", "hashing", "--threads", "1") as url, chromium() as driver:
+        assert url.startswith("http://127.0.0.1:")  # local only unless --host says otherwise
+        me = own_address()
+        if not me.startswith("127."):  # the machine's own address does not reach a server bound to 127.0.0.1
+            with pytest.raises(OSError):
+                socket.create_connection((me, int(url.rsplit(":", 1)[1].strip("/"))), timeout=5).close()
+        assert upload_status(url, 1000) == 200
+        assert upload_status(url, 26 * 2**20) == 413  # over the 25 MB cap: refused before it reaches Python
+
         page = Page(driver, url)
         page.upload(page_file)
         page.fill("question", "What is the total due?")
@@ -73,3 +108,9 @@ def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
         status = page.run()
         assert status.startswith("Done"), status
         assert "tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in page.text("summary")
+
+        page.tab("Compare")  # A (stratified, as above) and B (top-K) side by side, each with its tokens
+        assert page.run("compare").startswith("Done")
+        a, b = page.text("summary-a"), page.text("summary-b")
+        assert "method stratified" in a and "method topk" in b
+        assert all("tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in s for s in (a, b))

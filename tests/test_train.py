@@ -121,25 +121,32 @@ def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
     c = cfg(tmp_path, steps=2, eval_every=2)
     train(c, CONFIG, examples=examples)
     ckpt = Path(c.out) / "checkpoint.pt"
+    minilm = "MiniLMQueryEncoder"  # train()'s default encoder
+    assert load_checkpoint(ckpt, c, CONFIG, minilm)["step"] == 2
     with pytest.raises(ValueError, match=r"different configuration \(lr\)"):
-        load_checkpoint(ckpt, replace(c, lr=0.5), CONFIG)
+        load_checkpoint(ckpt, replace(c, lr=0.5), CONFIG, minilm)
     with pytest.raises(ValueError, match="different configuration .*arr_config"):
-        load_checkpoint(ckpt, c, replace(CONFIG, seed=5))
+        load_checkpoint(ckpt, c, replace(CONFIG, seed=5), minilm)
+    with pytest.raises(ValueError, match="query encoder MiniLMQueryEncoder -> HashingQueryEncoder"):
+        train(replace(c, resume=True, steps=4), CONFIG, examples=examples, query_encoder=HashingQueryEncoder())
     ckpt.write_bytes(ckpt.read_bytes()[:100])
-    with pytest.raises(ValueError, match="checkpoint.pt cannot be read as a training checkpoint .*delete it"):
+    with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint.*delete it"):
         train(replace(c, resume=True, steps=4), CONFIG, examples=examples)
     torch.save({"format": "arr-coc-train/1", "step": argparse.Namespace(step=1)}, ckpt)  # an object, not a value
-    with pytest.raises(ValueError, match="cannot be read as a training checkpoint"):  # weights_only refuses it
-        load_checkpoint(ckpt, c, CONFIG)
+    with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint"):  # weights_only refuses it
+        load_checkpoint(ckpt, c, CONFIG, minilm)
     torch.save({"hello": 1}, ckpt)
-    with pytest.raises(ValueError, match="holds None, not a training checkpoint"):
-        load_checkpoint(ckpt, c, CONFIG)
+    with pytest.raises(ValueError, match="not an arr-coc training checkpoint"):
+        load_checkpoint(ckpt, c, CONFIG, minilm)
 
 
 def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_path):
     c = cfg(tmp_path, steps=5, eval_every=5)
-    train(c, CONFIG, examples=examples)
+    train(c, CONFIG, examples=examples, query_encoder=HashingQueryEncoder())  # the examples' encoder
     path = Path(c.out) / "scorer.pt"
+    with pytest.raises(ValueError, match="trained on questions embedded by HashingQueryEncoder, this ARR uses "
+                                         "MiniLMQueryEncoder"):
+        ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(path))))
     trained = ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(path))), query_encoder=HashingQueryEncoder())
     assert trained.weights_source == str(path)
     saved = torch.load(path, weights_only=True)

@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image, ImageDraw
 
+from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
 from arr_coc.eval.harness import refuse_leakage
@@ -83,6 +84,18 @@ def arr(adapter):
                query_encoder=HashingQueryEncoder()).eval()
 
 
+COMMON = ["--reader", "vlm", "--model", "tiny:qwen2_5_vl", "--channels", *CHANNELS, "--query-encoder", "hashing",
+          "--max-new-tokens", "3", "--batch-size", "4"]
+
+
+def cli(name: str, data: Path, out: Path, *extra: str) -> list[dict]:
+    """``arr-coc eval NAME --reader vlm --model tiny:qwen2_5_vl`` (full, native_budget, arr at 8 tokens) -> its rows."""
+    argv = ["eval", name, "--data", str(data), "--split", SPLIT[name], "--out", str(out), *COMMON,
+            "--methods", "full", "native_budget", "arr", "--budgets", "8", *extra]
+    assert main(argv) == 0
+    return read_rows(out / name / "tiny_qwen2_5_vl" / "records.jsonl")
+
+
 def run(records, arr, adapter, out: Path, **kw) -> list[dict]:
     settings = VLMEvalSettings(**{"methods": ("full", "native_budget", "arr"), "budgets": ("8",),
                                   "max_new_tokens": 3, "batch_size": 4, **kw})
@@ -119,14 +132,17 @@ def test_processed_view_equals_the_native_encoding_when_nothing_is_resized(adapt
 
 # ----------------------------------------------------------------------------------- end to end
 @pytest.mark.parametrize("name", ["docvqa", "infovqa", "textvqa", "chartqa"])
-def test_every_format_is_answered_and_scored_by_its_own_metric(name, tmp_path, adapter, arr):
-    records = load_dataset(name, make_dataset(name, tmp_path / "a"), split=SPLIT[name])
-    rows = run(records, arr, adapter, tmp_path / "out1")
+def test_every_format_is_answered_and_scored_by_its_own_metric(name, tmp_path, capsys):
+    rows = cli(name, make_dataset(name, tmp_path / "a"), tmp_path / "out1")
+    table = capsys.readouterr().out
+    metric = {"docvqa": "anls", "infovqa": "anls", "textvqa": "vqa_accuracy", "chartqa": "relaxed_accuracy"}[name]
+    assert f"| budget | method | tokens (share of full) | n | {metric} | alloc ms |" in table
+    assert "| 8 | native_budget |" in table and "| full | full |" in table
     assert len(rows) == 2 * 3 and {(r["method"], r["budget"]) for r in rows} == {
         ("full", "full"), ("native_budget", "8"), ("arr", "8")}
     for r in rows:
         assert r["tokens"] <= 8 if r["budget"] == "8" else r["tokens"] == r["full_tokens"]
-        assert r["flops"] == r["flops_vision"] + r["flops_llm"] + r["flops_decode"] > 0
+        assert r["flops"] == r["flops_vision"] + r["flops_llm"] + r["flops_decode"] + r["flops_alloc"] > 0
         assert r["vision_ms"] > 0 and r["prefill_ms"] > 0 and r["decode_ms"] > 0
         assert r["alloc_ms"] > 0 if r["method"] == "arr" else r["alloc_ms"] == 0
     assert all(r["tokens"] == 8 for r in rows if r["method"] == "arr")  # 2x2 gestalt + 4 saccades, exactly
@@ -138,8 +154,7 @@ def test_every_format_is_answered_and_scored_by_its_own_metric(name, tmp_path, a
     else:
         refs = {0: [said[0]], 1: ["zebra crossing" if said[1] != "zebra crossing" else "x"]}
         expected = {0: 1.0, 1: 0.0}
-    records = load_dataset(name, make_dataset(name, tmp_path / "b", refs), split=SPLIT[name])
-    again = run(records, arr, adapter, tmp_path / "out2", methods=("full",))
+    again = cli(name, make_dataset(name, tmp_path / "b", refs), tmp_path / "out2", "--methods", "full")
     assert {which(r): r["prediction"] for r in again} == said  # deterministic
     assert {which(r): r["score"] for r in again} == pytest.approx(expected)
     assert {r["metric"] for r in again} == {"docvqa": {"anls"}, "infovqa": {"anls"}, "textvqa": {"vqa_accuracy"},
@@ -148,7 +163,7 @@ def test_every_format_is_answered_and_scored_by_its_own_metric(name, tmp_path, a
 
 def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
-    methods = ("full", "native_budget", "arr", "slice", "topk", "random", "patches", "quadtree")
+    methods = ("full", "native_budget", "arr", "vlm", "slice", "topk", "random", "patches", "quadtree")
     rows = {(r["method"], r["budget"]): r for r in run(records, arr, adapter, tmp_path / "o", methods=methods,
                                                          budgets=("16", "50%"))}
     full = rows[("full", "full")]["full_tokens"]
@@ -156,8 +171,9 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     for (m, b), r in rows.items():
         cap = full if b == "full" else int(b) if b.isdigit() else round(int(b[:-1]) / 100 * full)
         assert r["tokens"] <= cap, (m, b)
-        if m in ("arr", "slice", "topk", "random"):
+        if m in ("arr", "vlm", "slice", "topk", "random"):
             assert r["tokens"] == cap and r["gestalt_tokens"] == 4  # gestalt + saccades = budget, exactly
+        assert (r["flops_alloc"] > 0) == (m == "vlm")  # only the first look is the model's own work
     # slice runs the tower over the whole image, sparse over gestalt + saccades only
     assert rows[("slice", "16")]["flops_vision"] > rows[("arr", "16")]["flops_vision"]
     assert rows[("slice", "16")]["flops_llm"] == rows[("arr", "16")]["flops_llm"]
@@ -214,3 +230,56 @@ def test_shipped_weights_are_never_scored_on_their_training_images():
     with pytest.raises(ValueError, match=r"shipped pruner weights"):
         refuse_leakage("coco", "val", hand_set, ("pruner",))
     refuse_leakage("coco", "val", hand_set, ("pruner",), {"pruner": "my.pt"})
+
+
+# ------------------------------------------------------------------------------------------- CLI
+def test_cli_errors_say_what_to_do(tmp_path, capsys):
+    data = make_dataset("docvqa", tmp_path / "d")
+    assert main(["eval", "docvqa", "--data", str(data), "--split", "val", "--reader", "vlm"]) == 2
+    assert "--reader vlm needs --model PATH_OR_ID" in capsys.readouterr().err
+    assert main(["eval", "docvqa", "--data", str(data), "--split", "val", "--reader", "none",
+                 "--channels", *CHANNELS, "--query-encoder", "hashing"]) == 2
+    assert "docvqa records have no answer boxes" in capsys.readouterr().err
+    assert main(["eval", "funsd", "--data", str(tmp_path / "nowhere"), "--reader", "none"]) == 2
+    cli("docvqa", data, tmp_path / "o")
+    assert main(["eval", "docvqa", "--data", str(data), "--split", "val", "--out", str(tmp_path / "o"), *COMMON,
+                 "--methods", "full", "--prompt", "Q: {question}"]) == 2
+    assert "holds answers made with other settings (prompt)" in capsys.readouterr().err
+
+
+def test_cli_refuses_the_shipped_scorer_on_its_training_data(tmp_path, capsys):
+    funsd = tmp_path / "funsd" / "training_data"
+    page(funsd / "images" / "f1.png", "Date: 12/03")
+    write(funsd / "annotations" / "f1.json", {"form": [
+        {"id": 0, "label": "question", "text": "Date:", "box": [2, 2, 40, 12], "words": [], "linking": [[0, 1]]},
+        {"id": 1, "label": "answer", "text": "12/03", "box": [50, 2, 90, 12], "words": [], "linking": [[0, 1]]}]})
+    # the default channels: the shipped scorer, trained on FUNSD's train images
+    argv = ["eval", "funsd", "--data", str(tmp_path / "funsd"), "--query-encoder", "hashing", "--budgets", "8",
+            "--out", str(tmp_path / "o")]
+    assert main(argv + ["--reader", "vlm", "--model", "tiny:qwen2_5_vl", "--methods", "arr"]) == 2
+    assert "were trained on the train images of funsd, sroie, coco" in capsys.readouterr().err
+    assert main(argv + ["--reader", "none", "--methods", "topk", "--split", "val"]) == 2
+    assert "on funsd --split val would count images they learned from: add --split test" in capsys.readouterr().err
+    assert main(argv + ["--reader", "none", "--methods", "topk", "--channels", *CHANNELS]) == 0  # hand-set: allowed
+
+
+@pytest.mark.slow
+def test_torchrun_with_two_processes_answers_what_one_process_answers(tmp_path):
+    if shutil.which("torchrun", path=str(Path(sys.executable).parent)) is None:
+        pytest.fail("torchrun is not installed beside this Python (it comes with torch)")
+    data = make_dataset("textvqa", tmp_path / "t")
+    one = cli("textvqa", data, tmp_path / "one", "--methods", "full", "native_budget", "arr", "vlm")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29533",
+           "-m", "arr_coc.cli", "eval", "textvqa", "--data", str(data), "--split", "val", "--out", str(tmp_path / "two"),
+           *COMMON, "--methods", "full", "native_budget", "arr", "vlm", "--budgets", "8"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = tmp_path / "two" / "textvqa" / "tiny_qwen2_5_vl"
+    two = read_rows(out / "records.jsonl")
+    assert not list(out.glob("records.part-*"))  # merged by rank 0
+    assert done.stdout.count("| budget | method |") == 1  # one table, from rank 0
+    key = lambda r: (r["record_id"], r["method"], r["budget"])  # noqa: E731
+    assert len(two) == len(one) == 8 and len({key(r) for r in two}) == 8
+    assert sorted((key(r), r["prediction"], r["tokens"], r["score"]) for r in two) == \
+        sorted((key(r), r["prediction"], r["tokens"], r["score"]) for r in one)

@@ -113,5 +113,10 @@ class Page:
         self.wait(lambda d: self.text("status") != before and self.text("status").startswith(("Done", "Error")))
         return self.text("status")
 
+    def tab(self, name: str) -> None:
+        """Show the tab labelled ``name``."""
+        buttons = self.driver.find_elements(self.by.CSS_SELECTOR, "button[role=tab]")
+        next(b for b in buttons if b.text.strip() == name).click()
+
     def image_src(self, elem_id: str) -> str:
         return self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} img").get_attribute("src")

@@ -21,7 +21,8 @@ from torch import Tensor
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import load_image
-from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
+from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
+                            TextureConfig)
 from arr_coc.eval.reading import foveated_view, gestalt_view
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
@@ -216,6 +217,7 @@ class Rendered:
     gestalt: Image.Image
     foveated: Image.Image
     tokens: Image.Image
+    answer: str | None  # the VLM's answer, when the microscope has one
     summary: str  # markdown: tokens sent, context weights, scorer, cache
     timings: str  # markdown table of stage times
     json_path: Path
@@ -230,7 +232,8 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     hc, wc = h // c, w // c
     full = a.canvas.pixels[0, :, :h, :w]  # [3, h, w] the canvas
     f = views.display_factor((h, w), c)
-    image, dc = to_hwc_uint8(views.downscale(full, f)), c // f  # [h/f, w/f, 3]; views drawn on cells of dc px
+    small, dc = views.downscale(full, f), c // f  # [3, h/f, w/f]: views are drawn at display size, on cells of dc px
+    image = to_hwc_uint8(small)
     rel = a.relevance
     sacc = views.saccade_view(image, result.sent, dc)
     heat = views.heat_view(image, rel.map[0, :hc, :wc], dc)
@@ -240,13 +243,14 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     centres = result.sent[:, :2] + (result.sent[:, 2:] // 2 if result.sent.shape[1] == 3 else 0)
     counts = tokens_per_region(centres, (hc, wc), (min(8, hc), min(8, wc)), a.gestalt.num_tokens).numpy()
     tokens = views.tokens_view(image, counts, dc)
-    gview = gestalt_view(full, c, a.gestalt.grid)
+    # what the VLM sees, shown at display size: the same views made on the display-size canvas
+    gview = gestalt_view(small, dc, a.gestalt.grid)
     if result.sent.shape[1] == 3:  # squares: the VLM sees each square shrunk to one token
         from arr_coc.allocators.patching import render_patches
 
-        fview = render_patches(full, result.sent, c, background=gview)
+        fview = render_patches(small, result.sent, dc, background=gview)
     else:
-        fview = foveated_view(full, result.sent, c, a.gestalt.grid)
+        fview = foveated_view(small, result.sent, dc, a.gestalt.grid)
     d = result.to_json()
     tok = d["tokens"]
     cw = d["context_weights"]
@@ -261,8 +265,6 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
         "context weights " + ", ".join(f"{k} {v:.2f} (x{s:g})" for (k, v), s in zip(cw.items(), scale))
         + ("; texture from the per-image cache" if result.scene_cached else ""),
     ])
-    if result.answer is not None:
-        summary += f"\n\n**VLM answer:** {result.answer}"
     rows = ["| stage | ms |", "| --- | ---: |"]
     rows += [f"| {k}{' (cached)' if result.scene_cached and k in ('canvas', 'texture') else ''} | {v:.1f} |"
              for k, v in d["timings_ms"].items()]
@@ -271,8 +273,9 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     json_path = out / "allocation.json"
     json_path.write_text(json.dumps(d, indent=1))
     png_path = out / "allocation.png"
-    views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
-                                              f"tokens per region: {tok['sent']} sent"]).save(png_path, compress_level=1)
-    as_image = lambda x: Image.fromarray(to_hwc_uint8(views.downscale(x, f)))  # noqa: E731
-    return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout), as_image(gview),
-                    as_image(fview), tokens, summary, "\n".join(rows), json_path, png_path)
+    picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
+                                                        f"tokens per region: {tok['sent']} sent"])
+    picture.save(png_path, compress_level=1)  # fast: the download is written on every request
+    return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout),
+                    Image.fromarray(to_hwc_uint8(gview)), Image.fromarray(to_hwc_uint8(fview)), tokens,
+                    result.answer, summary, "\n".join(rows), json_path, png_path)

@@ -36,7 +36,8 @@ def _settings(budget: Any, method: str, channels: list[str], weights: str, check
         raise ValueError("choose at least one texture channel")
     if weights == "checkpoint":
         if not checkpoint:
-            raise ValueError("upload a scorer checkpoint (a .pt file from `arr-coc train`) or choose shipped / hand-set")
+            raise ValueError("upload a scorer checkpoint (a .pt file from `arr-coc train`) or choose shipped or "
+                             "hand-set")
         spec = checkpoint
     else:
         spec = SCORER_WEIGHTS[weights]
@@ -89,6 +90,8 @@ def build(scope: Microscope) -> gr.Blocks:
                 status = gr.Markdown("Ready.", elem_id="status")
                 with gr.Tabs():
                     with gr.Tab("Saccades"):
+                        answer = gr.Textbox(label="VLM answer (from gestalt + saccades)", interactive=False,
+                                            visible=scope.vlm is not None, elem_id="answer")
                         summary = gr.Markdown(elem_id="summary")
                         sacc = gr.Image(label="saccades (bright, outlined, numbered by rank) vs not sent (dimmed)",
                                         format="png", elem_id="saccades", interactive=False)
@@ -130,10 +133,10 @@ def build(scope: Microscope) -> gr.Blocks:
                 image = read_upload(path)
                 v = render(scope.run(image, q, settings))
             except (ValueError, OSError) as err:  # bad input: say what to do, keep the last views
-                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 11
-            return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.summary, v.saccades, v.relevance,
-                    v.parts, v.channels, v.gestalt, v.foveated,
-                    v.tokens, v.timings, str(v.json_path), str(v.png_path)]
+                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 12
+            return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.answer or "", v.summary,
+                    v.saccades, v.relevance, v.parts, v.channels, v.gestalt, v.foveated, v.tokens, v.timings,
+                    str(v.json_path), str(v.png_path)]
 
         def both(path: str | None, q: str, k: Any, *controls_ab: Any) -> list[Any]:
             n, start = next(requests), time.perf_counter()
@@ -149,12 +152,10 @@ def build(scope: Microscope) -> gr.Blocks:
                 return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 4
             return [f"Done: request {n} (A and B) in {time.perf_counter() - start:.2f} s.", *out]
 
-        run.click(analyse, [upload, question, budget, *ctl_a],
-                  [status, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings, get_json,
-                   get_png], api_name="analyse")
-        question.submit(analyse, [upload, question, budget, *ctl_a],
-                        [status, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings, get_json,
-                         get_png])
+        outputs = [status, answer, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings,
+                   get_json, get_png]
+        run.click(analyse, [upload, question, budget, *ctl_a], outputs, api_name="analyse")
+        question.submit(analyse, [upload, question, budget, *ctl_a], outputs)
         compare.click(both, [upload, question, budget, *ctl_a, *ctl_b], [status, sum_a, img_a, sum_b, img_b],
                       api_name="compare")
     return demo

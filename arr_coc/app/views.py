@@ -181,9 +181,11 @@ def tokens_view(rgb: np.ndarray, counts: np.ndarray, cell: int) -> Image.Image:
     return img
 
 
-def side_by_side(images: Sequence[Image.Image], titles: Sequence[str], height: int = 700) -> Image.Image:
-    """Images scaled to one height, captioned, in a row: the downloadable picture."""
-    scaled = [im.resize((max(1, round(im.width * height / im.height)), height)) for im in images]
+def side_by_side(images: Sequence[Image.Image], titles: Sequence[str]) -> Image.Image:
+    """Images scaled to the first one's height, captioned, in a row: the downloadable picture."""
+    height = images[0].height
+    scaled = [im if im.height == height else im.resize((max(1, round(im.width * height / im.height)), height))
+              for im in images]
     tiles = [labelled(im, t, 18) for im, t in zip(scaled, titles)]
     out = Image.new("RGB", (sum(t.width for t in tiles) + 10 * (len(tiles) - 1), tiles[0].height), "white")
     x = 0

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import to_hwc_uint8
@@ -58,6 +59,8 @@ from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
 # Lines recognised below RapidOCR's own cut-off are mostly wrong characters: their embedding would match
 # questions at random, so they mark where text is without being matched.
 MIN_SCORE = TEXT_SCORE
+# The short side, in detector pixels, below which a thin image is padded (see _pad_for_detection).
+MIN_DETECTED_SIDE = 48
 # key_value geometry, in units of the key line's height h. Values on forms often sit at a tab stop far right
 # of their key (a column of keys at x ~70 px, their values at ~400 px on FUNSD forms: 10-13 h). On 207 FUNSD
 # questions the top cell hit the answer 42 / 54 / 55 / 55 % of the time with a reach of 4 / 12 / 16 / 24 h.
@@ -138,6 +141,20 @@ def _split_lines(boxes: list[tuple[float, float, float, float]], texts: list[str
     return out_b, out_t, out_s
 
 
+def _pad_for_detection(image: Tensor, det_limit_side_len: int) -> Tensor:
+    """Pad a thin image's short side with white paper (bottom or right, so boxes keep their coordinates).
+
+    The detector scales the long side to ``det_limit_side_len`` and rounds both sides to multiples of 32
+    px; a short side that scales below 16 px rounds to zero and RapidOCR fails (a 28 x 5600 px banner).
+    """
+    h, w = image.shape[-2:]
+    need = math.ceil(MIN_DETECTED_SIDE * max(h, w) / min(max(h, w), det_limit_side_len))
+    if min(h, w) >= need:
+        return image
+    pad = (0, need - w, 0, 0) if w < h else (0, 0, 0, need - h)  # (left, right, top, bottom)
+    return F.pad(image, pad, value=1.0)
+
+
 def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> TextLines:
     """Detect, read and embed the text lines of one image ``[3, H, W]`` float in [0, 1].
 
@@ -155,7 +172,7 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
     require_rapidocr("the text channels (text_match, key_value)")  # checked on every call: the engine is cached
     engine = rapidocr_engine(det_limit_side_len, text_score=0.0)  # low-confidence lines still say where text is
     height, width = image.shape[-2:]
-    u8 = to_hwc_uint8(image)
+    u8 = to_hwc_uint8(_pad_for_detection(image.detach().float(), det_limit_side_len))
     out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
     boxes: list[tuple[float, float, float, float]] = []
     if out.boxes is not None and len(out.boxes):

@@ -8,6 +8,8 @@ Methods (``VLM_METHODS``), all through the adapters ``arr-coc ask`` uses:
 - ``native_budget``: the same processor with ``max_pixels`` set so the image has at most the
   budget's tokens: the model's own downscaling, the baseline to beat.
 - ``arr``: gestalt + saccades from the ARR's sampler and scorer, the tower encoding only them (sparse).
+- ``vlm``: the same sampler on the model's own first look (:mod:`arr_coc.vlm.look`: the question's
+  attention to the gestalt tokens, spread over the cells); the gestalt encoded for the look is reused.
 - ``slice``: the same cells, but the tower encodes the whole image and the chosen tokens are kept
   (pruning after the encoder).
 - every sampler by name (``topk``, ``stratified``, ``random``, ...), the variable-size patch
@@ -15,9 +17,11 @@ Methods (``VLM_METHODS``), all through the adapters ``arr-coc ask`` uses:
 
 A budget is the number of visual tokens (``529``) or a share of the full-resolution canvas (``25%``).
 Per answer a row records the tokens sent, the allocation time (texture of the image + scoring +
-selection; ``full`` and ``native_budget`` allocate nothing), the vision tower's time, the prefill and
-decode time (batched: the batch's time shared equally among its answers), and the estimated FLOPs
-(vision + LLM prefill + decode).
+selection; ``vlm``: the gestalt's encoding and the first look; ``full`` and ``native_budget`` allocate
+nothing), the vision tower's time, the prefill and decode time (batched: the batch's time shared
+equally among its answers), and the estimated FLOPs of the model's work (vision + LLM prefill +
+decode, plus the first look for ``vlm``; the texture and OCR of ``arr`` run outside the model and
+show in the allocation time only).
 
 At scale: answers are generated ``batch_size`` at a time. Under ``torchrun --nproc_per_node N`` every
 rank takes every N-th image (gloo on CPU, nccl on GPU) and appends its rows to
@@ -50,8 +54,8 @@ from arr_coc.samplers import SAMPLERS, topk_cells
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.base import assemble, generate, synchronize
 
-VLM_METHODS = ("full", "native_budget", "arr", "slice", "random", "topk", "nms", "stratified", "adaptive_stratified",
-               "log_polar", "patches", "patches_edges", "quadtree", "selector", "pruner")
+VLM_METHODS = ("full", "native_budget", "arr", "vlm", "slice", "random", "topk", "nms", "stratified",
+               "adaptive_stratified", "log_polar", "patches", "patches_edges", "quadtree", "selector", "pruner")
 DEFAULT_METHODS = ("full", "native_budget", "arr", "slice")
 DEFAULT_BUDGETS = ("256", "529", "1024")  # 256 = 8x8 gestalt + 192 saccades; 529 = 16x16 + 273; 1024 = 16x16 + 768
 # the short-answer instruction the field's evaluations give Qwen-VL on DocVQA, InfoVQA, TextVQA and ChartQA
@@ -96,6 +100,7 @@ class Job:
     full_tokens: int
     alloc_ms: float
     vision_ms: float
+    flops_alloc: float = 0.0  # the model's own work spent choosing (the vlm source's first look)
 
 
 # ----------------------------------------------------------------------------- processes and files
@@ -106,18 +111,20 @@ def rank_device(device: str | None) -> str | None:
     return device
 
 
-def process_group(device: Any) -> tuple[int, int]:
-    """(rank, world): one process, or torchrun's (nccl when the model is on a GPU, gloo on the CPU)."""
+def process_group(device: Any) -> tuple[int, int, bool]:
+    """(rank, world, created): one process, or torchrun's (nccl when the model is on a GPU, gloo on the CPU);
+    ``created`` when this call started the group (and its caller ends it)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return 0, 1
-    if not dist.is_initialized():
+        return 0, 1, False
+    created = not dist.is_initialized()
+    if created:
         cuda = torch.device(device).type == "cuda"
         if cuda:
             torch.cuda.set_device(torch.device(device))
         # a rank waits at the end for the slowest one: hours, not torch's default minutes
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=12))
-    return dist.get_rank(), world
+    return dist.get_rank(), world, created
 
 
 def shard(records: Sequence[Record], rank: int, world: int) -> list[Record]:
@@ -170,6 +177,31 @@ def merge_rows(out_dir: Path) -> Path:
     return target
 
 
+def run_identity(arr: Any, adapter: Any, settings: VLMEvalSettings) -> dict:
+    """What the answers depend on besides the record, method and budget: a resumed run must match it."""
+    return {"model": settings.model, "dtype": str(adapter.visual.dtype).replace("torch.", ""),
+            "prompt": settings.prompt, "max_new_tokens": settings.max_new_tokens, "layout": settings.layout,
+            "seed": settings.seed, "channels": list(arr.channels), "scorer": arr.config.scorer.name,
+            "scorer_weights": arr.weights_source, "sampler": arr.config.sampler.name,
+            "max_pixels": arr.config.canvas.max_pixels, "patch_options": settings.patch_options or {},
+            "learned": settings.learned or {}}
+
+
+def check_same_run(out_dir: Path, identity: dict) -> None:
+    """Write ``run.json`` on the first run; refuse to add rows made with other settings to a folder."""
+    path = out_dir / "run.json"
+    if path.exists():
+        saved = json.loads(path.read_text())
+        changed = sorted(k for k in identity.keys() | saved.keys() if identity.get(k) != saved.get(k))
+        if changed:
+            raise ValueError(f"{out_dir} holds answers made with other settings ({', '.join(changed)}); "
+                             f"pass another --out, or the same settings to resume")
+        return
+    tmp = path.with_name(f"run.json.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(identity, indent=1) + "\n")
+    os.replace(tmp, path)  # every rank writes the same identity; one whole file wins
+
+
 # ----------------------------------------------------------------------------- encoding and answering
 def _timed_encode(adapter: Any, fn: Any, *args: Any, **kwargs: Any) -> tuple[Any, float]:
     start = time.perf_counter()
@@ -213,6 +245,9 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: VLMEvalSetti
                 continue
             grid, k = split_budget(budget_tokens(spec, full), (hc, wc))
             start = time.perf_counter()
+            if method == "vlm":
+                yield _first_look_job(record, spec, arr, adapter, settings, scene, grid, k, query_emb, full)
+                continue
             if method in PATCH_METHODS:
                 from arr_coc.allocators.patching import PATCHERS, edge_density
 
@@ -247,6 +282,32 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: VLMEvalSetti
             yield Job(record, method, spec, visual, full, texture_ms + score_ms + select_ms, vision_ms)
 
 
+def _first_look_job(record: Record, spec: str, arr: Any, adapter: Any, settings: VLMEvalSettings, scene: Any,
+                    grid: tuple[int, int], k: int, query_emb: Any, full: int) -> Job:
+    """The ``vlm`` method: the model encodes the gestalt and reads the question's attention to it (first look);
+    ARR's sampler spends the saccades on that map; the gestalt tokens are reused for the answer."""
+    from arr_coc.vlm.look import first_look
+
+    canvas, cell = scene.canvas, adapter.cell
+    hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
+    pixels = canvas.pixels[0, :, : hc * cell, : wc * cell]
+    question = settings.prompt.format(question=record.question)
+    start = time.perf_counter()
+    gestalt = adapter.encode_gestalt([pixels], [grid])
+    look = first_look(adapter, gestalt, [grid], [question])
+    relevance = torch.full(canvas.valid.shape, -torch.inf)
+    relevance[0, :hc, :wc] = look.cell_maps([(hc, wc)])[0].float().cpu()
+    generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
+    positions = arr.sampler(relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator).positions[0]
+    synchronize(adapter.visual.device)
+    alloc_ms = (time.perf_counter() - start) * 1e3
+    pre, suf = adapter.prompt_ids(question)
+    looked = prefill_flops(adapter, len(pre) + len(gestalt[0]) + len(suf), gestalt[0].vision_segments)["total"]
+    visual, vision_ms = _timed_encode(adapter, adapter.encode, [pixels], [positions], mode="sparse", gestalt=[grid],
+                                      layout=settings.layout, encoded=gestalt)
+    return Job(record, "vlm", spec, visual, full, alloc_ms, vision_ms, looked)
+
+
 def _wanted(settings: VLMEvalSettings) -> list[tuple[str, str]]:
     pairs = [("full", "full")] if "full" in settings.methods else []
     return pairs + [(m, str(b)) for b in settings.budgets for m in settings.methods if m != "full"]
@@ -275,7 +336,8 @@ def answer_jobs(jobs: Sequence[Job], adapter: Any, settings: VLMEvalSettings) ->
             "reader": "vlm", "model": settings.model, "batch": n, "prompt_tokens": prompt, "new_tokens": steps,
             "alloc_ms": round(job.alloc_ms, 2), "vision_ms": round(job.vision_ms, 2),
             "prefill_ms": round(times["prefill_ms"] / n, 2), "decode_ms": round(times["decode_ms"] / n, 2),
-            "flops_vision": pf["vision"], "flops_llm": pf["llm"], "flops_decode": df, "flops": pf["total"] + df,
+            "flops_vision": pf["vision"], "flops_llm": pf["llm"], "flops_decode": df, "flops_alloc": job.flops_alloc,
+            "flops": pf["total"] + df + job.flops_alloc,
         })
     return rows
 
@@ -293,8 +355,9 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
     if {"full", "native_budget"} & set(settings.methods) and not hasattr(adapter, "encode_processed"):
         raise ValueError(f"{adapter.name} has no image processor of its own to resize with; "
                          f"leave out full and native_budget")
-    rank, world = process_group(adapter.visual.device)
+    rank, world, created = process_group(adapter.visual.device)
     out_dir.mkdir(parents=True, exist_ok=True)
+    check_same_run(out_dir, run_identity(arr, adapter, settings))
     done = {_key(row) for path in _sources(out_dir) for row in read_rows(path)}
     own = out_dir / f"records.part-{rank}.jsonl"
     read_rows(own, repair=True)
@@ -329,6 +392,8 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
         merge_rows(out_dir)
     if world > 1:
         dist.barrier()  # nobody reads records.jsonl before rank 0 has written it
+    if created:
+        dist.destroy_process_group()
     return out_dir / "records.jsonl"
 
 
