@@ -8,7 +8,6 @@ Bad input raises ``ValueError`` with a message the page shows as it is.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -223,8 +222,8 @@ class Rendered:
     png_path: Path
 
 
-def render(result: Result, out_dir: Path | None = None) -> Rendered:
-    """Draw the views of ``result`` and write its JSON and PNG downloads into ``out_dir`` (a new temp dir)."""
+def render(result: Result, out_dir: Path) -> Rendered:
+    """Draw the views of ``result`` and write its JSON and PNG downloads into the folder ``out_dir``."""
     a = result.allocation
     c = a.canvas.cell
     h, w = a.canvas.sizes[0]
@@ -268,10 +267,9 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     rows += [f"| {k}{' (cached)' if result.scene_cached and k in ('canvas', 'texture') else ''} | {v:.1f} |"
              for k, v in d["timings_ms"].items()]
     rows.append(f"| **total** | **{sum(d['timings_ms'].values()):.1f}** |")
-    out = Path(tempfile.mkdtemp(prefix="arr-coc-")) if out_dir is None else out_dir
-    json_path = out / "allocation.json"
+    json_path = out_dir / "allocation.json"
     json_path.write_text(json.dumps(d, indent=1))
-    png_path = out / "allocation.png"
+    png_path = out_dir / "allocation.png"
     picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                                         f"tokens per region: {tok['sent']} sent"])
     picture.save(png_path, compress_level=1)  # fast: the download is written on every request
