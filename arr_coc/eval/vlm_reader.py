@@ -111,18 +111,20 @@ def rank_device(device: str | None) -> str | None:
     return device
 
 
-def process_group(device: Any) -> tuple[int, int]:
-    """(rank, world): one process, or torchrun's (nccl when the model is on a GPU, gloo on the CPU)."""
+def process_group(device: Any) -> tuple[int, int, bool]:
+    """(rank, world, created): one process, or torchrun's (nccl when the model is on a GPU, gloo on the CPU);
+    ``created`` when this call started the group (and its caller ends it)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
-        return 0, 1
-    if not dist.is_initialized():
+        return 0, 1, False
+    created = not dist.is_initialized()
+    if created:
         cuda = torch.device(device).type == "cuda"
         if cuda:
             torch.cuda.set_device(torch.device(device))
         # a rank waits at the end for the slowest one: hours, not torch's default minutes
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(hours=12))
-    return dist.get_rank(), world
+    return dist.get_rank(), world, created
 
 
 def shard(records: Sequence[Record], rank: int, world: int) -> list[Record]:
@@ -353,7 +355,7 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
     if {"full", "native_budget"} & set(settings.methods) and not hasattr(adapter, "encode_processed"):
         raise ValueError(f"{adapter.name} has no image processor of its own to resize with; "
                          f"leave out full and native_budget")
-    rank, world = process_group(adapter.visual.device)
+    rank, world, created = process_group(adapter.visual.device)
     out_dir.mkdir(parents=True, exist_ok=True)
     check_same_run(out_dir, run_identity(arr, adapter, settings))
     done = {_key(row) for path in _sources(out_dir) for row in read_rows(path)}
@@ -390,6 +392,8 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
         merge_rows(out_dir)
     if world > 1:
         dist.barrier()  # nobody reads records.jsonl before rank 0 has written it
+    if created:
+        dist.destroy_process_group()
     return out_dir / "records.jsonl"
 
 
