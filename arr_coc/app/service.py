@@ -54,7 +54,7 @@ class Settings:
     """One configuration of the microscope (the page's controls)."""
 
     budget: int = DEFAULT_BUDGET  # saccade tokens K (a patch allocator: at most K squares)
-    method: str = "stratified"  # a sampler (one-cell saccades) or a patch allocator (variable squares)
+    method: str = SamplerConfig.name  # a sampler (one-cell saccades) or a patch allocator (variable squares)
     channels: tuple[str, ...] = PIPELINE_CHANNELS
     weights: str = "auto"  # scorer weights: "auto" (shipped), "none" (hand-set) or a file from `arr-coc train`
     part_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)  # 1 = as trained, 0 = that part off

@@ -17,7 +17,7 @@ import gradio as gr
 
 from arr_coc.app.service import (PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload,
                                  render)
-from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS
+from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.texture import CHANNELS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -26,6 +26,8 @@ EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is t
 MAX_FILE_SIZE = "25mb"  # a phone photo or a scanned page; larger uploads are refused before they reach Python
 MAX_BUDGET = 4096  # the canvas holds at most 4096 cells at 28 px (CanvasConfig.max_pixels)
 QUEUE_SIZE = 32  # waiting requests beyond this are turned away with a "queue full" message
+# B's sampler at first: the one that keeps a token in every region, next to the default's plain ranking
+COMPARE_WITH = "stratified" if SamplerConfig.name != "stratified" else "topk"
 KEEP_DOWNLOADS = 16  # requests whose JSON and PNG stay on disk (Gradio serves its own copy once sent)
 # channels a user can switch on; clip needs a model path (`arr-coc look --clip-model`), so it is not offered here
 CHOOSABLE = tuple(n for n in CHANNELS.names() if n != "clip")
@@ -66,7 +68,7 @@ def build(scope: Microscope) -> gr.Blocks:
         (root / str(n)).mkdir()
         return root / str(n)
 
-    def controls(suffix: str, method: str = "stratified") -> list[gr.components.Component]:
+    def controls(suffix: str, method: str = SamplerConfig.name) -> list[gr.components.Component]:
         with gr.Group():
             m = gr.Dropdown(list(methods()), value=method, label=f"sampler or allocator {suffix}",
                             info="samplers place one-cell saccades; saliency / quadtree place variable squares")
@@ -80,7 +82,7 @@ def build(scope: Microscope) -> gr.Blocks:
 
             def apply(name: str) -> list[Any]:
                 p = PRESETS[name]
-                return [p.get("sampler", "stratified"), *p["part_scale"]]
+                return [p.get("sampler", method), *p["part_scale"]]
 
             preset.change(apply, preset, [m, *sliders])
         return [m, ch, wt, ck, *sliders]
@@ -127,7 +129,7 @@ def build(scope: Microscope) -> gr.Blocks:
                         gr.Markdown("A second configuration on the same image, question and budget.")
                         with gr.Row():
                             with gr.Column():
-                                ctl_b = controls("(B)", method="topk")
+                                ctl_b = controls("(B)", method=COMPARE_WITH)
                                 compare = gr.Button("Compare A and B", elem_id="compare")
                             with gr.Column():
                                 sum_a, img_a = gr.Markdown(elem_id="summary-a"), gr.Image(label="A", interactive=False)
