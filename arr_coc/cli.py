@@ -295,11 +295,11 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
     """TextureConfig from CLI names ('mvp': the 13-channel MVP; 'default': the pipeline's default set) and
     the CLIP weights."""
     from arr_coc.config import PIPELINE_CHANNELS, TextureConfig
-    from arr_coc.texture import DEFAULT_CHANNELS
+    from arr_coc.texture import MVP_CHANNELS
 
     names = None
     if channels:
-        groups = {"mvp": DEFAULT_CHANNELS, "default": PIPELINE_CHANNELS}
+        groups = {"mvp": MVP_CHANNELS, "default": PIPELINE_CHANNELS}
         names = tuple(n for c in channels for n in groups.get(c, (c,)))
     return TextureConfig(channels=names, options={"clip": {"model": clip_model}} if clip_model else {})
 

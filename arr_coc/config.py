@@ -10,7 +10,7 @@ from arr_coc import learned_samplers  # noqa: F401  (registers its samplers, so 
 from arr_coc.budget import gestalt_grid
 from arr_coc.relevance import SCORERS
 from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 
 def check_int(name: str, value: Any, low: int = 1) -> int:
     """``value`` as an int of at least ``low``, or a one-line error naming the option.
@@ -125,12 +125,12 @@ class CanvasConfig:
 # The 13-channel MVP texture plus the channels that helped at equal tokens in the ablation (README):
 # the text channels on forms and receipts (one OCR pass per image, ~2 s on two CPU cores; silent on
 # photos without text) and learned saliency on all three datasets (~0.6 s per image).
-PIPELINE_CHANNELS = DEFAULT_CHANNELS + ("text_match", "key_value", "learned_saliency")
+PIPELINE_CHANNELS = MVP_CHANNELS + ("text_match", "key_value", "learned_saliency")
 
 
 @dataclass
 class TextureConfig:
-    # None = PIPELINE_CHANNELS; arr_coc.texture.DEFAULT_CHANNELS is the query-blind 13-channel MVP
+    # None = PIPELINE_CHANNELS; arr_coc.texture.MVP_CHANNELS is the query-blind 13-channel MVP
     channels: tuple[str, ...] | None = None
     # per-channel settings, e.g. {"clip": {"model": "/path/to/clip"}}
     options: dict[str, dict[str, Any]] = field(default_factory=dict)

@@ -27,6 +27,8 @@ from arr_coc.cache import ImageCache
 from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
+SCORER_FORMAT = "arr-coc-scorer/1"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
+
 
 @dataclass
 class Allocation:
@@ -145,7 +147,7 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
     if auto and not path.exists():
         return "hand-set"
-    saved = load_file(path, "arr-coc-scorer/1", "scorer weights (made by `arr-coc train`)")
+    saved = load_file(path, SCORER_FORMAT, "scorer weights (made by `arr-coc train`)")
     fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
     if not fits:
         if auto:

@@ -29,7 +29,7 @@ from arr_coc.extract import extract_gather, extract_grid_sample, extract_loop  #
 from arr_coc.query import HashingQueryEncoder  # noqa: E402
 from arr_coc.relevance import ContextualScorer  # noqa: E402
 from arr_coc.samplers import nms_cells, stratified_cells, topk_cells  # noqa: E402
-from arr_coc.texture import DEFAULT_CHANNELS, channel_layout, compute_texture, pool_to_cells  # noqa: E402
+from arr_coc.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,7 +72,7 @@ def main() -> None:
 
     canvas = make_canvas(images(args.batch, args.size), cell=args.cell)
     pixels, cell, k = canvas.pixels, canvas.cell, args.budget
-    layout = channel_layout(DEFAULT_CHANNELS)
+    layout = channel_layout(MVP_CHANNELS)
     with torch.no_grad():
         texture = compute_texture(pixels)  # [B, C, H, W]
         cells = pool_to_cells(texture, cell)  # [B, C, Hc, Wc]

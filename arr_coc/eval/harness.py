@@ -33,10 +33,12 @@ from arr_coc.config import check_float, check_int
 from arr_coc.eval.metrics import allocation_metrics
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.budget import budget_tokens, split_budget
-from arr_coc.pipeline import ARR
+from arr_coc.allocators.pruning import LEARNED_FORMAT
+from arr_coc.pipeline import ARR, SCORER_FORMAT
 from arr_coc.query import encoder_name
 from arr_coc.eval.reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
 from arr_coc.samplers import SAMPLERS, topk_cells
+from arr_coc.weights import load_file
 
 # Method order of every table: the upper bound, the field's baseline, then the allocators.
 # "arr" is the evaluated ARR's own sampler: with no options, what `arr-coc look`, `ask` and ARR() send.
@@ -161,7 +163,7 @@ SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevanc
 
 def trained_on(path: Path) -> tuple[str, ...]:
     """The datasets a weights file from ``arr-coc train`` learned from (its saved training settings)."""
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = load_file(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     return tuple(saved.get("train_config", {}).get("datasets", ()))
 
 
