@@ -167,8 +167,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="allocate saccades for one image and question; print a summary, draw a PNG",
                    description="Allocate K saccades (plus the gestalt) for one image and question.")
     look.add_argument("--gestalt", type=int, default=None, metavar="N",
-                      help="N x N gestalt tokens, on top of the K saccades (default: arr_coc.budget's rule, "
-                           "16 from K = 128 up)")
+                      help="N x N gestalt tokens, on top of the K saccades, clamped to the image's cell grid "
+                           "(default: the rule under --saccades)")
     look.add_argument("--seed", type=int, default=0, help="seed for learnable parts and random samplers")
     look.add_argument("--out", type=Path, default=None,
                       help="PNG to write (default <image>_arr.png in the current directory; "
@@ -295,11 +295,11 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
     """TextureConfig from CLI names ('mvp': the 13-channel MVP; 'default': the pipeline's default set) and
     the CLIP weights."""
     from arr_coc.config import PIPELINE_CHANNELS, TextureConfig
-    from arr_coc.texture import DEFAULT_CHANNELS
+    from arr_coc.texture import MVP_CHANNELS
 
     names = None
     if channels:
-        groups = {"mvp": DEFAULT_CHANNELS, "default": PIPELINE_CHANNELS}
+        groups = {"mvp": MVP_CHANNELS, "default": PIPELINE_CHANNELS}
         names = tuple(n for c in channels for n in groups.get(c, (c,)))
     return TextureConfig(channels=names, options={"clip": {"model": clip_model}} if clip_model else {})
 

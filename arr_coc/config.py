@@ -10,7 +10,7 @@ from arr_coc import learned_samplers  # noqa: F401  (registers its samplers, so 
 from arr_coc.budget import gestalt_grid
 from arr_coc.relevance import SCORERS
 from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 
 def check_int(name: str, value: Any, low: int = 1) -> int:
     """``value`` as an int of at least ``low``, or a one-line error naming the option.
@@ -125,12 +125,12 @@ class CanvasConfig:
 # The 13-channel MVP texture plus the channels that helped at equal tokens in the ablation (README):
 # the text channels on forms and receipts (one OCR pass per image, ~2 s on two CPU cores; silent on
 # photos without text) and learned saliency on all three datasets (~0.6 s per image).
-PIPELINE_CHANNELS = DEFAULT_CHANNELS + ("text_match", "key_value", "learned_saliency")
+PIPELINE_CHANNELS = MVP_CHANNELS + ("text_match", "key_value", "learned_saliency")
 
 
 @dataclass
 class TextureConfig:
-    # None = PIPELINE_CHANNELS; arr_coc.texture.DEFAULT_CHANNELS is the query-blind 13-channel MVP
+    # None = PIPELINE_CHANNELS; arr_coc.texture.MVP_CHANNELS is the query-blind 13-channel MVP
     channels: tuple[str, ...] | None = None
     # per-channel settings, e.g. {"clip": {"model": "/path/to/clip"}}
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -182,11 +182,15 @@ class ScorerConfig:
 
 @dataclass
 class SamplerConfig:
-    # stratified keeps a token in every region (a second question about the footer is not starved)
-    # while still spending most of the budget where relevance is high
-    name: str = field(default="stratified", metadata={"help": "sampler name (see the list below)"})
+    # top-K of the trained scorer: on validation forms, receipts and photos it read at least as well as
+    # stratified, NMS and the uniformly downsampled image (docs/defaults.md); stratified, which reserves
+    # tokens for every region, read worse than the uniform image on receipts
+    name: str = field(default="topk", metadata={"help": "sampler name (see the list below)"})
     budget: int = field(default=DEFAULT_BUDGET, metadata={
-        "help": "K saccades: full-resolution tokens sent besides the gestalt, whose tokens come on top",
+        "help": "K saccades: full-resolution tokens sent besides the gestalt, whose tokens come on top: a square "
+                "gestalt, the largest side of 16, 12, 8, 6, 4, 2, 1 with side*side <= K (273 -> 16x16, 529 in all; "
+                "128 -> 8x8), each side clamped to the image's cell grid (a 10x40-cell image gets a 10x16 "
+                "gestalt); an image with fewer than K cells is refused with its count",
         "metavar": "K"})
     kwargs: dict[str, Any] = field(default_factory=dict)
 

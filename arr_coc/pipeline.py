@@ -27,6 +27,8 @@ from arr_coc.cache import ImageCache
 from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
+SCORER_FORMAT = "arr-coc-scorer/1"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
+
 
 @dataclass
 class Allocation:
@@ -145,7 +147,7 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
     if auto and not path.exists():
         return "hand-set"
-    saved = load_file(path, "arr-coc-scorer/1", "scorer weights (made by `arr-coc train`)")
+    saved = load_file(path, SCORER_FORMAT, "scorer weights (made by `arr-coc train`)")
     fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
     if not fits:
         if auto:
@@ -264,6 +266,16 @@ class ARR(nn.Module):
                  for n in self.channels]
         return torch.cat(parts, 1)
 
+    def select(self, relevance: Tensor, k: int, *, valid: Tensor | None = None,
+               query_emb: Tensor | None = None) -> Selection:
+        """The configured sampler (with its trained parameters, if any) on a relevance map [B, Hc, Wc].
+
+        The selection step of :meth:`forward`, seeded with the config's seed: ``arr-coc eval``'s ``arr``
+        method calls it, so the method is what ``look``, ``ask`` and ``ARR()`` send.
+        """
+        generator = torch.Generator().manual_seed(self.config.seed)
+        return self.sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
+
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
                 budget: int | None = None) -> Allocation:
         """Allocate ``budget`` (default: the config's) saccades per image for its question."""
@@ -282,9 +294,7 @@ class ARR(nn.Module):
             gestalt = self.gestalt(scene, k)
         relevance, query_emb, cells = self._score(scene, queries, gestalt.vector, timings=t)
         with _timed(t, "selection"):
-            generator = torch.Generator().manual_seed(self.config.seed)
-            selection = self.sampler(relevance.map.detach(), k, valid=canvas.valid, query_emb=query_emb,
-                                     generator=generator)
+            selection = self.select(relevance.map, k, valid=canvas.valid, query_emb=query_emb)
         with _timed(t, "extraction"):
             patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
         return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
-from arr_coc.vlm.ask import _flops
+from arr_coc.vlm.ask import prefill_flops
 from arr_coc.vlm.base import assemble
 from arr_coc.vlm.qwen import Qwen25VLAdapter
 
@@ -295,7 +295,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         tokens, prompt, segments = seen[method]
         vision, pre_ms = statistics.median(times[method]["vision"]), statistics.median(times[method]["prefill"])
         total = statistics.median([a + b for a, b in zip(times[method]["vision"], times[method]["prefill"])])
-        flops = _flops(adapter, prompt, segments)
+        flops = prefill_flops(adapter, prompt, segments)
         rows.append(dict(method=method, visual_tokens=tokens, prompt_tokens=prompt, vision_segments=segments,
                          vision_ms=vision, prefill_ms=pre_ms, total_ms=total, flops=flops,
                          totals_ms=[a + b for a, b in zip(times[method]["vision"], times[method]["prefill"])]))

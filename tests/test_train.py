@@ -1,4 +1,5 @@
 """Training the scorer: features cache, proxy objective, held-out metrics, checkpoints, DDP, export."""
+import argparse
 import json
 import os
 import shutil
@@ -19,10 +20,10 @@ from arr_coc.data.datasets import load_dataset, split_of
 from arr_coc.train.features import build_examples, cell_target
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train.loop import TrainConfig, batch_indices, load_checkpoint, train
 
-CONFIG = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"))
+CONFIG = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +132,9 @@ def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
     ckpt.write_bytes(ckpt.read_bytes()[:100])
     with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint.*delete it"):
         train(replace(c, resume=True, steps=4), CONFIG, examples=examples)
+    torch.save({"format": "arr-coc-train/1", "step": argparse.Namespace(step=1)}, ckpt)  # an object, not a value
+    with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint"):  # weights_only refuses it
+        load_checkpoint(ckpt, c, CONFIG, minilm)
     torch.save({"hello": 1}, ckpt)
     with pytest.raises(ValueError, match="not an arr-coc training checkpoint"):
         load_checkpoint(ckpt, c, CONFIG, minilm)
@@ -231,7 +235,7 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
     saved = torch.load(shipped, weights_only=True)
     assert saved["metrics"]["learned"]["test"]["iou"] > saved["metrics"]["initial"]["test"]["iou"]
     assert all(torch.equal(arr.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
-    mvp = ARR(ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS)), query_encoder=HashingQueryEncoder())
+    mvp = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder())
     assert mvp.weights_source == "hand-set"  # trained on other channels: not applicable, not forced
     assert ARR(ARRConfig(scorer=ScorerConfig(weights="none")), query_encoder=HashingQueryEncoder()).weights_source \
         == "hand-set"

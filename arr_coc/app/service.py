@@ -8,7 +8,6 @@ Bad input raises ``ValueError`` with a message the page shows as it is.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,6 +23,7 @@ from arr_coc.canvas import load_image
 from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
                             TextureConfig)
 from arr_coc.eval.reading import foveated_view, gestalt_view
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
 from arr_coc.samplers import SAMPLERS
@@ -54,7 +54,7 @@ class Settings:
     """One configuration of the microscope (the page's controls)."""
 
     budget: int = DEFAULT_BUDGET  # saccade tokens K (a patch allocator: at most K squares)
-    method: str = "stratified"  # a sampler (one-cell saccades) or a patch allocator (variable squares)
+    method: str = SamplerConfig.name  # a sampler (one-cell saccades) or a patch allocator (variable squares)
     channels: tuple[str, ...] = PIPELINE_CHANNELS
     weights: str = "auto"  # scorer weights: "auto" (shipped), "none" (hand-set) or a file from `arr-coc train`
     part_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)  # 1 = as trained, 0 = that part off
@@ -223,8 +223,8 @@ class Rendered:
     png_path: Path
 
 
-def render(result: Result, out_dir: Path | None = None) -> Rendered:
-    """Draw the views of ``result`` and write its JSON and PNG downloads into ``out_dir`` (a new temp dir)."""
+def render(result: Result, out_dir: Path) -> Rendered:
+    """Draw the views of ``result`` and write its JSON and PNG downloads into the folder ``out_dir``."""
     a = result.allocation
     c = a.canvas.cell
     h, w = a.canvas.sizes[0]
@@ -232,7 +232,7 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     full = a.canvas.pixels[0, :, :h, :w]  # [3, h, w] the canvas
     f = views.display_factor((h, w), c)
     small, dc = views.downscale(full, f), c // f  # [3, h/f, w/f]: views are drawn at display size, on cells of dc px
-    image = views.to_uint8(small)
+    image = to_hwc_uint8(small)
     rel = a.relevance
     sacc = views.saccade_view(image, result.sent, dc)
     heat = views.heat_view(image, rel.map[0, :hc, :wc], dc)
@@ -268,13 +268,12 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     rows += [f"| {k}{' (cached)' if result.scene_cached and k in ('canvas', 'texture') else ''} | {v:.1f} |"
              for k, v in d["timings_ms"].items()]
     rows.append(f"| **total** | **{sum(d['timings_ms'].values()):.1f}** |")
-    out = Path(tempfile.mkdtemp(prefix="arr-coc-")) if out_dir is None else out_dir
-    json_path = out / "allocation.json"
+    json_path = out_dir / "allocation.json"
     json_path.write_text(json.dumps(d, indent=1))
-    png_path = out / "allocation.png"
+    png_path = out_dir / "allocation.png"
     picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                                         f"tokens per region: {tok['sent']} sent"])
     picture.save(png_path, compress_level=1)  # fast: the download is written on every request
     return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout),
-                    Image.fromarray(views.to_uint8(gview)), Image.fromarray(views.to_uint8(fview)), tokens,
+                    Image.fromarray(to_hwc_uint8(gview)), Image.fromarray(to_hwc_uint8(fview)), tokens,
                     result.answer, summary, "\n".join(rows), json_path, png_path)

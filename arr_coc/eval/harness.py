@@ -20,6 +20,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
@@ -32,13 +33,16 @@ from arr_coc.config import check_float, check_int
 from arr_coc.eval.metrics import allocation_metrics
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.budget import budget_tokens, split_budget
-from arr_coc.pipeline import ARR
+from arr_coc.allocators.pruning import LEARNED_FORMAT
+from arr_coc.pipeline import ARR, SCORER_FORMAT
 from arr_coc.query import encoder_name
 from arr_coc.eval.reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
 from arr_coc.samplers import SAMPLERS, topk_cells
+from arr_coc.weights import load_file
 
 # Method order of every table: the upper bound, the field's baseline, then the allocators.
-METHODS = ("full", "uniform_image", "random", "topk", "nms", "stratified", "adaptive_stratified", "log_polar",
+# "arr" is the evaluated ARR's own sampler: with no options, what `arr-coc look`, `ask` and ARR() send.
+METHODS = ("full", "uniform_image", "random", "topk", "arr", "nms", "stratified", "adaptive_stratified", "log_polar",
            "patches", "patches_edges", "quadtree", "selector", "pruner")
 # variable-size allocators (arr_coc.allocators.patching): registry name and the map that drives them
 PATCH_METHODS = {"patches": ("saliency", "relevance"), "patches_edges": ("saliency", "edges"),
@@ -61,6 +65,7 @@ class EvalSettings:
     margin_px: int = MARGIN_PX
     patch_options: dict | None = None  # keyword options of the patchers, e.g. {"size_prior": 2.0}
     learned: dict | None = None  # weights of "selector" / "pruner" (default: the packaged ones)
+    keep_cells: bool = False  # rows also hold the chosen cells ("cells": [[y, x], ...]) of the cell methods
     fresh: bool = False  # replace rows of an output folder made with other settings (else: refuse)
 
     def __post_init__(self) -> None:
@@ -106,6 +111,7 @@ def run_settings(arr: ARR, settings: EvalSettings) -> dict:
     encoder = arr.query_encoder
     return {"format": SETTINGS_FORMAT, "channels": list(arr.channels), "texture_options": c.texture.options,
             "canvas": vars(c.canvas), "gestalt_grid": c.gestalt.grid, "scorer": c.scorer.name,
+            "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
             "query_encoder": f"{type(encoder).__name__}/{encoder.dim}", "reader": settings.reader,
             "margin_px": settings.margin_px, "seed": settings.seed, "patch_options": settings.patch_options or {}}
@@ -123,6 +129,8 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     store = RowStore(Path(out_dir))
     reader = READERS.get(settings.reader)() if settings.reader else None
     samplers = {m: SAMPLERS.get(m)() for m in settings.methods if m in SAMPLERS}
+    if "arr" in settings.methods:
+        samplers["arr"] = arr.select
     learned = load_learned_methods(arr, settings)
     store.claim(json.loads(json.dumps(run_settings(arr, settings), default=str)),
                 {m: weights_digest(net) for m, net in learned.items()}, fresh=settings.fresh)
@@ -155,7 +163,7 @@ SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevanc
 
 def trained_on(path: Path) -> tuple[str, ...]:
     """The datasets a weights file from ``arr-coc train`` learned from (its saved training settings)."""
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = load_file(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     return tuple(saved.get("train_config", {}).get("datasets", ()))
 
 
@@ -278,11 +286,17 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
                 if not maps or method not in maps:
                     continue
                 sel = topk_cells(maps[method], k, canvas.valid)
+            elif method == "arr":  # the ARR's own sampler and seed, as ARR.forward calls it
+                if "arr" not in samplers:
+                    continue
+                sel = samplers["arr"](relevance, k, valid=canvas.valid, query_emb=query_emb)
             else:
                 generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
                 sel = samplers[method](relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
             chosen = sel.mask(*canvas.grid)[0, :hc, :wc]
             metrics = allocation_metrics(chosen, cell, target, others).as_dict()
+            if settings.keep_cells:
+                metrics["cells"] = sel.positions[0].tolist()
             view = foveated_view(pixels[:, : hc * cell, : wc * cell], sel.positions[0], cell, grid)
             yield row(method + suffix, str(spec), grid[0] * grid[1] + k, view, metrics, start)
 
@@ -362,6 +376,19 @@ def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS, methods: S
     return out
 
 
+@lru_cache(maxsize=None)
+def method_label(method: str) -> str:
+    """A method's name in tables: samplers with learnable parameters run untrained here, and say so.
+
+    >>> method_label("topk"), method_label("log_polar"), method_label("adaptive_stratified@learned")
+    ('topk', 'log_polar (untrained)', 'adaptive_stratified@learned (untrained)')
+    """
+    base = method.split("@")[0]
+    if base in SAMPLERS.names() and any(True for _ in SAMPLERS.get(base)().parameters()):
+        return f"{method} (untrained)"
+    return method
+
+
 def _fmt(v: float, pct: bool = False) -> str:
     if v != v:
         return "—"
@@ -372,7 +399,7 @@ def markdown_table(summary: Sequence[dict]) -> str:
     lines = ["| budget | method | tokens (share of full) | n | coverage | hit rate | IoU proxy | secondary "
              "| peripheral | seen | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
-        lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
+        lines.append(f"| {s['budget']} | {method_label(s['method'])} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
                      + " | ".join(_fmt(s[c]) for c in COLUMNS) + " |")
     return "\n".join(lines)
 
@@ -397,7 +424,7 @@ def pivot_table(summary: Sequence[dict], column: str) -> str:
     lines = ["| method | " + " | ".join(f"{b} ({tokens[b]:.0f} tok)" for b in budgets) + " |",
              "|---|" + "---:|" * len(budgets)]
     for m in methods:
-        lines.append(f"| {m} | " + " | ".join(_fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
+        lines.append(f"| {method_label(m)} | " + " | ".join(_fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
     return "\n".join(lines)
 
 
@@ -445,7 +472,7 @@ def plot_summary(summary: Sequence[dict], path: Path) -> Path:
                 ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
                 continue
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=matplotlib.colormaps["tab20"](i),
-                    ls=":" if method in ("uniform_image", "random") else "-", label=method)
+                    ls=":" if method in ("uniform_image", "random") else "-", label=method_label(method))
         ax.set_xlabel("tokens sent (% of full resolution)")
         ax.set_ylabel(label)
         ax.set_ylim(-0.02, 1.02)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import pickle
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -27,7 +26,9 @@ from arr_coc.data.datasets import Record
 from arr_coc.data.boxes import box_mask, scale_boxes
 from arr_coc.imageops import to_uint8
 from arr_coc.query import encoder_name
-from arr_coc.weights import atomic_save
+from arr_coc.weights import atomic_save, load_file
+
+FEATURES_FORMAT = "arr-coc-features/1"
 
 
 @dataclass
@@ -76,7 +77,8 @@ def image_features(arr, records: Sequence[Record]) -> dict:
     scene = arr.see(records[0].image)
     canvas, (hc, wc) = scene.canvas, scene.extents[0]
     vector = arr.gestalt(scene, 1).vector[0]
-    out = {"image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(), "records": {}}
+    out = {"format": FEATURES_FORMAT, "image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(),
+           "records": {}}
     for r in records:
         if r.image_id != records[0].image_id:
             raise ValueError(f"records of one image expected, got {r.image_id} and {records[0].image_id}")
@@ -165,12 +167,9 @@ def _load(path: Path) -> dict | None:
     if not path.exists():
         return None
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError, TypeError):
-        return None  # damaged (a crash outside our atomic writes) or foreign: recompute
-    if not isinstance(data, dict) or not isinstance(data.get("records"), dict) or "gestalt" not in data:
+        return load_file(path, FEATURES_FORMAT, "cached training features")
+    except ValueError:  # damaged by a crash outside our atomic writes, foreign, or an older layout: recompute
         return None
-    return data
 
 
 def collate(examples: Sequence[Example]) -> dict[str, Tensor]:

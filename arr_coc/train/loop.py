@@ -25,15 +25,16 @@ from torch import Tensor, nn
 from tqdm import tqdm
 
 from arr_coc.config import ARRConfig, check_float, check_int
+from arr_coc.pipeline import SCORER_FORMAT
 from arr_coc.data.datasets import split_of
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.train.features import Example, build_examples, collate
 from arr_coc.query import encoder_name
 from arr_coc.weights import atomic_save, load_file
-from arr_coc.soft_topk import coverage_loss, soft_topk
+from arr_coc.soft_topk import coverage_loss, standardized_soft_topk
 
 CHECKPOINT_FORMAT = "arr-coc-train/1"
-WEIGHTS_FORMAT = "arr-coc-scorer/1"
+WEIGHTS_FORMAT = SCORER_FORMAT  # what ARR loads as ScorerConfig.weights
 ESTIMATORS = ("soft", "gumbel", "straight_through")
 OBJECTIVES = ("proxy", "vlm")
 LEARNERS = ("scorer", "selector", "pruner")
@@ -201,11 +202,10 @@ class Objective(nn.Module):
         for b, (k, seed) in enumerate(zip(ks, seeds)):
             v = batch["valid"][b]
             r = rel[b][v]
-            # z-scored: top-K ignores scale, and the temperature then means the same on every image
-            # (a scorer cannot escape the relaxation by growing its weights)
-            w = soft_topk(((r - r.mean()) / r.std().clamp_min(1e-6))[None], k, self.cfg.temperature, gumbel=self.cfg.estimator == "gumbel",
-                          generator=torch.Generator().manual_seed(seed),
-                          straight_through=self.cfg.estimator == "straight_through")
+            # z-scored, so the temperature is in standard deviations on every image
+            w = standardized_soft_topk(r[None], k, self.cfg.temperature, gumbel=self.cfg.estimator == "gumbel",
+                                       generator=torch.Generator().manual_seed(seed),
+                                       straight_through=self.cfg.estimator == "straight_through")
             weights[b] = weights[b].masked_scatter(v, w[0].to(weights))
         return rel, weights
 

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from arr_coc.config import ARRConfig, SamplerConfig, check_int, resolve_device, resolve_dtype
+from arr_coc.samplers import shift_nonnegative
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate
 
@@ -111,10 +112,8 @@ def relevance_weights(relevance: torch.Tensor, valid: torch.Tensor, floor: float
     tensor([[[0.5000, 0.7500],
              [1.0000, 0.5000]]])
     """
-    r = relevance.masked_fill(~valid, float("inf"))
-    lo = r.flatten(1).amin(1).view(-1, 1, 1)
-    hi = relevance.masked_fill(~valid, float("-inf")).flatten(1).amax(1).view(-1, 1, 1)
-    unit = ((relevance - lo) / (hi - lo).clamp_min(1e-12)).clamp(0, 1)
+    shifted, span = shift_nonnegative(relevance, valid)  # [B, Hc, Wc], [B, 1, 1]
+    unit = (shifted / span.clamp_min(1e-12)).clamp(0, 1)
     return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
 
 

@@ -16,7 +16,7 @@ from PIL import Image
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 from corpus_checks import outcome
 
 EXAMPLES = 150  # cases per property; small images keep each call a few milliseconds
@@ -24,7 +24,7 @@ EXAMPLES = 150  # cases per property; small images keep each call a few millisec
 
 @pytest.fixture(scope="module")
 def arr() -> ARR:
-    config = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"))
+    config = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
     return ARR(config, query_encoder=HashingQueryEncoder()).eval()
 
 

@@ -87,7 +87,8 @@ CASES = cases()
 
 
 @pytest.mark.parametrize("command, option, value", CASES, ids=[f"{c} {o} {v!r}" for c, o, v in CASES])
-def test_every_option_value_runs_or_is_one_line(command, option, value, data, tmp_path):
+def test_every_option_value_runs_or_is_one_line(command, option, value, data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative value such as "bogus" or "" names a folder here, not in the checkout
     argv = base(command, data, tmp_path) + [option] + ([] if value is None else [value.format(tmp=tmp_path)])
     code, _, err = run_cli(argv)
     assert_cli_outcome(code, err)

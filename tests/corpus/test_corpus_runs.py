@@ -16,12 +16,12 @@ from arr_coc.eval.harness import EvalSettings, evaluate, write_reports
 from arr_coc.eval.store import RowStore, requested
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train.features import build_examples, cache_file
 from arr_coc.train.loop import CHECKPOINT_FORMAT, TrainConfig, load_checkpoint
 from corpus_checks import assert_cli_outcome, outcome, run_cli
 
-MVP = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"))
+MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 SETTINGS = EvalSettings(methods=("topk", "random"), budgets=("25%", "50%"), reader=None)
 
 
@@ -67,7 +67,7 @@ def test_a_rerun_with_other_settings_is_refused_then_replaced_with_fresh(pages, 
     other = arr(ARRConfig(texture=TextureConfig(channels=("rgb", "edges")), scorer=ScorerConfig(weights="none")))
     kind, message = outcome(lambda: evaluate(records, other, tmp_path, SETTINGS, progress=False))
     assert kind == "error" and "other settings (channels:" in message and "--fresh" in message
-    seeded = arr(ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"),
+    seeded = arr(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"),
                            seed=7))  # other hand-set weights: the weights' hash tells them apart
     kind, message = outcome(lambda: evaluate(records, seeded, tmp_path, SETTINGS, progress=False))
     assert kind == "error" and "scorer_weights:" in message
