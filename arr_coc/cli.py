@@ -517,15 +517,22 @@ def train(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
+    import os
+
     import torch
 
     from arr_coc.app.service import Microscope
     from arr_coc.app.ui import serve as run
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 
+    from arr_coc.config import check_int
+
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be a TCP port in 1..65535, got {args.port}")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        check_int("--threads", args.threads, 1)
+        if args.threads > (os.cpu_count() or 1) * 8:
+            raise ValueError(f"--threads {args.threads} is far above this machine's {os.cpu_count()} cores")
         torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
     vlm = None
     if args.model:

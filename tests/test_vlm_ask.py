@@ -300,7 +300,7 @@ def test_first_look_channel_mixes_the_vlms_attention_into_arrs_scorer(tiny):
     adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 8
     img = small_image(adapter, seed=5)
     arr = ARR(ARRConfig(canvas=CanvasConfig(cell=adapter.cell),
-                        texture=TextureConfig(channels=DEFAULT_CHANNELS + ("first_look",))),
+                        texture=TextureConfig(channels=MVP_CHANNELS + ("first_look",))),
               query_encoder=HashingQueryEncoder()).eval()
     a = ask(adapter, img, q, arr=arr, budget=k, relevance="arr", max_new_tokens=2)[0]
     assert a.relevance == "arr" and {"allocation/first look", "allocation/texture"} <= set(a.timings_ms)
