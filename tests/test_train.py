@@ -215,8 +215,9 @@ def test_answer_cross_entropy_through_a_frozen_tiny_vlm_decreases(dataset, tmp_p
 def test_learnable_sampler_parameters_train_and_ship_with_the_scorer(examples, tmp_path, sampler):
     config = replace(CONFIG, sampler=SamplerConfig(name=sampler))
     c = cfg(tmp_path, steps=4, eval_every=4, lr=0.05)
-    train(c, config, examples=examples)
+    train(c, config, examples=examples, query_encoder=HashingQueryEncoder())  # the examples' questions are hashed
     saved = torch.load(Path(c.out) / "scorer.pt", weights_only=True)
+    assert saved["query_encoder"] == "HashingQueryEncoder"
     init = ARR(config, query_encoder=HashingQueryEncoder()).sampler.state_dict()
     assert saved["sampler"].keys() == init.keys()
     assert any(not torch.equal(saved["sampler"][k], v) for k, v in init.items())  # the sampler learned too
@@ -230,8 +231,10 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
 
     shipped = PACKAGED / "contextual.pt"
     assert shipped.exists(), "the trained default scorer ships inside the package"
-    arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder())  # default channels, weights="auto"
+    arr = ARR(ARRConfig())  # default channels and query encoder (MiniLM, loaded lazily), weights="auto"
     assert arr.weights_source == "trained, shipped: arr_coc/weights/contextual.pt"
+    # trained on MiniLM questions: under another query encoder they do not apply, so they are not forced
+    assert ARR(ARRConfig(), query_encoder=HashingQueryEncoder()).weights_source == "hand-set"
     saved = torch.load(shipped, weights_only=True)
     assert saved["metrics"]["learned"]["test"]["iou"] > saved["metrics"]["initial"]["test"]["iou"]
     assert all(torch.equal(arr.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
