@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import torch
 
 from arr_coc.config import ARRConfig, SamplerConfig
-from arr_coc.allocators.patching import PATCHERS
+from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate
 
 WEIGHT_FLOOR = 0.5  # weighted mode: the least relevant token keeps half its embedding, none vanishes
@@ -135,10 +135,9 @@ def patch_boxes(name: str, alloc: Any, budget: int) -> list[torch.Tensor]:
     canvas = alloc.canvas
     try:
         patches = PATCHERS.get(name)(alloc.relevance.map.detach(), budget, valid=canvas.valid, pixels=canvas.pixels)
-    except ValueError as err:
-        if "starting squares" in str(err):  # a quadtree cannot start below its first tiling
-            raise ValueError(f"allocator {name!r} needs a larger budget: {err}; raise --budget (budget=)") from err
-        raise
+    except BudgetTooSmallError as err:  # a quadtree cannot start below its first tiling
+        raise BudgetTooSmallError(f"allocator {name!r} needs a larger budget: {err}; raise --budget (budget=) to "
+                                  f"at least {err.minimum}", err.k, err.minimum) from err
     return [patches.boxes[b, :n] for b, n in enumerate(patches.counts.tolist())]
 
 
