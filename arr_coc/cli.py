@@ -125,11 +125,12 @@ def _pipeline(canvas: Sequence[str] = ("cell", "max_pixels")) -> argparse.Argume
     return parent
 
 
-def _vlm() -> argparse.ArgumentParser:
+def _vlm(required: bool = True) -> argparse.ArgumentParser:
     parent, g = _parent("VLM")
-    g.add_argument("--model", required=True, metavar="PATH_OR_ID",
+    g.add_argument("--model", required=required, metavar="PATH_OR_ID",
                    help="checkpoint folder or hub id loaded with from_pretrained (Qwen2/2.5/3-VL), "
-                        "or tiny:<family> for a random-weight model that only exercises the plumbing")
+                        "or tiny:<family> for a random-weight model that only exercises the plumbing"
+                        + ("" if required else "; needed by --reader vlm"))
     g.add_argument("--dtype", default=None, help="model dtype, e.g. bfloat16 (default: the checkpoint's)")
     g.add_argument("--device", default=None, help="e.g. cuda (default: cpu)")
     return parent
@@ -144,8 +145,9 @@ def _data() -> argparse.ArgumentParser:
                    help="dataset folder (jsonl: the .jsonl file); default: ../shared/data/<name> or $ARR_COC_DATA")
     g.add_argument("--limit", type=int, default=None, help="evaluate N records (a seeded subset spread over images)")
     g.add_argument("--split", choices=("train", "val", "test"), default=None,
-                   help="only the images of this split (by image id, as `arr-coc train` splits them); "
-                        "use test to report a trained scorer")
+                   help="only the images of this split (by image id, as `arr-coc train` splits them; DocVQA, "
+                        "InfoVQA, TextVQA and ChartQA: their official split's files); use test to report a "
+                        "trained scorer (required when the shipped weights were trained on the dataset)")
     return parent
 
 
@@ -176,19 +178,34 @@ def _parser() -> argparse.ArgumentParser:
     look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
 
     from arr_coc.eval.harness import DEFAULT_BUDGETS, MARGIN_PX, METHODS
+    from arr_coc.eval import vlm_reader
 
-    ev = command("eval", [_data(), _pipeline()],
-                 help="coverage and OCR reading of the answer at equal token budgets, per method",
+    ev = command("eval", [_data(), _pipeline(), _vlm(required=False)],
+                 help="answers or OCR reading of the answer at equal token budgets, per method",
                  description="Evaluate allocation methods on a dataset at equal total token budgets (each method "
                              "spends the same number of visual tokens; for gestalt + saccades that total is split "
                              "between them); rows go to OUT/DATASET/records.jsonl as they come (a rerun skips "
-                             "what is done), then summary.csv, summary.md and summary.png.")
-    ev.add_argument("--methods", nargs="+", default=list(METHODS), help="default: all of " + ", ".join(METHODS))
-    ev.add_argument("--budgets", nargs="+", default=list(DEFAULT_BUDGETS),
+                             "what is done), then summary.csv, summary.md and summary.png. With --reader vlm the "
+                             "model answers every method (rows in OUT/DATASET/MODEL/); multi-process: "
+                             "torchrun --nproc_per_node N -m arr_coc.cli eval ... --reader vlm")
+    ev.add_argument("--methods", nargs="+", default=None,
+                    help="OCR readers, default all of " + ", ".join(METHODS) + "; --reader vlm: any of "
+                         + ", ".join(vlm_reader.VLM_METHODS) + ", default " + " ".join(vlm_reader.DEFAULT_METHODS))
+    ev.add_argument("--budgets", nargs="+", default=None,
                     help="total visual tokens per image (gestalt + saccades), as tokens (529) or shares of full "
-                         "resolution (25%%); default %(default)s")
+                         f"resolution (25%%); default {' '.join(DEFAULT_BUDGETS)} (--reader vlm: "
+                         f"{' '.join(vlm_reader.DEFAULT_BUDGETS)})")
     ev.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
-    ev.add_argument("--reader", default="tesseract", help="OCR engine: tesseract, rapidocr, or none")
+    ev.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
+                    help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "
+                         "model (--model) answers the question; none: allocation metrics only "
+                         "(default %(default)s)")
+    ev.add_argument("--batch-size", type=int, default=vlm_reader.VLMEvalSettings.batch_size,
+                    help="--reader vlm: answers generated together (default %(default)s)")
+    ev.add_argument("--max-new-tokens", type=int, default=vlm_reader.VLMEvalSettings.max_new_tokens,
+                    help="--reader vlm: answer length limit (default %(default)s)")
+    ev.add_argument("--prompt", default=vlm_reader.PROMPT,
+                    help="--reader vlm: the text sent with the image, {question} replaced (default: %(default)r)")
     ev.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
     ev.add_argument("--size-prior", type=float, default=None, metavar="ALPHA",
@@ -234,6 +251,20 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--sampler", default="topk",
                     help="sampler whose parameters train too, if any (default %(default)s)")
     tr.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
+    sv = command("serve", [],
+                 help="the microscope: a web page to see and steer the allocation (Gradio)",
+                 description="Serve the microscope: upload an image, ask, and see where the saccades go, what each "
+                             "part of the scorer contributed, and what the VLM would see.")
+    sv.add_argument("--model", default=None, metavar="PATH_OR_ID",
+                    help="a VLM to answer with (as for ask; tiny:<family> for the random-weight plumbing model); "
+                         "default: no answer, allocation only")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: this machine only)")
+    sv.add_argument("--port", type=int, default=7860, help="port (default %(default)s)")
+    sv.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm",
+                    help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words (default %(default)s)")
+    sv.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads of the server process (default: torch's choice); 1 keeps "
+                         "answers quick on a machine that is busy with other work")
     return p
 
 
@@ -317,10 +348,13 @@ def look(args: argparse.Namespace) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.eval.harness import LEARNED_METHODS, METHODS, EvalSettings, evaluate as run, load_learned_methods, write_reports
+    from arr_coc.eval.harness import (DEFAULT_BUDGETS, LEARNED_METHODS, METHODS, EvalSettings, evaluate as run,
+                                      load_learned_methods, refuse_leakage, write_reports)
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 
+    if args.reader == "vlm" and not args.model:
+        raise ValueError("--reader vlm needs --model PATH_OR_ID (a Qwen2/2.5/3-VL checkpoint, or tiny:qwen2_5_vl)")
     records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed, split=args.split)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
     config = ARRConfig(canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
@@ -328,18 +362,58 @@ def evaluate(args: argparse.Namespace) -> int:
                        scorer=from_args(ScorerConfig, args, SCORER_OPTIONS), seed=args.seed)
     arr = ARR(config, query_encoder=encoder).eval()
     learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
-    methods = list(args.methods)
-    if methods == list(METHODS):  # the default list: leave out trained allocators whose weights do not fit
+    if args.reader == "vlm":
+        return _evaluate_vlm(args, records, config, arr, learned)
+    if not all(r.boxes_px for r in records):
+        raise ValueError(f"{args.dataset} records have no answer boxes, which the OCR readers and the coverage "
+                         f"metrics need; let the model answer: --reader vlm --model PATH_OR_ID")
+    methods = list(args.methods or METHODS)
+    if args.methods is None:  # the default list: leave out trained allocators whose weights do not fit
         for m in LEARNED_METHODS:
             try:
                 load_learned_methods(arr, EvalSettings(methods=(m,), reader=None, learned=learned))
             except ValueError as err:
                 print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
                 methods.remove(m)
-    settings = EvalSettings(methods=methods, budgets=args.budgets, seed=args.seed, margin_px=args.margin,
+    refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before any work, with the reason
+    settings = EvalSettings(methods=methods, budgets=args.budgets or DEFAULT_BUDGETS, seed=args.seed,
+                            margin_px=args.margin,
                             reader=None if args.reader == "none" else args.reader, learned=learned,
                             patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
     jsonl = run(records, arr, args.out / args.dataset, settings)
+    csv_path, md_path, png_path = write_reports(jsonl)
+    print(md_path.read_text())
+    print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
+    return 0
+
+
+def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any, learned: dict) -> int:
+    """``eval --reader vlm``: the model answers every method x budget (one process, or this rank's share)."""
+    import os
+    import re
+    from dataclasses import replace
+
+    from arr_coc.eval.harness import refuse_leakage
+    from arr_coc.eval.vlm_reader import (DEFAULT_BUDGETS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device,
+                                         write_reports)
+    from arr_coc.pipeline import ARR
+    from arr_coc.vlm import load_vlm
+
+    methods = tuple(args.methods or DEFAULT_METHODS)
+    settings = VLMEvalSettings(methods=methods, budgets=tuple(args.budgets or DEFAULT_BUDGETS),
+                               batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
+                               seed=args.seed, model=args.model, learned=learned,
+                               patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
+    refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before the model loads
+    device = rank_device(args.device)
+    adapter = load_vlm(args.model, dtype=args.dtype, device=device)
+    if adapter.cell != config.canvas.cell:  # the canvas is built on the model's token cell
+        arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)), query_encoder=arr.query_encoder)
+    arr = arr.eval().to(device) if device else arr.eval()
+    out = args.out / args.dataset / re.sub(r"[^A-Za-z0-9._-]+", "_", args.model.strip("/"))
+    jsonl = evaluate_vlm(records, arr, adapter, out, settings)
+    if int(os.environ.get("RANK", "0")):  # rank 0 reports
+        return 0
     csv_path, md_path, png_path = write_reports(jsonl)
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
@@ -415,6 +489,28 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve(args: argparse.Namespace) -> int:
+    import torch
+
+    from arr_coc.app.service import Microscope
+    from arr_coc.app.ui import serve as run
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
+    vlm = None
+    if args.model:
+        from arr_coc.vlm import load_vlm
+
+        vlm = load_vlm(args.model)
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    print(f"arr-coc microscope on http://{args.host}:{args.port}/ (Ctrl+C stops it)", flush=True)
+    run(Microscope(query_encoder=encoder, vlm=vlm), host=args.host, port=args.port)
+    return 0
+
+
 # What a user fixes by changing the command or its files: the project's own UserError types (unknown
 # names, missing extras), and the ValueError / OSError the library raises for a bad value or an
 # unreadable file. Anything else (TypeError, KeyError, RuntimeError, ...) is a bug: it keeps its traceback.
@@ -423,7 +519,7 @@ USER_ERRORS = (UserError, ValueError, OSError)
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    run = {"look": look, "eval": evaluate, "ask": ask, "train": train}[args.command]
+    run = {"look": look, "eval": evaluate, "ask": ask, "train": train, "serve": serve}[args.command]
     try:
         return run(args)
     except USER_ERRORS as err:

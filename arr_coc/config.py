@@ -63,6 +63,10 @@ class ScorerConfig:
     weights: str = field(default="auto", metadata={
         "help": "auto: the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel "
                 "set (else hand-set); none: always hand-set; or a file from `arr-coc train`"})
+    # multiplies each part's context weight (propositional, perspectival, participatory) in the map:
+    # 1 = as trained, 0 = that way of knowing off; an ablation knob (the microscope's sliders), never trained
+    part_scale: tuple[float, float, float] = field(default=(1.0, 1.0, 1.0), metadata={
+        "help": "scale of the propositional, perspectival and participatory parts: 1 = as trained, 0 = off"})
 
 
 @dataclass
@@ -92,7 +96,7 @@ class ARRConfig:
     def from_dict(cls, d: dict[str, Any]) -> "ARRConfig":
         """Rebuild from :meth:`to_dict` output (e.g. a checkpoint's saved config).
 
-        >>> c = ARRConfig(sampler=SamplerConfig(budget=64))
+        >>> c = ARRConfig(sampler=SamplerConfig(budget=64), scorer=ScorerConfig(part_scale=(1.0, 0.0, 1.0)))
         >>> ARRConfig.from_dict(c.to_dict()) == c
         True
         """
@@ -103,7 +107,7 @@ class ARRConfig:
             canvas=CanvasConfig(**d.get("canvas", {})),
             texture=TextureConfig(**{k: tup(v) for k, v in d.get("texture", {}).items()}),
             gestalt=GestaltConfig(**{k: tup(v) for k, v in d.get("gestalt", {}).items()}),
-            scorer=ScorerConfig(**d.get("scorer", {})),
+            scorer=ScorerConfig(**{k: tup(v) for k, v in d.get("scorer", {}).items()}),
             sampler=SamplerConfig(**d.get("sampler", {})),
             seed=d.get("seed", 0),
         )

@@ -36,7 +36,7 @@ def run(config: str, dataset: str, limit: int) -> Path:
     channels, _ = CONFIGS[config]
     out = RESULTS / "ablation" / config.lstrip("+")
     reader = ["--reader", "none"] if dataset == "coco" else []
-    code = main(["eval", dataset, "--limit", str(limit), "--out", str(out), "--methods", *METHODS,
+    code = main(["eval", dataset, "--split", "test", "--limit", str(limit), "--out", str(out), "--methods", *METHODS,
                  "--budgets", *BUDGETS, "--channels", *channels, *reader])
     if code:
         raise SystemExit(f"{config} {dataset} failed ({code})")

@@ -123,3 +123,8 @@ def test_console_script_with_the_packaged_minilm(receipt):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert len(d["positions"]) == 16 and d["tokens"]["sent"] == 16 + 16
+
+
+def test_serve_refuses_a_thread_count_below_one_in_one_line(capsys):
+    assert main(["serve", "--threads", "0", "--query-encoder", "hashing"]) == 2
+    assert capsys.readouterr().err.strip() == "arr-coc: error: --threads must be at least 1, got 0"

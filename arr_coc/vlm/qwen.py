@@ -272,6 +272,47 @@ class QwenVLAdapter:
         return self.encode(images, [all_cells(i.shape[1] // self.cell, i.shape[2] // self.cell) for i in images],
                            mode="slice")
 
+    def image_processor(self) -> Any:
+        """The checkpoint's own image processor, or the family's (Qwen2-VL's, whose resize all three share)
+        built from the tower's patch, merge and normalisation when the checkpoint has none."""
+        ip = getattr(self.processor, "image_processor", None)
+        if ip is not None:
+            return ip
+        from transformers import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil(patch_size=self.patch, merge_size=self.merge, temporal_patch_size=self.temporal,
+                                        image_mean=self.mean.flatten().tolist(), image_std=self.std.flatten().tolist())
+
+    @torch.no_grad()
+    def encode_processed(self, images: Sequence[Any], max_tokens: int) -> list[VisualTokens]:
+        """The model's own view at a token cap: its image processor resizes each image (PIL) to at most
+        ``max_tokens`` cells (``max_pixels = max_tokens * cell**2``), the tower encodes every cell at its
+        native position. ``max_tokens`` at or above the image's own size gives the native full resolution.
+        """
+        ip, mm = self.image_processor(), self.merge * self.merge
+        max_px = int(max_tokens) * self.cell ** 2
+        if max_px < self.cell ** 2:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        smallest = min(getattr(ip.size, "shortest_edge", None) or 4 * self.cell ** 2, max_px)
+        device, segments = self.visual.device, []
+        for image in images:
+            cap = max_px
+            while True:  # the processor keeps every side >= one cell, so a thin image can overshoot its cap
+                out = ip(images=[image], size={"shortest_edge": min(smallest, cap), "longest_edge": cap},
+                         return_tensors="pt")
+                _, h, w = out["image_grid_thw"][0].tolist()  # in patches
+                grid = (h // self.merge, w // self.merge)
+                if grid[0] * grid[1] <= max_tokens:
+                    break
+                if cap <= self.cell ** 2:
+                    raise ValueError(f"the model's processor cannot fit a {image.size[0]}x{image.size[1]} image "
+                                     f"in {max_tokens} tokens (it keeps {grid[0]}x{grid[1]} cells)")
+                cap = max(self.cell ** 2, cap * max_tokens // (grid[0] * grid[1]) - 1)
+            segments.append(Segment(out["pixel_values"].to(device), all_cells(*grid, device), grid))
+        encoded = self.encode_segments(segments)
+        return [self.visual_tokens([e], False, visual_positions(None, s.cells, s.grid), (len(s.cells) * mm,))
+                for e, s in zip(encoded, segments)]
+
     @torch.no_grad()
     def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
                        gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled",

@@ -1,0 +1,116 @@
+"""`arr-coc serve` driven by a real browser (headless Chromium from Debian's packages, via Selenium).
+
+One server, one browser, one user session: a good request, three bad ones (not an image, an empty
+question, a budget the image cannot hold) that each show their error in the page, a good request
+after them that still works, and two configurations compared side by side.
+"""
+from __future__ import annotations
+
+import io
+import socket
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw
+
+from arr_coc.app.browser import Page, chromium, server
+from arr_coc.app.views import DIM, font
+
+CELL = 28
+ROWS, COLS = 12, 16  # a 448 x 336 px page: 192 token cells
+
+
+@pytest.fixture(scope="module")
+def page_file(tmp_path_factory):
+    img = Image.new("RGB", (COLS * CELL, ROWS * CELL), (235, 235, 225))
+    d = ImageDraw.Draw(img)
+    d.text((20, 40), "INVOICE DATE 12 MAY 2026", fill="black", font=font(22))
+    d.text((20, 250), "TOTAL DUE 48.50", fill="black", font=font(22))
+    path = tmp_path_factory.mktemp("browser") / "page.png"
+    img.save(path)
+    return path
+
+
+def fetch(url: str) -> np.ndarray:
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB")).astype(float)
+
+
+def own_address() -> str:
+    """This machine's address on its default route (a UDP socket is only pointed there, nothing is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.255.255.255", 1))
+        except OSError:
+            return "127.0.0.1"
+        return s.getsockname()[0]
+
+
+def upload_status(url: str, size: int) -> int:
+    """HTTP status of posting a ``size``-byte file to the server's upload endpoint."""
+    boundary = "arrcocboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"big.png\"\r\n"
+            f"Content-Type: application/octet-stream\r\n\r\n").encode()
+    body += bytes(size) + f"\r\n--{boundary}--\r\n".encode()
+    req = urllib.request.Request(url + "gradio_api/upload", data=body,
+                                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
+    not_an_image = tmp_path / "scan.png"
+    not_an_image.write_bytes(b"%PDF-1.4 this is not a picture")
+    with server("--query-encoder", "hashing", "--threads", "1") as url, chromium() as driver:
+        assert url.startswith("http://127.0.0.1:")  # local only unless --host says otherwise
+        me = own_address()
+        if not me.startswith("127."):  # the machine's own address does not reach a server bound to 127.0.0.1
+            with pytest.raises(OSError):
+                socket.create_connection((me, int(url.rsplit(":", 1)[1].strip("/"))), timeout=5).close()
+        assert upload_status(url, 1000) == 200
+        assert upload_status(url, 26 * 2**20) == 413  # over the 25 MB cap: refused before it reaches Python
+
+        page = Page(driver, url)
+        page.upload(page_file)
+        page.fill("question", "What is the total due?")
+        page.fill("budget", 64)
+        assert page.run().startswith("Done")
+        # 64 saccades come with an 8x8 gestalt: 128 tokens of the page's 192
+        assert "tokens sent 128 = 64 gestalt (8x8) + 64 saccades" in page.text("summary")
+        assert "full resolution 192" in page.text("summary")
+
+        shown, original = fetch(page.image_src("saccades")), np.asarray(Image.open(page_file)).astype(float)
+        assert shown.shape == original.shape  # a small page is drawn 1:1, cell for cell
+        assert np.abs(shown - original).mean() > 20  # the saccade view is not the input image
+        # exactly the 128 cells not sent are dimmed (read in each cell's corner, inside the outline, off the numbers)
+        corner = lambda x: x.reshape(ROWS, CELL, COLS, CELL, 3)[:, 3:9, :, 3:9].transpose(0, 2, 1, 3, 4)  # noqa: E731
+        light = corner(original) > 60  # paper, not ink: a ratio there is well defined
+        ratio = np.where(light, corner(shown) / np.maximum(corner(original), 1), np.nan).reshape(ROWS, COLS, -1)
+        ratio = np.nanmedian(ratio, -1)  # [12, 16] brightness kept per cell
+        assert np.isclose(ratio, DIM, atol=0.02).sum() == ROWS * COLS - 64
+        assert np.isclose(ratio, 1.0, atol=0.02).sum() == 64
+
+        page.upload(not_an_image)
+        assert "the upload is not an image" in page.run()
+        page.upload(page_file)
+        page.fill("question", "   ")
+        assert "the question is empty" in page.run()
+        page.fill("question", "Where is the invoice date?")
+        page.fill("budget", 500)
+        assert "budget K=500 exceeds the 192 valid cells" in page.run()
+
+        page.fill("budget", 32)
+        status = page.run()
+        assert status.startswith("Done"), status
+        assert "tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in page.text("summary")
+
+        page.tab("Compare")  # A (stratified, as above) and B (top-K) side by side, each with its tokens
+        assert page.run("compare").startswith("Done")
+        a, b = page.text("summary-a"), page.text("summary-b")
+        assert "method stratified" in a and "method topk" in b
+        assert all("tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in s for s in (a, b))
