@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import math
 import os
+import struct
+import warnings
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence, Union
@@ -31,6 +34,12 @@ MIN_PIXELS = 56 * 56
 MAX_PIXELS = 1792 * 1792
 # Past this ratio one side is a sliver of cells and the aspect can no longer be kept (Qwen2-VL's limit).
 MAX_ASPECT_RATIO = 200
+# The largest image file read: PIL's decompression-bomb threshold (2 x Image.MAX_IMAGE_PIXELS, a 13377 x 13377
+# image). A larger header is refused before any pixel is decoded; a smaller one is decoded at the coarsest
+# integer reduction that still covers its canvas (JPEG: in the decoder), so memory follows the canvas.
+MAX_IMAGE_PIXELS = 2 * 89_478_485
+# What a damaged or hostile file can raise inside PIL's decoders; each is reported as a bad file.
+_DECODE_ERRORS = (OSError, SyntaxError, EOFError, ValueError, IndexError, struct.error, Image.DecompressionBombError)
 
 _USAGE = "pass a file path, a PIL image, a numpy array (H, W) or (H, W, C), or a torch tensor [3, H, W]"
 
@@ -95,15 +104,58 @@ def _from_numpy(arr: np.ndarray) -> torch.Tensor:
     return _to_rgb(x, "numpy image").contiguous()
 
 
-def _from_pil(img: Image.Image) -> torch.Tensor:
-    """PIL image of any common mode -> [3, H, W] float32 in [0, 1], EXIF orientation applied."""
-    img = ImageOps.exif_transpose(img)
+def _oriented_size(img: Image.Image) -> tuple[int, int]:
+    """(H, W) of an image as displayed, i.e. after its EXIF orientation, read from the header alone."""
+    w, h = img.size
+    try:
+        orientation = img.getexif().get(0x0112, 1)
+    except _DECODE_ERRORS:  # a damaged EXIF block: the pixels are still shown as stored
+        orientation = 1
+    return (w, h) if orientation in (5, 6, 7, 8) else (h, w)
+
+
+def _reduce(img: Image.Image, fit: tuple[int, int] | None) -> Image.Image:
+    """Shrink by the largest integer factor that keeps the image at least ``fit`` (H, W): box averages, 8-bit.
+
+    Done before any float conversion, so a 13000 x 13000 px page costs its canvas, not 2 GB of float32.
+    """
+    if fit is None:
+        return img
+    factor = min(img.size[1] // max(1, fit[0]), img.size[0] // max(1, fit[1]))
+    return img.reduce(factor) if factor >= 2 else img
+
+
+def _decoded(img: Image.Image, fit: tuple[int, int] | None = None, *, in_place: bool = False) -> Image.Image:
+    """Decode ``img`` upright (EXIF orientation), in a mode ``_pil_pixels`` reads, no smaller than ``fit`` (H, W).
+
+    All of PIL's decoding happens here, so a damaged file fails here and nowhere else.
+    """
+    if in_place and fit is not None and img.format == "JPEG" and getattr(img, "tile", None):  # ours, not decoded yet
+        oriented = _oriented_size(img)
+        factor = min(oriented[0] // max(1, fit[0]), oriented[1] // max(1, fit[1]))
+        if factor >= 2:  # the decoder itself works at 1/2, 1/4 or 1/8 scale, never below the request
+            img.draft(img.mode, (img.size[0] // factor, img.size[1] // factor))
+    img.load()
+    transposed = ImageOps.exif_transpose(img, in_place=in_place)
+    img = img if transposed is None else transposed
+    # Modes whose reduce is undefined or meaningless (bits, palette indices) are widened first.
+    if img.mode == "1":
+        img = img.convert("L")
+    elif img.mode in ("P", "PA"):
+        img = img.convert("RGBA" if img.mode == "PA" or "transparency" in img.info else "RGB")
+    elif img.mode.startswith("I;16"):
+        img = img.convert("I")  # PIL's 16-bit modes hold values 0-65535, which mode I keeps
+    return _reduce(img, fit)
+
+
+def _pil_pixels(img: Image.Image) -> torch.Tensor:
+    """A decoded PIL image -> [3, H, W] float32 in [0, 1]."""
     mode = img.mode
     # Spelled out: a band named "A" is not always alpha (LAB), and a transparency key can sit on any mode.
     if mode in ("LA", "PA", "La", "RGBa") or "transparency" in img.info:
         img = img.convert("LA").convert("RGBA") if mode == "La" else img.convert("RGBA")
         return _from_numpy(np.asarray(img))
-    if mode in ("1", "L", "RGB", "RGBA", "F") or mode.startswith("I;16"):
+    if mode in ("L", "RGB", "RGBA", "F"):
         return _from_numpy(np.asarray(img))
     if mode == "I":
         # 32-bit integer mode is how PIL hands over most 16-bit grey images: read it as 16-bit data.
@@ -115,26 +167,78 @@ def _from_pil(img: Image.Image) -> torch.Tensor:
             )
         return _from_numpy(arr.astype(np.uint16))
     try:
-        img = img.convert("RGB")  # CMYK, YCbCr, HSV, palettes, RGBX
+        img = img.convert("RGB")  # CMYK, YCbCr, HSV, LAB, RGBX
     except ValueError as e:
         raise TypeError(f"PIL image of mode {mode!r} cannot be converted to RGB ({e}); convert it first") from e
     return _from_numpy(np.asarray(img))
 
 
-def _from_path(path: Union[str, os.PathLike]) -> torch.Tensor:
+def _from_pil(img: Image.Image, fit: tuple[int, int] | None = None) -> torch.Tensor:
+    """PIL image of any common mode -> [3, H, W] float32 in [0, 1], EXIF orientation applied."""
+    try:
+        decoded = _decoded(img, fit)
+    except _DECODE_ERRORS as e:
+        raise ValueError(f"cannot decode the PIL image ({type(e).__name__}: {e})") from e
+    return _pil_pixels(decoded)
+
+
+def _open(path: Union[str, os.PathLike]) -> Image.Image:
+    """Open an image file lazily (header only), refusing what cannot be read or is too large to decode."""
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"image file not found: '{p}'")
     if p.is_dir():
         raise ValueError(f"cannot read image '{p}': it is a directory, not an image file")
     try:
-        with Image.open(p) as img:
-            img.load()
-            return _from_pil(img)
+        with warnings.catch_warnings():  # PIL warns between its two limits; the size is checked just below
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(p)
     except UnidentifiedImageError as e:
         raise ValueError(f"cannot read '{p}' as an image: not a format PIL recognises (PNG, JPEG, TIFF, ...)") from e
-    except OSError as e:
+    except Image.DecompressionBombError:
+        raise ValueError(f"image '{p}' has more than {MAX_IMAGE_PIXELS} pixels (a decompression bomb guard); "
+                         "downscale it first") from None
+    except _DECODE_ERRORS as e:
         raise ValueError(f"cannot read image file '{p}': {e}") from e
+    w, h = img.size
+    if w * h > MAX_IMAGE_PIXELS:
+        img.close()
+        raise ValueError(f"image '{p}' is {w}x{h} px = {w * h} pixels, more than the {MAX_IMAGE_PIXELS} read "
+                         "(a decompression bomb guard); downscale it first")
+    if w < 1 or h < 1:
+        img.close()
+        raise ValueError(f"image '{p}' has zero size ({w}x{h} px); an image needs at least one pixel")
+    return img
+
+
+def image_size(path: Union[str, os.PathLike]) -> tuple[int, int]:
+    """(H, W) in px of an image file as displayed (EXIF orientation applied), from its header alone.
+
+    The pixels boxes are given in: every loader and the pipeline see the image the same way round.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "a.png"
+        >>> Image.new("RGB", (40, 30)).save(p)
+        >>> image_size(p)
+        (30, 40)
+    """
+    with _open(path) as img:
+        return _oriented_size(img)
+
+
+def _file_pixels(img: Image.Image, path: Union[str, os.PathLike], fit: tuple[int, int] | None = None) -> torch.Tensor:
+    """An image opened by :func:`_open` -> [3, H, W] float32, decoded no smaller than ``fit``."""
+    try:
+        decoded = _decoded(img, fit, in_place=True)
+    except _DECODE_ERRORS as e:
+        raise ValueError(f"cannot read image file '{path}': {e}") from e
+    return _pil_pixels(decoded)
+
+
+def _from_path(path: Union[str, os.PathLike], fit: tuple[int, int] | None = None) -> torch.Tensor:
+    with _open(path) as img:
+        return _file_pixels(img, path, fit)
 
 
 def _from_tensor(x: torch.Tensor) -> torch.Tensor:
@@ -322,14 +426,23 @@ class Canvas:
         return [(h / h0, w / w0) for (h, w), (h0, w0) in zip(self.sizes, self.image_sizes)]
 
 
-def _canvas_size(i: int | None, h0: int, w0: int, cell: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
+def _canvas_size(which: str, h0: int, w0: int, cell: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     if h0 < cell or w0 < cell:
-        which = "image" if i is None else f"image {i}"
         raise ValueError(
             f"{which} is {h0}x{w0} px, smaller than one {cell} px token cell (sizes are height x width); "
             "upscale it first or use a VLM with a smaller cell"
         )
-    return smart_resize(h0, w0, cell, min_pixels, max_pixels)
+    try:
+        return smart_resize(h0, w0, cell, min_pixels, max_pixels)
+    except ValueError as err:
+        raise ValueError(f"{which}: {err}" if which != "image" else str(err)) from None
+
+
+def _which(i: int | None, src: object) -> str:
+    """How messages name an image: its file when it has one, else its place in the batch."""
+    if isinstance(src, (str, os.PathLike)):
+        return f"image '{src}'"
+    return "image" if i is None else f"image {i}"
 
 
 def make_canvas(
@@ -365,7 +478,7 @@ def make_canvas(
             raise ValueError(f"image batch has shape {tuple(images.shape)}; expected [B, 3, H, W] with B >= 1")
         x = _tensor_to_float(images)
         _check(x, "image batch")
-        size = _canvas_size(None, h0, w0, cell, min_pixels, max_pixels)
+        size = _canvas_size("image", h0, w0, cell, min_pixels, max_pixels)
         pixels = resize(x, size).expand(-1, 3, -1, -1)  # [B, 3, H, W]
         hc, wc = size[0] // cell, size[1] // cell
         valid = torch.ones(b, hc, wc, dtype=torch.bool, device=x.device)
@@ -375,17 +488,31 @@ def make_canvas(
     items = [images] if single else list(images)
     if not items:
         raise ValueError("make_canvas got an empty list of images; pass at least one image")
-    loaded = [load_image(im) for im in items]  # [3, H0, W0] each
-    image_sizes = [(int(x.shape[1]), int(x.shape[2])) for x in loaded]
-    sizes = [
-        _canvas_size(None if single else i, h0, w0, cell, min_pixels, max_pixels)
-        for i, (h0, w0) in enumerate(image_sizes)
-    ]
-    hmax, wmax = max(h for h, _ in sizes), max(w for _, w in sizes)
-    pixels = torch.zeros(len(items), 3, hmax, wmax, device=loaded[0].device)  # [B, 3, H, W]
-    # Sizes differ per image, so each is resized on its own; padding stays zero.
-    for i, (x, (h, w)) in enumerate(zip(loaded, sizes)):
-        pixels[i, :, :h, :w] = resize(x[None], (h, w))[0]
+    with ExitStack() as files:
+        # Sizes come from the headers first, so each file is then decoded no larger than its canvas needs.
+        sources: list[Union[Image.Image, torch.Tensor]] = []
+        for im in items:
+            if isinstance(im, (str, os.PathLike)):
+                sources.append(files.enter_context(_open(im)))
+            else:
+                sources.append(im if isinstance(im, Image.Image) else load_image(im))  # [3, H0, W0]
+        image_sizes = [_oriented_size(x) if isinstance(x, Image.Image) else (int(x.shape[1]), int(x.shape[2]))
+                       for x in sources]
+        sizes = [
+            _canvas_size(_which(None if single else i, im), h0, w0, cell, min_pixels, max_pixels)
+            for i, ((h0, w0), im) in enumerate(zip(image_sizes, items))
+        ]
+        hmax, wmax = max(h for h, _ in sizes), max(w for _, w in sizes)
+        device = next((x.device for x in sources if isinstance(x, torch.Tensor)), torch.device("cpu"))
+        pixels = torch.zeros(len(items), 3, hmax, wmax, device=device)  # [B, 3, H, W]
+        # Sizes differ per image, so each is resized on its own; padding stays zero.
+        for i, (x, im, (h, w)) in enumerate(zip(sources, items, sizes)):
+            if isinstance(im, (str, os.PathLike)):
+                x = _file_pixels(x, im, (h, w))
+            elif isinstance(x, Image.Image):
+                x = _from_pil(x, (h, w))
+            pixels[i, :, :h, :w] = resize(x[None].to(device), (h, w))[0]
+            sources[i] = None  # type: ignore[call-overload]  # one decoded image in memory at a time
     hc = torch.tensor([h // cell for h, _ in sizes], device=pixels.device)  # [B]
     wc = torch.tensor([w // cell for _, w in sizes], device=pixels.device)  # [B]
     rows = torch.arange(hmax // cell, device=pixels.device)

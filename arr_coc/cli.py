@@ -167,8 +167,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="allocate saccades for one image and question; print a summary, draw a PNG",
                    description="Allocate K saccades (plus the gestalt) for one image and question.")
     look.add_argument("--gestalt", type=int, default=None, metavar="N",
-                      help="N x N gestalt tokens, on top of the K saccades (default: arr_coc.budget's rule, "
-                           "16 from K = 128 up)")
+                      help="N x N gestalt tokens, on top of the K saccades, clamped to the image's cell grid "
+                           "(default: the rule under --saccades)")
     look.add_argument("--seed", type=int, default=0, help="seed for learnable parts and random samplers")
     look.add_argument("--out", type=Path, default=None,
                       help="PNG to write (default <image>_arr.png in the current directory; "
@@ -208,6 +208,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="--reader vlm: the text sent with the image, {question} replaced (default: %(default)r)")
     ev.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
+    ev.add_argument("--fresh", action="store_true",
+                    help="OUT/DATASET holds rows made with other settings (channels, scorer weights, query "
+                         "encoder, reader, ...): replace them (without it such a run is refused)")
     ev.add_argument("--size-prior", type=float, default=None, metavar="ALPHA",
                     help="variable-size patches score a square by relevance mass / side**ALPHA "
                          "(default: arr_coc.allocators.patching.SIZE_PRIOR, chosen on validation images)")
@@ -292,11 +295,11 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
     """TextureConfig from CLI names ('mvp': the 13-channel MVP; 'default': the pipeline's default set) and
     the CLIP weights."""
     from arr_coc.config import PIPELINE_CHANNELS, TextureConfig
-    from arr_coc.texture import DEFAULT_CHANNELS
+    from arr_coc.texture import MVP_CHANNELS
 
     names = None
     if channels:
-        groups = {"mvp": DEFAULT_CHANNELS, "default": PIPELINE_CHANNELS}
+        groups = {"mvp": MVP_CHANNELS, "default": PIPELINE_CHANNELS}
         names = tuple(n for c in channels for n in groups.get(c, (c,)))
     return TextureConfig(channels=names, options={"clip": {"model": clip_model}} if clip_model else {})
 
@@ -304,11 +307,12 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
 def look(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig, check_int
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
     from arr_coc.viz import plot_allocation
 
+    check_int("top", args.top, 0)
     config = ARRConfig(
         canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
         texture=texture_config(args.channels, args.clip_model),
@@ -350,6 +354,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from arr_coc.data.datasets import load_dataset
     from arr_coc.eval.harness import (DEFAULT_BUDGETS, LEARNED_METHODS, METHODS, EvalSettings, evaluate as run,
                                       load_learned_methods, refuse_leakage, write_reports)
+    from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 
@@ -379,9 +384,10 @@ def evaluate(args: argparse.Namespace) -> int:
     settings = EvalSettings(methods=methods, budgets=args.budgets or DEFAULT_BUDGETS, seed=args.seed,
                             margin_px=args.margin,
                             reader=None if args.reader == "none" else args.reader, learned=learned,
-                            patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
+                            patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
+                            fresh=args.fresh)
     jsonl = run(records, arr, args.out / args.dataset, settings)
-    csv_path, md_path, png_path = write_reports(jsonl)
+    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets))
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0
@@ -525,6 +531,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except USER_ERRORS as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # eval keeps every finished record's rows, train its last checkpoint: the same command resumes
+        kept = {"eval": "the rows of finished records are kept: rerun the same command to go on",
+                "train": "the last checkpoint is kept: rerun with --resume to go on"}
+        print(f"arr-coc: interrupted; {kept.get(args.command, 'nothing to resume')}", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,11 +1,101 @@
 """Configuration dataclasses, one per component; each default carries its reason."""
 from __future__ import annotations
 
+import math
+import operator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from arr_coc import learned_samplers  # noqa: F401  (registers its samplers, so names check against all of them)
 from arr_coc.budget import gestalt_grid
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.relevance import SCORERS
+from arr_coc.samplers import SAMPLERS
+from arr_coc.texture import MVP_CHANNELS
+
+def check_int(name: str, value: Any, low: int = 1) -> int:
+    """``value`` as an int of at least ``low``, or a one-line error naming the option.
+
+    Every option is checked where it enters the library (the configs' ``__post_init__``, the functions
+    the CLI calls), so the API and the command line refuse the same values with the same message.
+
+    >>> check_int("budget", 16)
+    16
+    >>> check_int("budget", "16")
+    Traceback (most recent call last):
+    ...
+    TypeError: budget must be an integer >= 1, got '16' (str)
+    """
+    if isinstance(value, bool):
+        raise TypeError(f"{name} must be an integer >= {low}, got {value!r} (bool)")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer >= {low}, got {value!r} ({type(value).__name__})") from None
+    if v < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {v}")
+    if v >= 2**63:  # nothing counts that far, and torch's int64 cannot hold it
+        raise ValueError(f"{name} must be below 2**63, got {v}")
+    return v
+
+
+def check_float(name: str, value: Any, low: float = 0.0, *, strict: bool = True) -> float:
+    """``value`` as a finite float above ``low`` (or at least ``low`` when not ``strict``), else a one-line error.
+
+    >>> check_float("lr", 0.01), check_float("coverage_weight", 0, strict=False)
+    (0.01, 0.0)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not math.isfinite(v) or v < low or (strict and v == low):
+        raise ValueError(f"{name} must be a finite number {'>' if strict else '>='} {low:g}, got {value!r}")
+    return v
+
+
+def resolve_dtype(dtype: Any) -> Any:
+    """A model dtype option (None/"auto": the checkpoint's; "bfloat16", "float16", "float32" or a torch
+    floating dtype) as a ``torch.dtype`` or None, else a one-line error.
+
+    >>> resolve_dtype("bfloat16"), resolve_dtype(None)
+    (torch.bfloat16, None)
+    """
+    import torch
+
+    if dtype is None or dtype == "auto" or isinstance(dtype, torch.dtype) and dtype.is_floating_point:
+        return None if dtype == "auto" else dtype
+    value = getattr(torch, dtype, None) if isinstance(dtype, str) and not dtype.startswith("_") else None
+    if not isinstance(value, torch.dtype) or not value.is_floating_point:
+        raise ValueError(f"unknown dtype {dtype!r}; use auto, float32, bfloat16 or float16")
+    return value
+
+
+def resolve_device(device: Any) -> Any:
+    """A device option ("cpu", "cuda", "cuda:1", a ``torch.device``) that this torch can use, or a one-line error.
+
+    >>> resolve_device("cpu"), resolve_device(None)
+    (device(type='cpu'), None)
+    """
+    import torch
+
+    if device is None:
+        return None
+    try:
+        d = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"unknown device {device!r}; e.g. cpu, cuda, cuda:1, mps") from None
+    if d.type == "meta":
+        raise ValueError("device 'meta' holds no data; use cpu or a GPU")
+    if d.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device!r} is not available: this torch build has no CUDA support or sees no GPU; "
+                         "use --device cpu (or install a CUDA build of torch)")
+    if d.type != "cpu":
+        try:
+            torch.empty(1, device=d)
+        except (RuntimeError, AssertionError) as err:  # e.g. cuda:7 on a one-GPU machine, or mps off macOS
+            why = str(err).splitlines()[0].split(". ")[0] if str(err).strip() else type(err).__name__
+            raise ValueError(f"device {device!r} is not usable here ({why}); use --device cpu") from None
+    return d
+
 
 # The reference budget: a 16x16 gestalt (256) + 273 saccades = 529 tokens, about a quarter of a
 # 1344x1344 page at full resolution (2304 tokens at 28 px).
@@ -20,6 +110,13 @@ class CanvasConfig:
     # 4096 full-resolution tokens: A4 pages stay legible, texture stays < 0.5 GB
     max_pixels: int = field(default=1792 * 1792, metadata={"help": "largest canvas area in px"})
 
+    def __post_init__(self) -> None:
+        self.cell = check_int("cell", self.cell)
+        self.min_pixels = check_int("min_pixels", self.min_pixels)
+        self.max_pixels = check_int("max_pixels", self.max_pixels, self.cell * self.cell)
+        if self.min_pixels > self.max_pixels:
+            raise ValueError(f"min_pixels {self.min_pixels} exceeds max_pixels {self.max_pixels}")
+
     @property
     def max_tokens(self) -> int:
         return self.max_pixels // (self.cell * self.cell)
@@ -28,12 +125,12 @@ class CanvasConfig:
 # The 13-channel MVP texture plus the channels that helped at equal tokens in the ablation (README):
 # the text channels on forms and receipts (one OCR pass per image, ~2 s on two CPU cores; silent on
 # photos without text) and learned saliency on all three datasets (~0.6 s per image).
-PIPELINE_CHANNELS = DEFAULT_CHANNELS + ("text_match", "key_value", "learned_saliency")
+PIPELINE_CHANNELS = MVP_CHANNELS + ("text_match", "key_value", "learned_saliency")
 
 
 @dataclass
 class TextureConfig:
-    # None = PIPELINE_CHANNELS; arr_coc.texture.DEFAULT_CHANNELS is the query-blind 13-channel MVP
+    # None = PIPELINE_CHANNELS; arr_coc.texture.MVP_CHANNELS is the query-blind 13-channel MVP
     channels: tuple[str, ...] | None = None
     # per-channel settings, e.g. {"clip": {"model": "/path/to/clip"}}
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -42,6 +139,12 @@ class TextureConfig:
 @dataclass
 class GestaltConfig:
     grid: tuple[int, int] | None = None  # (rows, cols) of gestalt tokens; None: arr_coc.budget's rule
+
+    def __post_init__(self) -> None:
+        if self.grid is not None:
+            if isinstance(self.grid, (str, bytes)) or not hasattr(self.grid, "__len__") or len(self.grid) != 2:
+                raise ValueError(f"gestalt grid must be (rows, cols), got {self.grid!r}")
+            self.grid = (check_int("gestalt rows", self.grid[0]), check_int("gestalt cols", self.grid[1]))
 
     def grid_for(self, budget: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
         """Gestalt grid sent with ``budget`` saccades on an image of ``cells_hw`` token cells.
@@ -68,16 +171,32 @@ class ScorerConfig:
     part_scale: tuple[float, float, float] = field(default=(1.0, 1.0, 1.0), metadata={
         "help": "scale of the propositional, perspectival and participatory parts: 1 = as trained, 0 = off"})
 
+    def __post_init__(self) -> None:
+        SCORERS.get(self.name)  # an unknown name lists the known ones
+        self.query_dim, self.hidden = check_int("query_dim", self.query_dim), check_int("hidden", self.hidden)
+        if not isinstance(self.weights, str):
+            raise TypeError(f"scorer weights must be 'auto', 'none' or a file path, got {self.weights!r}")
+        if not self.weights.strip():
+            raise ValueError("scorer weights are empty; pass auto, none or a file path")
+
 
 @dataclass
 class SamplerConfig:
-    # stratified keeps a token in every region (a second question about the footer is not starved)
-    # while still spending most of the budget where relevance is high
-    name: str = field(default="stratified", metadata={"help": "sampler name (see the list below)"})
+    # top-K of the trained scorer: on validation forms, receipts and photos it read at least as well as
+    # stratified, NMS and the uniformly downsampled image (docs/defaults.md); stratified, which reserves
+    # tokens for every region, read worse than the uniform image on receipts
+    name: str = field(default="topk", metadata={"help": "sampler name (see the list below)"})
     budget: int = field(default=DEFAULT_BUDGET, metadata={
-        "help": "K saccades: full-resolution tokens sent besides the gestalt, whose tokens come on top",
+        "help": "K saccades: full-resolution tokens sent besides the gestalt, whose tokens come on top: a square "
+                "gestalt, the largest side of 16, 12, 8, 6, 4, 2, 1 with side*side <= K (273 -> 16x16, 529 in all; "
+                "128 -> 8x8), each side clamped to the image's cell grid (a 10x40-cell image gets a 10x16 "
+                "gestalt); an image with fewer than K cells is refused with its count",
         "metavar": "K"})
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        SAMPLERS.get(self.name)
+        self.budget = check_int("budget", self.budget)
 
 
 @dataclass
@@ -88,6 +207,9 @@ class ARRConfig:
     scorer: ScorerConfig = field(default_factory=ScorerConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     seed: int = 0  # initialises learnable parts and random samplers: same seed, same allocation
+
+    def __post_init__(self) -> None:
+        self.seed = check_int("seed", self.seed, 0)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -7,7 +7,7 @@ Shapes used throughout this module:
     features   [B, Hc, Wc, D]          channels-last token grid (Hc = H // cell, Wc = W // cell)
 
 Three pixel extractors, registered in ``EXTRACTORS``:
-    ``loop``        per-patch slicing; the readable reference, slow.
+    ``loop``        per-patch slicing; the readable reference the tests and benchmarks check the others against.
     ``gather``      one advanced-indexing gather on a cell-grid view; exact and fast (the default).
     ``grid_sample`` bilinear sampling at float positions; differentiable w.r.t. positions and pixels.
 Plus ``slice_features`` (gather from an already encoded grid) and ``paste_patches`` (the inverse of
@@ -19,7 +19,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import Tensor
 
 from arr_coc.registry import Registry
 
@@ -318,25 +318,3 @@ def paste_patches(canvas: Tensor, patches: Tensor, positions: Tensor, cell: int)
     runs = patches.to(canvas.device).reshape(-1, cell)  # [B*K*C*cell, cell] in _row_index order
     out.view(-1, cell).index_copy_(0, _row_index(canvas.shape, cell, ys, xs), runs)
     return out
-
-
-class PatchExtractor(nn.Module):
-    """Thin module around a registered extractor; stores only the method name and cell size.
-
-    Example:
-        >>> m = PatchExtractor("gather", cell=2)
-        >>> m(torch.zeros(2, 3, 4, 6), torch.zeros(2, 5, 2, dtype=torch.long)).shape
-        torch.Size([2, 5, 3, 2, 2])
-    """
-
-    def __init__(self, method: str = "gather", *, cell: int) -> None:
-        super().__init__()
-        _check_cell(cell)
-        self.fn = EXTRACTORS.get(method)
-        self.method, self.cell = method, cell
-
-    def forward(self, pixels: Tensor, positions: Tensor) -> Tensor:
-        return self.fn(pixels, positions, self.cell)
-
-    def extra_repr(self) -> str:
-        return f"method={self.method!r}, cell={self.cell}"

@@ -21,6 +21,7 @@ from arr_coc.samplers import (
     coarsen_grid,
     rank_cells,
     select_cells,
+    shift_nonnegative,
     stratified_cells,
 )
 from arr_coc.soft_topk import soft_topk
@@ -50,8 +51,7 @@ def gaze_point(relevance: Tensor, valid: Tensor | None = None, mode: str = "argm
         return coords.gather(1, best[..., None].expand(-1, 1, 2))[:, 0]
     if mode != "centroid":
         raise ValueError(f"gaze mode must be 'argmax' or 'centroid', got {mode!r}")
-    rel = rel.masked_fill(~flat_valid, 0.0)
-    w = (rel - rel.masked_fill(~flat_valid, math.inf).amin(1, keepdim=True)).masked_fill(~flat_valid, 0.0)
+    w, _ = shift_nonnegative(rel, flat_valid)  # [B, N]
     w = torch.where(w.sum(1, keepdim=True) > 0, w, flat_valid.to(w.dtype))  # a flat map looks at the middle
     return (w[..., None] * coords).sum(1) / w.sum(1)[:, None]
 
@@ -106,10 +106,8 @@ def log_polar_scores(
         tau = softness * 2 * temperature**2
         d2 = -tau * torch.logsumexp(-((coords[:, :, None] - bins[:, None]) ** 2).sum(-1) / tau, dim=2)  # [B, N]
     flat_valid = valid.flatten(1)
-    rel = relevance.flatten(1).masked_fill(~flat_valid, 0.0)
-    lo = rel.masked_fill(~flat_valid, math.inf).amin(1, keepdim=True)
-    span = rel.masked_fill(~flat_valid, -math.inf).amax(1, keepdim=True) - lo
-    return (rel - lo) / span.clamp_min(1e-30) + bin_weight * torch.exp(-d2 / (2 * temperature**2))
+    shifted, span = shift_nonnegative(relevance.flatten(1), flat_valid)  # [B, N], [B, 1]
+    return shifted / span.clamp_min(1e-30) + bin_weight * torch.exp(-d2 / (2 * temperature**2))
 
 
 def log_polar_cells(

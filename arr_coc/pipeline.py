@@ -17,15 +17,17 @@ import torch
 from torch import Tensor, nn
 
 from arr_coc.canvas import Canvas, make_canvas
-from arr_coc.config import PIPELINE_CHANNELS, ARRConfig
+from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
-from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries, encoder_name
 from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection
 from arr_coc.cache import ImageCache
-from arr_coc.weights import PACKAGED
+from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
+
+SCORER_FORMAT = "arr-coc-scorer/1"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
 
 
 @dataclass
@@ -145,18 +147,20 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
     path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
     if auto and not path.exists():
         return "hand-set"
-    try:
-        saved = torch.load(path, weights_only=True)
-    except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:  # not a torch file at all
-        raise ValueError(f"cannot read scorer weights {path}: {err}") from err
-    if not isinstance(saved, dict) or saved.get("format") != "arr-coc-scorer/1":
-        raise ValueError(f"{path} is not an arr-coc scorer file (made by `arr-coc train`)")
+    saved = load_file(path, SCORER_FORMAT, "scorer weights (made by `arr-coc train`)")
     fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
     if not fits:
         if auto:
             return "hand-set"
         raise ValueError(f"{path} holds a {saved['scorer_name']!r} scorer for channels {saved['channels']}; "
                          f"this ARR has {arr.config.scorer.name!r} on {list(arr.channels)}")
+    # Files written before the encoder was recorded were all trained on MiniLM questions (the default).
+    trained_on, encoder = saved.get("query_encoder", "MiniLMQueryEncoder"), encoder_name(arr.query_encoder)
+    if trained_on != encoder:
+        if auto:
+            return "hand-set"
+        raise ValueError(f"{path} was trained on questions embedded by {trained_on}, this ARR uses {encoder}; "
+                         f"use that query encoder or train weights for this one")
     arr.scorer.load_state_dict(saved["scorer"])
     if saved.get("sampler") and saved["arr_config"]["sampler"]["name"] == arr.config.sampler.name:
         arr.sampler.load_state_dict(saved["sampler"])
@@ -262,6 +266,16 @@ class ARR(nn.Module):
                  for n in self.channels]
         return torch.cat(parts, 1)
 
+    def select(self, relevance: Tensor, k: int, *, valid: Tensor | None = None,
+               query_emb: Tensor | None = None) -> Selection:
+        """The configured sampler (with its trained parameters, if any) on a relevance map [B, Hc, Wc].
+
+        The selection step of :meth:`forward`, seeded with the config's seed: ``arr-coc eval``'s ``arr``
+        method calls it, so the method is what ``look``, ``ask`` and ``ARR()`` send.
+        """
+        generator = torch.Generator().manual_seed(self.config.seed)
+        return self.sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
+
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
                 budget: int | None = None) -> Allocation:
         """Allocate ``budget`` (default: the config's) saccades per image for its question."""
@@ -273,16 +287,14 @@ class ARR(nn.Module):
                  timings: dict[str, float] | None = None) -> Allocation:
         """Allocate on a :meth:`see` result: several questions or budgets on one image pay for its texture once."""
         t = {} if timings is None else timings
-        k = self.config.sampler.budget if budget is None else budget
+        k = self.config.sampler.budget if budget is None else check_int("budget", budget)
         canvas = scene.canvas
         queries = check_queries(queries, canvas.batch_size)
         with _timed(t, "gestalt"):
             gestalt = self.gestalt(scene, k)
         relevance, query_emb, cells = self._score(scene, queries, gestalt.vector, timings=t)
         with _timed(t, "selection"):
-            generator = torch.Generator().manual_seed(self.config.seed)
-            selection = self.sampler(relevance.map.detach(), k, valid=canvas.valid, query_emb=query_emb,
-                                     generator=generator)
+            selection = self.select(relevance.map, k, valid=canvas.valid, query_emb=query_emb)
         with _timed(t, "extraction"):
             patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
         return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,

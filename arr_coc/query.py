@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
 from collections import OrderedDict
 from typing import Protocol, Sequence, runtime_checkable
 
@@ -41,9 +42,35 @@ def check_queries(queries: str | Sequence[str], batch_size: int) -> list[str]:
     for i, q in enumerate(queries):
         if not isinstance(q, str):
             raise TypeError(f"question {i} is {type(q).__name__}, expected str")
-        if not q.strip():
-            raise ValueError(f"question {i} is empty; ask something about the image, e.g. 'What is the total?'")
+        problem = question_problem(q)
+        if problem:
+            raise ValueError(f"question {i} {problem}")
     return queries
+
+
+def encoder_name(encoder: object) -> str:
+    """What trained weights record about the questions' encoder, and are checked against when loaded.
+
+    >>> encoder_name(HashingQueryEncoder())
+    'HashingQueryEncoder'
+    """
+    return type(encoder).__name__
+
+
+def question_problem(text: str) -> str | None:
+    """What makes ``text`` unusable as a question (empty, invisible, not UTF-8), or None.
+
+    >>> question_problem("Total?"), question_problem("\u200b")
+    (None, "is empty; ask something about the image, e.g. 'What is the total?'")
+    """
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8 (e.g. a mis-encoded argument)
+        return "is not valid UTF-8 text; pass the question as UTF-8"
+    # Letters, digits, punctuation or symbols: spaces, zero-width and control characters alone ask nothing.
+    if not any(unicodedata.category(ch)[0] in "LNPS" for ch in text):
+        return "is empty; ask something about the image, e.g. 'What is the total?'"
+    return None
 
 
 class MiniLMQueryEncoder:

@@ -114,6 +114,30 @@ def valid_extent(valid: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return y0, x0, h, w
 
 
+def shift_nonnegative(relevance: Tensor, valid: Tensor) -> tuple[Tensor, Tensor]:
+    """Relevance minus its minimum over each image's valid cells (0 on invalid cells), and each image's span.
+
+    The one way relevance becomes a non-negative mass (stratum importances, patch sums, centroids, weights):
+    a scorer's additive offset then changes nothing (logits and logits + c give the same shifted map).
+
+    Args:
+        relevance: `[B, ...]` float.
+        valid: bool, the shape of `relevance`.
+
+    Returns:
+        (shifted `[B, ...]` >= 0 with 0 on invalid cells, span `[B, 1, ...]` = max - min over valid cells).
+
+    Example:
+        >>> shifted, span = shift_nonnegative(torch.tensor([[3.0, -1.0, 9.0]]), torch.tensor([[True, True, False]]))
+        >>> shifted.tolist(), span.tolist()
+        ([[4.0, 0.0, 0.0]], [[4.0]])
+    """
+    keep = (-1,) + (1,) * (relevance.ndim - 1)  # [B, 1, ...]
+    lo = relevance.masked_fill(~valid, math.inf).flatten(1).amin(1).view(keep)
+    hi = relevance.masked_fill(~valid, -math.inf).flatten(1).amax(1).view(keep)
+    return torch.where(valid, relevance - lo, 0.0), hi - lo
+
+
 def cell_coordinates(valid: Tensor) -> Tensor:
     """Cell centres `[B, N, 2]` (y, x) normalised to [0, 1] over each image's own valid extent (padding ignored)."""
     y0, x0, h, w = valid_extent(valid)
@@ -230,11 +254,9 @@ def _stratum_stats(relevance: Tensor, valid: Tensor, grid: tuple[int, int] | Ten
     flat_valid = valid.flatten(1)
     # Shift relevance to be positive: r - min + eps, eps = 1e-6 * range (1 for a flat map, giving every
     # cell equal weight), so importance is scale-invariant and a stratum's share never hits zero.
-    rel = relevance.flatten(1).double().masked_fill(~flat_valid, 0.0)
-    lo = rel.masked_fill(~flat_valid, math.inf).amin(1, keepdim=True)
-    span = rel.masked_fill(~flat_valid, -math.inf).amax(1, keepdim=True) - lo
-    weight = torch.where(flat_valid, rel - lo + torch.where(span > 0, 1e-6 * span, 1.0), 0.0)
-    counts = torch.zeros(rel.shape[0], s + 1, dtype=torch.long, device=rel.device)
+    shifted, span = shift_nonnegative(relevance.flatten(1).double(), flat_valid)  # [B, N], [B, 1]
+    weight = torch.where(flat_valid, shifted + torch.where(span > 0, 1e-6 * span, 1.0), 0.0)
+    counts = torch.zeros(shifted.shape[0], s + 1, dtype=torch.long, device=shifted.device)
     counts = counts.scatter_add_(1, sid, flat_valid.long())
     importance = torch.zeros_like(counts, dtype=torch.float64).scatter_add_(1, sid, weight)
     return sid, counts[:, :s], importance[:, :s]

@@ -13,6 +13,9 @@ from torch import Tensor
 from arr_coc.samplers import rank_cells, stratum_ids
 
 _BISECTION_STEPS = 64  # float64 threshold, range halves each step: exact to rounding after ~60 + log2(range)
+# Padding sits this many temperatures below the lowest real score: sigmoid(-1e4) is 0 in float64,
+# so soft weights put no mass on padding, yet the bisection bracket stays finite.
+_PAD_GAP = 1e4
 
 
 class _SigmoidTopK(torch.autograd.Function):
@@ -107,6 +110,49 @@ def soft_topk(
     top = rank_cells(x.detach(), torch.ones_like(x, dtype=torch.bool))[:, :k]
     hard = torch.zeros_like(soft).scatter_(1, top, 1.0)
     return hard + soft - soft.detach()
+
+
+def standardized_soft_topk(
+    scores: Tensor,
+    k: int,
+    temperature: float = 0.1,
+    mask: Tensor | None = None,
+    *,
+    gumbel: bool = False,
+    generator: torch.Generator | None = None,
+    straight_through: bool = False,
+) -> Tensor:
+    """`soft_topk` of scores z-scored over each row's unmasked entries: `[B, N]` weights, K per row, 0 on the mask.
+
+    Top-K ignores the scores' scale, so standardising first makes `temperature` mean the same on every row, in
+    standard deviations: a scorer cannot escape (or sharpen) the relaxation by growing its outputs. The std is
+    the population one (divided by the count, not count - 1): it is the spread of the row itself, not an
+    estimate of a larger population, and it is defined for a single entry; a flat row has std 0, clamped to
+    1e-6. Masked entries (padding, which may hold -inf) stay out of the statistics and the gradients and sit
+    `_PAD_GAP` temperatures below the lowest real score, so they get no mass.
+
+    Args:
+        scores: `[B, N]` float.
+        k: budget, 1 <= k <= the unmasked count of every row.
+        temperature: softness in standard deviations.
+        mask: `[B, N]` bool, True where an entry is real (None: all).
+        gumbel, generator, straight_through: as in `soft_topk`.
+
+    Example:
+        >>> w = standardized_soft_topk(torch.tensor([[3.0, 1.0, 2.0, 9.0]]), 2, 0.1, torch.tensor([[1, 1, 1, 0]]).bool())
+        >>> round(w.sum().item(), 4), w.round().tolist()
+        (2.0, [[1.0, 0.0, 1.0, 0.0]])
+    """
+    mask = torch.ones_like(scores, dtype=torch.bool) if mask is None else mask
+    s = torch.where(mask, scores, 0.0)  # [B, N]; -inf padding would poison the sums and their gradients
+    count = mask.sum(1, keepdim=True)
+    mean = s.sum(1, keepdim=True) / count
+    std = ((torch.where(mask, s - mean, 0.0) ** 2).sum(1, keepdim=True) / count).sqrt().clamp_min(1e-6)
+    z = (s - mean) / std
+    floor = torch.where(mask, z, torch.inf).amin(1, keepdim=True).detach() - _PAD_GAP * temperature
+    w = soft_topk(torch.where(mask, z, floor), k, temperature, gumbel=gumbel, generator=generator,
+                  straight_through=straight_through)
+    return w * mask
 
 
 def coverage_loss(

@@ -1,11 +1,12 @@
-"""Texture array: per-pixel channels from a registry, stacked into [B, C, H, W], with a software mip pyramid.
+"""Texture array: per-pixel channels from a registry, stacked into [B, C, H, W], pooled to token cells.
 
 The texture is what the relevance scorers read: colour, position, structure (edges, high/low-pass),
 change (motion), bottom-up salience and free space (distance to edges), one channel group per registry
 entry. Every built-in channel lies in [0, 1] and is computed for the whole batch at once.
 
-Notation: ``[B, 3, H, W]`` pixels in [0, 1]; ``[B, C, H, W]`` texture, C = sum of the channel widths;
-points are ``(y, x)`` in level-0 pixels, pixel (i, j) covering [i, i+1) x [j, j+1) (centre i + 0.5, j + 0.5).
+Notation: ``[B, 3, H, W]`` pixels in [0, 1]; ``[B, C, H, W]`` texture, C = sum of the channel widths.
+The scorer reads the texture averaged over token cells (``pool_to_cells``): a cell of 28 or 14 px is not a
+power of two, so a mip pyramid's levels would not line up with the cells.
 
 Example:
     >>> pixels = torch.rand(2, 3, 56, 84)
@@ -298,7 +299,7 @@ def _distance(inputs: TextureInputs) -> Tensor:
     return torch.where(has_edge, normalize_per_image(dist), torch.ones_like(dist))
 
 
-DEFAULT_CHANNELS: tuple[str, ...] = (
+MVP_CHANNELS: tuple[str, ...] = (
     "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
 )
 
@@ -313,7 +314,7 @@ def _specs(channels: Sequence[str]) -> list[ChannelSpec]:
     return [CHANNELS.get(name) for name in channels]
 
 
-def channel_layout(channels: Sequence[str] = DEFAULT_CHANNELS) -> dict[str, slice]:
+def channel_layout(channels: Sequence[str] = MVP_CHANNELS) -> dict[str, slice]:
     """Where each named channel group sits along C of the texture.
 
     Example:
@@ -330,13 +331,13 @@ def channel_layout(channels: Sequence[str] = DEFAULT_CHANNELS) -> dict[str, slic
 def query_channels(channels: Sequence[str]) -> tuple[str, ...]:
     """The query-coupled names among ``channels`` (computed per question, not per image).
 
-    >>> query_channels(DEFAULT_CHANNELS)
+    >>> query_channels(MVP_CHANNELS)
     ()
     """
     return tuple(spec.name for spec in _specs(channels) if spec.needs_query)
 
 
-def channel_width(channels: Sequence[str] = DEFAULT_CHANNELS) -> int:
+def channel_width(channels: Sequence[str] = MVP_CHANNELS) -> int:
     """Total number of channels C of a texture built from ``channels``.
 
     Example:
@@ -356,7 +357,7 @@ def _check_image(x: object, name: str) -> Tensor:
     return x
 
 
-def compute_texture(pixels: Tensor, channels: Sequence[str] = DEFAULT_CHANNELS, prev: Tensor | None = None, *,
+def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev: Tensor | None = None, *,
                     queries: Sequence[str] | None = None, query_encoder: Any = None,
                     cache: ImageCache | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
                     timings: dict[str, float] | None = None) -> Tensor:
@@ -408,7 +409,7 @@ class Texture(nn.Module):
         torch.Size([2, 4, 8, 8])
     """
 
-    def __init__(self, channels: Sequence[str] = DEFAULT_CHANNELS) -> None:
+    def __init__(self, channels: Sequence[str] = MVP_CHANNELS) -> None:
         super().__init__()
         self.channels = tuple(channels) if not isinstance(channels, str) else channels
         self.width = channel_width(self.channels)  # fails here on an unknown name, not at the first forward
@@ -418,61 +419,6 @@ class Texture(nn.Module):
 
     def extra_repr(self) -> str:
         return f"channels={self.channels}, width={self.width}"
-
-
-def mip_pyramid(texture: Tensor, levels: int) -> list[Tensor]:
-    """Software mip pyramid: ``[texture, level 1, ..., level levels]``, each level a 2x2 average of the previous.
-
-    ``ceil_mode`` keeps odd sizes: level ``l`` is ``[B, C, ceil(H / 2**l), ceil(W / 2**l)]`` and a border
-    pixel of an odd level averages only the real pixels under it.
-
-    Example:
-        >>> [tuple(t.shape[-2:]) for t in mip_pyramid(torch.rand(1, 2, 5, 8), 2)]
-        [(5, 8), (3, 4), (2, 2)]
-    """
-    if texture.ndim != 4:
-        raise ValueError(f"texture must be [B, C, H, W], got shape {tuple(texture.shape)}")
-    if levels < 0:
-        raise ValueError(f"levels must be >= 0 (0 = just the texture), got {levels}")
-    pyramid = [texture]
-    for _ in range(levels):
-        pyramid.append(F.avg_pool2d(pyramid[-1], 2, ceil_mode=True))  # [B, C, ceil(h/2), ceil(w/2)]
-    return pyramid
-
-
-def sample_level(pyramid: Sequence[Tensor], level: int, points: Tensor) -> Tensor:
-    """Bilinearly sample pyramid level ``level`` at ``points`` given in level-0 pixel coordinates.
-
-    Convention (grid_sample with ``align_corners=False``): level-0 pixel (i, j) covers [i, i+1) x [j, j+1),
-    so its centre is (i + 0.5, j + 0.5); level-l pixel (i, j) covers level-0 [i*2**l, (i+1)*2**l) on each
-    axis, so sampling at its centre returns exactly the pooled value. Points outside clamp to the border.
-
-    Args:
-        pyramid: output of ``mip_pyramid``.
-        level: index into ``pyramid``.
-        points: ``[B, N, 2]`` (y, x) level-0 pixels.
-
-    Returns:
-        ``[B, N, C]``.
-
-    Example:
-        >>> pyr = mip_pyramid(torch.arange(16.0).view(1, 1, 4, 4), 1)
-        >>> sample_level(pyr, 0, torch.tensor([[[0.5, 1.5]]])).item()  # centre of pixel (0, 1)
-        1.0
-        >>> sample_level(pyr, 1, torch.tensor([[[1.0, 1.0]]])).item()  # mean of pixels 0, 1, 4, 5
-        2.5
-    """
-    if not 0 <= level < len(pyramid):
-        raise ValueError(f"level must be in [0, {len(pyramid) - 1}] for this pyramid, got {level}")
-    tex = pyramid[level]
-    b, _, h, w = tex.shape
-    if points.ndim != 3 or points.shape[0] != b or points.shape[2] != 2:
-        raise ValueError(f"points must be [B={b}, N, 2] (y, x) pixels, got shape {tuple(points.shape)}")
-    size = torch.tensor([w, h], dtype=tex.dtype, device=tex.device)
-    level_px = points.flip(-1).to(tex.dtype) / 2**level  # [B, N, 2] (x, y) level-l pixels
-    grid = 2 * level_px / size - 1  # [B, N, 2] (x, y) in [-1, 1], -1/+1 = outer edges of the border pixels
-    out = F.grid_sample(tex, grid[:, :, None, :], mode="bilinear", padding_mode="border", align_corners=False)
-    return out[..., 0].transpose(1, 2)  # [B, N, C]
 
 
 def pool_to_cells(texture: Tensor, cell: int) -> Tensor:
@@ -488,24 +434,3 @@ def pool_to_cells(texture: Tensor, cell: int) -> Tensor:
     if cell < 1 or h % cell or w % cell:
         raise ValueError(f"H, W = {h}, {w} must be multiples of cell={cell}; fit the image to the canvas first")
     return F.avg_pool2d(texture, cell)  # [B, C, Hc, Wc]
-
-
-def texture_bytes(
-    batch: int,
-    height: int,
-    width: int,
-    channels: Sequence[str] = DEFAULT_CHANNELS,
-    dtype: torch.dtype = torch.float32,
-    pyramid_levels: int = 0,
-) -> int:
-    """Bytes held by a texture (plus ``pyramid_levels`` mip levels) for a batch, computed without allocating.
-
-    Example:
-        >>> texture_bytes(1, 1024, 1024) / 2**20  # the 13-channel MVP at 1024 px, float32
-        52.0
-    """
-    c, total = channel_width(channels), 0
-    for _ in range(pyramid_levels + 1):
-        total += batch * c * height * width * dtype.itemsize
-        height, width = -(-height // 2), -(-width // 2)  # ceil, as mip_pyramid's ceil_mode
-    return total

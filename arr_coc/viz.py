@@ -114,7 +114,8 @@ def plot_allocation(
         path: where to write the PNG (parent folders are created).
         gestalt_grid: (rows, cols) of the gestalt; its tokens are spread over the image by area.
         title: optional figure title.
-        region_grid: (Ry, Rx) regions of the tokens-per-region panel.
+        region_grid: (Ry, Rx) regions of the tokens-per-region panel, at most one per cell (a 3 x 20 cell
+            banner gets 3 x 8 regions).
 
     Returns:
         The path written, as a ``Path``.
@@ -152,6 +153,7 @@ def plot_allocation(
         raise ValueError(f"positions must be [K, 2] and scores [K], got {pos.shape} and {sc.shape}")
     G = int(np.prod(_grid2("gestalt_grid", gestalt_grid)))
     Ry, Rx = _grid2("region_grid", region_grid)
+    Ry, Rx = min(Ry, Hc), min(Rx, Wc)  # a small image has fewer cells than regions: one region per cell
     counts = tokens_per_region(torch.from_numpy(pos), (Hc, Wc), (Ry, Rx), G).numpy()  # [Ry, Rx]; checks positions
     K = len(pos)
     pos = pos.astype(np.int64)

@@ -1,9 +1,11 @@
 """The design seeds' per-item loop versions of each stage, kept only as the benchmark's reference.
 
 They follow the sketches in the seeds (Part 33 texture, Part 47 scorer, Part 13 stratified sampler,
-Part 48 NMS and extraction): one image at a time, CPU libraries where the seeds used them
-(spectral residual in NumPy like OpenCV's, scipy's distance transform), Python loops over strata
-and picks. They compute the same quantities as arr_coc's batched stages, not bit-identical values.
+Part 48 NMS and extraction): one image at a time, NumPy where the seeds used it (spectral residual
+like OpenCV's), Python loops over strata and picks. The distance-to-edge channel is arr_coc's own
+(the same exact transform on the same reduced grid), so the texture comparison measures batching, not
+two different distance transforms. They compute the same quantities as arr_coc's batched stages, not
+bit-identical values.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import scipy.ndimage as ndi
 import torch
 import torch.nn.functional as F
 from kornia.filters import gaussian_blur2d, laplacian, sobel
+
+from arr_coc.texture import compute_texture
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:
@@ -49,30 +53,9 @@ def texture_seed_loop(pixels: torch.Tensor) -> torch.Tensor:
         tex[9] = gaussian_blur2d(gray, (9, 9), (2.0, 2.0))[0, 0]
         tex[10] = 0.0  # motion: still image
         tex[11] = _norm(torch.from_numpy(_spectral_residual_numpy(gray[0, 0].numpy())))
-        dist = ndi.distance_transform_edt(edges.numpy() < 0.25)  # CPU, as in the seed
-        tex[12] = _norm(torch.from_numpy(dist).float())
+        tex[12] = compute_texture(image[None], ("distance",))[0, 0]  # the batched version's transform, per image
         out.append(tex)
     return torch.stack(out)
-
-
-def scoring_seed_loop(scorer, texture: torch.Tensor, cell: int, query_emb: torch.Tensor,
-                      gestalt_vec: torch.Tensor) -> torch.Tensor:
-    """Seed Part 47 scoring: each image's full-resolution texture flattened to [H*W, C] and scored per pixel
-    with the same heads, then averaged to token cells -> [B, Hc, Wc]."""
-    maps = []
-    for b in range(texture.shape[0]):
-        t = texture[b]  # [C, H, W]
-        C, H, W = t.shape
-        flat = t.permute(1, 2, 0).reshape(-1, C)  # [H*W, C]
-        z = (flat - flat.mean(0)) / (flat.std(0) + 1e-6)
-        cols = lambda names: torch.cat([z[:, scorer.layout[n]] for n in names], 1)  # noqa: E731
-        prop = cols(scorer.prop_names) @ scorer.prop
-        persp = cols(scorer.persp_names) @ scorer.persp
-        part = cols(scorer.part_names) @ scorer.part(query_emb[b])
-        weights = torch.softmax(scorer.context(torch.cat([query_emb[b], gestalt_vec[b]])), -1)
-        score = (torch.stack([prop, persp, part], -1) * weights).sum(-1).reshape(1, 1, H, W)
-        maps.append(F.avg_pool2d(score, cell)[0, 0])
-    return torch.stack(maps)
 
 
 def stratified_seed_loop(relevance: torch.Tensor, k: int, grid=(4, 4)) -> torch.Tensor:

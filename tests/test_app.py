@@ -11,11 +11,12 @@ from PIL import Image, ImageDraw
 from arr_coc.app import views
 from arr_coc.app.service import PRESETS, Microscope, Settings, check_question, methods, read_upload, render
 from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 
-CHANNELS = DEFAULT_CHANNELS + ("text_match",)  # the MVP plus one OCR channel, so the question matters
+CHANNELS = MVP_CHANNELS + ("text_match",)  # the MVP plus one OCR channel, so the question matters
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def test_sliders_scale_the_parts_and_presets_name_real_settings(scope, page):
 
 
 def test_json_download_keeps_the_look_json_schema_and_the_png_is_written(scope, page, tmp_path):
-    result = scope.run(read_upload(page), "What is the total due?", Settings(budget=40, channels=DEFAULT_CHANNELS))
+    result = scope.run(read_upload(page), "What is the total due?", Settings(budget=40, channels=MVP_CHANNELS))
     v = render(result, tmp_path)
     d = json.loads(v.json_path.read_text())
     look_keys = set(result.allocation.to_json(0))
@@ -105,7 +106,7 @@ def test_json_download_keeps_the_look_json_schema_and_the_png_is_written(scope, 
 
 
 def test_saccade_view_keeps_chosen_cells_and_dims_the_rest(page):
-    rgb = views.to_uint8(read_upload(page))
+    rgb = to_hwc_uint8(read_upload(page))
     cells = torch.tensor([[0, 0], [5, 7]])
     out = np.asarray(views.saccade_view(rgb, cells, 28, numbered=0)).astype(int)
     inner = (slice(3, 25), slice(3, 25))  # inside the outline
@@ -115,15 +116,15 @@ def test_saccade_view_keeps_chosen_cells_and_dims_the_rest(page):
 
 def test_patch_allocators_send_squares_and_say_so_in_the_json(scope, page, tmp_path):
     result = scope.run(read_upload(page), "What is the total due?",
-                       Settings(budget=40, method="saliency", channels=DEFAULT_CHANNELS))
+                       Settings(budget=40, method="saliency", channels=MVP_CHANNELS))
     assert result.sent.shape[1] == 3 and 0 < len(result.sent) <= 40
     d = render(result, tmp_path).json_path.read_text()
     assert json.loads(d)["boxes"] == result.sent.tolist()
 
 
 @pytest.mark.parametrize("settings, message", [
-    (Settings(budget=300, channels=DEFAULT_CHANNELS), "budget K=300 exceeds the 192 valid cells"),
-    (Settings(method="nope", channels=DEFAULT_CHANNELS), "unknown sampler or allocator 'nope'"),
+    (Settings(budget=300, channels=MVP_CHANNELS), "budget K=300 exceeds the 192 valid cells"),
+    (Settings(method="nope", channels=MVP_CHANNELS), "unknown sampler or allocator 'nope'"),
 ])
 def test_bad_settings_raise_a_readable_error(scope, page, settings, message):
     with pytest.raises(ValueError, match=message):
@@ -144,7 +145,7 @@ def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp
     vlm = load_vlm("tiny:qwen2_5_vl")
     scope = Microscope(query_encoder=HashingQueryEncoder(), vlm=vlm, max_new_tokens=3)
     result = scope.run(read_upload(page), "What is the total due?",
-                       Settings(budget=40, channels=DEFAULT_CHANNELS, cell=32))
+                       Settings(budget=40, channels=MVP_CHANNELS, cell=32))
     assert result.settings.cell == vlm.cell == result.allocation.canvas.cell  # the model's cell wins
     assert isinstance(result.answer, str) and "answer" in result.timings_ms
     d = json.loads(render(result, tmp_path).json_path.read_text())
@@ -156,4 +157,4 @@ def test_a_checkpoint_that_is_not_a_torch_file_is_a_readable_error(scope, page, 
     garbage.write_bytes(b"not a checkpoint")
     with pytest.raises(ValueError, match="cannot read scorer weights"):
         scope.run(read_upload(page), "What is the total due?",
-                  Settings(channels=DEFAULT_CHANNELS, weights=str(garbage)))
+                  Settings(channels=MVP_CHANNELS, weights=str(garbage)))

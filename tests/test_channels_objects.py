@@ -15,7 +15,7 @@ from arr_coc.cache import ImageCache
 from arr_coc.channels.efficientnet_lite import load_efficientnet_lite0, normalize_lite
 from arr_coc.config import TextureConfig
 from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS, compute_texture
+from arr_coc.texture import MVP_CHANNELS, compute_texture
 
 CAT_IDS = set(range(281, 286))  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 # A 640 x 640 grey canvas with chelsea's cat (300 x 451) pasted 20 px from the bottom-right corner.
@@ -179,7 +179,7 @@ def test_missing_onnxruntime_says_what_to_install(monkeypatch):
 
 @pytest.mark.slow
 def test_pipeline_with_objects_puts_the_top_saccade_on_what_the_question_names(scene, minilm):
-    config = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS + ("objects",)),
+    config = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + ("objects",)),
                        sampler=SamplerConfig(name="topk", budget=8))
     arr = ARR(config, query_encoder=minilm)
     cell = arr.config.canvas.cell

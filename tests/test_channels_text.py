@@ -16,7 +16,7 @@ from arr_coc.cache import ImageCache
 from arr_coc.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions
 from arr_coc.config import TextureConfig
 from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS, TextureInputs, compute_texture
+from arr_coc.texture import MVP_CHANNELS, TextureInputs, compute_texture
 
 FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 CHANNELS = ("text_match", "key_value")
@@ -202,7 +202,7 @@ def test_sharpen_keeps_weak_matches_off_the_page():
 
 def test_pipeline_puts_the_first_saccade_on_the_total_line(receipt_page, receipt_maps, encoder):
     pixels, boxes = receipt_page
-    config = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS + CHANNELS),
+    config = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + CHANNELS),
                        sampler=SamplerConfig(name="topk", budget=4))
     arr = ARR(config, query_encoder=encoder)
     arr.cache = receipt_maps[1]  # the page's lines were read above; the canvas keeps its 560 x 784 px

@@ -125,6 +125,21 @@ def test_console_script_with_the_packaged_minilm(receipt):
     assert len(d["positions"]) == 16 and d["tokens"]["sent"] == 16 + 16
 
 
+def test_look_and_ask_help_state_the_token_rule_and_the_default_sampler(capsys):
+    """The --budget help names the rule arr_coc.budget applies, and the sampler default is the config's."""
+    from arr_coc.budget import GESTALT_SIDES, gestalt_grid
+    from arr_coc.config import SamplerConfig
+
+    assert gestalt_grid(273, (10, 40)) == (10, 16) and gestalt_grid(128, (48, 48)) == (8, 8)  # the examples given
+    for argv in (["look", "--help"], ["ask", "--help"]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        out = " ".join(capsys.readouterr().out.split())
+        assert ", ".join(map(str, GESTALT_SIDES)) + " with side*side <= K" in out
+        assert "10x40-cell image gets a 10x16 gestalt" in out and "fewer than K cells is refused" in out
+        assert f"(default {SamplerConfig.name}" in out
+
+
 def test_serve_refuses_a_thread_count_below_one_in_one_line(capsys):
     assert main(["serve", "--threads", "0", "--query-encoder", "hashing"]) == 2
     assert capsys.readouterr().err.strip() == "arr-coc: error: --threads must be at least 1, got 0"

@@ -234,7 +234,7 @@ GOOD = {"image": "scans/a.png", "question": "Q?", "answer": "A", "boxes": [[1, 2
     ("{bad json", r"bad\.jsonl:1: malformed JSON"),
     ('["a"]', r"bad\.jsonl:1: expected a JSON object, got list"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "answer"}), r"bad\.jsonl:1: missing key\(s\) answer"),
-    (json.dumps({**GOOD, "question": " "}), r"bad\.jsonl:1: 'question' must be a non-empty string"),
+    (json.dumps({**GOOD, "question": " "}), r"bad\.jsonl:1: 'question' is empty"),
     (json.dumps({**GOOD, "boxes": [[1, 2, 3]]}), r"bad\.jsonl:1: box 0 \[1, 2, 3\] is not 4 numbers"),
     (json.dumps({**GOOD, "boxes": [[5, 2, 5, 4]]}), r"bad\.jsonl:1: box 0 \[5, 2, 5, 4\] needs x1 > x0 and y1 > y0"),
     (json.dumps({**GOOD, "boxes": []}), r"bad\.jsonl:1: 'boxes' must be a non-empty list"),

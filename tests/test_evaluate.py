@@ -245,3 +245,29 @@ def test_every_method_is_a_typed_registry_entry():
         "patches_edges": PatchMethod("saliency", "edges"), "quadtree": PatchMethod("quadtree")}
     assert [m for m in METHODS if not EVAL_METHODS.get(m).uses_scorer] == ["full", "uniform_image", "random"]
     assert isinstance(EVAL_METHODS.get("pruner"), LearnedMethod)
+
+
+def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
+    """`arr` at the default budget (a 16x16 gestalt + 273 saccades) = ARR()(image, question) on the receipt."""
+    import torch
+
+    from arr_coc.config import DEFAULT_BUDGET, SamplerConfig, ScorerConfig
+    from arr_coc.data.datasets import Record
+
+    receipt = Path(__file__).resolve().parents[1] / "examples" / "receipt.jpg"
+    question = "What is the total?"
+    arr = ARR().eval()  # no options: the default channels, trained scorer and sampler
+    with torch.no_grad():
+        expected = arr(str(receipt), question).positions[0].tolist()
+    assert len(expected) == DEFAULT_BUDGET == 273
+    record = Record("jsonl", "receipt-total", receipt, "receipt", question, "", ((1000.0, 300.0, 1100.0, 700.0),))
+    other = next(m for m in ("stratified", "topk") if m != SamplerConfig.name)
+    settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_BUDGET,), reader=None, keep_cells=True)
+    rows = {r["method"]: r for r in read_rows(evaluate([record], arr, tmp_path / "default", settings, progress=False))}
+    assert rows["arr"]["tokens"] == 529 and rows["arr"]["cells"] == expected
+    # negative controls: another sampler, and the default sampler on the hand-set scorer, pick other cells
+    assert rows[other]["cells"] != expected
+    hand = ARR(ARRConfig(scorer=ScorerConfig(weights="none")), query_encoder=arr.query_encoder).eval()
+    hand.cache = arr.cache  # the same OCR lines; only the scorer differs
+    hand_rows = read_rows(evaluate([record], hand, tmp_path / "hand", settings, progress=False))
+    assert next(r for r in hand_rows if r["method"] == "arr")["cells"] != expected

@@ -7,13 +7,13 @@ from arr_coc.extract import extract_loop
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 
 STAGES = {"canvas", "texture", "gestalt", "query", "scoring", "selection", "extraction"}
 
 
 def make_arr(**kw) -> ARR:
-    kw.setdefault("texture", TextureConfig(channels=DEFAULT_CHANNELS))  # the OCR channels have their own tests
+    kw.setdefault("texture", TextureConfig(channels=MVP_CHANNELS))  # the OCR channels have their own tests
     return ARR(ARRConfig(**kw), query_encoder=HashingQueryEncoder()).eval()
 
 
@@ -36,7 +36,7 @@ def test_receipt_end_to_end_sends_exactly_the_default_budget(receipt):
     assert out.canvas.image_sizes == [(1484, 992)] and out.canvas.sizes == [(1484, 980)]
     assert out.canvas.full_tokens == [53 * 35]
     assert {k for k in out.timings_ms if "/" not in k} == STAGES
-    assert {k.split("/")[1] for k in out.timings_ms if "/" in k} == set(DEFAULT_CHANNELS)
+    assert {k.split("/")[1] for k in out.timings_ms if "/" in k} == set(MVP_CHANNELS)
     torch.testing.assert_close(out.patches, extract_loop(out.canvas.pixels, out.positions, 28))
     # the page is mostly blank paper: the saccades must land on ink, not on the margins
     ink = (out.patches.mean(2) < 0.6).flatten(2).any(-1).float().mean()
@@ -107,4 +107,4 @@ def test_to_json_carries_what_scripts_need(receipt):
 def test_default_pipeline_couples_the_question_through_the_text_channels():
     arr = ARR(query_encoder=HashingQueryEncoder())
     assert arr.channels == PIPELINE_CHANNELS and arr.query_channels == ("text_match", "key_value")
-    assert arr.image_channels == DEFAULT_CHANNELS + ("learned_saliency",)
+    assert arr.image_channels == MVP_CHANNELS + ("learned_saliency",)

@@ -292,10 +292,10 @@ def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
     save_learned(tmp_path / "q.pt", "pruner", TokenPruner(6, query_dim=3), ["a"], query_encoder="MiniLMQueryEncoder")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     cases = [
-        (("pruner", tmp_path / "missing.pt"), {}, "no pruner weights at .*missing.pt; train one with "
-                                                  "`arr-coc train --learner pruner`"),
-        (("pruner", tmp_path / "s.pt"), {}, "holds no pruner weights"),
-        (("pruner", tmp_path / "junk.pt"), {}, "junk.pt is unreadable"),
+        (("pruner", tmp_path / "missing.pt"), {}, r"missing.pt: no such file; expected pruner weights \(train one "
+                                                  r"with `arr-coc train --learner pruner`\)"),
+        (("pruner", tmp_path / "s.pt"), {}, "s.pt holds selector weights, not pruner weights"),
+        (("pruner", tmp_path / "junk.pt"), {}, "junk.pt cannot be read as pruner weights"),
         (("pruner", tmp_path / "p.pt"), {"channels": ["a", "c"]}, r"prunes tokens of channels \['a', 'b'\], "
                                                                   r"this ARR makes \['a', 'c'\]"),
         (("pruner", tmp_path / "p.pt"), {"query_dim": 384}, "expects 3-wide query embeddings, got 384"),

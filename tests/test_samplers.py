@@ -12,6 +12,7 @@ from arr_coc.samplers import (
     allocate_quotas,
     coarsen_grid,
     nms_cells,
+    shift_nonnegative,
     stratified_cells,
     stratified_quotas,
     stratum_ids,
@@ -256,3 +257,13 @@ def test_random_depends_on_the_seed_and_reaches_every_cell():
 def test_selection_mask_marks_the_chosen_cells():
     sel = topk_cells(torch.tensor([[[0.1, 0.9], [0.5, 0.3]]]), 2)
     assert sel.mask(2, 2).tolist() == [[[False, True], [True, False]]]
+
+
+def test_shift_nonnegative_subtracts_the_valid_minimum_zeroes_padding_and_ignores_an_offset():
+    rel = torch.tensor([[[2.0, -3.0], [5.0, -9.0]], [[1.0, 1.0], [1.0, 4.0]]])
+    valid = torch.tensor([[[True, True], [True, False]], [[True, True], [True, True]]])
+    shifted, span = shift_nonnegative(rel, valid)
+    assert shifted.tolist() == [[[5.0, 0.0], [8.0, 0.0]], [[0.0, 0.0], [0.0, 3.0]]]  # -9 is padding: not the min
+    assert span.tolist() == [[[8.0]], [[3.0]]]
+    again, _ = shift_nonnegative(rel + 100.0, valid)
+    assert torch.equal(again, shifted)

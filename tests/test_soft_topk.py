@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arr_coc.samplers import topk_cells
-from arr_coc.soft_topk import coverage_loss, soft_topk
+from arr_coc.soft_topk import coverage_loss, soft_topk, standardized_soft_topk
 
 
 @settings(max_examples=50, deadline=None)
@@ -132,3 +132,18 @@ def test_coverage_loss_gradient_flows_to_scores_through_soft_topk():
     coverage_loss(w, grid=(2, 2), min_mass=2.0).backward()
     # Descending the loss must raise the scores of starved strata relative to the crowded one.
     assert rel.grad[0, 4:, 4:].mean() < 0 < rel.grad[0, :2, :2].mean()
+
+
+def test_standardized_soft_topk_is_soft_topk_of_population_z_scores_and_ignores_scale_and_offset():
+    g = torch.Generator().manual_seed(3)
+    scores = torch.randn(2, 9, generator=g, dtype=torch.float64)
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 6:] = False
+    w = standardized_soft_topk(scores, 3, 0.3, mask)
+    real = scores[1, :6]
+    z = (real - real.mean()) / real.std(unbiased=False)  # population std: the spread of the row itself
+    assert torch.allclose(w[1, :6], soft_topk(z[None], 3, 0.3)[0], atol=1e-12, rtol=0)
+    assert not torch.allclose(w[1, :6], soft_topk(((real - real.mean()) / real.std())[None], 3, 0.3)[0], atol=1e-6)
+    assert torch.equal(w[1, 6:], torch.zeros(3, dtype=torch.float64))
+    assert torch.allclose(standardized_soft_topk(7 * scores - 4, 3, 0.3, mask), w, atol=1e-9, rtol=0)
+    assert torch.allclose(w.sum(1), torch.full((2,), 3.0, dtype=torch.float64))

@@ -13,17 +13,14 @@ from arr_coc.query import HashingQueryEncoder
 from arr_coc.registry import UnknownNameError
 from arr_coc.texture import (
     CHANNELS,
-    DEFAULT_CHANNELS,
+    MVP_CHANNELS,
     ChannelSpec,
     Texture,
     channel_layout,
     channel_width,
     compute_texture,
-    mip_pyramid,
     normalize_per_image,
     pool_to_cells,
-    sample_level,
-    texture_bytes,
 )
 
 LUMA = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
@@ -108,7 +105,7 @@ def test_non_differentiable_channels_carry_no_graph(name):
 
 
 def test_default_channels_are_the_13_wide_mvp():
-    assert DEFAULT_CHANNELS == (
+    assert MVP_CHANNELS == (
         "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
     )
     assert channel_width() == 13
@@ -275,77 +272,6 @@ def test_registering_a_channel_name_twice_raises():
 
 
 # ---------------------------------------------------------------- memory
-
-
-@settings(max_examples=20, deadline=None)
-@given(
-    b=st.integers(1, 3),
-    h=st.integers(1, 33),
-    w=st.integers(1, 33),
-    names=st.lists(st.sampled_from(["rgb", "y", "edges", "saliency"]), min_size=1, max_size=4, unique=True),
-    levels=st.integers(0, 4),
-    dtype=st.sampled_from([torch.float32, torch.float64, torch.float16, torch.bfloat16]),
-)
-def test_texture_bytes_equals_the_real_allocation(b, h, w, names, levels, dtype):
-    tex = compute_texture(torch.rand(b, 3, h, w, dtype=dtype), names)
-    real = sum(t.numel() * t.element_size() for t in mip_pyramid(tex, levels))
-    assert texture_bytes(b, h, w, names, dtype, pyramid_levels=levels) == real
-
-
-def test_texture_bytes_of_the_full_mvp_matches_an_allocated_texture():
-    tex = compute_texture(_images(b=2, h=56, w=84))
-    assert texture_bytes(2, 56, 84) == tex.numel() * tex.element_size() == 2 * 13 * 56 * 84 * 4
-
-
-# ---------------------------------------------------------------- pyramid and cells
-
-
-@settings(max_examples=30, deadline=None)
-@given(h=st.integers(1, 40), w=st.integers(1, 40), levels=st.integers(0, 7))
-def test_mip_pyramid_levels_halve_with_ceil_so_odd_sizes_work(h, w, levels):
-    pyramid = mip_pyramid(torch.rand(2, 4, h, w), levels)
-    assert len(pyramid) == levels + 1
-    for level, t in enumerate(pyramid):
-        assert t.shape == (2, 4, math.ceil(h / 2**level), math.ceil(w / 2**level))
-
-
-def test_mip_level_one_of_an_odd_image_averages_only_real_pixels():
-    tex = torch.arange(15.0).view(1, 1, 3, 5)
-    level1 = mip_pyramid(tex, 1)[1][0, 0]
-    assert level1.tolist() == [[3.0, 5.0, 6.5], [10.5, 12.5, 14.0]]  # last row and column stand alone
-
-
-def test_mip_pyramid_level_zero_is_the_input_and_negative_levels_raise():
-    tex = torch.rand(1, 2, 4, 4)
-    assert mip_pyramid(tex, 0)[0] is tex
-    with pytest.raises(ValueError, match="-1"):
-        mip_pyramid(tex, -1)
-
-
-@pytest.mark.parametrize("h, w", [(6, 8), (7, 5)])
-def test_sample_level_at_pixel_centres_returns_exact_values_at_levels_0_1_2(h, w):
-    tex = torch.rand(2, 3, h, w)
-    pyramid = mip_pyramid(tex, 2)
-    for level, t in enumerate(pyramid):
-        s = 2**level
-        ys, xs = torch.meshgrid(torch.arange(t.shape[2]), torch.arange(t.shape[3]), indexing="ij")
-        centres = torch.stack([(ys + 0.5) * s, (xs + 0.5) * s], -1).view(1, -1, 2).expand(2, -1, -1).float()
-        sampled = sample_level(pyramid, level, centres)  # [B, N, C]
-        torch.testing.assert_close(sampled, t.flatten(2).transpose(1, 2))
-
-
-def test_sample_level_interpolates_between_centres_and_clamps_outside():
-    tex = torch.tensor([[[[0.0, 10.0]]]])  # [1, 1, 1, 2]
-    points = torch.tensor([[[0.5, 1.0], [0.5, -3.0], [0.5, 9.0]]])
-    assert sample_level([tex], 0, points)[0, :, 0].tolist() == [5.0, 0.0, 10.0]
-
-
-def test_sample_level_rejects_bad_level_and_points():
-    pyramid = mip_pyramid(torch.rand(2, 1, 4, 4), 1)
-    with pytest.raises(ValueError, match="got 2"):
-        sample_level(pyramid, 2, torch.zeros(2, 1, 2))
-    with pytest.raises(ValueError, match=r"\(1, 5, 2\)"):
-        sample_level(pyramid, 0, torch.zeros(1, 5, 2))
 
 
 def test_pool_to_cells_equals_manual_cell_means():

@@ -1,4 +1,5 @@
 """Training the scorer: features cache, proxy objective, held-out metrics, checkpoints, DDP, export."""
+import argparse
 import json
 import os
 import shutil
@@ -19,10 +20,10 @@ from arr_coc.data.datasets import load_dataset, split_of
 from arr_coc.train.features import build_examples, cell_target
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train.loop import TrainConfig, batch_indices, load_checkpoint, train
 
-CONFIG = ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS), scorer=ScorerConfig(weights="none"))
+CONFIG = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 
 
 @pytest.fixture(scope="module")
@@ -120,22 +121,32 @@ def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
     c = cfg(tmp_path, steps=2, eval_every=2)
     train(c, CONFIG, examples=examples)
     ckpt = Path(c.out) / "checkpoint.pt"
+    minilm = "MiniLMQueryEncoder"  # train()'s default encoder
+    assert load_checkpoint(ckpt, c, CONFIG, minilm)["step"] == 2
     with pytest.raises(ValueError, match=r"different configuration \(lr\)"):
-        load_checkpoint(ckpt, replace(c, lr=0.5), CONFIG)
+        load_checkpoint(ckpt, replace(c, lr=0.5), CONFIG, minilm)
     with pytest.raises(ValueError, match="different configuration .*arr_config"):
-        load_checkpoint(ckpt, c, replace(CONFIG, seed=5))
+        load_checkpoint(ckpt, c, replace(CONFIG, seed=5), minilm)
+    with pytest.raises(ValueError, match="query encoder MiniLMQueryEncoder -> HashingQueryEncoder"):
+        train(replace(c, resume=True, steps=4), CONFIG, examples=examples, query_encoder=HashingQueryEncoder())
     ckpt.write_bytes(ckpt.read_bytes()[:100])
-    with pytest.raises(ValueError, match="is corrupt or unreadable"):
+    with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint.*delete it"):
         train(replace(c, resume=True, steps=4), CONFIG, examples=examples)
+    torch.save({"format": "arr-coc-train/1", "step": argparse.Namespace(step=1)}, ckpt)  # an object, not a value
+    with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint"):  # weights_only refuses it
+        load_checkpoint(ckpt, c, CONFIG, minilm)
     torch.save({"hello": 1}, ckpt)
     with pytest.raises(ValueError, match="not an arr-coc training checkpoint"):
-        load_checkpoint(ckpt, c, CONFIG)
+        load_checkpoint(ckpt, c, CONFIG, minilm)
 
 
 def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_path):
     c = cfg(tmp_path, steps=5, eval_every=5)
-    train(c, CONFIG, examples=examples)
+    train(c, CONFIG, examples=examples, query_encoder=HashingQueryEncoder())  # the examples' encoder
     path = Path(c.out) / "scorer.pt"
+    with pytest.raises(ValueError, match="trained on questions embedded by HashingQueryEncoder, this ARR uses "
+                                         "MiniLMQueryEncoder"):
+        ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(path))))
     trained = ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(path))), query_encoder=HashingQueryEncoder())
     assert trained.weights_source == str(path)
     saved = torch.load(path, weights_only=True)
@@ -146,7 +157,7 @@ def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_
     with pytest.raises(ValueError, match="holds a 'contextual' scorer for channels"):
         ARR(ARRConfig(texture=TextureConfig(channels=("rgb", "edges")), scorer=ScorerConfig(weights=str(path))),
             query_encoder=HashingQueryEncoder())
-    with pytest.raises(ValueError, match="cannot read scorer weights"):
+    with pytest.raises(ValueError, match="none.pt: no such file; expected scorer weights"):
         ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(tmp_path / "none.pt"))), query_encoder=HashingQueryEncoder())
 
 
@@ -224,7 +235,7 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
     saved = torch.load(shipped, weights_only=True)
     assert saved["metrics"]["learned"]["test"]["iou"] > saved["metrics"]["initial"]["test"]["iou"]
     assert all(torch.equal(arr.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
-    mvp = ARR(ARRConfig(texture=TextureConfig(channels=DEFAULT_CHANNELS)), query_encoder=HashingQueryEncoder())
+    mvp = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder())
     assert mvp.weights_source == "hand-set"  # trained on other channels: not applicable, not forced
     assert ARR(ARRConfig(scorer=ScorerConfig(weights="none")), query_encoder=HashingQueryEncoder()).weights_source \
         == "hand-set"

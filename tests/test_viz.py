@@ -46,7 +46,6 @@ def test_plot_allocation_accepts_numpy_grayscale_and_an_empty_budget(tmp_path):
         (dict(positions=torch.zeros(2, 3)), r"got \(2, 3\)"),
         (dict(positions=torch.tensor([[0, 0], [2, 1]])), r"position \(y=2, x=1\) is outside the 2 x 2 cell grid"),
         (dict(cell=0), "cell must be a positive int"),
-        (dict(region_grid=(4, 1)), r"region_grid \(4, 1\) is finer than the cell grid \(2, 2\)"),
         (dict(gestalt_grid=(16,)), "gestalt_grid must be two positive ints"),
     ],
 )
@@ -57,6 +56,15 @@ def test_plot_allocation_rejects_mismatched_inputs(tmp_path, kwargs, match):
     with pytest.raises(ValueError, match=match):
         plot_allocation(**args)
     assert not (tmp_path / "x.png").exists()
+
+
+def test_plot_allocation_clamps_the_region_grid_to_a_small_image(tmp_path):
+    # a 2 x 7 cell banner under the default 8 x 8 regions: one region per cell along the short side
+    out = plot_allocation(torch.rand(3, 64, 224), torch.rand(2, 7), torch.tensor([[0, 0], [1, 6]]),
+                          torch.tensor([0.9, 0.1]), 32, tmp_path / "banner.png", gestalt_grid=(2, 2))
+    assert Image.open(out).size == (1800, 600)
+    with pytest.raises(ValueError, match=r"region_grid \(8, 8\) is finer than the cell grid \(2, 7\)"):
+        tokens_per_region(torch.tensor([[0, 0]]), (2, 7), (8, 8))  # the counting function itself stays strict
 
 
 def test_tokens_per_region_counts_saccades_and_spreads_the_gestalt_by_area():

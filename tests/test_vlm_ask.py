@@ -1,4 +1,6 @@
 """Loading VLMs with from_pretrained, ask() end to end, and ``arr-coc ask``."""
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -8,11 +10,24 @@ from arr_coc.allocators.patching import PATCHERS
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.registry import UnknownNameError
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, ask, load_vlm
 from arr_coc.vlm.ask import allocators
 from arr_coc.vlm.base import all_cells
-from arr_coc.vlm.tiny import save_tiny, tiny_model
+from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
+
+
+def save_tiny(folder, family: str) -> Path:
+    """A tiny model, its tokenizer and image processor written to ``folder``, as ``from_pretrained`` reads them.
+
+    The processor's parts are saved one by one: the full processor object also wants a video processor,
+    which needs torchvision.
+    """
+    folder = Path(folder)
+    tiny_model(family).save_pretrained(folder)
+    tiny_tokenizer().save_pretrained(folder)
+    tiny_image_processor(family).save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +46,7 @@ def small_image(adapter, hc=6, wc=8, seed=0):
 
 
 def fast_arr(cell):
-    return ARR(ARRConfig(canvas=CanvasConfig(cell=cell), texture=TextureConfig(channels=DEFAULT_CHANNELS)),
+    return ARR(ARRConfig(canvas=CanvasConfig(cell=cell), texture=TextureConfig(channels=MVP_CHANNELS)),
                query_encoder=HashingQueryEncoder()).eval()
 
 

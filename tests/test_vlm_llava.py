@@ -13,7 +13,7 @@ from conftest import check_batch_equals_singles
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import DEFAULT_CHANNELS
+from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, assemble, generate
 from arr_coc.vlm.ask import ask
 from arr_coc.vlm.llava import LlavaAdapter, box_places, to_patches, to_tiles
@@ -307,7 +307,7 @@ def test_native_batch_reference_is_itself_consistent(adapter):
 
 @pytest.mark.parametrize("mode, sent", [("sparse", (16, 5)), ("slice", (16, 5)), ("weighted", (0, 48))])
 def test_ask_runs_end_to_end_and_reports_gestalt_plus_saccades(adapter, mode, sent):
-    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=14), texture=TextureConfig(channels=DEFAULT_CHANNELS)),
+    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=14), texture=TextureConfig(channels=MVP_CHANNELS)),
               query_encoder=HashingQueryEncoder()).eval()
     answers = ask(adapter, image(6, 8, seed=10), "What is the total?", arr=arr, budget=5, mode=mode,
                   max_new_tokens=3)

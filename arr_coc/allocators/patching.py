@@ -26,7 +26,7 @@ from torch import Tensor
 
 from arr_coc.imageops import resize, shrink_squares  # noqa: F401  (shrink_squares re-exported for the allocators' users)
 from arr_coc.registry import Registry
-from arr_coc.samplers import check_budget, valid_extent
+from arr_coc.samplers import check_budget, shift_nonnegative, valid_extent
 
 # A pixel is a strong edge at a normalised Sobel magnitude >= 0.05, a 10 % contrast step (a full black/white
 # step gives 0.5): ink on paper and object borders pass, JPEG noise and soft shading (1-2 %) do not.
@@ -87,16 +87,6 @@ class Patches:
         out = torch.zeros(s.shape[0], hc * wc + 1, dtype=torch.long, device=s.device)
         out.scatter_(1, flat.flatten(1), s[..., None].expand_as(flat).flatten(1))
         return out[:, :-1].view(-1, hc, wc)
-
-
-def _shifted(relevance: Tensor, valid: Tensor) -> Tensor:
-    """Relevance minus its minimum over each image's valid cells, 0 on invalid cells: a non-negative mass.
-
-    Patch scores add cells up, so they need a mass >= 0; the shift also makes the choice independent of a
-    scorer's additive offset (logits and logits + c pick the same patches).
-    """
-    lo = relevance.masked_fill(~valid, math.inf).flatten(1).amin(1)[:, None, None]  # [B, 1, 1]
-    return torch.where(valid, relevance - lo, 0.0)
 
 
 def _box_sums(x: Tensor, size: int, stride: int) -> Tensor:
@@ -182,7 +172,7 @@ def saliency_patches(
     if 1 not in sizes or min(sizes) < 1:
         raise ValueError(f"sizes must be positive ints including 1 (so exactly K patches always fit), got {sizes}")
     b, hc, wc = saliency.shape
-    mass = _shifted(saliency, valid)[:, None]  # [B, 1, Hc, Wc]
+    mass = shift_nonnegative(saliency, valid)[0][:, None]  # [B, 1, Hc, Wc]
     y0, x0, _, _ = valid_extent(valid)
     ys, xs, ss, score, ok = [], [], [], [], []
     for s in sizes:
@@ -214,7 +204,7 @@ def saliency_patches(
 def _cell_stats(criterion: str, importance: Tensor, valid: Tensor, pixels: Tensor | None) -> Tensor:
     """Per-cell statistics `[B, F, Hc, Wc]` that add up over a square and give its importance."""
     if criterion == "relevance":
-        return _shifted(importance, valid)[:, None]
+        return shift_nonnegative(importance, valid)[0][:, None]
     if pixels is None:
         raise ValueError(f"criterion {criterion!r} reads pixel luminance: pass pixels=[B, 3, H, W]")
     b, hc, wc = importance.shape

@@ -21,12 +21,8 @@ from torch import Tensor, nn
 
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
 from arr_coc.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
-from arr_coc.soft_topk import soft_topk
-from arr_coc.weights import PACKAGED, atomic_save
-
-# Padding sits this many temperatures below the lowest real score: sigmoid(-1e4) is 0 in float64,
-# so soft weights put no mass on padding, yet the bisection bracket stays finite.
-_PAD_GAP = 1e4
+from arr_coc.soft_topk import standardized_soft_topk
+from arr_coc.weights import PACKAGED, atomic_save, load_file
 
 
 def _check_k(k: int, mask: Tensor) -> None:
@@ -86,10 +82,9 @@ def prune(tokens: Tensor, scores: Tensor, k: int, mask: Tensor | None = None,
 
 
 def soft_weights(scores: Tensor, k: int, mask: Tensor | None = None, temperature: float = 0.5) -> Tensor:
-    """Differentiable keep-weights `[B, N]` in [0, 1], K per row, zero on padding (see `soft_topk`).
+    """Differentiable keep-weights `[B, N]` in [0, 1], K per row, zero on padding: `standardized_soft_topk`.
 
-    Scores are standardised over each row's unmasked entries first, so `temperature` is in standard
-    deviations (as in `arr_coc.train.loop`): a scorer cannot sharpen the relaxation by growing its outputs.
+    `temperature` is in standard deviations of each row's unmasked scores (as in `arr_coc.train.loop`).
     As temperature -> 0 the weights approach the hard mask of `prune`.
 
     Example:
@@ -97,14 +92,7 @@ def soft_weights(scores: Tensor, k: int, mask: Tensor | None = None, temperature
         >>> round(w.sum().item(), 4), w.round().tolist()
         (2.0, [[1.0, 0.0, 1.0, 0.0]])
     """
-    mask = _check_scores(scores, k, mask)
-    s = torch.where(mask, scores, 0.0)  # padding may hold -inf; keep it out of the statistics and gradients
-    count = mask.sum(1, keepdim=True)
-    mean = s.sum(1, keepdim=True) / count
-    std = ((torch.where(mask, s - mean, 0.0) ** 2).sum(1, keepdim=True) / count).sqrt().clamp_min(1e-6)
-    z = (s - mean) / std
-    floor = torch.where(mask, z, torch.inf).amin(1, keepdim=True).detach() - _PAD_GAP * temperature
-    return soft_topk(torch.where(mask, z, floor), k, temperature) * mask
+    return standardized_soft_topk(scores, k, temperature, _check_scores(scores, k, mask))
 
 
 def cells_of(indices: Tensor, grid: tuple[int, int] | Tensor) -> Tensor:
@@ -260,14 +248,9 @@ def load_learned(kind: str, spec: str | Path = "auto", *, channels: Sequence[str
         raise ValueError(f"unknown learned allocator {kind!r}; choose one of {', '.join(LEARNED)}")
     path = PACKAGED / f"{kind}.pt" if str(spec) == "auto" else Path(spec)
     hint = f"train one with `arr-coc train --learner {kind}`"
-    try:
-        saved = torch.load(path, weights_only=True)
-    except FileNotFoundError as err:
-        raise ValueError(f"no {kind} weights at {path}; {hint}") from err
-    except Exception as err:  # torch raises several types for damaged or foreign files
-        raise ValueError(f"{path} is unreadable ({type(err).__name__}: {err}); {hint}") from err
-    if not isinstance(saved, dict) or saved.get("format") != LEARNED_FORMAT or saved.get("kind") != kind:
-        raise ValueError(f"{path} holds no {kind} weights ({LEARNED_FORMAT}); {hint}")
+    saved = load_file(path, LEARNED_FORMAT, f"{kind} weights ({hint})")
+    if saved.get("kind") != kind:
+        raise ValueError(f"{path} holds {saved.get('kind')} weights, not {kind} weights; {hint}")
     cfg = saved["config"]
     if kind == "pruner" and channels is not None and list(channels) != saved["channels"]:
         raise ValueError(f"{path} prunes tokens of channels {saved['channels']}, this ARR makes {list(channels)}; "

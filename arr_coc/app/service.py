@@ -24,6 +24,7 @@ from arr_coc.canvas import load_image
 from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
                             TextureConfig)
 from arr_coc.eval.reading import foveated_view, gestalt_view
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
 from arr_coc.samplers import SAMPLERS
@@ -232,7 +233,7 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     full = a.canvas.pixels[0, :, :h, :w]  # [3, h, w] the canvas
     f = views.display_factor((h, w), c)
     small, dc = views.downscale(full, f), c // f  # [3, h/f, w/f]: views are drawn at display size, on cells of dc px
-    image = views.to_uint8(small)
+    image = to_hwc_uint8(small)
     rel = a.relevance
     sacc = views.saccade_view(image, result.sent, dc)
     heat = views.heat_view(image, rel.map[0, :hc, :wc], dc)
@@ -276,5 +277,5 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
                                                         f"tokens per region: {tok['sent']} sent"])
     picture.save(png_path, compress_level=1)  # fast: the download is written on every request
     return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout),
-                    Image.fromarray(views.to_uint8(gview)), Image.fromarray(views.to_uint8(fview)), tokens,
+                    Image.fromarray(to_hwc_uint8(gview)), Image.fromarray(to_hwc_uint8(fview)), tokens,
                     result.answer, summary, "\n".join(rows), json_path, png_path)

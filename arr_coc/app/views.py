@@ -31,11 +31,6 @@ def font(size: int) -> ImageFont.FreeTypeFont:
     return ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans-Bold.ttf"), size)
 
 
-def to_uint8(image: Tensor) -> np.ndarray:
-    """[3, H, W] float in [0, 1] -> [H, W, 3] uint8."""
-    return (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
-
-
 def colormap(values: np.ndarray, name: str = "inferno") -> np.ndarray:
     """Values in [0, 1] (any shape) -> [..., 3] uint8 through a matplotlib colour map."""
     from matplotlib import colormaps
@@ -92,7 +87,7 @@ def saccade_view(rgb: np.ndarray, cells: Tensor, cell: int, numbered: int = N_NU
     ``cells`` are in rank order (most relevant first): [K, 2] one-cell saccades or [K, 3] squares.
 
     Args:
-        rgb: [H, W, 3] uint8 image (:func:`to_uint8` of the canvas), H, W multiples of ``cell``.
+        rgb: [H, W, 3] uint8 image (``arr_coc.imageops.to_hwc_uint8`` of the canvas), H, W multiples of ``cell``.
 
     >>> v = saccade_view(np.full((56, 84, 3), 255, np.uint8), torch.tensor([[0, 1]]), 28)
     >>> v.size, v.getpixel((0, 0)), v.getpixel((42, 14))

@@ -45,26 +45,22 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import to_hwc_uint8
+from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require_rapidocr
 from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
-from arr_coc.errors import MissingDependencyError
 
-INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
-# Full pages are detected at most 960 px on their long side (``Det.limit_type="max"``). RapidOCR's default
-# ("min", 736) upscales the SHORT side to 736 px, which costs seconds on small crops and does nothing on a
-# page whose short side is already larger; capping the long side at 960 found every line of a FUNSD form
-# (762x1000 px) that full resolution found, while 736 lost 1 of 26 lines and misread others (measured).
-DET_LIMIT_SIDE_LEN = 960
-# RapidOCR's own default cut-off (``Global.text_score``) for a recognised text: below it a reading is mostly
-# wrong characters, and its embedding would match questions at random.
-MIN_SCORE = 0.5
+# Lines recognised below RapidOCR's own cut-off are mostly wrong characters: their embedding would match
+# questions at random, so they mark where text is without being matched.
+MIN_SCORE = TEXT_SCORE
+# The short side, in detector pixels, below which a thin image is padded (see _pad_for_detection).
+MIN_DETECTED_SIDE = 48
 # key_value geometry, in units of the key line's height h. Values on forms often sit at a tab stop far right
 # of their key (a column of keys at x ~70 px, their values at ~400 px on FUNSD forms: 10-13 h). On 207 FUNSD
 # questions the top cell hit the answer 42 / 54 / 55 / 55 % of the time with a reach of 4 / 12 / 16 / 24 h.
@@ -145,25 +141,18 @@ def _split_lines(boxes: list[tuple[float, float, float, float]], texts: list[str
     return out_b, out_t, out_s
 
 
-def _rapidocr() -> Any:
-    try:
-        import rapidocr
-    except ImportError as err:
-        raise MissingDependencyError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
-    return rapidocr
+def _pad_for_detection(image: Tensor, det_limit_side_len: int) -> Tensor:
+    """Pad a thin image's short side with white paper (bottom or right, so boxes keep their coordinates).
 
-
-@lru_cache(maxsize=4)
-def _engine(det_limit_side_len: int) -> Any:
-    """One RapidOCR engine per detection size and process (building it loads two ONNX models)."""
-    params = {
-        "Global.log_level": "error",  # a page without text is a valid result, not a warning
-        "Global.use_cls": False,  # canvases are upright; the orientation classifier only costs time
-        "Global.text_score": 0.0,  # keep low-confidence lines: their boxes still say where text is
-        "Det.limit_type": "max",
-        "Det.limit_side_len": det_limit_side_len,
-    }
-    return _rapidocr().RapidOCR(params=params)
+    The detector scales the long side to ``det_limit_side_len`` and rounds both sides to multiples of 32
+    px; a short side that scales below 16 px rounds to zero and RapidOCR fails (a 28 x 5600 px banner).
+    """
+    h, w = image.shape[-2:]
+    need = math.ceil(MIN_DETECTED_SIDE * max(h, w) / min(max(h, w), det_limit_side_len))
+    if min(h, w) >= need:
+        return image
+    pad = (0, need - w, 0, 0) if w < h else (0, 0, 0, need - h)  # (left, right, top, bottom)
+    return F.pad(image, pad, value=1.0)
 
 
 def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> TextLines:
@@ -180,10 +169,10 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
     if not isinstance(image, Tensor) or image.ndim != 3 or image.shape[0] != 3:
         shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
         raise ValueError(f"detect_lines needs one [3, H, W] RGB image, got {shape}")
-    _rapidocr()  # checked on every call: the engine below is cached once built
-    engine = _engine(int(det_limit_side_len))
+    require_rapidocr("the text channels (text_match, key_value)")  # checked on every call: the engine is cached
+    engine = rapidocr_engine(det_limit_side_len, text_score=0.0)  # low-confidence lines still say where text is
     height, width = image.shape[-2:]
-    u8 = to_hwc_uint8(image)
+    u8 = to_hwc_uint8(_pad_for_detection(image.detach().float(), det_limit_side_len))
     out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
     boxes: list[tuple[float, float, float, float]] = []
     if out.boxes is not None and len(out.boxes):

@@ -4,7 +4,8 @@ Every loader turns a folder into a list of :class:`Record` and is registered in 
 (``funsd``, ``sroie``, ``coco``, ``jsonl`` here; ``docvqa``, ``infovqa``, ``textvqa``, ``chartqa`` in
 :mod:`arr_coc.data.vqa`, whose records have no boxes); :func:`load_dataset` adds a reproducible subset.
 
-Boxes are ``(y0, x0, y1, x1)`` in original image pixels (float). Sources that store
+Boxes are ``(y0, x0, y1, x1)`` in original image pixels (float) of the image as displayed, i.e. after its
+EXIF orientation, which is how the pipeline reads it (:func:`arr_coc.canvas.image_size`). Sources that store
 ``[x0, y0, x1, y1]`` are converted here. Every box is clipped to its image and boxes of zero area
 after clipping are dropped; a record left without boxes is dropped too (a JSONL record raises).
 
@@ -15,8 +16,9 @@ JSONL format (bring your own data), one JSON object per line; blank lines are ig
 
 - ``image``: path, absolute or relative to the JSONL file's folder.
 - ``question``: non-empty string. ``answer``: string, ``""`` when there is nothing to read.
-- ``boxes``: non-empty list of ``[x0, y0, x1, y1]`` in image pixels (the common convention; the
-  loader converts to ``(y0, x0, y1, x1)``), with ``x1 > x0`` and ``y1 > y0``.
+- ``boxes``: non-empty list of ``[x0, y0, x1, y1]`` in image pixels as displayed (EXIF orientation
+  applied; the common convention; the loader converts to ``(y0, x0, y1, x1)``), finite, with ``x1 > x0``
+  and ``y1 > y0``.
 - ``id`` (optional, default ``"<file stem>:<line>"``) must be unique; ``image_id`` (optional,
   default the image path) groups records of one image, which fills ``others_px``.
 """
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -32,9 +35,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from PIL import Image
 from rapidfuzz import fuzz
 
+from arr_coc.canvas import image_size
+from arr_coc.query import question_problem
 from arr_coc.registry import Registry
 
 Box = tuple[float, float, float, float]  # (y0, x0, y1, x1) original px
@@ -194,11 +198,11 @@ def _read_json(path: Path) -> Any:
 
 
 def _image_size(path: Path) -> tuple[int, int]:
-    """(width, height) from the header, without decoding the pixels."""
+    """(width, height) as displayed (EXIF orientation applied, as the pipeline sees it), from the header."""
     if not path.is_file():
         raise FileNotFoundError(f"image {path} not found")
-    with Image.open(path) as im:
-        return im.size
+    h, w = image_size(path)
+    return w, h
 
 
 def _finish(name: str, root: Path, records: list[Record]) -> list[Record]:
@@ -458,8 +462,9 @@ def parse_jsonl_line(line: str, where: str, folder: Path) -> dict[str, Any]:
     missing = [k for k in ("image", "question", "answer", "boxes") if k not in obj]
     if missing:
         raise ValueError(f"{where}: missing key(s) {', '.join(missing)}; see jsonl_format_help()")
-    if not isinstance(obj["question"], str) or not obj["question"].strip():
-        raise ValueError(f"{where}: 'question' must be a non-empty string")
+    if not isinstance(obj["question"], str) or question_problem(obj["question"]):
+        problem = question_problem(obj["question"]) if isinstance(obj["question"], str) else "is not a string"
+        raise ValueError(f"{where}: 'question' {problem}")
     if not isinstance(obj["answer"], str):
         raise ValueError(f"{where}: 'answer' must be a string (\"\" when there is nothing to read)")
     if not isinstance(obj["boxes"], list) or not obj["boxes"]:
@@ -469,6 +474,8 @@ def parse_jsonl_line(line: str, where: str, folder: Path) -> dict[str, Any]:
         numbers = isinstance(b, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in b)
         if not numbers or len(b) != 4:
             raise ValueError(f"{where}: box {i} {json.dumps(b)} is not 4 numbers [x0, y0, x1, y1]")
+        if not all(math.isfinite(v) for v in b):
+            raise ValueError(f"{where}: box {i} {json.dumps(b)} holds NaN or Infinity; boxes are finite pixels")
         x0, y0, x1, y1 = (float(v) for v in b)
         if x1 <= x0 or y1 <= y0:
             raise ValueError(f"{where}: box {i} {json.dumps(b)} needs x1 > x0 and y1 > y0 ([x0, y0, x1, y1], px)")
@@ -491,8 +498,13 @@ def load_jsonl(root: Path | None = None) -> list[Record]:
         if len(found) != 1:
             raise ValueError(f"JSONL folder {path} holds {len(found)} .jsonl files; expected exactly one: pass the file")
         path = found[0]
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        line = path.read_bytes()[: e.start].count(b"\n") + 1
+        raise ValueError(f"{path}:{line}: not UTF-8 text ({e.reason}); save the file as UTF-8") from None
     records, ids = [], set()
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         where = f"{path}:{n}"

@@ -5,9 +5,11 @@ the saccades landed (:mod:`arr_coc.eval.metrics`) and whether a real OCR engine 
 in what the VLM would see (:mod:`arr_coc.eval.reading`): the foveated view for the samplers, one
 uniformly downsampled image with the same token count, and the full-resolution canvas (upper bound).
 
-Rows are appended to ``<out>/<dataset>/records.jsonl`` one record at a time, so an interrupted run
-loses at most the record in flight and a rerun skips what is done. :func:`summarize` turns the rows
-into a CSV, a markdown table and plots.
+Rows go to ``<out>/<dataset>/records.jsonl`` one record at a time (:class:`arr_coc.eval.store.RowStore`):
+an interrupted run loses at most the record in flight and a rerun skips what is done; the folder
+records the settings that made its rows and refuses a run with other settings; concurrent runs into
+one folder never write a row twice. :func:`summarize` turns the rows into a CSV, a markdown table and
+plots, covering exactly the records, methods and budgets a run asked for.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import math
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Protocol, Sequence
 
@@ -26,12 +29,17 @@ from torch import Tensor
 from tqdm import tqdm
 
 from arr_coc.data.datasets import Record
+from arr_coc.config import check_float, check_int
 from arr_coc.eval.metrics import allocation_metrics
+from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.budget import budget_tokens, split_budget
-from arr_coc.pipeline import ARR
+from arr_coc.allocators.pruning import LEARNED_FORMAT
+from arr_coc.pipeline import ARR, SCORER_FORMAT
+from arr_coc.query import encoder_name
 from arr_coc.eval.reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
 from arr_coc.registry import Registry
 from arr_coc.samplers import SAMPLERS, topk_cells
+from arr_coc.weights import load_file
 
 DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
@@ -52,6 +60,7 @@ class RecordInputs:
     maps: dict[str, Tensor]  # the trained allocators' own maps (learned_maps)
     seed: int  # the record's seed (random baseline, stochastic samplers)
     patch_options: dict
+    keep_cells: bool = False  # rows list the chosen cells (saccade methods)
 
     @property
     def cell(self) -> int:
@@ -118,6 +127,8 @@ def _saccade_view(inputs: RecordInputs, sel: Any, grid: tuple[int, int], k: int)
     hc, wc = inputs.cells_hw
     chosen = sel.mask(*inputs.canvas.grid)[0, :hc, :wc]
     metrics = allocation_metrics(chosen, inputs.cell, inputs.target, inputs.others).as_dict()
+    if inputs.keep_cells:
+        metrics["cells"] = sel.positions[0].tolist()
     view = foveated_view(inputs.pixels, sel.positions[0], inputs.cell, grid)
     return Allocated(view, grid[0] * grid[1] + k, metrics)
 
@@ -134,6 +145,21 @@ class SamplerMethod:
         generator = torch.Generator().manual_seed(inputs.seed)
         sel = inputs.samplers[self.name](inputs.relevance, k, valid=inputs.canvas.valid, query_emb=inputs.query_emb,
                                          generator=generator)
+        return _saccade_view(inputs, sel, grid, k)
+
+
+@dataclass(frozen=True)
+class ArrSampler:
+    """Gestalt + K saccades from the evaluated ARR's own sampler, called as ARR.forward calls it: with no
+    options, what `arr-coc look`, `ask` and ARR() send."""
+
+    uses_scorer: bool = True
+    per_budget: bool = True
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated | None:
+        if "arr" not in inputs.samplers:
+            return None
+        sel = inputs.samplers["arr"](inputs.relevance, k, valid=inputs.canvas.valid, query_emb=inputs.query_emb)
         return _saccade_view(inputs, sel, grid, k)
 
 
@@ -176,7 +202,7 @@ EVAL_METHODS: Registry[EvalMethod] = Registry("evaluation method")
 for _name, _method in (
         ("full", FullResolution()), ("uniform_image", DownsampledImage()),
         ("random", SamplerMethod("random", uses_scorer=False)), ("topk", SamplerMethod("topk")),
-        ("nms", SamplerMethod("nms")), ("stratified", SamplerMethod("stratified")),
+        ("arr", ArrSampler()), ("nms", SamplerMethod("nms")), ("stratified", SamplerMethod("stratified")),
         ("adaptive_stratified", SamplerMethod("adaptive_stratified")), ("log_polar", SamplerMethod("log_polar")),
         ("patches", PatchMethod("saliency")), ("patches_edges", PatchMethod("saliency", "edges")),
         ("quadtree", PatchMethod("quadtree")), ("selector", LearnedMethod("selector")),
@@ -200,64 +226,97 @@ class EvalSettings:
     margin_px: int = MARGIN_PX
     patch_options: dict | None = None  # keyword options of the patchers, e.g. {"size_prior": 2.0}
     learned: dict | None = None  # weights of "selector" / "pruner" (default: the packaged ones)
+    keep_cells: bool = False  # rows also hold the chosen cells ("cells": [[y, x], ...]) of the cell methods
+    fresh: bool = False  # replace rows of an output folder made with other settings (else: refuse)
 
     def __post_init__(self) -> None:
+        if isinstance(self.methods, str) or isinstance(self.budgets, (str, int)):
+            raise TypeError("methods and budgets are lists, e.g. methods=('topk',), budgets=('25%',)")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
+        if not self.methods or not self.budgets:
+            raise ValueError("name at least one method and one budget")
         if self.reader is not None:
             READERS.get(self.reader)  # fail now, not after the first image
         for b in self.budgets:
             budget_tokens(b, 10**9)
+        self.seed = check_int("seed", self.seed, 0)
+        self.margin_px = check_int("margin", self.margin_px, 0)
+        if (self.patch_options or {}).get("size_prior") is not None:
+            check_float("size_prior", self.patch_options["size_prior"], strict=False)
 
 
 def _done_keys(path: Path) -> set[tuple[str, str, str]]:
-    """Keys of the rows already written; a last line cut by an interruption is dropped (and redone)."""
-    if not path.exists():
-        return set()
-    text = path.read_text()
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-        path.write_text(text)
-    return {(row["record_id"], row["method"], row["budget"]) for row in map(json.loads, text.splitlines())}
+    """Keys of the rows already in ``<folder>/records.jsonl`` (see :class:`RowStore`)."""
+    return RowStore(path.parent).done()
 
 
 def _keys(record: Record, settings: EvalSettings) -> list[tuple[str, str, str]]:
-    keys = [(record.record_id, "full", "full")] if "full" in settings.methods else []
-    return keys + [(record.record_id, m, str(b)) for b in settings.budgets for m in settings.methods if m != "full"]
+    return sorted(requested([record], settings.methods, settings.budgets))
+
+
+def weights_digest(*modules: torch.nn.Module) -> str:
+    """A short hash of modules' weights: two runs agree on it only if they scored with the same numbers."""
+    h = hashlib.blake2b(digest_size=8)
+    for module in modules:
+        for name, t in module.state_dict().items():
+            h.update(name.encode())
+            h.update(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def run_settings(arr: ARR, settings: EvalSettings) -> dict:
+    """Everything besides its key that a row depends on: recorded in the output folder and checked."""
+    c = arr.config
+    encoder = arr.query_encoder
+    return {"format": SETTINGS_FORMAT, "channels": list(arr.channels), "texture_options": c.texture.options,
+            "canvas": vars(c.canvas), "gestalt_grid": c.gestalt.grid, "scorer": c.scorer.name,
+            "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
+            "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
+            "query_encoder": f"{type(encoder).__name__}/{encoder.dim}", "reader": settings.reader,
+            "margin_px": settings.margin_px, "seed": settings.seed, "patch_options": settings.patch_options or {}}
 
 
 def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalSettings | None = None,
              progress: bool = True) -> Path:
-    """Evaluate ``records`` (grouped by image, so each texture is computed once); returns the JSONL path."""
+    """Evaluate ``records`` (grouped by image, so each texture is computed once); returns the JSONL path.
+
+    Raises:
+        ValueError: ``out_dir`` holds rows made with other settings (unless ``settings.fresh``), an image
+            cannot be read (named), or a record's boxes lie outside its image.
+    """
     settings = settings or EvalSettings()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / "records.jsonl"
-    done = _done_keys(path)
+    store = RowStore(Path(out_dir))
     reader = READERS.get(settings.reader)() if settings.reader else None
     samplers = {m: SAMPLERS.get(m)() for m in settings.methods if m in SAMPLERS}
+    if "arr" in settings.methods:
+        samplers["arr"] = arr.select
     learned = load_learned_methods(arr, settings)
+    store.claim(json.loads(json.dumps(run_settings(arr, settings), default=str)),
+                {m: weights_digest(net) for m, net in learned.items()}, fresh=settings.fresh)
     by_image: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         by_image[r.image_id].append(r)
-    bar = tqdm(total=len(records), desc=f"eval {records[0].dataset if records else ''}", disable=not progress)
-    with path.open("a") as sink:
+    # closed on the way out of an interruption too, so the message that follows starts its own line
+    with tqdm(total=len(records), desc=f"eval {records[0].dataset if records else ''}", disable=not progress) as bar:
         for recs in by_image.values():
+            done = store.done()  # re-read: another run into the same folder may have done some
             todo = [r for r in recs if not set(_keys(r, settings)) <= done]
             bar.update(len(recs) - len(todo))
             if not todo:
                 continue
             with torch.no_grad():
-                scene = arr.see(todo[0].image)
+                try:
+                    scene = arr.see(todo[0].image)
+                except (ValueError, TypeError, OSError) as err:
+                    raise type(err)(f"record {todo[0].record_id}: {err}") from err
                 vector = arr.gestalt(scene, 1).vector
                 for record in todo:
-                    for row in _evaluate_record(record, scene, vector, arr, samplers, reader, settings, done,
-                                                learned):
-                        sink.write(json.dumps(row) + "\n")
-                    sink.flush()
+                    store.append(_evaluate_record(record, scene, vector, arr, samplers, reader, settings, done,
+                                                  learned))
                     bar.update(1)
-    bar.close()
-    return path
+    return store.path
 
 
 SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevance scorer plays no part in
@@ -265,7 +324,7 @@ SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevanc
 
 def trained_on(path: Path) -> tuple[str, ...]:
     """The datasets a weights file from ``arr-coc train`` learned from (its saved training settings)."""
-    saved = torch.load(path, map_location="cpu", weights_only=True)
+    saved = load_file(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     return tuple(saved.get("train_config", {}).get("datasets", ()))
 
 
@@ -299,7 +358,7 @@ def load_learned_methods(arr: ARR, settings: EvalSettings) -> dict[str, Any]:
     from arr_coc.allocators.pruning import load_learned
 
     paths = settings.learned or {}
-    fit = dict(channels=arr.channels, query_dim=arr.query_encoder.dim, query_encoder=type(arr.query_encoder).__name__,
+    fit = dict(channels=arr.channels, query_dim=arr.query_encoder.dim, query_encoder=encoder_name(arr.query_encoder),
                cell=arr.config.canvas.cell)
     return {m: load_learned(m, paths.get(m, "auto"), **fit)[0] for m in LEARNED_METHODS if m in settings.methods}
 
@@ -340,10 +399,12 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
     cell = canvas.cell
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
     full = canvas.full_tokens[0]
+    _check_boxes(record, canvas.image_sizes[0])
     target = scale_boxes(record.boxes_px, canvas.scales[0])
     inputs = RecordInputs(canvas, canvas.pixels[0, :, : hc * cell, : wc * cell], relevance, query_emb, target,
                           scale_boxes(record.others_px, canvas.scales[0]), samplers, maps or {},
-                          _record_seed(settings.seed, record.record_id), settings.patch_options or {})
+                          _record_seed(settings.seed, record.record_id), settings.patch_options or {},
+                          settings.keep_cells)
     readable = reader is not None and bool(record.answer.strip())
 
     def row(method: str, budget: str, got: Allocated, start: float) -> dict:
@@ -372,6 +433,20 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
             got = method.allocate(inputs, total, grid, k)
             if got is not None:
                 yield row(name + suffix, str(spec), got, start)
+
+
+def _check_boxes(record: Record, size: tuple[int, int]) -> None:
+    """Every answer box is finite, non-empty and inside the image as displayed, or the record is refused.
+
+    A box outside would give no answer area and a NaN row that silently drops out of the means.
+    """
+    h, w = size
+    for box in record.boxes_px:
+        y0, x0, y1, x1 = box
+        inside = all(math.isfinite(v) for v in box) and 0 <= y0 < y1 <= h and 0 <= x0 < x1 <= w
+        if not inside:
+            raise ValueError(f"record {record.record_id}: answer box (y0, x0, y1, x1) {tuple(box)} is not a "
+                             f"non-empty box inside its {w}x{h} px image {record.image}")
 
 
 def _patch_view(name: str, driver: str, relevance: Tensor, k: int, canvas: Any, grid: tuple[int, int], target,
@@ -435,6 +510,19 @@ def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS, methods: S
     return out
 
 
+@lru_cache(maxsize=None)
+def method_label(method: str) -> str:
+    """A method's name in tables: samplers with learnable parameters run untrained here, and say so.
+
+    >>> method_label("topk"), method_label("log_polar"), method_label("adaptive_stratified@learned")
+    ('topk', 'log_polar (untrained)', 'adaptive_stratified@learned (untrained)')
+    """
+    base = method.split("@")[0]
+    if base in SAMPLERS.names() and any(True for _ in SAMPLERS.get(base)().parameters()):
+        return f"{method} (untrained)"
+    return method
+
+
 def _fmt(v: float, pct: bool = False) -> str:
     if v != v:
         return "—"
@@ -445,7 +533,7 @@ def markdown_table(summary: Sequence[dict]) -> str:
     lines = ["| budget | method | tokens (share of full) | n | coverage | hit rate | IoU proxy | secondary "
              "| peripheral | seen | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
-        lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
+        lines.append(f"| {s['budget']} | {method_label(s['method'])} | {s['tokens']:.0f} ({_fmt(s['share'], True)}) | {s['n']} | "
                      + " | ".join(_fmt(s[c]) for c in COLUMNS) + " |")
     return "\n".join(lines)
 
@@ -470,15 +558,22 @@ def pivot_table(summary: Sequence[dict], column: str) -> str:
     lines = ["| method | " + " | ".join(f"{b} ({tokens[b]:.0f} tok)" for b in budgets) + " |",
              "|---|" + "---:|" * len(budgets)]
     for m in methods:
-        lines.append(f"| {m} | " + " | ".join(_fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
+        lines.append(f"| {method_label(m)} | " + " | ".join(_fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
     return "\n".join(lines)
 
 
-def write_reports(jsonl: Path, out_dir: Path | None = None) -> tuple[Path, Path, Path]:
-    """records.jsonl -> summary.csv, summary.md and summary.png beside it (or in ``out_dir``)."""
+def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple[str, str, str]] | None = None
+                  ) -> tuple[Path, Path, Path]:
+    """records.jsonl -> summary.csv, summary.md and summary.png beside it (or in ``out_dir``).
+
+    ``keys`` (record_id, method, budget), e.g. :func:`arr_coc.eval.store.requested` for a run, limits the
+    tables to exactly those rows; without it every row of the folder counts once.
+    """
     import csv
 
-    rows = [json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()]
+    rows = RowStore(jsonl.parent).rows(keys)
+    if not rows:
+        raise ValueError(f"{jsonl} holds no rows for the records, methods and budgets asked for")
     summary = summarize(rows)
     out_dir = out_dir or jsonl.parent
     csv_path, md_path, png_path = out_dir / "summary.csv", out_dir / "summary.md", out_dir / "summary.png"
@@ -511,7 +606,7 @@ def plot_summary(summary: Sequence[dict], path: Path) -> Path:
                 ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
                 continue
             ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=matplotlib.colormaps["tab20"](i),
-                    ls=":" if method in ("uniform_image", "random") else "-", label=method)
+                    ls=":" if method in ("uniform_image", "random") else "-", label=method_label(method))
         ax.set_xlabel("tokens sent (% of full resolution)")
         ax.set_ylabel(label)
         ax.set_ylim(-0.02, 1.02)

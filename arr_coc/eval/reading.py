@@ -32,16 +32,15 @@ from torch import Tensor
 
 from arr_coc.extract import extract_gather, paste_patches
 from arr_coc.imageops import resize, to_hwc_uint8
+from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 from arr_coc.registry import Registry
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
-from arr_coc.errors import MissingDependencyError
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "
     "or choose --reader rapidocr"
 )
-_INSTALL_RAPIDOCR = "install the Python packages rapidocr and onnxruntime (pip install rapidocr onnxruntime), or choose --reader tesseract"
 
 
 # ----------------------------------------------------------------------------- views
@@ -349,40 +348,23 @@ class TesseractReader:
 class RapidOCRReader:
     """RapidOCR (PP-OCR detection + recognition, ONNX models shipped in the wheel; offline).
 
-    The engine is built on the first ``read`` and kept by the instance. Detection keeps a crop at its
-    own size (``Det.limit_type="max"``): the library default scales the short side up to 736 px,
-    which turns a 300x60 px crop into 3680x736 px and costs ~5 s instead of ~0.15 s. The
-    orientation classifier is off: crops of a canvas are upright. Texts come back in the engine's
-    reading order (top to bottom, left to right) and are joined by spaces.
+    The engine comes from ``arr_coc.ocr.rapidocr_engine`` on the first ``read`` (one per options and
+    process). Detection keeps a crop at its own size (``Det.limit_type="max"``): the library default
+    scales the short side up to 736 px, which turns a 300x60 px crop into 3680x736 px and costs ~5 s
+    instead of ~0.15 s. Texts come back in the engine's reading order (top to bottom, left to right)
+    and are joined by spaces.
 
     On the same 100 FUNSD answers at full resolution (4 px margin) it scored 0.884 mean
     ``contains_score`` against Tesseract's 0.739, at 0.06 s per crop against 0.16 s (2-core CPU).
     """
 
-    def __init__(self, det_limit_side_len: int = 960) -> None:
-        try:
-            import rapidocr  # noqa: F401
-        except ImportError as e:
-            raise MissingDependencyError(f"the rapidocr reader needs rapidocr: {_INSTALL_RAPIDOCR}") from e
+    def __init__(self, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> None:
+        require_rapidocr("the rapidocr reader", ", or choose --reader tesseract")
         self.det_limit_side_len = det_limit_side_len
-        self._engine = None
-
-    def _build(self):
-        from rapidocr import RapidOCR
-
-        params = {
-            "Global.log_level": "error",  # "no text detected" is a valid reading (""), not a warning
-            "Global.use_cls": False,
-            "Det.limit_type": "max",
-            "Det.limit_side_len": self.det_limit_side_len,
-        }
-        return RapidOCR(params=params)
 
     def read(self, image: Tensor) -> str:
         rgb = np.asarray(to_gray_pil(image).convert("RGB"))  # [h, w, 3] uint8, the same input Tesseract gets
-        if self._engine is None:
-            self._engine = self._build()
-        out = self._engine(rgb)
+        out = rapidocr_engine(self.det_limit_side_len)(rgb)
         return " ".join(t.strip() for t in (out.txts or ()) if t.strip())
 
     def __repr__(self) -> str:

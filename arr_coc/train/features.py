@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +25,10 @@ from tqdm import tqdm
 from arr_coc.data.datasets import Record
 from arr_coc.data.boxes import box_mask, scale_boxes
 from arr_coc.imageops import to_uint8
-from arr_coc.weights import atomic_save
+from arr_coc.query import encoder_name
+from arr_coc.weights import atomic_save, load_file
+
+FEATURES_FORMAT = "arr-coc-features/1"
 
 
 @dataclass
@@ -63,7 +67,7 @@ def cache_key(arr) -> str:
     """What makes cached features valid: the channel set, their options, the cell and the canvas limits."""
     c = arr.config
     spec = {"channels": list(arr.channels), "options": c.texture.options, "canvas": vars(c.canvas),
-            "query_encoder": type(arr.query_encoder).__name__}
+            "query_encoder": encoder_name(arr.query_encoder)}
     return hashlib.blake2b(json.dumps(spec, sort_keys=True, default=str).encode(), digest_size=8).hexdigest()
 
 
@@ -73,7 +77,8 @@ def image_features(arr, records: Sequence[Record]) -> dict:
     scene = arr.see(records[0].image)
     canvas, (hc, wc) = scene.canvas, scene.extents[0]
     vector = arr.gestalt(scene, 1).vector[0]
-    out = {"image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(), "records": {}}
+    out = {"format": FEATURES_FORMAT, "image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(),
+           "records": {}}
     for r in records:
         if r.image_id != records[0].image_id:
             raise ValueError(f"records of one image expected, got {r.image_id} and {records[0].image_id}")
@@ -98,7 +103,7 @@ def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, pro
         by_image[(r.dataset, r.image_id)].append(r)
     examples = []
     for (dataset, image_id), recs in tqdm(by_image.items(), desc="features", disable=not progress):
-        path = folder / f"{dataset}-{image_id}.pt"
+        path = folder / cache_file(dataset, image_id)
         data = _load(path)
         if data is None or not all(r.record_id in data["records"] for r in recs):
             data = image_features(arr, recs)
@@ -139,12 +144,31 @@ def attach_pixels(examples: Sequence[Example], canvas_config: Any, *, progress: 
         e.pixels = shared[e.image]
 
 
+def cache_file(dataset: str, image_id: str) -> str:
+    """The cache file of one image: ``<dataset>-<image_id>.pt``, or a hashed name when the id is not a plain
+    file name (a JSONL image id defaults to the image's path, slashes and all).
+
+    >>> cache_file("funsd", "0000971160"), cache_file("jsonl", "/data/scans/a.png")
+    ('funsd-0000971160.pt', 'jsonl-a.png-0e5b2f8fd49c0905.pt')
+    """
+    name = f"{dataset}-{image_id}"
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,150}", name):
+        return name + ".pt"
+    digest = hashlib.blake2b(f"{dataset}/{image_id}".encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    tail = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(image_id).name)[-60:]
+    return f"{dataset}-{tail}-{digest}.pt"
+
+
 def _load(path: Path) -> dict | None:
+    """A cached image's features; None when absent or not a features file (recomputed and overwritten).
+
+    Read with ``weights_only=True``: a cache file can hold tensors and plain values, never code.
+    """
     if not path.exists():
         return None
     try:
-        return torch.load(path, weights_only=True)
-    except (RuntimeError, EOFError, OSError):  # damaged by a crash outside our atomic writes: recompute
+        return load_file(path, FEATURES_FORMAT, "cached training features")
+    except ValueError:  # damaged by a crash outside our atomic writes, foreign, or an older layout: recompute
         return None
 
 

@@ -24,16 +24,19 @@ import torch.distributed as dist
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from arr_coc.config import ARRConfig
+from arr_coc.config import ARRConfig, check_float, check_int
+from arr_coc.pipeline import SCORER_FORMAT
 from arr_coc.data.datasets import split_of
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.train.features import Example, build_examples, collate
-from arr_coc.weights import atomic_save
-from arr_coc.soft_topk import coverage_loss, soft_topk
+from arr_coc.query import encoder_name
+from arr_coc.weights import atomic_save, load_file
+from arr_coc.soft_topk import coverage_loss, standardized_soft_topk
 
 CHECKPOINT_FORMAT = "arr-coc-train/1"
-WEIGHTS_FORMAT = "arr-coc-scorer/1"
+WEIGHTS_FORMAT = SCORER_FORMAT  # what ARR loads as ScorerConfig.weights
 ESTIMATORS = ("soft", "gumbel", "straight_through")
+OBJECTIVES = ("proxy", "vlm")
 LEARNERS = ("scorer", "selector", "pruner")
 PRUNER_HIDDEN = 32  # the pruner's bottleneck: its tokens are only C (~16) channels wide
 # fields that may change between a run and its resume; every other field must match
@@ -76,6 +79,29 @@ class TrainConfig:
         "help": 'model for objective "vlm" (a folder, hub id or tiny:<family>)'})
     resume: bool = field(default=False, metadata={"help": "continue from OUT/checkpoint.pt exactly where it stopped"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
+
+    def __post_init__(self) -> None:
+        from arr_coc.data.datasets import DATASETS
+
+        for name, choices in (("learner", LEARNERS), ("objective", OBJECTIVES), ("estimator", ESTIMATORS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {', '.join(choices)}")
+        if isinstance(self.datasets, str):
+            self.datasets = (self.datasets,)
+        self.datasets = tuple(self.datasets)
+        if not self.datasets:
+            raise ValueError("datasets is empty; name at least one of " + ", ".join(DATASETS.names()))
+        for name in self.datasets:
+            DATASETS.get(name)
+        if self.limit is not None:
+            self.limit = check_int("limit", self.limit)
+        budget_tokens(self.budget, 10**9)  # '25%' or a token count
+        self.temperature = check_float("temperature", self.temperature)
+        self.coverage_weight = check_float("coverage_weight", self.coverage_weight, strict=False)
+        self.lr = check_float("lr", self.lr)
+        for name in ("steps", "batch_size", "eval_every"):
+            setattr(self, name, check_int(name, getattr(self, name)))
+        self.seed = check_int("seed", self.seed, 0)
 
 
 @dataclass
@@ -176,11 +202,10 @@ class Objective(nn.Module):
         for b, (k, seed) in enumerate(zip(ks, seeds)):
             v = batch["valid"][b]
             r = rel[b][v]
-            # z-scored: top-K ignores scale, and the temperature then means the same on every image
-            # (a scorer cannot escape the relaxation by growing its weights)
-            w = soft_topk(((r - r.mean()) / r.std().clamp_min(1e-6))[None], k, self.cfg.temperature, gumbel=self.cfg.estimator == "gumbel",
-                          generator=torch.Generator().manual_seed(seed),
-                          straight_through=self.cfg.estimator == "straight_through")
+            # z-scored, so the temperature is in standard deviations on every image
+            w = standardized_soft_topk(r[None], k, self.cfg.temperature, gumbel=self.cfg.estimator == "gumbel",
+                                       generator=torch.Generator().manual_seed(seed),
+                                       straight_through=self.cfg.estimator == "straight_through")
             weights[b] = weights[b].masked_scatter(v, w[0].to(weights))
         return rel, weights
 
@@ -249,27 +274,27 @@ def hard_metrics(scorer: nn.Module, examples: Sequence[Example], budget: str, *,
 
 
 def save_checkpoint(path: Path, step: int, objective: nn.Module, optimizer: torch.optim.Optimizer,
-                    history: list[dict], cfg: TrainConfig, arr_config: ARRConfig) -> None:
+                    history: list[dict], cfg: TrainConfig, arr_config: ARRConfig, query_encoder: str) -> None:
     atomic_save({"format": CHECKPOINT_FORMAT, "step": step, "objective": objective.state_dict(),
-                  "optimizer": optimizer.state_dict(), "history": history, "train_config": asdict(cfg),
-                  "arr_config": arr_config.to_dict()}, path)
-    (path.parent / "config.json").write_text(json.dumps({"train": asdict(cfg), "arr": arr_config.to_dict()},
-                                                        indent=1, default=str))
+                  "optimizer": optimizer.state_dict(), "history": history, "train_config": _norm(asdict(cfg)),
+                  "arr_config": _norm(arr_config.to_dict()), "query_encoder": query_encoder}, path)
+    (path.parent / "config.json").write_text(json.dumps({"train": asdict(cfg), "arr": arr_config.to_dict(),
+                                                         "query_encoder": query_encoder}, indent=1, default=str))
 
 
-def load_checkpoint(path: Path, cfg: TrainConfig, arr_config: ARRConfig) -> dict:
-    """A checkpoint to resume from; a corrupt file or a different configuration is a clear error."""
+def load_checkpoint(path: Path, cfg: TrainConfig, arr_config: ARRConfig, query_encoder: str) -> dict:
+    """A checkpoint to resume from (tensors and plain values only: it cannot run code); a corrupt file or
+    a different configuration, query encoder included, is a clear error."""
     try:
-        ckpt = torch.load(path, weights_only=False)
-    except Exception as err:  # torch raises several types for damaged files
-        raise ValueError(f"checkpoint {path} is corrupt or unreadable ({type(err).__name__}: {err}); "
-                         f"delete it to start afresh") from err
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not an arr-coc training checkpoint ({CHECKPOINT_FORMAT})")
+        ckpt = load_file(path, CHECKPOINT_FORMAT, "an arr-coc training checkpoint")
+    except ValueError as err:
+        raise ValueError(f"{err}; delete it to start afresh") from None
     saved, now = ckpt["train_config"], asdict(cfg)
     diff = [k for k in now if k not in RESUMABLE and _norm(saved.get(k)) != _norm(now[k])]
     if _norm(ckpt["arr_config"]) != _norm(arr_config.to_dict()):
         diff.append("arr_config")
+    if ckpt.get("query_encoder") != query_encoder:
+        diff.append(f"query encoder {ckpt.get('query_encoder')} -> {query_encoder}")
     if diff:
         raise ValueError(f"checkpoint {path} was made with a different configuration ({', '.join(diff)}); "
                          f"resume with the same settings or use another --out")
@@ -283,6 +308,7 @@ def _norm(v: Any) -> Any:
 def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict) -> Path:
     """The trained scorer (and sampler) with what it needs to be rebuilt: channels, configs, metrics."""
     atomic_save({"format": WEIGHTS_FORMAT, "scorer_name": arr.config.scorer.name, "channels": list(arr.channels),
+                  "query_encoder": encoder_name(arr.query_encoder),
                   "scorer": arr.scorer.state_dict(), "sampler": arr.sampler.state_dict(),
                   "arr_config": arr.config.to_dict(), "train_config": asdict(cfg), "metrics": metrics}, path)
     return path
@@ -344,7 +370,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     history, start = [], 0
     ckpt_path = out / "checkpoint.pt"
     if cfg.resume and ckpt_path.exists():
-        ckpt = load_checkpoint(ckpt_path, cfg, arr_config)
+        ckpt = load_checkpoint(ckpt_path, cfg, arr_config, encoder_name(arr.query_encoder))
         objective.load_state_dict(ckpt["objective"])
         optimizer.load_state_dict(ckpt["optimizer"])
         history, start = ckpt["history"], ckpt["step"]
@@ -366,7 +392,8 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
             row["val"] = hard_metrics(learner, split["val"], cfg.budget)
             if rank == 0:
-                save_checkpoint(ckpt_path, step + 1, objective, optimizer, history + [row], cfg, arr_config)
+                save_checkpoint(ckpt_path, step + 1, objective, optimizer, history + [row], cfg, arr_config,
+                                encoder_name(arr.query_encoder))
         history.append(row)
         bar.set_postfix(loss=f"{row['loss']:.4f}")
     run = Run(history, seconds=time.perf_counter() - began)
@@ -383,7 +410,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
             from arr_coc.allocators.pruning import save_learned
 
             save_learned(out / f"{cfg.learner}.pt", cfg.learner, learner.net, arr.channels, metrics=run.metrics,
-                         train_config=asdict(cfg), query_encoder=type(arr.query_encoder).__name__)
+                         train_config=asdict(cfg), query_encoder=encoder_name(arr.query_encoder))
         (out / "metrics.json").write_text(json.dumps(run.metrics, indent=1))
         plot_history(history, out / "loss.png", initial["val"]["iou"])
     if world > 1:

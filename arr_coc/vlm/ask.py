@@ -16,7 +16,8 @@ from typing import Any, Sequence
 
 import torch
 
-from arr_coc.config import ARRConfig, SamplerConfig
+from arr_coc.config import ARRConfig, SamplerConfig, check_int, resolve_device, resolve_dtype
+from arr_coc.samplers import shift_nonnegative
 from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate
 
@@ -30,6 +31,10 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
     """
     from transformers import AutoConfig, AutoModelForImageTextToText, AutoTokenizer
 
+    # checked before anything loads: a wrong name or a GPU this torch cannot reach fails in a second
+    dtype, device = resolve_dtype(dtype), resolve_device(device)
+    if not isinstance(name_or_path, str) or not name_or_path.strip():
+        raise ValueError(f"model must be a checkpoint folder, a hub id or tiny:<family>, got {name_or_path!r}")
     if name_or_path.startswith("tiny:"):
         from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
 
@@ -37,10 +42,11 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
         if family == "llava":
             from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 
-            return ADAPTERS.get("llava")(tiny_llava_model(), tiny_llava_tokenizer())
+            return ADAPTERS.get("llava")(_placed(tiny_llava_model(), dtype, device), tiny_llava_tokenizer())
+        ADAPTERS.get(family)  # an unknown family lists the registered ones
         ip = tiny_image_processor(family)
-        return ADAPTERS.get(family)(tiny_model(family), tiny_tokenizer(), image_mean=ip.image_mean,
-                                    image_std=ip.image_std)
+        return ADAPTERS.get(family)(_placed(tiny_model(family), dtype, device), tiny_tokenizer(),
+                                    image_mean=ip.image_mean, image_std=ip.image_std)
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
@@ -53,6 +59,11 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
     if tokenizer is None:
         tokenizer = AutoTokenizer.from_pretrained(name_or_path)
     return adapter_cls(model, tokenizer, processor=processor, image_mean=mean, image_std=std)
+
+
+def _placed(model: Any, dtype: torch.dtype | None, device: torch.device | None) -> Any:
+    """A model built here (not loaded) moved to the asked dtype and device, as from_pretrained would."""
+    return model.to(**{k: v for k, v in (("dtype", dtype), ("device", device)) if v is not None})
 
 
 def _processor_parts(path: str) -> tuple[Any, Any, Any, Any]:
@@ -101,10 +112,8 @@ def relevance_weights(relevance: torch.Tensor, valid: torch.Tensor, floor: float
     tensor([[[0.5000, 0.7500],
              [1.0000, 0.5000]]])
     """
-    r = relevance.masked_fill(~valid, float("inf"))
-    lo = r.flatten(1).amin(1).view(-1, 1, 1)
-    hi = relevance.masked_fill(~valid, float("-inf")).flatten(1).amax(1).view(-1, 1, 1)
-    unit = ((relevance - lo) / (hi - lo).clamp_min(1e-12)).clamp(0, 1)
+    shifted, span = shift_nonnegative(relevance, valid)  # [B, Hc, Wc], [B, 1, 1]
+    unit = (shifted / span.clamp_min(1e-12)).clamp(0, 1)
     return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
 
 
@@ -182,8 +191,16 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
     """
     from arr_coc.pipeline import ARR
 
+    from arr_coc.vlm.base import LAYOUTS, MODES
+
     if allocator not in allocators():
         raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
+    for name, value, choices in (("mode", mode, MODES), ("layout", layout, LAYOUTS)):
+        if value not in choices:
+            raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens)
+    if budget is not None:
+        budget = check_int("budget", budget)
     if allocator != "arr" and mode != "sparse":
         raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
                          f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")

@@ -130,6 +130,74 @@ def check_boxes(boxes: Any, grid: tuple[int, int], device: Any = None) -> Tensor
 
 
 
+def check_options(mode: str | None = None, layout: str | None = None) -> None:
+    """Raises unless ``mode`` is one of ``MODES`` and ``layout`` one of ``LAYOUTS`` (None: not checked)."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+    if layout is not None and layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+
+
+def image_grid(image: Tensor, cell: int) -> tuple[int, int]:
+    """(Hc, Wc) cells of an image ``[3, H, W]`` whose sides are multiples of ``cell``, or a ValueError.
+
+    >>> image_grid(torch.zeros(3, 28, 42), 14)
+    (2, 3)
+    """
+    if image.ndim != 3 or image.shape[1] % cell or image.shape[2] % cell:
+        raise ValueError(f"images must be [3, H, W] with sides multiples of the {cell} px cell, "
+                         f"got {tuple(image.shape)}")
+    return image.shape[1] // cell, image.shape[2] // cell
+
+
+def check_cells(cells: Tensor | None, grid: tuple[int, int], device: Any = None, *,
+                allow_empty: bool = False) -> Tensor:
+    """Validated ``[K, 2]`` long (y, x) cells: distinct, inside ``grid``; K >= 1 unless ``allow_empty``
+    (then None means none).
+
+    >>> check_cells(torch.tensor([[1, 2]]), (2, 3)).tolist(), check_cells(None, (2, 3), allow_empty=True).shape
+    ([[1, 2]], torch.Size([0, 2]))
+    """
+    if cells is None and allow_empty:
+        return torch.zeros(0, 2, dtype=torch.long, device=device)
+    if cells is None or cells.ndim != 2 or cells.shape[1] != 2 or (len(cells) == 0 and not allow_empty):
+        shape = None if cells is None else tuple(cells.shape)
+        raise ValueError(f"cells must be a {'' if allow_empty else 'non-empty '}[K, 2] (y, x) tensor per image, "
+                         f"got {shape}")
+    cells = cells.long().to(device)
+    if ((cells < 0) | (cells >= torch.tensor(grid, device=cells.device))).any():
+        raise ValueError(f"cells out of bounds for a {grid[0]}x{grid[1]} cell grid")
+    flat = cells[:, 0] * grid[1] + cells[:, 1]
+    if len(torch.unique(flat)) != len(flat):
+        raise ValueError("cells must be distinct")
+    return cells
+
+
+def mode_cells(mode: str, cells: Tensor | None, weights: Tensor | None, grid: tuple[int, int], device: Any = None,
+               *, allow_empty: bool = False) -> Tensor:
+    """The cells an ``encode`` mode sends for one image: every cell under ``weighted`` (whose ``[Hc, Wc]``
+    weight map is checked), else the chosen ``cells``, validated (:func:`check_cells`)."""
+    if mode == "weighted":
+        if weights is None or tuple(weights.shape) != tuple(grid):
+            raise ValueError(f"weighted mode needs a [{grid[0]}, {grid[1]}] weight map per image")
+        return all_cells(*grid, device)
+    return check_cells(cells, grid, device, allow_empty=allow_empty)
+
+
+def left_pad(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[Tensor, Tensor]:
+    """Token id rows left-padded to one length: ``(input_ids [B, L], attention_mask [B, L])``, the layout
+    :func:`assemble` gives, so a model's own forward on them is comparable token for token.
+
+    >>> ids, mask = left_pad([[5, 6, 7], [8]], 0)
+    >>> ids.tolist(), mask.tolist()
+    ([[5, 6, 7], [0, 0, 8]], [[1, 1, 1], [0, 0, 1]])
+    """
+    length = max(map(len, ids))
+    input_ids = torch.tensor([[pad_id] * (length - len(i)) + list(i) for i in ids])
+    mask = torch.tensor([[0] * (length - len(i)) + [1] * len(i) for i in ids])
+    return input_ids, mask
+
+
 def per_image(n: int, **given: Sequence | None) -> list[list]:
     """Each per-image argument as a list of ``n`` (None -> n Nones), or an error naming them all.
 
@@ -149,6 +217,8 @@ def chat_ids(tokenizer: Any, processor: Any, question: str, image_token_id: int,
 
     Without a template: ``lead`` (the family's image block, holding ``image_token_id``), then the question.
     """
+    if tokenizer is None:
+        raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
     source = processor if getattr(processor, "chat_template", None) else tokenizer
     if getattr(source, "chat_template", None):
@@ -167,6 +237,25 @@ def split_at_image(ids: Sequence[int], image_token_id: int) -> tuple[list[int], 
     if len(where) != 1:
         raise ValueError(f"the chat template must yield exactly one image placeholder, found {len(where)}")
     return list(ids[:where[0]]), list(ids[where[0] + 1:])
+
+
+def left_pad_rows(rows: Sequence[tuple[Tensor, Tensor, Tensor]], rope_rows: int
+                  ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Per-prompt (embeds ``[n, D]``, positions ``[R, n]``, visual mask ``[n]``) left-padded into one batch.
+
+    Returns ``(embeds [B, L, D], attention mask [B, L] long, positions [R, B, L], visual mask [B, L])``;
+    padding sits on the left so every row's next token is at column L, as cached generation expects.
+    """
+    length = max(len(r[0]) for r in rows)
+    b, d, dev = len(rows), rows[0][0].shape[1], rows[0][0].device
+    embeds = rows[0][0].new_zeros(b, length, d)
+    mask = torch.zeros(b, length, dtype=torch.long, device=dev)
+    pos = torch.zeros(rope_rows, b, length, device=dev)
+    vmask = torch.zeros(b, length, dtype=torch.bool, device=dev)
+    for i, (emb, p, v) in enumerate(rows):
+        n = len(emb)
+        embeds[i, length - n:], mask[i, length - n:], pos[:, i, length - n:], vmask[i, length - n:] = emb, 1, p, v
+    return embeds, mask, pos, vmask
 
 
 def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[VisualTokens],
@@ -196,15 +285,8 @@ def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[
         is_vis = torch.zeros(emb.shape[0], dtype=torch.bool, device=dev)
         is_vis[len(pre):len(pre) + len(vis)] = True
         rows.append((emb, pos, is_vis, after + len(suf)))
-    length = max(r[0].shape[0] for r in rows)
-    b, d, dev = len(rows), rows[0][0].shape[1], rows[0][0].device
-    embeds = rows[0][0].new_zeros(b, length, d)
-    mask = torch.zeros(b, length, dtype=torch.long, device=dev)
-    pos = torch.zeros(rope_rows, b, length, device=dev)
-    vmask = torch.zeros(b, length, dtype=torch.bool, device=dev)
-    for i, (emb, p, v, _) in enumerate(rows):
-        n = emb.shape[0]
-        embeds[i, length - n:], mask[i, length - n:], pos[:, i, length - n:], vmask[i, length - n:] = emb, 1, p, v
+    embeds, mask, pos, vmask = left_pad_rows([r[:3] for r in rows], rope_rows)
+    dev = embeds.device
     layers = len(visuals[0].deepstack)
     if any(len(v.deepstack) != layers for v in visuals):
         raise ValueError("every image must carry the same number of deepstack layers")

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import resize, shrink_squares
-from arr_coc.vlm.base import (CLIP_MEAN, CLIP_STD, all_cells, table_taps, ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes,
-                               per_image, split_at_image)
+from arr_coc.vlm.base import (ADAPTERS, box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN, CLIP_STD,
+                              image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps, VisualTokens)
 
 
 
@@ -171,20 +171,6 @@ class LlavaAdapter:
         return self.projector(torch.cat([states[i] for i in wanted], -1)[0, 1:])
 
     # ------------------------------------------------------------------ visual tokens
-    def check_cells(self, chosen: Tensor | None, grid: tuple[int, int], device: Any) -> Tensor:
-        """Validated [K, 2] long (y, x) cells inside ``grid``; None means none."""
-        if chosen is None:
-            return torch.zeros(0, 2, dtype=torch.long, device=device)
-        if chosen.ndim != 2 or chosen.shape[1] != 2:
-            raise ValueError(f"cells must be a [K, 2] (y, x) tensor per image, got shape {tuple(chosen.shape)}")
-        chosen = chosen.long().to(device)
-        if ((chosen < 0) | (chosen >= torch.tensor(grid, device=device))).any():
-            raise ValueError(f"cells out of bounds for a {grid[0]}x{grid[1]} cell grid")
-        flat = chosen[:, 0] * grid[1] + chosen[:, 1]
-        if len(torch.unique(flat)) != len(flat):
-            raise ValueError("cells must be distinct")
-        return chosen
-
     @torch.no_grad()
     def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
                gestalt: Sequence[Any] | None = None, layout: str = "scaled",
@@ -202,21 +188,14 @@ class LlavaAdapter:
                 is fixed by the tower), None sends none.
             layout: accepted for the protocol; a 1-D RoPE has one layout, tokens in sequence.
         """
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
-        if layout not in LAYOUTS:
-            raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+        check_options(mode, layout)
         cells, gestalt, weights = per_image(len(images), cells=cells, gestalt=gestalt, weights=weights)
         batch: list[Tensor] = []  # S x S inputs of one native tower call, shared by every image
         plans = []
         for img, chosen, g, w in zip(images, cells, gestalt, weights):
-            grid = self.image_grid(img)
+            grid = image_grid(img, self.cell)
             x = self.normalize(img)
-            if mode == "weighted":
-                if w is None or tuple(w.shape) != grid:
-                    raise ValueError(f"weighted mode needs a [{grid[0]}, {grid[1]}] weight map per image")
-                chosen = all_cells(*grid, x.device)
-            chosen = self.check_cells(chosen, grid, x.device)
+            chosen = mode_cells(mode, chosen, w, grid, x.device, allow_empty=True)
             if len(chosen) == 0 and g is None:
                 raise ValueError("nothing to encode: give cells, a gestalt, or both, for each image")
             tile, at = box_places(F.pad(chosen, (0, 1), value=1), self.side, grid)  # cells are size-1 boxes
@@ -258,13 +237,12 @@ class LlavaAdapter:
             gestalt, layout: as in :meth:`encode` (LLaVA's own S x S view first for any non-None
                 gestalt; one 1-D layout, tokens in sequence).
         """
-        if layout not in LAYOUTS:
-            raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+        check_options(layout=layout)
         boxes, gestalt = per_image(len(images), boxes=boxes, gestalt=gestalt)
         batch: list[Tensor] = []
         plans = []
         for img, bx, g in zip(images, boxes, gestalt):
-            grid = self.image_grid(img)
+            grid = image_grid(img, self.cell)
             img = img.float().to(self.visual.device)
             bx = check_boxes(bx, grid, img.device)
             crops = shrink_squares(img, bx, self.cell)  # [K, 3, P, P]
@@ -275,13 +253,6 @@ class LlavaAdapter:
             plans.append(plan)
         feats = self.tile_features(torch.stack(batch)) if batch else None
         return [self.collect(p, feats) for p in plans]
-
-    def image_grid(self, img: Tensor) -> tuple[int, int]:
-        """(Hc, Wc) cells of an image [3, H, W] whose sides are multiples of the cell."""
-        if img.ndim != 3 or img.shape[1] % self.cell or img.shape[2] % self.cell:
-            raise ValueError(f"images must be [3, H, W] with sides multiples of the {self.cell} px cell, "
-                             f"got {tuple(img.shape)}")
-        return img.shape[1] // self.cell, img.shape[2] // self.cell
 
     def add_gestalt(self, plan: Plan, image: Tensor, gestalt: Any, batch: list[Tensor]) -> None:
         """Queue LLaVA's own S x S view of ``image`` [3, H, W] in the shared tower batch unless gestalt is None."""
@@ -327,8 +298,6 @@ class LlavaAdapter:
     # ------------------------------------------------------------------ language model
     def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
         """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
-        if self.tokenizer is None:
-            raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
         ids = chat_ids(self.tokenizer, self.processor, question, self.image_token_id)
         bos = getattr(self.tokenizer, "bos_token_id", None)
         if bos is not None and (not ids or ids[0] != bos):  # LLaVA's processor adds BOS the template lacks
@@ -361,10 +330,7 @@ class LlavaAdapter:
         for q in questions:
             pre, suf = self.prompt_ids(q)
             ids.append(pre + [self.image_token_id] * self.native_tokens + suf)
-        length = max(map(len, ids))
-        pad = self.text_config.pad_token_id or 0
-        input_ids = torch.tensor([[pad] * (length - len(i)) + i for i in ids])
-        mask = torch.tensor([[0] * (length - len(i)) + [1] * len(i) for i in ids])
+        input_ids, mask = left_pad(ids, self.text_config.pad_token_id or 0)
         pixels = torch.stack([self.normalize(self.gestalt_image(img)) for img in images])
         # positions count real tokens only, exactly as assemble() lays them out
         return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": pixels,

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import Prefill, VisualTokens, assemble, generate
+from arr_coc.vlm.base import Prefill, VisualTokens, assemble, generate, left_pad_rows
 
 
 @dataclass
@@ -159,15 +159,8 @@ def chunk(embed_tokens: Any, visuals: Sequence[Tensor], positions: Sequence[Tens
         is_vis = torch.zeros(len(emb), dtype=torch.bool, device=dev)
         is_vis[:len(vis)] = True
         rows.append((emb, p, is_vis, start + len(ids)))
-    length = max(len(r[0]) for r in rows)
-    b, d, dev = len(rows), rows[0][0].shape[1], rows[0][0].device
-    embeds = rows[0][0].new_zeros(b, length, d)
-    mask = torch.zeros(b, length, dtype=torch.long, device=dev)
-    pos = torch.zeros(rope_rows, b, length, device=dev)
-    vmask = torch.zeros(b, length, dtype=torch.bool, device=dev)
-    for i, (emb, p, v, _) in enumerate(rows):
-        n = len(emb)
-        embeds[i, length - n:], mask[i, length - n:], pos[:, i, length - n:], vmask[i, length - n:] = emb, 1, p, v
+    embeds, mask, pos, vmask = left_pad_rows([r[:3] for r in rows], rope_rows)
+    dev = embeds.device
     layers = len(deepstack[0]) if deepstack else 0
     stacked = [torch.cat([ds[j] for ds in deepstack]) for j in range(layers)]
     nxt = torch.tensor([float(r[3]) for r in rows], device=dev)

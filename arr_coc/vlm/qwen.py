@@ -19,8 +19,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import resize, shrink_squares
-from arr_coc.vlm.base import (CLIP_MEAN, CLIP_STD, all_cells, table_taps, ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes, per_image,
-                               split_at_image)
+from arr_coc.vlm.base import (ADAPTERS, all_cells, box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN,
+                              CLIP_STD, image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps,
+                              VisualTokens)
 
 
 
@@ -98,8 +99,7 @@ def visual_positions(gestalt: tuple[int, int] | None, cells: Tensor, grid: tuple
     >>> visual_positions(None, torch.tensor([[3, 1]]), (4, 4)).T.tolist()
     [[0.0, 3.0, 1.0]]
     """
-    if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; choose one of {', '.join(LAYOUTS)}")
+    check_options(layout=layout)
     cells = cells.float()
     parts = []
     if gestalt is not None:
@@ -186,29 +186,18 @@ class QwenVLAdapter:
             encoded: per image its gestalt tokens already encoded (:meth:`encode_gestalt`, the first
                 look): reused instead of encoded again.
         """
-        if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
+        check_options(mode, layout)
         cells, gestalt, weights = per_image(len(images), cells=cells, gestalt=gestalt, weights=weights)
         (encoded,) = per_image(len(images), encoded=encoded)
         segments, plan = [], []
         device = self.visual.device  # the model may sit on a GPU while the canvas is on the CPU
         for img, chosen, g, w, done in zip(images, cells, gestalt, weights, encoded):
+            hc, wc = image_grid(img, self.cell)
             img = img.to(device)
             x = self.normalize(img.float())
-            hc, wc = x.shape[1] // self.cell, x.shape[2] // self.cell
             rows = patchify(x, self.patch, self.merge, self.temporal)
-            if mode == "weighted":
-                if w is None or tuple(w.shape) != (hc, wc):
-                    raise ValueError(f"weighted mode needs a [{hc}, {wc}] weight map per image")
-                chosen = all_cells(hc, wc, x.device)
-            elif chosen is None or chosen.ndim != 2 or chosen.shape[1] != 2 or len(chosen) == 0:
-                raise ValueError("cells must be a non-empty [K, 2] (y, x) tensor per image")
-            chosen = chosen.long().to(x.device)
-            if ((chosen < 0) | (chosen >= torch.tensor([hc, wc], device=x.device))).any():
-                raise ValueError(f"cells out of bounds for a {hc}x{wc} cell grid")
+            chosen = mode_cells(mode, chosen, w, (hc, wc), x.device)
             flat = chosen[:, 0] * wc + chosen[:, 1]
-            if len(torch.unique(flat)) != len(flat):
-                raise ValueError("cells must be distinct")
             if g is not None and done is None:
                 segments.append(self.gestalt_segment(img, g))
             if mode == "sparse":
@@ -326,12 +315,13 @@ class QwenVLAdapter:
                 of what they stand for; in the LLM it sits at the square's centre.
             gestalt, layout, encoded: as in :meth:`encode`.
         """
+        check_options(layout=layout)
         boxes, gestalt = per_image(len(images), boxes=boxes, gestalt=gestalt)
         (encoded,) = per_image(len(images), encoded=encoded)
         device, segments, plan = self.visual.device, [], []
         for img, bx, g, done in zip(images, boxes, gestalt, encoded):
+            hc, wc = image_grid(img, self.cell)
             img = img.to(device).float()
-            hc, wc = img.shape[1] // self.cell, img.shape[2] // self.cell
             bx = check_boxes(bx, (hc, wc), device)
             crops = shrink_squares(img, bx, self.cell)  # [K, 3, cell, cell]
             rows = torch.cat([patchify(self.normalize(p), self.patch, self.merge, self.temporal) for p in crops])
@@ -352,8 +342,6 @@ class QwenVLAdapter:
     # ------------------------------------------------------------------ language model
     def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
         """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
-        if self.tokenizer is None:
-            raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
         cfg = self.model.config
         lead = [cfg.vision_start_token_id, self.image_token_id, cfg.vision_end_token_id]  # the bare image block
         return split_at_image(chat_ids(self.tokenizer, self.processor, question, self.image_token_id, lead),
@@ -378,15 +366,12 @@ class QwenVLAdapter:
         """Inputs for the model's own forward (image placeholders expanded, patches, grids): the reference."""
         ids, thw, pix = [], [], []
         for img, q in zip(images, questions):
-            hc, wc = img.shape[1] // self.cell, img.shape[2] // self.cell
+            hc, wc = image_grid(img, self.cell)
             pre, suf = self.prompt_ids(q)
             ids.append(pre + [self.image_token_id] * (hc * wc) + suf)
             thw.append([1, hc * self.merge, wc * self.merge])
             pix.append(patchify(self.normalize(img.float()), self.patch, self.merge, self.temporal))
-        length = max(map(len, ids))
-        pad = self.text_config.pad_token_id or 0
-        input_ids = torch.tensor([[pad] * (length - len(i)) + i for i in ids])
-        mask = torch.tensor([[0] * (length - len(i)) + [1] * len(i) for i in ids])
+        input_ids, mask = left_pad(ids, self.text_config.pad_token_id or 0)
         return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": torch.cat(pix),
                 "image_grid_thw": torch.tensor(thw), "mm_token_type_ids": (input_ids == self.image_token_id).int() * mask}
 

@@ -6,7 +6,6 @@ is at hand. Weights are redrawn with a large std because a model at transformers
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,18 +86,6 @@ def tiny_image_processor(family: str = "qwen2_5_vl") -> Any:
     return Qwen2VLImageProcessorPil(patch_size=16 if family == "qwen3_vl" else 14, merge_size=2,
                                     temporal_patch_size=2, **mean_std)
 
-
-def save_tiny(folder: str | Path, family: str = "qwen2_5_vl", **kwargs: Any) -> Path:
-    """Write a tiny model, its tokenizer and image processor to ``folder`` for ``from_pretrained``.
-
-    The parts of the processor are saved one by one: the full processor object also wants a video
-    processor, which needs torchvision.
-    """
-    folder = Path(folder)
-    tiny_model(family, **kwargs).save_pretrained(folder)
-    tiny_tokenizer().save_pretrained(folder)
-    tiny_image_processor(family).save_pretrained(folder)
-    return folder
 
 # LLaVA-1.5's chat layout, with the tiny tokenizer's <|image_pad|> standing in for <image>.
 TINY_LLAVA_TEMPLATE = (

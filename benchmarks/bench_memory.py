@@ -1,0 +1,98 @@
+"""Peak memory of `arr-coc look` (default channels, MiniLM, the picture drawn) up to the largest image it reads.
+
+Each image runs in its own process; its peak resident set (RSS high-water mark) comes from ``os.wait4``
+for that process alone. The largest legal image is a square of ``arr_coc.canvas.MAX_IMAGE_PIXELS``
+pixels (13377 x 13377); one more row is refused from the header. Writes the table to
+``benchmarks/results/memory.md`` and prints it.
+
+    python benchmarks/bench_memory.py            # about 3 minutes on 2 CPU cores
+    python benchmarks/bench_memory.py --quick    # the receipt and a 13000 x 13000 PNG only
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from PIL import Image, ImageDraw
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from arr_coc.canvas import MAX_IMAGE_PIXELS  # noqa: E402
+
+LIMIT_MB = 2048  # what `look` may take on any image it accepts
+SIDE = math.isqrt(MAX_IMAGE_PIXELS)  # 13377: the largest legal square
+
+
+def page(mode: str, size: tuple[int, int]) -> Image.Image:
+    """A page of the given mode and size: white paper with dark bars where text would be."""
+    img = Image.new("RGB", size, (245, 245, 240))
+    draw = ImageDraw.Draw(img)
+    w, h = size
+    for i in range(12):
+        y = int(h * (0.1 + 0.07 * i))
+        draw.rectangle((int(w * 0.1), y, int(w * (0.5 + 0.03 * i)), y + max(1, h // 150)), fill=(20, 20, 30))
+    if mode == "I;16":
+        return img.convert("L").point(lambda v: v * 257, "I").convert("I;16")
+    return img.convert(mode)
+
+
+def cases(folder: Path, quick: bool) -> list[tuple[str, Path]]:
+    out = [("bundled receipt 992x1484 JPEG", ROOT / "examples" / "receipt.jpg")]
+    specs = [(f"13000x13000 RGB PNG (the reported 7.3 GB case)", "RGB", (13000, 13000), "png")]
+    if not quick:
+        specs += [(f"{SIDE}x{SIDE} RGB PNG (largest legal)", "RGB", (SIDE, SIDE), "png"),
+                  (f"{SIDE}x{SIDE} RGBA PNG (largest legal, 4 bytes/px)", "RGBA", (SIDE, SIDE), "png"),
+                  (f"{SIDE}x{SIDE} 16-bit grey PNG (largest legal)", "I;16", (SIDE, SIDE), "png"),
+                  (f"{SIDE}x{SIDE} RGB JPEG (largest legal, decoded at 1/4)", "RGB", (SIDE, SIDE), "jpg"),
+                  ("13377x67 RGB PNG (thin, aspect 199.7)", "RGB", (13377, 67), "png"),
+                  (f"{SIDE}x{SIDE + 1} RGB PNG (one row over: refused)", "RGB", (SIDE, SIDE + 1), "png")]
+    for name, mode, size, ext in specs:
+        path = folder / f"{mode.replace(';', '_')}_{size[0]}x{size[1]}.{ext}"
+        page(mode, size).save(path, **({"quality": 85} if ext == "jpg" else {"compress_level": 1}))
+        out.append((name, path))
+    return out
+
+
+def peak(image: Path, out_png: Path) -> tuple[float, float, int, str]:
+    """(peak RSS MB, seconds, exit code, last stderr line) of one `arr-coc look` process."""
+    cmd = [sys.executable, "-m", "arr_coc.cli", "look", str(image), "What is the total?", "--out", str(out_png)]
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        err.seek(0)
+        last = (err.read().decode(errors="replace").strip().splitlines() or [""])[-1]
+    return usage.ru_maxrss / 1024, time.perf_counter() - start, proc.returncode, last
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="the receipt and the 13000 x 13000 PNG only")
+    args = p.parse_args()
+    rows = ["| image | file | peak RSS | time | result |", "|---|---:|---:|---:|---|"]
+    worst = 0.0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, path in cases(Path(tmp), args.quick):
+            mb, seconds, code, last = peak(path, Path(tmp) / "out.png")
+            worst = max(worst, mb)
+            result = "ok" if code == 0 else f"exit {code}: {last[:90]}"
+            rows.append(f"| {name} | {path.stat().st_size / 1e6:.1f} MB | {mb:.0f} MB | {seconds:.0f} s | {result} |")
+            print(rows[-1], flush=True)
+    table = "\n".join(rows)
+    verdict = f"worst peak {worst:.0f} MB, limit {LIMIT_MB} MB: {'within' if worst < LIMIT_MB else 'OVER'}"
+    out = ROOT / "benchmarks" / "results" / "memory.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"`python benchmarks/bench_memory.py`\n\n{table}\n\n{verdict}\n")
+    print(f"\n{table}\n\n{verdict}\nwritten {out}")
+
+
+if __name__ == "__main__":
+    main()
