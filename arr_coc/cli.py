@@ -220,7 +220,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="weights of the 'pruner' method (default: the packaged ones)")
 
     from arr_coc.vlm import LAYOUTS, MODES
-    from arr_coc.vlm.ask import allocators
+    from arr_coc.vlm.ask import RELEVANCE_SOURCES, allocators
 
     ask = command("ask", [_image_question(), _vlm(), _saccades(), _pipeline(canvas=("max_pixels",))],
                   help="answer a question with a frozen VLM fed gestalt + saccades",
@@ -237,6 +237,15 @@ def _parser() -> argparse.ArgumentParser:
                           "(1x1, 2x2, ... cells, each shrunk to one token) on the same relevance, at most K "
                           "tokens, --mode sparse only; a quadtree needs K >= its starting tiling "
                           "(default %(default)s)")
+    ask.add_argument("--relevance", choices=("auto", *RELEVANCE_SOURCES), default="auto",
+                     help="where the saccades' relevance comes from. arr: ARR's scorer on the texture channels "
+                          "(the default channels run OCR on the CPU: seconds per page, whatever --device); "
+                          "vlm: the VLM's own attention to its gestalt, read while it prefills the question "
+                          "(its first look, on the model's device; costs one more pass of the question's "
+                          "tokens through the LLM, and the answer reuses the gestalt's prefill); auto: vlm on "
+                          "CUDA, arr elsewhere (default %(default)s)")
+    ask.add_argument("--json", action="store_true",
+                     help="print the answer, tokens sent and full, FLOPs and each stage's time as JSON")
     ask.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit (default %(default)s)")
 
     from arr_coc.train.loop import TrainConfig
@@ -433,10 +442,14 @@ def ask(args: argparse.Namespace) -> int:
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
     from arr_coc.vlm import ask as answer, load_vlm
+    from arr_coc.vlm.ask import default_relevance
 
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
-    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    relevance = default_relevance(adapter) if args.relevance == "auto" else args.relevance
+    # the vlm source reads the question with the VLM itself: MiniLM is then not loaded
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else (
+        MiniLMQueryEncoder() if relevance == "vlm" else MiniLMQueryEncoder().load())
     load_s = time.perf_counter() - start
     config = ARRConfig(canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS, cell=adapter.cell),
                        texture=texture_config(args.channels, args.clip_model),
@@ -448,18 +461,26 @@ def ask(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with torch.inference_mode():
         a = answer(adapter, [args.image], [args.question], arr=arr, mode=args.mode, layout=args.layout,
-                   gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator)[0]
+                   gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator,
+                   relevance=relevance)[0]
     run_s = time.perf_counter() - start
+    if args.json:
+        print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "mode": args.mode,
+                          "layout": args.layout, **a.to_json(), "load_s": round(load_s, 3)}, indent=2))
+        return 0
     tf, ff = a.flops["total"], a.flops_full["total"]
     print(f"question      {a.question!r}")
     print(f"answer        {a.text!r}")
     print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout {args.layout}"
-          f"  allocator {args.allocator}")
+          f"  allocator {args.allocator}  relevance {a.relevance}")
     print(f"visual tokens sent {a.visual_tokens} = {a.gestalt_tokens} gestalt + {a.saccades} saccades  |  "
           f"full resolution {a.full_tokens}  ({100 * a.visual_tokens / a.full_tokens:.0f}%)")
     print(f"prefill FLOPs est. {tf / 1e12:.3g} T (LLM {a.flops['llm'] / 1e12:.3g} T + vision "
           f"{a.flops['vision'] / 1e12:.3g} T)  |  full resolution {ff / 1e12:.3g} T  (full / sent = {ff / tf:.1f}x)")
-    print(f"time          load {load_s:.1f} s  |  allocate + encode + answer {run_s:.1f} s")
+    st = a.stage_ms()
+    print(f"time          load {load_s:.1f} s  |  allocate + encode + answer {run_s:.1f} s  (allocation "
+          f"{st['allocation'] / 1e3:.2f} s, vision {st['vision'] / 1e3:.2f} s, prefill {st['prefill'] / 1e3:.2f} s, "
+          f"decode {st['decode'] / 1e3:.2f} s)")
     return 0
 
 
@@ -496,15 +517,22 @@ def train(args: argparse.Namespace) -> int:
 
 
 def serve(args: argparse.Namespace) -> int:
+    import os
+
     import torch
 
     from arr_coc.app.service import Microscope
     from arr_coc.app.ui import serve as run
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 
+    from arr_coc.config import check_int
+
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be a TCP port in 1..65535, got {args.port}")
     if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        check_int("--threads", args.threads, 1)
+        if args.threads > (os.cpu_count() or 1) * 8:
+            raise ValueError(f"--threads {args.threads} is far above this machine's {os.cpu_count()} cores")
         torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
     vlm = None
     if args.model:

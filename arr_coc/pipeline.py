@@ -10,8 +10,8 @@ import pickle
 import time
 from pathlib import Path
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -213,6 +213,11 @@ class ARR(nn.Module):
         with _timed(t, "canvas"):
             canvas = make_canvas(images, cell=cfg.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
             prev_pixels = None if prev is None else self._prev_canvas(prev, canvas)
+            param = next(self.parameters(), None)
+            device = canvas.pixels.device if param is None else param.device
+            if canvas.pixels.device != device:  # texture that is plain tensor ops runs where the ARR was moved
+                canvas = replace(canvas, pixels=canvas.pixels.to(device), valid=canvas.valid.to(device))
+                prev_pixels = None if prev_pixels is None else prev_pixels.to(device)
         with _timed(t, "texture"):
             cells = cell_texture(canvas, self.image_channels, prev=prev_pixels, cache=self.cache,
                                  options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
@@ -225,13 +230,18 @@ class ARR(nn.Module):
         return self.gestalt_encoder(scene.cells, ext, grid)
 
     def score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
-              timings: dict[str, float] | None = None) -> tuple[Relevance, Tensor]:
-        """Relevance of every cell for each image's question -> (relevance, query embeddings [B, Dq])."""
-        relevance, query_emb, _ = self._score(scene, queries, gestalt_vector, timings)
+              timings: dict[str, float] | None = None,
+              given: dict[str, Tensor] | None = None) -> tuple[Relevance, Tensor]:
+        """Relevance of every cell for each image's question -> (relevance, query embeddings [B, Dq]).
+
+        ``given``: question-coupled channels computed elsewhere (see :meth:`cell_stack`).
+        """
+        relevance, query_emb, _ = self._score(scene, queries, gestalt_vector, timings, given)
         return relevance, query_emb
 
     def _score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
-               timings: dict[str, float] | None = None) -> tuple[Relevance, Tensor, Tensor]:
+               timings: dict[str, float] | None = None,
+               given: dict[str, Tensor] | None = None) -> tuple[Relevance, Tensor, Tensor]:
         """:meth:`score`, plus the cell texture it read [B, C, Hc, Wc]."""
         t = {} if timings is None else timings
         queries = check_queries(queries, scene.canvas.batch_size)
@@ -240,24 +250,34 @@ class ARR(nn.Module):
         cells = scene.cells
         if self.query_channels:
             with _timed(t, "coupling"):
-                cells = self.cell_stack(scene, queries, timings=t)  # [B, C, Hc, Wc]
+                cells = self.cell_stack(scene, queries, timings=t, given=given)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
             scale = self.config.scorer.part_scale
             relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid,
                                     scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale)
         return relevance, query_emb, cells
 
-    def cell_stack(self, scene: Scene, queries: Sequence[str], timings: dict[str, float] | None = None) -> Tensor:
+    def cell_stack(self, scene: Scene, queries: Sequence[str], timings: dict[str, float] | None = None,
+                   given: dict[str, Tensor] | None = None) -> Tensor:
         """Every channel of every cell, the question-coupled ones for ``queries``: [B, C, Hc, Wc] in channel order.
 
-        What the scorer reads, and the encoded tokens the trained pruner reads.
+        What the scorer reads, and the encoded tokens the trained pruner reads. ``given`` holds
+        question-coupled channels already computed per cell ([B, width, Hc, Wc] by name), such as
+        ``first_look``, which a VLM reads from its own attention (``arr_coc.vlm.ask``).
         """
         if not self.query_channels:
             return scene.cells
-        coupled = cell_texture(scene.canvas, self.query_channels, queries=list(queries),
-                               query_encoder=self.query_encoder, cache=self.cache,
-                               options=self.config.texture.options, timings=timings)
-        return self._in_channel_order(scene.cells, coupled)
+        given = dict(given or {})
+        unknown = sorted(set(given) - set(self.query_channels))
+        if unknown:
+            raise ValueError(f"given channels {unknown} are not question-coupled channels of this ARR "
+                             f"({list(self.query_channels)})")
+        todo = tuple(c for c in self.query_channels if c not in given)
+        computed = cell_texture(scene.canvas, todo, queries=list(queries), query_encoder=self.query_encoder,
+                                cache=self.cache, options=self.config.texture.options, timings=timings) if todo else None
+        layout = channel_layout(todo) if todo else {}
+        parts = [given[c].to(scene.cells) if c in given else computed[:, layout[c]] for c in self.query_channels]
+        return self._in_channel_order(scene.cells, torch.cat(parts, 1))
 
     def _in_channel_order(self, image_cells: Tensor, coupled_cells: Tensor) -> Tensor:
         """Interleave image and question-coupled cell textures into the configured channel order."""
@@ -277,22 +297,32 @@ class ARR(nn.Module):
         return self.sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
 
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
-                budget: int | None = None) -> Allocation:
-        """Allocate ``budget`` (default: the config's) saccades per image for its question."""
+                budget: int | None = None, coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None
+                ) -> Allocation:
+        """Allocate ``budget`` (default: the config's) saccades per image for its question.
+
+        ``coupled(canvas, queries)`` may supply question-coupled channels per cell that are not
+        computed from pixels (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's attention to its gestalt).
+        """
         t: dict[str, float] = {}
         scene = self.see(images, prev=prev, timings=t)
-        return self.allocate(scene, queries, budget=budget, timings=t)
+        return self.allocate(scene, queries, budget=budget, timings=t, coupled=coupled)
 
     def allocate(self, scene: Scene, queries: str | Sequence[str], *, budget: int | None = None,
-                 timings: dict[str, float] | None = None) -> Allocation:
-        """Allocate on a :meth:`see` result: several questions or budgets on one image pay for its texture once."""
+                 timings: dict[str, float] | None = None,
+                 coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None) -> Allocation:
+        """Allocate on a :meth:`see` result: several questions or budgets on one image pay for its texture once.
+
+        ``coupled``: as in :meth:`forward`.
+        """
         t = {} if timings is None else timings
         k = self.config.sampler.budget if budget is None else check_int("budget", budget)
         canvas = scene.canvas
         queries = check_queries(queries, canvas.batch_size)
+        given = coupled(canvas, queries) if coupled is not None else None
         with _timed(t, "gestalt"):
             gestalt = self.gestalt(scene, k)
-        relevance, query_emb, cells = self._score(scene, queries, gestalt.vector, timings=t)
+        relevance, query_emb, cells = self._score(scene, queries, gestalt.vector, timings=t, given=given)
         with _timed(t, "selection"):
             selection = self.select(relevance.map, k, valid=canvas.valid, query_emb=query_emb)
         with _timed(t, "extraction"):

@@ -31,7 +31,7 @@ PERSPECTIVAL = {"saliency": 1.0, "eccentricity": -0.5, "motion": 1.0,  # what st
 # Question-coupled channels start with a fixed positive weight (the participatory bias): they already
 # score "how well this place matches the question" in [0, 1]. They are not standardised, so a question
 # that matches nothing adds nothing; 3.0 puts a perfect match level with a +3 sigma structure peak.
-PARTICIPATORY = {"text_match": 3.0, "key_value": 3.0, "objects": 3.0, "clip": 3.0}
+PARTICIPATORY = {"text_match": 3.0, "key_value": 3.0, "objects": 3.0, "clip": 3.0, "first_look": 3.0}
 
 
 @dataclass

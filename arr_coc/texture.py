@@ -280,6 +280,13 @@ def euclidean_distance_transform(features: Tensor) -> Tensor:
     return d2.sqrt()[:, None].clamp_max(big)
 
 
+@register_channel("first_look", differentiable=False, needs_query=True)
+def _first_look(inputs: TextureInputs) -> Tensor:
+    """The VLM's own attention from the question to its gestalt: where the model itself looks first."""
+    raise ValueError("the 'first_look' channel is read from a VLM's attention, not from pixels: use it through "
+                     "arr_coc.vlm.ask (arr-coc ask --channels ... first_look), which runs the model's first look")
+
+
 @register_channel("distance", differentiable=False)
 def _distance(inputs: TextureInputs) -> Tensor:
     """Distance to the nearest strong edge, normalised per image (1 everywhere if no edge): room around objects."""

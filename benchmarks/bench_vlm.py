@@ -1,22 +1,27 @@
-"""Vision-tower and LLM-prefill wall time of Qwen2.5-VL-3B: full resolution vs gestalt + saccades.
+"""End-to-end time of Qwen2.5-VL-3B on one page: full resolution vs gestalt + saccades, allocation included.
 
 The real-size Qwen2.5-VL-3B-Instruct architecture (its public config.json, written out below) with
 random weights: timing needs the shapes, not trained values. One page of ``--size`` px (the bundled
 receipt resized; 1344 px = 48 x 48 cells of 28 px = 2304 visual tokens), batch 1, a fixed ~30-token
-chat prompt around the image. Three methods, interleaved in every repeat (same process, same load):
+chat prompt around the image. Three methods, interleaved in every repeat (same process, same load),
+each timed as allocation + vision + prefill:
 
 * full resolution -- ``adapter.encode_native``: every cell through the tower, 2304 tokens to the LLM;
-* gestalt + saccades, ``sparse`` -- the tower encodes only the 16 x 16 gestalt and the K chosen cells;
-* gestalt + saccades, ``slice`` -- the tower encodes the gestalt and the *full* grid, then keeps the
-  K chosen tokens: its tower time is the full tower's plus the gestalt, only the prefill shrinks.
+* sparse, ``arr`` allocation -- ARR as ``arr-coc ask`` runs it (default channels: OCR, texture,
+  learned saliency; MiniLM) actually run on the page, then the tower encodes the gestalt and the K
+  cells ARR chose, and the LLM prefills prefix, gestalt, saccades, question;
+* sparse, ``vlm`` relevance -- the tower encodes the gestalt; the LLM prefills prefix + gestalt and
+  reads the question over it (the first look, :mod:`arr_coc.vlm.look`); ARR's sampler picks K cells
+  on that attention map; the tower encodes them and the LLM continues its cache with saccades +
+  question. Its allocation is only the extra work: the question's forward, the attention read, the
+  map and the sampler.
 
-Vision = the adapter's encode call (patchify, gestalt resize, one tower call); prefill = one forward
-of ``adapter.language_model`` over the assembled prompt, no KV cache. Medians of ``--repeats``
-under ``torch.inference_mode()`` at torch's default thread count, beside the FLOP estimate of
-:func:`arr_coc.vlm.base.flops_estimate`. Writes a markdown table and a PNG under ``--out``.
+Medians of ``--repeats`` under ``torch.inference_mode()`` at torch's default thread count, beside
+the FLOP estimate of :func:`arr_coc.vlm.base.flops_estimate`. Writes a markdown table and a PNG
+under ``--out``.
 
-    python benchmarks/bench_vlm.py [--size 1344] [--budget 273] [--gestalt 16] [--repeats 3]
-                                   [--dtype auto|float32|bfloat16] [--tiny]
+    python benchmarks/bench_vlm.py [--size 1344] [--budget 273] [--repeats 3]
+                                   [--dtype auto|float32|bfloat16] [--tiny] [--channels ...]
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
-from arr_coc.vlm.ask import _flops
+from arr_coc.vlm.ask import prefill_flops
 from arr_coc.vlm.base import assemble
 from arr_coc.vlm.qwen import Qwen25VLAdapter
 
@@ -52,8 +57,9 @@ QWEN25_VL_3B_VISION = dict(
 QWEN25_VL_3B_IDS = dict(image_token_id=151655, video_token_id=151656, vision_start_token_id=151652,
                         vision_end_token_id=151653)
 
-METHODS = ("full resolution", "gestalt + saccades (sparse)", "gestalt + saccades (slice)")
-COLUMNS = ("method", "visual tokens", "vision (ms)", "prefill (ms)", "total (ms)", "speed-up", "est. TFLOP")
+METHODS = ("full resolution", "sparse, arr allocation", "sparse, vlm relevance")
+COLUMNS = ("method", "visual tokens", "allocation (ms)", "vision (ms)", "prefill (ms)", "total (ms)",
+           "allocation share", "speed-up", "est. TFLOP")
 QUESTION_TOKENS = 20
 
 
@@ -150,6 +156,8 @@ def probe_dtypes(m: int = 1024, k: int = 2048, n: int = 5504, repeats: int = 3) 
 
 def choose_dtype(choice: str) -> tuple[torch.dtype, str]:
     """``auto``: bfloat16 if the probe matmul runs faster in it, else float32; the reason as text."""
+    if choice != "auto":
+        return getattr(torch, choice), f"{choice} (chosen by --dtype)"
     probe = probe_dtypes()
     f32, bf16 = probe[torch.float32], probe[torch.bfloat16]
     measured = f"a 1024x2048 @ 2048x5504 matmul took {f32:.1f} ms in float32, {bf16:.1f} ms in bfloat16"
@@ -184,23 +192,84 @@ def prompt_ids(config: Any, seed: int = 0) -> tuple[list[int], list[int]]:
     return pre, suf
 
 
-def saccade_cells(grid: tuple[int, int], budget: int, seed: int = 0) -> torch.Tensor:
-    """K cells [K, 2] from arr_coc's stratified sampler on a seeded random relevance map."""
-    from arr_coc.samplers import stratified_cells
+def arr_allocator(cell: int, size: int, channels: Sequence[str] | None, query_encoder: str) -> Any:
+    """ARR as ``arr-coc ask`` builds it: the default channels (OCR included) unless ``channels`` is given."""
+    from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
+    from arr_coc.pipeline import ARR
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
 
-    g = torch.Generator().manual_seed(seed)
-    relevance = torch.rand(1, *grid, generator=g)
-    return stratified_cells(relevance, budget, grid=(4, 4) if budget >= 16 else (1, 1)).positions[0]
+    encoder = HashingQueryEncoder() if query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    config = ARRConfig(canvas=CanvasConfig(cell=cell, max_pixels=max(size * size, CanvasConfig.max_pixels)),
+                       texture=TextureConfig(channels=tuple(channels) if channels else None))
+    return ARR(config, query_encoder=encoder).eval()
 
 
-def make_encoders(adapter: Any, image: torch.Tensor, cells: torch.Tensor,
-                  gestalt: tuple[int, int]) -> dict[str, Any]:
-    """Per method, a call that encodes ``image`` into its visual tokens."""
-    return {
-        METHODS[0]: lambda: adapter.encode_native([image]),
-        METHODS[1]: lambda: adapter.encode([image], [cells], mode="sparse", gestalt=[gestalt], layout="scaled"),
-        METHODS[2]: lambda: adapter.encode([image], [cells], mode="slice", gestalt=[gestalt], layout="scaled"),
-    }
+def forward(adapter: Any, pf: Any, cache: Any = None, past_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """One LLM forward over a prefill (continuing ``cache`` when given): the timed prefill."""
+    mask = pf.attention_mask if past_mask is None else torch.cat([past_mask, pf.attention_mask], 1)
+    return adapter.language_model(dict(inputs_embeds=pf.inputs_embeds, attention_mask=mask,
+                                       position_ids=pf.position_ids, past_key_values=cache,
+                                       visual_mask=pf.visual_mask, deepstack=pf.deepstack))
+
+
+def make_runs(adapter: Any, arr: Any, image: torch.Tensor, question: str, pre: list[int], suf: list[int],
+              budget: int, layers: Sequence[int] | None) -> dict[str, Any]:
+    """Per method, a call that answers ``image`` up to the prefill -> (stage ms, visual tokens, prompt length, hidden).
+
+    Stages: ``allocation`` (choosing the saccades), ``vision`` (tower calls), ``prefill`` (LLM
+    forwards that a single pass makes too). ``detail`` holds the allocation's own stages.
+    """
+    from arr_coc.cache import ImageCache
+    from arr_coc.vlm.base import timed
+    from arr_coc.vlm.look import first_look, second_pass_prefill
+
+    cell = adapter.cell
+    grid = (image.shape[1] // cell, image.shape[2] // cell)
+    gestalt = arr.config.gestalt.grid_for(budget, grid)
+
+    def full() -> tuple:
+        t: dict[str, float] = {}
+        with timed(t, "vision"):
+            vis = adapter.encode_native([image])
+        pf = assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows)
+        with timed(t, "prefill"):
+            hidden = forward(adapter, pf)
+        return t, {}, vis[0], pf.inputs_embeds.shape[1], hidden, None
+
+    def sparse_arr() -> tuple:
+        arr.cache = ImageCache()  # the OCR and every other image-only channel run again, as on a new page
+        t: dict[str, float] = {}
+        with timed(t, "allocation"):
+            alloc = arr(image, question, budget=budget)
+        with timed(t, "vision"):
+            vis = adapter.encode([image], [alloc.positions[0]], mode="sparse", gestalt=[gestalt], layout="scaled")
+        pf = assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows)
+        with timed(t, "prefill"):
+            hidden = forward(adapter, pf)
+        detail = {k: v for k, v in alloc.timings_ms.items()}
+        return t, detail, vis[0], pf.inputs_embeds.shape[1], hidden, None
+
+    def sparse_vlm() -> tuple:
+        t: dict[str, float] = {}
+        look_t: dict[str, float] = {}
+        with timed(t, "vision"):
+            seen = adapter.encode_gestalt([image], [gestalt])
+        look = first_look(adapter, seen, [gestalt], prompts=[(pre, suf)], layers=layers, timings=look_t)
+        t["prefill"] = look_t["prefill/gestalt"]
+        t["allocation"] = look_t["allocation/first look"]
+        with timed(t, "allocation"), timed(look_t, "relevance + selection"):
+            rel = look.relevance_map([grid], grid)
+            cells = arr.sampler(rel, budget, valid=torch.ones(1, *grid, dtype=torch.bool, device=rel.device)).positions[0]
+        with timed(t, "vision"):
+            vis = adapter.encode([image], [cells], mode="sparse", gestalt=[gestalt], layout="scaled", encoded=seen)
+        pf = second_pass_prefill(adapter, look, vis)
+        with timed(t, "prefill"):
+            hidden = forward(adapter, pf, look.cache, look.attention_mask)
+        detail = {"first look": look_t["allocation/first look"], "relevance + selection": look_t["relevance + selection"]}
+        prompt = look.attention_mask.shape[1] + pf.inputs_embeds.shape[1]
+        return t, detail, vis[0], prompt, hidden, (len(suf), len(pre) + len(seen[0]))
+
+    return {METHODS[0]: full, METHODS[1]: sparse_arr, METHODS[2]: sparse_vlm}
 
 
 def peak_rss_gib() -> float:
@@ -210,20 +279,86 @@ def peak_rss_gib() -> float:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=1344, help="page side in px, a multiple of the 28 px cell")
-    ap.add_argument("--budget", type=int, default=273, help="saccades K")
-    ap.add_argument("--gestalt", type=int, default=16, help="gestalt grid side (cells)")
+    ap.add_argument("--budget", type=int, default=273, help="saccades K (the gestalt follows arr-coc's rule)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=0,
                     help="untimed passes of every method on the full page (after one on a small page)")
     ap.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto")
     ap.add_argument("--tiny", action="store_true", help="arr_coc's tiny config instead of the 3B one (smoke test)")
+    ap.add_argument("--channels", nargs="+", default=None, metavar="NAME",
+                    help="ARR's texture channels for the arr allocation (default: arr-coc's, OCR included)")
+    ap.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
+    ap.add_argument("--question", default="What is the total?", help="the question ARR allocates for")
+    ap.add_argument("--layers", type=int, nargs="+", default=None,
+                    help="decoder layers the first look reads (default: the middle half)")
+    ap.add_argument("--flops-only", action="store_true",
+                    help="no timing: the model is built on the meta device (no memory) and only the FLOP table "
+                         "(allocation included) and ARR's allocation time on the page are reported")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     return ap.parse_args(argv)
 
 
+def flop_table(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """FLOP estimates of the three methods on the real-size model built on the meta device, and ARR's
+    allocation time on the page (measured, ``--repeats`` times, image cache emptied each time)."""
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    from arr_coc.cache import ImageCache
+
+    config = qwen25_vl_3b_config(tiny=args.tiny)
+    with torch.device("meta"):
+        adapter = Qwen25VLAdapter(Qwen2_5_VLForConditionalGeneration(config))
+    cell = adapter.cell
+    grid = (args.size // cell, args.size // cell)
+    arr = arr_allocator(cell, args.size, args.channels, args.query_encoder)
+    gestalt = arr.config.gestalt.grid_for(args.budget, grid)
+    pre, suf = prompt_ids(config, args.seed)
+    mm, g, k = adapter.merge ** 2, gestalt[0] * gestalt[1], args.budget
+    sparse = len(pre) + g + k + len(suf)
+    rows = [dict(method=METHODS[0], flops=prefill_flops(adapter, len(pre) + grid[0] * grid[1] + len(suf),
+                                                       (grid[0] * grid[1] * mm,))),
+            dict(method=METHODS[1], flops=prefill_flops(adapter, sparse, (g * mm, k * mm))),
+            dict(method=METHODS[2], flops=prefill_flops(adapter, sparse, (g * mm, k * mm), len(suf), len(pre) + g))]
+    image, times = page(args.size), []
+    with torch.inference_mode():
+        arr(page(8 * cell), args.question, budget=16)  # loads the channels' models
+        for _ in tqdm(range(args.repeats), desc="arr allocation"):
+            arr.cache = ImageCache()
+            t = time.perf_counter()
+            alloc = arr(image, args.question, budget=k)
+            times.append((time.perf_counter() - t) * 1e3)
+    full = rows[0]["flops"]["total"]
+    lines = [f"FLOP estimate (flops_estimate: 2 per weight per token + attention, the tower's window attention "
+             f"counted per window), {'tiny' if args.tiny else 'Qwen2.5-VL-3B-Instruct'} architecture, one "
+             f"{args.size}x{args.size} px page = {grid[0]}x{grid[1]} cells, gestalt {gestalt[0]}x{gestalt[1]} + K = "
+             f"{k}, {len(pre) + len(suf)} text tokens; allocation = the VLM work of choosing the saccades (the "
+             "first look's question tokens once more; ARR's own models are not counted):", "",
+             "| method | prompt tokens | tower patches | vision TFLOP | LLM TFLOP | allocation TFLOP | total TFLOP | "
+             "full / method | allocation share |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r, (prompt, segs) in zip(rows, [(len(pre) + grid[0] * grid[1] + len(suf), (grid[0] * grid[1] * mm,)),
+                                        (sparse, (g * mm, k * mm)), (sparse, (g * mm, k * mm))]):
+        f = r["flops"]
+        lines.append(f"| {r['method']} | {prompt} | {' + '.join(map(str, segs))} | {f['vision'] / 1e12:.3f} | "
+                     f"{f['llm'] / 1e12:.3f} | {f['allocation'] / 1e12:.4f} | {f['total'] / 1e12:.3f} | "
+                     f"{full / f['total']:.2f}x | {100 * f['allocation'] / f['total']:.2f}% |")
+    lines += ["", f"ARR's allocation on this page, measured (channels {list(arr.channels)}, {args.query_encoder} query "
+                  f"encoder, image cache emptied each time; torch {torch.__version__}, {torch.get_num_threads()} "
+                  f"threads): median {statistics.median(times):.0f} ms of {args.repeats} "
+                  f"({', '.join(f'{x:.0f}' for x in times)}); stages of the last run: "
+                  + ", ".join(f"{n} {v:.0f}" for n, v in alloc.timings_ms.items()) + " ms."]
+    table = "\n".join(lines)
+    print(table)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "bench_vlm_flops.md").write_text(table + "\n")
+    print(f"wrote {args.out / 'bench_vlm_flops.md'}")
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
+    if args.flops_only:
+        return flop_table(args)
     start = time.perf_counter()
     torch.manual_seed(args.seed)
     dtype, dtype_note = choose_dtype(args.dtype)
@@ -245,60 +380,52 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     if args.size % cell:
         raise SystemExit(f"--size must be a multiple of the {cell} px cell, got {args.size}")
     grid = (args.size // cell, args.size // cell)
-    gestalt = (min(args.gestalt, grid[0]), min(args.gestalt, grid[1]))
     if args.budget > grid[0] * grid[1]:
         raise SystemExit(f"--budget {args.budget} exceeds the {grid[0] * grid[1]} cells of the page")
+    arr = arr_allocator(cell, args.size, args.channels, args.query_encoder)
+    gestalt = arr.config.gestalt.grid_for(args.budget, grid)
     pre, suf = prompt_ids(config, args.seed)
-    encoders = make_encoders(adapter, page(args.size), saccade_cells(grid, args.budget, args.seed), gestalt)
-    # a first untimed pass on a small page (8x8 cells) wakes up kernels and the allocator cheaply
+    runs = make_runs(adapter, arr, page(args.size), args.question, pre, suf, args.budget, args.layers)
+    # a first untimed pass on a small page (8x8 cells) loads the channels' models and wakes up kernels cheaply
     side = min(grid[0], 8)
-    small_enc = make_encoders(adapter, page(side * cell), saccade_cells((side, side), side * side // 4, args.seed),
-                              (side // 2, side // 2))
-    times: dict[str, dict[str, list[float]]] = {m: {"vision": [], "prefill": []} for m in METHODS}
-    seen: dict[str, tuple[int, int, tuple[int, ...]]] = {}
+    warm = make_runs(adapter, arr, page(side * cell), args.question, pre, suf, side * side // 4, args.layers)
+    times: dict[str, dict[str, list[float]]] = {m: {} for m in METHODS}
+    details: dict[str, dict[str, list[float]]] = {m: {} for m in METHODS}
+    seen: dict[str, tuple] = {}
     finite = True
     with torch.inference_mode():
         for method in METHODS:
-            vis = small_enc[method]()
-            pf = assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows)
-            adapter.language_model(dict(inputs_embeds=pf.inputs_embeds, attention_mask=pf.attention_mask,
-                                        position_ids=pf.position_ids, visual_mask=pf.visual_mask,
-                                        deepstack=pf.deepstack))
+            warm[method]()
     passes = args.warmup + args.repeats
-    with torch.inference_mode(), tqdm(total=2 * passes * len(METHODS), desc="bench_vlm") as bar:
+    with torch.inference_mode(), tqdm(total=passes * len(METHODS), desc="bench_vlm") as bar:
         for rep in range(passes):
             order = METHODS[rep % len(METHODS):] + METHODS[:rep % len(METHODS)]  # no method always runs first
             for method in order:
-                label = f"{'warm-up' if rep < args.warmup else f'repeat {rep - args.warmup + 1}'}: {method}"
-                bar.set_postfix_str(f"{label} vision")
-                t0 = time.perf_counter()
-                vis = encoders[method]()
-                t1 = time.perf_counter()
-                bar.update()
-                prefill = assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows)
-                bar.set_postfix_str(f"{label} prefill")
-                t2 = time.perf_counter()
-                hidden = adapter.language_model(dict(
-                    inputs_embeds=prefill.inputs_embeds, attention_mask=prefill.attention_mask,
-                    position_ids=prefill.position_ids, visual_mask=prefill.visual_mask, deepstack=prefill.deepstack))
-                t3 = time.perf_counter()
+                bar.set_postfix_str(f"{'warm-up' if rep < args.warmup else f'repeat {rep - args.warmup + 1}'}: "
+                                    f"{method}")
+                stages, detail, vis, prompt, hidden, look = runs[method]()
                 bar.update()
                 finite &= bool(torch.isfinite(hidden).all())
-                seen[method] = (len(vis[0]), prefill.inputs_embeds.shape[1], vis[0].vision_segments)
+                seen[method] = (len(vis), prompt, vis.vision_segments, look)
                 if rep >= args.warmup:
-                    times[method]["vision"].append((t1 - t0) * 1e3)
-                    times[method]["prefill"].append((t3 - t2) * 1e3)
-                del vis, prefill, hidden
+                    for k, v in stages.items():
+                        times[method].setdefault(k, []).append(v)
+                    for k, v in detail.items():
+                        details[method].setdefault(k, []).append(v)
+                del hidden
 
     rows = []
     for method in METHODS:
-        tokens, prompt, segments = seen[method]
-        vision, pre_ms = statistics.median(times[method]["vision"]), statistics.median(times[method]["prefill"])
-        total = statistics.median([a + b for a, b in zip(times[method]["vision"], times[method]["prefill"])])
-        flops = _flops(adapter, prompt, segments)
+        tokens, prompt, segments, look = seen[method]
+        st = {k: times[method].get(k, [0.0] * args.repeats) for k in ("allocation", "vision", "prefill")}
+        totals = [a + v + p for a, v, p in zip(st["allocation"], st["vision"], st["prefill"])]
+        flops = prefill_flops(adapter, prompt, segments, *(look or (0, 0)))
         rows.append(dict(method=method, visual_tokens=tokens, prompt_tokens=prompt, vision_segments=segments,
-                         vision_ms=vision, prefill_ms=pre_ms, total_ms=total, flops=flops,
-                         totals_ms=[a + b for a, b in zip(times[method]["vision"], times[method]["prefill"])]))
+                         allocation_ms=statistics.median(st["allocation"]), vision_ms=statistics.median(st["vision"]),
+                         prefill_ms=statistics.median(st["prefill"]), total_ms=statistics.median(totals),
+                         share=statistics.median([a / tt for a, tt in zip(st["allocation"], totals)]),
+                         flops=flops, totals_ms=totals,
+                         detail={k: statistics.median(v) for k, v in details[method].items()}))
     full = rows[0]
     for r in rows:
         r["speedup"] = full["total_ms"] / r["total_ms"]
@@ -307,21 +434,27 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     text_tokens = len(pre) + len(suf)
     head = (
         f"{name} with random weights ({n_all / 1e9:.2f} B parameters, {n_vit / 1e6:.0f} M in the vision tower), "
-        f"batch 1: one {args.size}x{args.size} px page = {grid[0]}x{grid[1]} cells of {cell} px; "
-        f"gestalt {gestalt[0]}x{gestalt[1]} + K = {args.budget} saccades; {text_tokens} text tokens around the image. "
+        f"batch 1: one {args.size}x{args.size} px page (the bundled receipt, resized) = {grid[0]}x{grid[1]} cells of "
+        f"{cell} px; gestalt {gestalt[0]}x{gestalt[1]} + K = {args.budget} saccades; {text_tokens} text tokens around "
+        f"the image. `arr` allocation: ARR with channels {list(arr.channels)} and the {args.query_encoder} query "
+        f"encoder, its image cache emptied before every repeat (OCR runs each time), on the CPU. `vlm` relevance: "
+        f"the first look reads decoder layers {list(args.layers) if args.layers else 'of the middle half'}; its "
+        f"allocation is the question's extra forward, the attention read from it, the cell map and the sampler. "
         f"Median of {args.repeats} interleaved repeats (method order rotated each repeat) after an untimed pass on "
         f"an 8x8-cell page{f' and {args.warmup} on the full page' if args.warmup else ''}; torch.inference_mode, "
         f"dtype {dtype_note}; torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}. "
         f"Model built in {build_s:.1f} s; peak RSS {peak_rss_gib():.1f} GiB; whole run {run_s / 60:.1f} min. "
-        "Vision = the adapter's encode call (one tower call); prefill = one LLM forward over the assembled "
-        "prompt, no KV cache; total = median of the per-repeat sums; speed-up = full resolution's total / the "
-        "method's; est. TFLOP = flops_estimate (2 per weight per token + attention, window attention counted "
-        "as full) for tower + prefill."
+        "Vision = tower calls; prefill = LLM forwards a single pass makes too (for `vlm`: prefix + gestalt, then "
+        "saccades + question on its cache), no decoding; total = median of the per-repeat sums of allocation + "
+        "vision + prefill; speed-up = full resolution's total / the method's; est. TFLOP = flops_estimate "
+        "(2 per weight per token + attention; the tower's window attention counted per window) for tower + "
+        "prefill + the VLM work of the allocation (the `arr` allocation's OCR and texture are not counted)."
         + ("" if finite else " WARNING: non-finite LLM outputs."))
     lines = [head, "", "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
     for r in rows:
-        lines.append(f"| {r['method']} | {r['visual_tokens']} | {r['vision_ms']:.0f} | {r['prefill_ms']:.0f} | "
-                     f"{r['total_ms']:.0f} | {r['speedup']:.2f}x | {r['flops']['total'] / 1e12:.3g} |")
+        lines.append(f"| {r['method']} | {r['visual_tokens']} | {r['allocation_ms']:.0f} | {r['vision_ms']:.0f} | "
+                     f"{r['prefill_ms']:.0f} | {r['total_ms']:.0f} | {100 * r['share']:.1f}% | {r['speedup']:.2f}x | "
+                     f"{r['flops']['total'] / 1e12:.3g} |")
     lines += ["", "Speed-up over full resolution per stage (measured), and the estimated FLOP ratio:", "",
               "| method | prompt tokens | tower patches | vision | prefill | total | est. FLOP |",
               "|---|---:|---:|---:|---:|---:|---:|"]
@@ -329,6 +462,13 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         lines.append(f"| {r['method']} | {r['prompt_tokens']} | {' + '.join(map(str, r['vision_segments']))} | "
                      f"{full['vision_ms'] / r['vision_ms']:.2f}x | {full['prefill_ms'] / r['prefill_ms']:.2f}x | "
                      f"{r['speedup']:.2f}x | {full['flops']['total'] / r['flops']['total']:.2f}x |")
+    lines += ["", "Allocation stages (median ms): " + "; ".join(
+        f"{r['method']}: " + ", ".join(f"{k} {v:.0f}" for k, v in r["detail"].items())
+        for r in rows[1:]) + "."]
+    vlm = rows[2]
+    lines += ["", f"Goals: `vlm` allocation = {100 * vlm['share']:.1f}% of its sparse path (goal <= 10%); end to end, "
+                  f"allocation included, `vlm` is {vlm['speedup']:.2f}x and `arr` {rows[1]['speedup']:.2f}x faster "
+                  "than full resolution (goal >= 5x)."]
     lines += ["", "Per-repeat totals (ms), in run order: " + "; ".join(
         f"{r['method']}: {', '.join(f'{x:.0f}' for x in r['totals_ms'])}" for r in rows) + "."]
     table = "\n".join(lines)
@@ -348,21 +488,25 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [r["method"].replace("gestalt + saccades ", "ours ") for r in rows]
+    labels = [r["method"] for r in rows]
     x = range(len(rows))
     fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    alloc = [r["allocation_ms"] / 1e3 for r in rows]
     vis = [r["vision_ms"] / 1e3 for r in rows]
     pre = [r["prefill_ms"] / 1e3 for r in rows]
-    a1.bar(x, vis, color="#4C72B0", label="vision tower")
-    a1.bar(x, pre, bottom=vis, color="#DD8452", label="LLM prefill")
+    a1.bar(x, alloc, color="#55A868", label="allocation")
+    a1.bar(x, vis, bottom=alloc, color="#4C72B0", label="vision tower")
+    a1.bar(x, pre, bottom=[a + v for a, v in zip(alloc, vis)], color="#DD8452", label="LLM prefill")
     for i, r in enumerate(rows):
-        a1.text(i, vis[i] + pre[i], f"{r['speedup']:.2f}x", ha="center", va="bottom")
+        a1.text(i, alloc[i] + vis[i] + pre[i], f"{r['speedup']:.2f}x", ha="center", va="bottom")
     a1.set_ylabel("measured wall time (s, median)")
     a1.set_title("measured (speed-up over full resolution)")
+    fa = [r["flops"]["allocation"] / 1e12 for r in rows]
     fv = [r["flops"]["vision"] / 1e12 for r in rows]
     fl = [r["flops"]["llm"] / 1e12 for r in rows]
-    a2.bar(x, fv, color="#4C72B0", label="vision tower")
-    a2.bar(x, fl, bottom=fv, color="#DD8452", label="LLM prefill")
+    a2.bar(x, fa, color="#55A868", label="allocation (VLM work)")
+    a2.bar(x, fv, bottom=fa, color="#4C72B0", label="vision tower")
+    a2.bar(x, fl, bottom=[a + v for a, v in zip(fa, fv)], color="#DD8452", label="LLM prefill")
     a2.set_ylabel("estimated TFLOP")
     a2.set_title("estimated (flops_estimate)")
     for ax in (a1, a2):

@@ -88,7 +88,7 @@ def test_sliders_scale_the_parts_and_presets_name_real_settings(scope, page):
     rel, w = base.allocation.relevance, base.allocation.relevance.weights
     torch.testing.assert_close(only.allocation.relevance.map, rel.parts[:, 2] * w[:, 2, None, None])
     assert not torch.equal(only.sent, base.sent)
-    assert all(p.get("sampler", "stratified") in methods() for p in PRESETS.values())
+    assert all(p.get("sampler", SamplerConfig.name) in methods() for p in PRESETS.values())
 
 
 def test_json_download_keeps_the_look_json_schema_and_the_png_is_written(scope, page, tmp_path):
@@ -155,6 +155,6 @@ def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp
 def test_a_checkpoint_that_is_not_a_torch_file_is_a_readable_error(scope, page, tmp_path):
     garbage = tmp_path / "scorer.pt"
     garbage.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="cannot read scorer weights"):
+    with pytest.raises(ValueError, match="cannot be read as scorer weights"):
         scope.run(read_upload(page), "What is the total due?",
                   Settings(channels=MVP_CHANNELS, weights=str(garbage)))

@@ -16,7 +16,9 @@ import pytest
 from PIL import Image, ImageDraw
 
 from arr_coc.app.browser import Page, chromium, server
+from arr_coc.app.ui import COMPARE_WITH
 from arr_coc.app.views import DIM, font
+from arr_coc.config import SamplerConfig
 
 CELL = 28
 ROWS, COLS = 12, 16  # a 448 x 336 px page: 192 token cells
@@ -109,8 +111,9 @@ def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
         assert status.startswith("Done"), status
         assert "tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in page.text("summary")
 
-        page.tab("Compare")  # A (stratified, as above) and B (top-K) side by side, each with its tokens
+        page.tab("Compare")  # A (the default sampler, as above) and B (another) side by side, with their tokens
         assert page.run("compare").startswith("Done")
         a, b = page.text("summary-a"), page.text("summary-b")
-        assert "method stratified" in a and "method topk" in b
+        assert COMPARE_WITH != SamplerConfig.name
+        assert f"method {SamplerConfig.name}" in a and f"method {COMPARE_WITH}" in b
         assert all("tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in s for s in (a, b))

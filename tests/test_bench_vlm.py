@@ -26,39 +26,45 @@ def table_rows(text: str, header: str) -> list[list[str]]:
 
 def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
     bench = load_bench()
-    size, budget, gestalt = 448, 40, 8  # 16 x 16 cells of 28 px
-    rows = bench.main(["--tiny", "--repeats", "1", "--size", str(size), "--budget", str(budget),
-                       "--gestalt", str(gestalt), "--out", str(tmp_path)])
+    size, budget = 448, 40  # 16 x 16 cells of 28 px; arr-coc's gestalt for K = 40 is 6 x 6
+    rows = bench.main(["--tiny", "--repeats", "1", "--size", str(size), "--budget", str(budget), "--dtype", "float32",
+                       "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)])
     md = (tmp_path / "bench_vlm.md").read_text()
     assert md.strip() in capsys.readouterr().out  # the table is printed as written
     assert (tmp_path / "bench_vlm.png").stat().st_size > 0
 
-    table = table_rows(md, "| method |")
+    table = table_rows(md, "| method | visual tokens |")
     assert table[0] == list(bench.COLUMNS)
     assert [r[0] for r in table[1:]] == list(bench.METHODS)
-    full, sparse, slice_ = table[1:]
-    cells = (size // 28) ** 2
+    full, arr, vlm = table[1:]
+    cells, gestalt = (size // 28) ** 2, 6 * 6
     assert int(full[1]) == cells == 256
-    assert int(sparse[1]) == int(slice_[1]) == gestalt * gestalt + budget == 104
-    assert full[5] == "1.00x"
+    assert int(arr[1]) == int(vlm[1]) == gestalt + budget == 76
+    assert full[2] == "0" and full[6] == "0.0%" and full[7] == "1.00x"
     for r in table[1:]:
-        vision, prefill, total = (float(x) for x in r[2:5])
-        assert vision > 0 and prefill > 0 and total > 0
-        assert r[5].endswith("x") and float(r[5][:-1]) > 0 and float(r[6]) > 0
+        alloc, vision, prefill, total = (float(x) for x in r[2:6])
+        assert vision > 0 and prefill > 0 and total >= alloc + vision + prefill - 2  # medians of per-repeat sums
+        assert r[7].endswith("x") and float(r[7][:-1]) > 0 and float(r[8]) > 0
+    assert float(arr[2]) > 0 and float(vlm[2]) > 0
 
-    # the tower saw every patch at full resolution, gestalt + saccades only in sparse, gestalt + all in slice
+    # the tower saw every patch at full resolution, the gestalt and the K saccades in both sparse paths
     by = {r["method"]: r for r in rows}
     assert by[bench.METHODS[0]]["vision_segments"] == (cells * 4,)
-    assert by[bench.METHODS[1]]["vision_segments"] == (gestalt * gestalt * 4, budget * 4)
-    assert by[bench.METHODS[2]]["vision_segments"] == (gestalt * gestalt * 4, cells * 4)
+    assert by[bench.METHODS[1]]["vision_segments"] == by[bench.METHODS[2]]["vision_segments"] == (gestalt * 4,
+                                                                                                    budget * 4)
     text = by[bench.METHODS[0]]["prompt_tokens"] - cells
-    assert by[bench.METHODS[1]]["prompt_tokens"] == by[bench.METHODS[2]]["prompt_tokens"] == text + 104
-    # fewer estimated FLOPs for gestalt + saccades than for full resolution
-    assert by[bench.METHODS[1]]["flops"]["total"] < by[bench.METHODS[0]]["flops"]["total"]
+    assert by[bench.METHODS[1]]["prompt_tokens"] == by[bench.METHODS[2]]["prompt_tokens"] == text + 76
+    # FLOPs: the first look adds the question's tokens once more; arr's allocation adds no VLM work
+    f_full, f_arr, f_vlm = (by[m]["flops"] for m in bench.METHODS)
+    assert f_arr["allocation"] == 0 and f_vlm["allocation"] > 0
+    assert f_vlm["total"] == f_arr["total"] + f_vlm["allocation"] < f_full["total"]
+    assert set(by[bench.METHODS[2]]["detail"]) == {"first look", "relevance + selection"}
+    assert "channel/edges" in by[bench.METHODS[1]]["detail"]
 
     stages = table_rows(md, "| method | prompt tokens |")
     assert [r[0] for r in stages[1:]] == list(bench.METHODS)
-    assert stages[1][2] == str(cells * 4) and stages[2][2] == f"{gestalt * gestalt * 4} + {budget * 4}"
+    assert stages[1][2] == str(cells * 4) and stages[2][2] == f"{gestalt * 4} + {budget * 4}"
+    assert "Goals: `vlm` allocation = " in md
 
 
 def test_the_3b_config_builds_exactly_the_published_qwen25_vl_3b_instruct():
@@ -101,3 +107,15 @@ def test_meta_built_model_equals_a_normally_built_one_with_its_weights():
     image = bench.page(5 * 28)[:, :, :4 * 28]  # 5 x 4 cells
     a, b = (bench.Qwen25VLAdapter(m).encode_native([image])[0].embeds for m in (fast, ref))
     assert torch.isfinite(a).all() and torch.equal(a, b)
+
+
+def test_flops_only_counts_the_first_look_and_windows_without_running_the_model(tmp_path):
+    bench = load_bench()
+    rows = bench.main(["--flops-only", "--tiny", "--repeats", "1", "--size", "448", "--budget", "40",
+                       "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)])
+    full, arr, vlm = (r["flops"] for r in rows)
+    assert arr["allocation"] == 0 < vlm["allocation"]
+    assert vlm["total"] == arr["total"] + vlm["allocation"] and arr["llm"] == vlm["llm"]
+    assert full["total"] > vlm["total"]
+    md = (tmp_path / "bench_vlm_flops.md").read_text()
+    assert "| sparse, vlm relevance | 106 | 144 + 160 |" in md and "ARR's allocation on this page, measured" in md

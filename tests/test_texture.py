@@ -37,7 +37,8 @@ def _images(b: int = 3, h: int = 24, w: int = 20, seed: int = 0) -> torch.Tensor
 
 ENCODER = HashingQueryEncoder()
 # Channels whose model the user must supply (no weights here); their own test file builds tiny ones.
-NEEDS_WEIGHTS = {"clip": "tests/test_channels_clip.py"}
+# first_look is read from a VLM's attention, not computed from pixels.
+NEEDS_WEIGHTS = {"clip": "tests/test_channels_clip.py", "first_look": "tests/test_vlm_ask.py"}
 NAMES = [n for n in CHANNELS.names() if n not in NEEDS_WEIGHTS]
 
 

@@ -193,3 +193,139 @@ def test_cli_ask_with_a_quadtree_reports_its_tokens_or_asks_for_a_larger_budget(
     assert main(argv + ["--budget", "5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("arr-coc: error: allocator 'quadtree' needs a larger budget") and "raise --budget" in err
+
+
+# ----------------------------------------------------------------------------- relevance from the VLM's first look
+
+
+def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_one_pass(tiny):
+    from arr_coc.vlm.base import assemble, generate
+    from arr_coc.vlm.look import first_look
+
+    adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 11
+    arr, img = fast_arr(adapter.cell), small_image(adapter, seed=2)
+    a = ask(adapter, img, q, arr=arr, budget=k, relevance="vlm", max_new_tokens=4)[0]
+    assert (a.relevance, a.gestalt_tokens, a.saccades, a.full_tokens) == ("vlm", 4, k, 48)
+    # the same first look by hand: its map spread over the 6x8 cells, ARR's sampler on it
+    gestalt = adapter.encode_gestalt([img], [(2, 2)])
+    look = first_look(adapter, gestalt, [(2, 2)], [q])
+    rel = look.cell_maps([(6, 8)])[0]
+    chosen = arr.sampler(rel[None], k, valid=torch.ones(1, 6, 8, dtype=torch.bool)).positions[0]
+    assert a.cells.tolist() == chosen.tolist()
+    # one fresh pass over prefix, gestalt, those saccades, question gives the same answer tokens
+    vis = adapter.encode([img], [chosen], gestalt=[(2, 2)])
+    pre, suf = adapter.prompt_ids(q)
+    tokens, _ = generate(adapter, assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows),
+                         max_new_tokens=4, eos_token_id=adapter.text_config.eos_token_id)
+    stop = tokens[0].tolist()
+    assert a.tokens == stop[:len(a.tokens)] and len(a.tokens) >= 1
+    # negative control: ARR's texture relevance picks other cells
+    b = ask(adapter, img, q, arr=arr, budget=k, relevance="arr", max_new_tokens=1)[0]
+    assert b.relevance == "arr" and b.cells.tolist() != a.cells.tolist()
+    # stage times and FLOPs: the first look is allocation, its LLM work is the question once more
+    stages = a.stage_ms()
+    assert set(stages) == {"allocation", "vision", "prefill", "decode"} and all(v > 0 for v in stages.values())
+    assert {"allocation/first look", "vision/gestalt", "prefill/gestalt", "prefill", "decode"} <= set(a.timings_ms)
+    assert a.flops["allocation"] > 0 and b.flops["allocation"] == 0
+    assert a.flops["total"] == pytest.approx(a.flops["llm"] + a.flops["vision"] + a.flops["allocation"])
+    assert (a.flops["llm"], a.flops["vision"]) == (b.flops["llm"], b.flops["vision"])  # the same sequence sent
+
+
+def test_ask_vlm_a_batch_of_different_sizes_equals_each_image_alone(tiny):
+    adapter = tiny["qwen2_5_vl"]
+    arr = fast_arr(adapter.cell)
+    imgs = [small_image(adapter, 6, 8, seed=3), small_image(adapter, 5, 4, seed=4)]
+    qs = ["What is the total?", "Date?"]
+    both = ask(adapter, imgs, qs, arr=arr, budget=6, relevance="vlm", max_new_tokens=3)
+    for b in range(2):
+        one = ask(adapter, imgs[b], qs[b], arr=arr, budget=6, relevance="vlm", max_new_tokens=3)[0]
+        assert one.cells.tolist() == both[b].cells.tolist()
+        assert one.tokens == both[b].tokens and one.gestalt_tokens == both[b].gestalt_tokens
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(relevance="ocr"), "unknown relevance source 'ocr'; choose one of auto, arr, vlm"),
+    (dict(relevance="vlm", mode="weighted"), "relevance 'vlm' reads the VLM's look at the gestalt, which mode weighted"),
+    (dict(relevance="vlm", gestalt=False), "which no gestalt does not send"),
+])
+def test_ask_refuses_a_relevance_source_it_cannot_use(tiny, kwargs, message):
+    adapter = tiny["qwen2_5_vl"]
+    with pytest.raises(ValueError, match=message):
+        ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), budget=4, max_new_tokens=1, **kwargs)
+
+
+def test_ask_vlm_on_llava_names_what_it_needs(tiny):
+    adapter = tiny["llava"]
+    with pytest.raises(ValueError, match="relevance 'vlm' needs an adapter that encodes the gestalt alone"):
+        ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), budget=4, relevance="vlm")
+
+
+def test_flops_count_qwen25_window_attention_per_window(tiny):
+    from arr_coc.vlm.ask import prefill_flops
+
+    adapter = tiny["qwen2_5_vl"]  # 2 tower layers, the last one full; windows of 56 px = 4 x 4 patches
+    vc = adapter.model.config.vision_config
+    assert (vc.window_size // vc.patch_size) ** 2 == 16 and list(vc.fullatt_block_indexes) == [1]
+    width, weights = vc.hidden_size, sum(p.numel() for p in adapter.visual.parameters())
+    f = prefill_flops(adapter, 10, (64,))
+    assert f["vision"] == 2.0 * weights * 64 + 4.0 * width * (64 * 64 + 64 * 16)  # one full layer, one windowed
+    g = prefill_flops(adapter, 10, (64,), look_tokens=5, look_past=20)
+    assert g["allocation"] > 0 and g["total"] == pytest.approx(f["total"] + g["allocation"])
+
+
+def test_cli_ask_relevance_vlm_json_prints_answer_tokens_and_stage_times(receipt, capsys):
+    import json
+
+    argv = ["ask", str(receipt), "What is the total?", "--model", "tiny:qwen2_5_vl", "--relevance", "vlm", "--json",
+            "--saccades", "40", "--max-new-tokens", "2"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["relevance"], out["family"]) == ("vlm", "qwen2_5_vl")
+    assert out["tokens"] == {"sent": 76, "gestalt": 36, "saccades": 40, "full_resolution": 53 * 35}
+    assert isinstance(out["answer"], str) and set(out["time_ms"]) == {"allocation", "vision", "prefill", "decode",
+                                                                       "total"}
+    assert out["time_ms"]["total"] == pytest.approx(sum(v for k, v in out["time_ms"].items() if k != "total"), abs=0.1)
+    assert {"allocation/first look", "allocation/selection", "vision/gestalt", "prefill/gestalt"} <= set(out["stages_ms"])
+    assert out["flops"]["allocation"] > 0 and out["flops"]["total"] < out["flops_full"]["total"]
+    # on the CPU, auto is arr: ARR's stages, no first look
+    assert main(argv[:5] + ["--json", "--saccades", "40", "--max-new-tokens", "1", "--query-encoder", "hashing",
+                            "--channels", "mvp"]) == 0
+    auto = json.loads(capsys.readouterr().out)
+    assert auto["relevance"] == "arr" and "allocation/texture" in auto["stages_ms"] and auto["flops"]["allocation"] == 0
+
+
+def test_first_look_channel_mixes_the_vlms_attention_into_arrs_scorer(tiny):
+    from arr_coc.vlm.look import first_look
+
+    adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 8
+    img = small_image(adapter, seed=5)
+    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=adapter.cell),
+                        texture=TextureConfig(channels=MVP_CHANNELS + ("first_look",))),
+              query_encoder=HashingQueryEncoder()).eval()
+    a = ask(adapter, img, q, arr=arr, budget=k, relevance="arr", max_new_tokens=2)[0]
+    assert a.relevance == "arr" and {"allocation/first look", "allocation/texture"} <= set(a.timings_ms)
+    look = first_look(adapter, adapter.encode_gestalt([img], [(2, 2)]), [(2, 2)], [q])
+    fl = look.relevance_map([(6, 8)], (6, 8))[:, None]  # [1, 1, Hc, Wc]
+    alloc = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": fl})
+    assert a.cells.tolist() == alloc.positions[0].tolist()
+    # hand-set participatory head: the coupled channel enters with its fixed weight 3, at its absolute level
+    torch.testing.assert_close(alloc.relevance.parts[0, 2], 3.0 * fl[0, 0])
+    # negative control: a flat first look leaves other cells on top
+    flat = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": torch.full_like(fl, 0.5)})
+    assert flat.positions[0].tolist() != alloc.positions[0].tolist()
+    with pytest.raises(ValueError, match="'first_look' channel is read from a VLM's attention, not from pixels"):
+        arr(img, q, budget=k)
+    with pytest.raises(ValueError, match="given channels \\['clip'\\] are not question-coupled channels"):
+        arr(img, q, budget=k, coupled=lambda canvas, qs: {"clip": fl})
+
+
+def test_arr_texture_runs_where_the_arr_was_moved():
+    """Plain tensor channels follow the ARR's device (the meta device stands in for a GPU here)."""
+    channels = ("rgb", "edges", "saliency", "eccentricity")
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=channels)), query_encoder=HashingQueryEncoder()).eval()
+    img = torch.rand(3, 112, 140, generator=torch.Generator().manual_seed(0))
+    cpu = arr.see(img)
+    meta = arr.to("meta").see(img)
+    assert cpu.cells.device.type == "cpu"
+    assert meta.cells.device.type == meta.canvas.pixels.device.type == meta.canvas.valid.device.type == "meta"
+    assert meta.cells.shape == cpu.cells.shape == (1, 6, 4, 5)

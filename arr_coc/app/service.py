@@ -8,7 +8,6 @@ Bad input raises ``ValueError`` with a message the page shows as it is.
 from __future__ import annotations
 
 import json
-import tempfile
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -55,7 +54,7 @@ class Settings:
     """One configuration of the microscope (the page's controls)."""
 
     budget: int = DEFAULT_BUDGET  # saccade tokens K (a patch allocator: at most K squares)
-    method: str = "stratified"  # a sampler (one-cell saccades) or a patch allocator (variable squares)
+    method: str = SamplerConfig.name  # a sampler (one-cell saccades) or a patch allocator (variable squares)
     channels: tuple[str, ...] = PIPELINE_CHANNELS
     weights: str = "auto"  # scorer weights: "auto" (shipped), "none" (hand-set) or a file from `arr-coc train`
     part_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)  # 1 = as trained, 0 = that part off
@@ -224,8 +223,8 @@ class Rendered:
     png_path: Path
 
 
-def render(result: Result, out_dir: Path | None = None) -> Rendered:
-    """Draw the views of ``result`` and write its JSON and PNG downloads into ``out_dir`` (a new temp dir)."""
+def render(result: Result, out_dir: Path) -> Rendered:
+    """Draw the views of ``result`` and write its JSON and PNG downloads into the folder ``out_dir``."""
     a = result.allocation
     c = a.canvas.cell
     h, w = a.canvas.sizes[0]
@@ -269,10 +268,9 @@ def render(result: Result, out_dir: Path | None = None) -> Rendered:
     rows += [f"| {k}{' (cached)' if result.scene_cached and k in ('canvas', 'texture') else ''} | {v:.1f} |"
              for k, v in d["timings_ms"].items()]
     rows.append(f"| **total** | **{sum(d['timings_ms'].values()):.1f}** |")
-    out = Path(tempfile.mkdtemp(prefix="arr-coc-")) if out_dir is None else out_dir
-    json_path = out / "allocation.json"
+    json_path = out_dir / "allocation.json"
     json_path.write_text(json.dumps(d, indent=1))
-    png_path = out / "allocation.png"
+    png_path = out_dir / "allocation.png"
     picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                                         f"tokens per region: {tok['sent']} sent"])
     picture.save(png_path, compress_level=1)  # fast: the download is written on every request

@@ -7,6 +7,8 @@ previous views in place; the server goes on serving.
 from __future__ import annotations
 
 import itertools
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +17,7 @@ import gradio as gr
 
 from arr_coc.app.service import (PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload,
                                  render)
-from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS
+from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.texture import CHANNELS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -24,6 +26,9 @@ EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is t
 MAX_FILE_SIZE = "25mb"  # a phone photo or a scanned page; larger uploads are refused before they reach Python
 MAX_BUDGET = 4096  # the canvas holds at most 4096 cells at 28 px (CanvasConfig.max_pixels)
 QUEUE_SIZE = 32  # waiting requests beyond this are turned away with a "queue full" message
+# B's sampler at first: the one that keeps a token in every region, next to the default's plain ranking
+COMPARE_WITH = "stratified" if SamplerConfig.name != "stratified" else "topk"
+KEEP_DOWNLOADS = 16  # requests whose JSON and PNG stay on disk (Gradio serves its own copy once sent)
 # channels a user can switch on; clip needs a model path (`arr-coc look --clip-model`), so it is not offered here
 CHOOSABLE = tuple(n for n in CHANNELS.names() if n != "clip")
 
@@ -52,8 +57,18 @@ def build(scope: Microscope) -> gr.Blocks:
     """The page, wired to ``scope``."""
     examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items() if (EXAMPLES / n).exists()]
     requests = itertools.count(1)  # numbers each request in the status line, so every answer reads differently
+    downloads = tempfile.TemporaryDirectory(prefix="arr-coc-downloads-")  # removed when the server ends
 
-    def controls(suffix: str, method: str = "stratified") -> list[gr.components.Component]:
+    def out_dir(n: int) -> Path:
+        """A fresh folder for request ``n``'s downloads; folders of older requests than the last few go."""
+        root = Path(downloads.name)
+        for old in root.iterdir():
+            if int(old.name) <= n - KEEP_DOWNLOADS:
+                shutil.rmtree(old)
+        (root / str(n)).mkdir()
+        return root / str(n)
+
+    def controls(suffix: str, method: str = SamplerConfig.name) -> list[gr.components.Component]:
         with gr.Group():
             m = gr.Dropdown(list(methods()), value=method, label=f"sampler or allocator {suffix}",
                             info="samplers place one-cell saccades; saliency / quadtree place variable squares")
@@ -67,7 +82,7 @@ def build(scope: Microscope) -> gr.Blocks:
 
             def apply(name: str) -> list[Any]:
                 p = PRESETS[name]
-                return [p.get("sampler", "stratified"), *p["part_scale"]]
+                return [p.get("sampler", method), *p["part_scale"]]
 
             preset.change(apply, preset, [m, *sliders])
         return [m, ch, wt, ck, *sliders]
@@ -114,7 +129,7 @@ def build(scope: Microscope) -> gr.Blocks:
                         gr.Markdown("A second configuration on the same image, question and budget.")
                         with gr.Row():
                             with gr.Column():
-                                ctl_b = controls("(B)", method="topk")
+                                ctl_b = controls("(B)", method=COMPARE_WITH)
                                 compare = gr.Button("Compare A and B", elem_id="compare")
                             with gr.Column():
                                 sum_a, img_a = gr.Markdown(elem_id="summary-a"), gr.Image(label="A", interactive=False)
@@ -131,7 +146,7 @@ def build(scope: Microscope) -> gr.Blocks:
                     raise ValueError("upload an image first (or click a bundled example)")
                 settings = _settings(k, *controls_a, cell=scope.cell)
                 image = read_upload(path)
-                v = render(scope.run(image, q, settings))
+                v = render(scope.run(image, q, settings), out_dir(n))
             except (ValueError, OSError) as err:  # bad input: say what to do, keep the last views
                 return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 12
             return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.answer or "", v.summary,
@@ -146,7 +161,7 @@ def build(scope: Microscope) -> gr.Blocks:
                 image = read_upload(path)
                 out = []
                 for ctl in (controls_ab[:7], controls_ab[7:]):
-                    v = render(scope.run(image, q, _settings(k, *ctl, cell=scope.cell)))
+                    v = render(scope.run(image, q, _settings(k, *ctl, cell=scope.cell)), out_dir(next(requests)))
                     out += [v.summary, v.saccades]
             except (ValueError, OSError) as err:
                 return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 4

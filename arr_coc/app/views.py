@@ -63,9 +63,9 @@ def downscale(image: Tensor, factor: int) -> Tensor:
     return image if factor == 1 else torch.nn.functional.avg_pool2d(image[None], factor)[0]
 
 
-def upsample(cells: np.ndarray, cell: int) -> np.ndarray:
+def upsample(values: np.ndarray, cell: int) -> np.ndarray:
     """[Hc, Wc, ...] -> [Hc*cell, Wc*cell, ...], each cell a flat square."""
-    return cells.repeat(cell, 0).repeat(cell, 1)
+    return values.repeat(cell, 0).repeat(cell, 1)
 
 
 def shrink(rgb: np.ndarray | Image.Image, max_side: int = MAX_SIDE) -> Image.Image:
@@ -75,16 +75,16 @@ def shrink(rgb: np.ndarray | Image.Image, max_side: int = MAX_SIDE) -> Image.Ima
     return img
 
 
-def _as_boxes(cells: Tensor) -> np.ndarray:
+def _as_boxes(chosen: Tensor) -> np.ndarray:
     """[K, 2] (y, x) cells or [K, 3] (y, x, size) squares -> [K, 3] int squares."""
-    c = cells.detach().cpu().long().numpy()
+    c = chosen.detach().cpu().long().numpy()
     return c if c.shape[1] == 3 else np.concatenate([c, np.ones((len(c), 1), np.int64)], 1)
 
 
-def saccade_view(rgb: np.ndarray, cells: Tensor, cell: int, numbered: int = N_NUMBERED) -> Image.Image:
+def saccade_view(rgb: np.ndarray, chosen: Tensor, cell: int, numbered: int = N_NUMBERED) -> Image.Image:
     """The image with the chosen cells at full brightness and outlined, the rest dimmed, the first ones numbered.
 
-    ``cells`` are in rank order (most relevant first): [K, 2] one-cell saccades or [K, 3] squares.
+    ``chosen`` are in rank order (most relevant first): [K, 2] one-cell saccades or [K, 3] squares.
 
     Args:
         rgb: [H, W, 3] uint8 image (``arr_coc.imageops.to_hwc_uint8`` of the canvas), H, W multiples of ``cell``.
@@ -93,7 +93,7 @@ def saccade_view(rgb: np.ndarray, cells: Tensor, cell: int, numbered: int = N_NU
     >>> v.size, v.getpixel((0, 0)), v.getpixel((42, 14))
     ((84, 56), (89, 89, 89), (255, 255, 255))
     """
-    boxes = _as_boxes(cells)
+    boxes = _as_boxes(chosen)
     chosen = np.zeros(rgb.shape[:2], bool)
     for y, x, s in boxes:
         chosen[y * cell:(y + s) * cell, x * cell:(x + s) * cell] = True
@@ -110,14 +110,14 @@ def saccade_view(rgb: np.ndarray, cells: Tensor, cell: int, numbered: int = N_NU
     return img
 
 
-def heat_view(rgb: np.ndarray, cells: Tensor, cell: int, alpha: float = 0.65, cmap: str = "inferno") -> Image.Image:
-    """A map over token cells [Hc, Wc] in false colour over the grey image ``rgb`` (min-max scaled per map).
+def heat_view(rgb: np.ndarray, values: Tensor, cell: int, alpha: float = 0.65, cmap: str = "inferno") -> Image.Image:
+    """A map ``values`` over token cells [Hc, Wc] in false colour over the grey image ``rgb`` (min-max scaled per map).
 
     >>> heat_view(np.zeros((56, 56, 3), np.uint8), torch.tensor([[0., 1.], [2., 3.]]), 28).size
     (56, 56)
     """
     grey = rgb.mean(-1, keepdims=True, dtype=np.float32)  # [H, W, 1]
-    heat = upsample(colormap(unit(cells.detach().cpu().double().numpy()), cmap), cell)  # [H, W, 3]
+    heat = upsample(colormap(unit(values.detach().cpu().double().numpy()), cmap), cell)  # [H, W, 3]
     return Image.fromarray((alpha * heat + (1 - alpha) * grey).astype(np.uint8))
 
 
@@ -140,19 +140,19 @@ def grid(tiles: Sequence[Image.Image], columns: int, pad: int = 6) -> Image.Imag
     return out
 
 
-def channels_view(cells: Tensor, layout: dict[str, slice], tile: int = 220, columns: int = 4) -> Image.Image:
-    """Every texture channel over the token cells, one false-colour tile each (viridis, min-max per tile).
+def channels_view(cell_texture: Tensor, layout: dict[str, slice], tile: int = 220, columns: int = 4) -> Image.Image:
+    """Every texture channel of ``cell_texture`` [C, Hc, Wc] over the token cells, one false-colour tile each (viridis, min-max per tile).
 
     ``rgb`` is shown in its own colours; multi-band groups get one tile per band.
 
     >>> channels_view(torch.rand(4, 5, 6), {"rgb": slice(0, 3), "edges": slice(3, 4)}).size
     (438, 202)
     """
-    Hc, Wc = cells.shape[-2:]
+    Hc, Wc = cell_texture.shape[-2:]
     scale = max(1, tile // max(Hc, Wc))
     tiles = []
     for name, sl in layout.items():
-        block = cells[sl].detach().cpu().double().numpy()  # [n, Hc, Wc]
+        block = cell_texture[sl].detach().cpu().double().numpy()  # [n, Hc, Wc]
         if name == "rgb":
             bands = [(name, (np.clip(block.transpose(1, 2, 0), 0, 1) * 255).astype(np.uint8))]
         else:

@@ -10,8 +10,9 @@ the same prefill and decode code drives every model family.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterator, Protocol, Sequence
 
 import torch
 from torch import Tensor
@@ -301,6 +302,19 @@ def synchronize(device: Any) -> None:
         torch.cuda.synchronize(device)
 
 
+@contextmanager
+def timed(timings: dict[str, float] | None, name: str, device: Any = "cpu") -> Iterator[None]:
+    """Add the wall milliseconds of the block to ``timings[name]`` (None: no timing), ``device`` synchronised."""
+    if timings is None:
+        yield
+        return
+    synchronize(device)
+    start = time.perf_counter()
+    yield
+    synchronize(device)
+    timings[name] = timings.get(name, 0.0) + (time.perf_counter() - start) * 1e3
+
+
 @torch.no_grad()
 def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
              eos_token_id: int | Sequence[int] | None = None, cache: Any = None,
@@ -362,20 +376,40 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
 
 def flops_estimate(n_params_llm: int, llm_layers: int, llm_width: int, prompt_tokens: int,
                    n_params_vit: int = 0, vit_layers: int = 0, vit_width: int = 0,
-                   vit_segments: Sequence[int] = ()) -> dict[str, float]:
+                   vit_segments: Sequence[int] = (), vit_window: int | None = None,
+                   vit_full_layers: int | None = None) -> dict[str, float]:
     """Prefill FLOPs: 2 per weight per token, plus attention (QK^T and AV) over each sequence.
 
-    The LLM's causal attention is counted at half the square; the vision tower attends fully within
-    each segment (window attention is counted as full: an upper bound).
+    The LLM's causal attention is counted at half the square. The vision tower attends fully within
+    each segment in ``vit_full_layers`` of its layers (all when None); in the others (Qwen2.5-VL's
+    window attention) each patch attends to at most ``vit_window`` patches, its window: exact for a
+    grid tiled by whole windows, an upper bound where windows are cut or sparsely filled.
 
     >>> f = flops_estimate(1_000, 2, 8, 10)
     >>> f["llm"] == 2 * 1_000 * 10 + 2 * 2 * 8 * 10 * 10
     True
+    >>> w = flops_estimate(0, 0, 0, 0, 0, 4, 8, (256,), vit_window=64, vit_full_layers=1)
+    >>> w["vision"] == 4 * 8 * (1 * 256 * 256 + 3 * 256 * 64)
+    True
     """
-    llm = 2.0 * n_params_llm * prompt_tokens + 2.0 * llm_layers * llm_width * prompt_tokens ** 2
+    llm = llm_chunk_flops(n_params_llm, llm_layers, llm_width, prompt_tokens)
     patches = sum(vit_segments)
-    vit = 2.0 * n_params_vit * patches + 4.0 * vit_layers * vit_width * sum(s * s for s in vit_segments)
+    full = vit_layers if vit_full_layers is None or vit_window is None else vit_full_layers
+    windowed = vit_layers - full
+    pairs = full * sum(s * s for s in vit_segments)
+    if windowed:
+        pairs += windowed * sum(s * min(s, vit_window) for s in vit_segments)
+    vit = 2.0 * n_params_vit * patches + 4.0 * vit_width * pairs
     return {"llm": llm, "vision": vit, "total": llm + vit}
+
+
+def llm_chunk_flops(n_params: int, layers: int, width: int, new: int, past: int = 0) -> float:
+    """LLM FLOPs of ``new`` tokens appended to ``past`` cached ones: weights, plus causal attention.
+
+    >>> llm_chunk_flops(10, 1, 4, 6) == llm_chunk_flops(10, 1, 4, 2) + llm_chunk_flops(10, 1, 4, 4, past=2)
+    True
+    """
+    return 2.0 * n_params * new + 4.0 * layers * width * new * (past + new / 2)
 
 
 # CLIP's pixel normalisation, which the Qwen-VL and LLaVA towers share

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import Prefill, VisualTokens, assemble, generate, left_pad_rows
+from arr_coc.vlm.base import Prefill, VisualTokens, assemble, generate, left_pad_rows, timed
 
 
 @dataclass
@@ -57,6 +57,14 @@ class FirstLook:
         for m, g in zip(self.maps(), grids):
             up = F.interpolate(m[None, None].float(), size=tuple(g), mode="bilinear", align_corners=False)[0, 0]
             out.append(up / up.max().clamp_min(1e-12))
+        return out
+
+    def relevance_map(self, grids: Sequence[tuple[int, int]], size: tuple[int, int]) -> Tensor:
+        """The cell maps of :meth:`cell_maps` on a padded batch grid ``size`` (Hc, Wc): [B, Hc, Wc], 0 on padding."""
+        maps = self.cell_maps(grids)
+        out = maps[0].new_zeros(len(maps), *size)
+        for b, (m, g) in enumerate(zip(maps, grids)):
+            out[b, :g[0], :g[1]] = m
         return out
 
 
@@ -169,7 +177,9 @@ def chunk(embed_tokens: Any, visuals: Sequence[Tensor], positions: Sequence[Tens
 
 @torch.no_grad()
 def first_look(adapter: Any, gestalt: Sequence[VisualTokens], grids: Sequence[tuple[int, int]],
-               questions: Sequence[str], *, layers: Sequence[int] | None = None) -> FirstLook:
+               questions: Sequence[str] | None = None, *, layers: Sequence[int] | None = None,
+               prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
+               timings: dict[str, float] | None = None) -> FirstLook:
     """Prefill chat prefix + gestalt (kept) and the question (read, then dropped); read the question's attention.
 
     Args:
@@ -178,8 +188,11 @@ def first_look(adapter: Any, gestalt: Sequence[VisualTokens], grids: Sequence[tu
         gestalt: per image its gestalt tokens only (``adapter.encode_gestalt``), positions relative to
             the image start.
         grids: per image the gestalt grid (rows, cols), rows * cols = len(gestalt[b]).
-        questions: one per image.
+        questions: one per image (chat-templated by ``adapter.prompt_ids``), or None with ``prompts``.
         layers: decoder layers to read (default :func:`default_layers`).
+        prompts: per image the token ids (before, after) the image, instead of ``questions``.
+        timings: collects ``prefill/gestalt`` (chat prefix + gestalt, work a single pass does too) and
+            ``allocation/first look`` (the question on top, and the attention read from it: the extra work).
     """
     from transformers import DynamicCache
 
@@ -191,8 +204,12 @@ def first_look(adapter: Any, gestalt: Sequence[VisualTokens], grids: Sequence[tu
         if len(vis) != g[0] * g[1] or vis.n_gestalt != len(vis):
             raise ValueError(f"the first look takes gestalt tokens only, {g[0]}x{g[1]} = {g[0] * g[1]} per image; "
                              f"got {len(vis)} tokens ({vis.n_gestalt} gestalt)")
-    prompts = [adapter.prompt_ids(q) for q in questions]
-    prefixes, suffixes = [p[0] for p in prompts], [p[1] for p in prompts]
+    if (questions is None) == (prompts is None):
+        raise ValueError("pass either questions or prompts")
+    prompts = [adapter.prompt_ids(q) for q in questions] if prompts is None else prompts
+    if len(prompts) != len(gestalt) or len(grids) != len(gestalt):
+        raise ValueError(f"need a question and a gestalt grid for each of the {len(gestalt)} images")
+    prefixes, suffixes = [list(p[0]) for p in prompts], [list(p[1]) for p in prompts]
     # chat prefix + gestalt: assemble with no text after the image
     head = assemble(adapter.embed_tokens, prefixes, list(gestalt), [[] for _ in gestalt], adapter.rope_rows)
     starts = [float(len(p) + v.extent) for p, v in zip(prefixes, gestalt)]
@@ -203,20 +220,23 @@ def first_look(adapter: Any, gestalt: Sequence[VisualTokens], grids: Sequence[tu
     cache = DynamicCache(config=adapter.text_config)
     mask = torch.cat([head.attention_mask, tail.attention_mask], 1)
     with LayerInputs(adapter.lm.layers, layers) as seen:
-        adapter.language_model(dict(inputs_embeds=head.inputs_embeds, attention_mask=head.attention_mask,
-                                    position_ids=head.position_ids, past_key_values=cache,
-                                    visual_mask=head.visual_mask, deepstack=head.deepstack))
-        adapter.language_model(dict(inputs_embeds=tail.inputs_embeds, attention_mask=mask,
-                                    position_ids=tail.position_ids, past_key_values=cache))
-    cache.crop(-tail.inputs_embeds.shape[1])  # keep prefix + gestalt only
-    positions = torch.cat([head.position_ids, tail.position_ids], 2)
-    n_q = tail.inputs_embeds.shape[1]
-    probs = torch.stack([question_attention(adapter, i, torch.cat(seen.seen[i], 1), positions, mask, n_q)
-                         for i in layers], 1)  # [B, layers, H, Q, L]
-    attention = []
-    for b, (pre, vis, suf) in enumerate(zip(prefixes, gestalt, suffixes)):
-        g0 = head.inputs_embeds.shape[1] - len(vis)  # the gestalt is the last part of the left-padded head
-        attention.append(probs[b, :, :, n_q - len(suf):, g0:g0 + len(vis)])
+        with timed(timings, "prefill/gestalt", dev):
+            adapter.language_model(dict(inputs_embeds=head.inputs_embeds, attention_mask=head.attention_mask,
+                                        position_ids=head.position_ids, past_key_values=cache,
+                                        visual_mask=head.visual_mask, deepstack=head.deepstack))
+        with timed(timings, "allocation/first look", dev):
+            adapter.language_model(dict(inputs_embeds=tail.inputs_embeds, attention_mask=mask,
+                                        position_ids=tail.position_ids, past_key_values=cache))
+    with timed(timings, "allocation/first look", dev):
+        cache.crop(-tail.inputs_embeds.shape[1])  # keep prefix + gestalt only
+        positions = torch.cat([head.position_ids, tail.position_ids], 2)
+        n_q = tail.inputs_embeds.shape[1]
+        probs = torch.stack([question_attention(adapter, i, torch.cat(seen.seen[i], 1), positions, mask, n_q)
+                             for i in layers], 1)  # [B, layers, H, Q, L]
+        attention = []
+        for b, (pre, vis, suf) in enumerate(zip(prefixes, gestalt, suffixes)):
+            g0 = head.inputs_embeds.shape[1] - len(vis)  # the gestalt is the last part of the left-padded head
+            attention.append(probs[b, :, :, n_q - len(suf):, g0:g0 + len(vis)])
     return FirstLook(cache, head.attention_mask, list(gestalt), [tuple(g) for g in grids], prefixes, suffixes,
                      attention, layers)
 
@@ -243,11 +263,18 @@ def second_pass_prefill(adapter: Any, look: FirstLook, visuals: Sequence[VisualT
 
 @torch.no_grad()
 def second_pass(adapter: Any, look: FirstLook, visuals: Sequence[VisualTokens], *, max_new_tokens: int = 32,
-                eos_token_id: int | Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
+                eos_token_id: int | Sequence[int] | None = None, timings: dict[str, float] | None = None
+                ) -> tuple[Tensor, Tensor]:
     """Append saccades + question to the first look's cache and decode greedily: (tokens [B, T], logits [B, T, V]).
 
-    The cache is consumed: a first look answers once.
+    The cache is consumed: a first look answers once. ``timings`` collects ``prefill`` (saccades +
+    question on the cache) and ``decode``, in milliseconds.
     """
     pf = second_pass_prefill(adapter, look, visuals)
-    return generate(adapter, pf, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                    cache=look.cache, past_mask=look.attention_mask)
+    g: dict[str, float] = {}
+    out = generate(adapter, pf, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
+                   cache=look.cache, past_mask=look.attention_mask, timings=g if timings is not None else None)
+    if timings is not None:
+        timings["prefill"] = timings.get("prefill", 0.0) + g["prefill_ms"]
+        timings["decode"] = timings.get("decode", 0.0) + g["decode_ms"]
+    return out

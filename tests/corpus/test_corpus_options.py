@@ -87,7 +87,8 @@ CASES = cases()
 
 
 @pytest.mark.parametrize("command, option, value", CASES, ids=[f"{c} {o} {v!r}" for c, o, v in CASES])
-def test_every_option_value_runs_or_is_one_line(command, option, value, data, tmp_path):
+def test_every_option_value_runs_or_is_one_line(command, option, value, data, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a relative value such as "bogus" or "" names a folder here, not in the checkout
     argv = base(command, data, tmp_path) + [option] + ([] if value is None else [value.format(tmp=tmp_path)])
     code, _, err = run_cli(argv)
     assert_cli_outcome(code, err)
@@ -111,11 +112,16 @@ def test_the_walk_covers_every_subcommand_and_option():
     (["train", "--eval-every", "0"], "eval_every must be an integer >= 1, got 0"),
     (["train", "--batch-size", "0"], "batch_size must be an integer >= 1, got 0"),
     (["train", "--steps", "0"], "steps must be an integer >= 1, got 0"),
+    (["serve", "--port", "-1"], "--port must be a TCP port in 1..65535, got -1"),
+    (["serve", "--port", "70000"], "--port must be a TCP port in 1..65535, got 70000"),
+    (["serve", "--threads", "0"], "--threads must be an integer >= 1, got 0"),
+    (["serve", "--threads", "99999999999999999999"], "--threads must be below 2**63"),
     (["eval", "jsonl", "--data", "{jsonl}", "--methods", "topk", "--budgets", "abc"],
      "budget 'abc' is neither a token count"),
 ])
 def test_the_reported_option_values_are_one_clear_line(argv, message, data):
     argv = [a.format(image=data["image"], jsonl=data["jsonl"]) for a in argv]
-    argv += ["--query-encoder", "hashing", "--channels", "mvp"] + (["--json"] if argv[0] == "look" else [])
+    argv += ["--query-encoder", "hashing"] + (["--channels", "mvp"] if argv[0] != "serve" else [])
+    argv += ["--json"] if argv[0] == "look" else []
     code, _, err = run_cli(argv)
     assert code == 2 and err.startswith("arr-coc: error: ") and message in err and err.count("\n") == 1, err
