@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -181,6 +182,29 @@ class AdaptiveStratifiedSampler(Sampler):
         grid = self.predict_grid(query_emb).to(relevance.device)
         return stratified_cells(relevance, k, valid, coarsen_grid(valid, k, grid))
 
+    def loss(self, relevance: Tensor, valid: Tensor, query_emb: Tensor | None, target: Tensor,
+             k: int | Sequence[int], *, temperature: float = 0.1, generator: torch.Generator | None = None,
+             n_samples: int = 8, sigma: float = 0.5) -> Tensor:
+        """Training loss of the grid predictor: the rounded grid has no gradient, so the score-function
+        estimator (`score_function_surrogate`) over `n_samples` hard stratified selections with grids from
+        out + sigma * eps, eps `[B, n_samples, 2]` ~ N(0, I) drawn from ``generator`` (the global RNG if
+        None). The value is 1 - mean share of the target `[B, Hc, Wc]` covered, the gradient the
+        estimator's. Relevance is detached; images without target area are skipped; `k` is one budget or
+        one per image; ``temperature`` is not used (the selections are hard).
+        """
+        relevance, valid, target, ks, has = _loss_inputs(relevance, valid, target, k)
+        if query_emb is None or len(query_emb) != len(relevance):
+            raise ValueError(f"adaptive_stratified needs query_emb [{len(relevance)}, D] to predict its grids")
+        out = self.grid_predictor(query_emb.to(self.grid_predictor[0].weight.dtype))  # [B, 2]
+        eps = torch.randn(*out.shape[:1], n_samples, 2, generator=generator,
+                          device=generator.device if generator is not None else out.device).to(out)  # [B, n, 2]
+        grids = self.grid_of(out.detach()[:, None] + sigma * eps)  # [B, n, 2]
+        reward = torch.stack([_stratified_shares(r, v, t, kb, g) for r, v, t, kb, g in
+                              zip(relevance, valid, target, ks, grids)])  # [B, n]
+        loss = _masked_mean(1 - reward.mean(1), has)
+        surrogate = _masked_mean(score_function_surrogate(out, eps, reward, sigma), has)
+        return loss + surrogate - surrogate.detach()
+
 
 @SAMPLERS.register("log_polar")
 class PseudoLogPolarSampler(Sampler):
@@ -238,6 +262,24 @@ class PseudoLogPolarSampler(Sampler):
         """`bin_coverage_loss` of a `soft_assignment` output."""
         return bin_coverage_loss(assignment, min_mass)
 
+    def loss(self, relevance: Tensor, valid: Tensor, query_emb: Tensor | None, target: Tensor,
+             k: int | Sequence[int], *, temperature: float = 0.1, generator: torch.Generator | None = None) -> Tensor:
+        """Training loss of the bin centres: 1 - mean share of the target `[B, Hc, Wc]` that a `soft_topk`
+        (``temperature``) of `soft_scores` over the valid cells covers, plus SPREAD_WEIGHT times
+        `bin_coverage_loss` so that no bin dies. Relevance is detached (the scorer has its own objective);
+        images without target area are skipped; `k` is one budget or one per image. Deterministic:
+        ``generator`` and ``query_emb`` are not used.
+        """
+        relevance, valid, target, ks, has = _loss_inputs(relevance, valid, target, k)
+        gaze = gaze_point(relevance, valid, self.gaze_mode)
+        scores = self.soft_scores(relevance, valid, gaze)  # [B, Hc, Wc]
+        weights = torch.stack([
+            torch.zeros_like(s).masked_scatter(v, soft_topk(s[v][None], kb, temperature)[0])
+            for s, v, kb in zip(scores, valid, ks)
+        ])  # [B, Hc, Wc], sums to K per image
+        spread = bin_coverage_loss(self.soft_assignment(relevance, valid, gaze))
+        return _masked_mean(1 - coverage_share(weights, target), has) + SPREAD_WEIGHT * spread
+
 
 # ----------------------------------------------------------------------------- training the samplers' parameters
 
@@ -269,18 +311,13 @@ def sampler_loss(
     *,
     temperature: float = 0.1,
     generator: torch.Generator | None = None,
-    n_samples: int = 8,
-    sigma: float = 0.5,
+    **options: Any,
 ) -> Tensor | None:
-    """Loss for the sampler's own parameters: 1 - mean share of the target `[B, Hc, Wc]` its selection covers.
+    """The training loss of a sampler's own parameters: its ``loss`` method, or None when it has nothing to train.
 
-    None for samplers without trainable parameters. Relevance is detached: the scorer has its own objective.
-    Images without target area (on valid cells) are skipped. `k` is one budget or one per image.
-    - log_polar: `soft_topk` (temperature) of `soft_scores` over the valid cells, plus SPREAD_WEIGHT times
-      `bin_coverage_loss` so that no bin dies.
-    - adaptive_stratified: the score-function estimator (`score_function_surrogate`) over `n_samples` hard
-      stratified selections with grids from out + sigma * eps, eps `[B, n_samples, 2]` ~ N(0, I) drawn from
-      `generator` (the global RNG if None). The value is 1 - mean reward, the gradient the estimator's.
+    Each trainable sampler owns its loss (``PseudoLogPolarSampler.loss``, ``AdaptiveStratifiedSampler.loss``:
+    1 - mean share of the target `[B, Hc, Wc]` its selection covers); a sampler with trainable parameters
+    and no ``loss`` is refused. ``options`` reach the sampler's ``loss`` (e.g. ``n_samples``, ``sigma``).
 
     Example:
         >>> rel, valid, target = torch.rand(1, 6, 6), torch.ones(1, 6, 6, dtype=torch.bool), torch.zeros(1, 6, 6)
@@ -291,8 +328,16 @@ def sampler_loss(
     """
     if not any(p.requires_grad for p in sampler.parameters()):
         return None
-    if not isinstance(sampler, (PseudoLogPolarSampler, AdaptiveStratifiedSampler)):
+    loss = getattr(sampler, "loss", None)
+    if loss is None:
         raise TypeError(f"no training loss for {type(sampler).__name__}, which has trainable parameters")
+    return loss(relevance, valid, query_emb, target, k, temperature=temperature, generator=generator, **options)
+
+
+def _loss_inputs(relevance: Tensor, valid: Tensor, target: Tensor, k: int | Sequence[int]
+                 ) -> tuple[Tensor, Tensor, Tensor, list[int], Tensor]:
+    """Checked loss inputs: detached relevance, valid mask, target zeroed off the valid cells, one budget
+    per image, and which images have target area (the others teach nothing and are skipped)."""
     valid = check_budget(relevance, 1, valid)  # shapes and NaN/inf; the budgets are checked per image below
     ks = list(k) if isinstance(k, Sequence) else [k] * len(relevance)
     if len(ks) != len(relevance):
@@ -304,28 +349,8 @@ def sampler_loss(
         if kb > n:
             raise ValueError(f"budget K={kb} exceeds the {n} valid cells of image {b}; "
                              "lower --budget or raise the canvas size")
-    relevance, target = relevance.detach(), torch.where(valid, target, 0.0)  # padding cannot be selected
-    has = target.flatten(1).sum(1) > 0  # [B]
-    if isinstance(sampler, PseudoLogPolarSampler):
-        gaze = gaze_point(relevance, valid, sampler.gaze_mode)
-        scores = sampler.soft_scores(relevance, valid, gaze)  # [B, Hc, Wc]
-        weights = torch.stack([
-            torch.zeros_like(s).masked_scatter(v, soft_topk(s[v][None], kb, temperature)[0])
-            for s, v, kb in zip(scores, valid, ks)
-        ])  # [B, Hc, Wc], sums to K per image
-        spread = bin_coverage_loss(sampler.soft_assignment(relevance, valid, gaze))
-        return _masked_mean(1 - coverage_share(weights, target), has) + SPREAD_WEIGHT * spread
-    if query_emb is None or len(query_emb) != len(relevance):
-        raise ValueError(f"adaptive_stratified needs query_emb [{len(relevance)}, D] to predict its grids")
-    out = sampler.grid_predictor(query_emb.to(sampler.grid_predictor[0].weight.dtype))  # [B, 2]
-    eps = torch.randn(*out.shape[:1], n_samples, 2, generator=generator,
-                      device=generator.device if generator is not None else out.device).to(out)  # [B, n, 2]
-    grids = sampler.grid_of(out.detach()[:, None] + sigma * eps)  # [B, n, 2]
-    reward = torch.stack([_stratified_shares(r, v, t, kb, g) for r, v, t, kb, g in
-                          zip(relevance, valid, target, ks, grids)])  # [B, n]
-    loss = _masked_mean(1 - reward.mean(1), has)
-    surrogate = _masked_mean(score_function_surrogate(out, eps, reward, sigma), has)
-    return loss + surrogate - surrogate.detach()
+    target = torch.where(valid, target, 0.0)  # padding cannot be selected
+    return relevance.detach(), valid, target, ks, target.flatten(1).sum(1) > 0
 
 
 def _stratified_shares(relevance: Tensor, valid: Tensor, target: Tensor, k: int, grids: Tensor) -> Tensor:

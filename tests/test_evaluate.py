@@ -209,6 +209,44 @@ def test_cli_eval_default_methods_leave_out_a_trained_allocator_that_does_not_fi
     assert "embedded by MiniLMQueryEncoder" in capsys.readouterr().err
 
 
+def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(pages, arr, tmp_path, monkeypatch):
+    import torch
+
+    from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
+    from arr_coc.eval import harness
+
+    with pytest.raises(BudgetTooSmallError) as small:
+        PATCHERS.get("quadtree")(torch.rand(1, 30, 20), 1)  # the 560x840 page's 30x20 cells
+    # its coarsest start: 16x16, four 4x4 beside it, then 8-, 4- and 2-cell squares below: 24 leaves
+    assert small.value.k == 1 and small.value.minimum == 24
+    assert split_budget(25, (30, 20)) == ((2, 2), 21) and split_budget(40, (30, 20)) == ((4, 4), 24)
+    records = load_dataset("jsonl", pages)[:1]
+    settings = EvalSettings(methods=("topk", "quadtree"), budgets=("25", "40"), reader=None)
+    rows = read_rows(evaluate(records, arr, tmp_path / "a", settings, progress=False))
+    assert sorted((r["method"], r["budget"]) for r in rows) == [("quadtree", "40"), ("topk", "25"), ("topk", "40")]
+    assert next(r["tokens"] for r in rows if r["method"] == "quadtree") == 16 + 24
+
+    def other_error(*args, **kwargs):  # a ValueError that only mentions the budget is still an error
+        raise ValueError("budget K=1 is below the 4 starting squares")
+
+    monkeypatch.setattr(harness, "_patch_view", other_error)
+    with pytest.raises(ValueError, match="starting squares"):
+        evaluate(records, arr, tmp_path / "b", settings, progress=False)
+
+
+def test_every_method_is_a_typed_registry_entry():
+    from arr_coc.eval.harness import EVAL_METHODS, LEARNED_METHODS, METHODS, LearnedMethod, PatchMethod, SamplerMethod
+    from arr_coc.samplers import SAMPLERS
+
+    assert METHODS == tuple(EVAL_METHODS.names()) and METHODS[0] == "full"
+    assert LEARNED_METHODS == ("selector", "pruner")
+    assert all(EVAL_METHODS.get(m).name in SAMPLERS for m in METHODS if isinstance(EVAL_METHODS.get(m), SamplerMethod))
+    assert {m: EVAL_METHODS.get(m) for m in ("patches_edges", "quadtree")} == {
+        "patches_edges": PatchMethod("saliency", "edges"), "quadtree": PatchMethod("quadtree")}
+    assert [m for m in METHODS if not EVAL_METHODS.get(m).uses_scorer] == ["full", "uniform_image", "random"]
+    assert isinstance(EVAL_METHODS.get("pruner"), LearnedMethod)
+
+
 def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
     """`arr` at the default budget (a 16x16 gestalt + 273 saccades) = ARR()(image, question) on the receipt."""
     import torch

@@ -15,6 +15,7 @@ from arr_coc.allocators.patching import (
     edge_density,
     pad_tokens,
     patch_coverage,
+    BudgetTooSmallError,
     quadtree_patches,
     render_patches,
     saliency_patches,
@@ -159,8 +160,9 @@ def test_quadtree_pads_images_with_fewer_leaves():
 
 
 def test_quadtree_errors_are_actionable():
-    with pytest.raises(ValueError, match=r"K=3 is below the 4 starting squares"):
+    with pytest.raises(BudgetTooSmallError, match=r"K=3 is below the 4 starting squares") as small:
         quadtree_patches(torch.rand(1, 16, 16), 3, criterion="relevance")
+    assert (small.value.k, small.value.minimum) == (3, 4) and isinstance(small.value, ValueError)
     with pytest.raises(ValueError, match="pass pixels"):
         quadtree_patches(torch.rand(1, 4, 4), 4, criterion="variance")
     holey = torch.ones(1, 4, 4, dtype=torch.bool)

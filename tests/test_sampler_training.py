@@ -1,4 +1,4 @@
-"""Tests for training the samplers' own parameters (`sampler_loss` and its pieces)."""
+"""Tests for training the samplers' own parameters (their `loss` methods, `sampler_loss`, and the pieces)."""
 from __future__ import annotations
 
 import pytest
@@ -75,6 +75,29 @@ def test_frozen_samplers_get_no_loss_and_unknown_trainable_ones_are_refused():
     custom.weight = torch.nn.Parameter(torch.ones(1))
     with pytest.raises(TypeError, match="no training loss for Sampler"):
         sampler_loss(custom, rel, valid, query, target, 5)
+
+
+def test_a_trainable_sampler_is_trained_through_its_own_loss_method():
+    rel, valid, target, query = padded_problem()
+
+    class Gained(Sampler):  # a sampler from outside the package: sampler_loss needs no change for it
+        def __init__(self) -> None:
+            super().__init__()
+            self.gain = torch.nn.Parameter(torch.tensor(3.0))
+
+        def loss(self, relevance, valid, query_emb, target, k, *, temperature, generator, margin=0.0):
+            return (self.gain - temperature - margin) ** 2
+
+    sampler = Gained()
+    loss = sampler_loss(sampler, rel, valid, query, target, 5, temperature=0.5, margin=0.5)
+    assert float(loss.detach()) == 4.0
+    loss.backward()
+    assert float(sampler.gain.grad) == 4.0  # d/dg (g - 1)^2 at g = 3
+    log_polar, adaptive = PseudoLogPolarSampler(n_bins=8), AdaptiveStratifiedSampler(seed=1)
+    assert torch.equal(sampler_loss(log_polar, rel, valid, query, target, 5, temperature=0.2),
+                       log_polar.loss(rel, valid, query, target, 5, temperature=0.2))
+    assert torch.equal(sampler_loss(adaptive, rel, valid, query, target, 5, generator=torch.Generator().manual_seed(3)),
+                       adaptive.loss(rel, valid, query, target, 5, generator=torch.Generator().manual_seed(3)))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -40,6 +40,18 @@ Patcher = Callable[..., "Patches"]  # (relevance [B, Hc, Wc], k, valid=None, pix
 PATCHERS: Registry[Patcher] = Registry("patcher")
 
 
+class BudgetTooSmallError(ValueError):
+    """A patch allocator cannot start at this budget: ``minimum`` tokens is the least it can send.
+
+    A quadtree must send its whole starting tiling before it refines anything, so below that count
+    there is no allocation at all (callers skip the budget or ask for a larger one).
+    """
+
+    def __init__(self, message: str, k: int, minimum: int) -> None:
+        super().__init__(message)
+        self.k, self.minimum = k, minimum
+
+
 @dataclass
 class Patches:
     """Variable-size patches per image, one token each, ordered by score (high -> low); padding last."""
@@ -254,8 +266,8 @@ def quadtree_patches(
     leaf's mean colour. Images with fewer leaves than the widest of the batch are padded with size 0.
 
     Raises:
-        ValueError: bad shapes or criterion, a valid mask that is not one rectangle per image, or K below
-            the starting tiling's count.
+        BudgetTooSmallError: K below the starting tiling's count (``err.minimum``).
+        ValueError: bad shapes or criterion, a valid mask that is not one rectangle per image.
 
     Example:
         >>> rel = torch.zeros(1, 4, 4); rel[0, 0, 0] = 1.0
@@ -276,8 +288,8 @@ def quadtree_patches(
                              f"do not fill their {h}x{w} extent; pass a padded-canvas mask")
         leaves = _tiling(h, w, max_size)
         if len(leaves) > k:
-            raise ValueError(f"budget K={k} is below the {len(leaves)} starting squares of image {b}'s {h}x{w} "
-                             f"cells; raise K or max_size")
+            raise BudgetTooSmallError(f"budget K={k} is below the {len(leaves)} starting squares of image {b}'s "
+                                      f"{h}x{w} cells; raise K or max_size", k, len(leaves))
         crop = stats[b, :, y0 : y0 + h, x0 : x0 + w]
         table = {}  # size -> importance of every aligned square of that size, as nested lists for cheap lookups
         for s in (1 << i for i in range(max(t for _, _, t in leaves).bit_length())):
@@ -414,10 +426,9 @@ def _quadtree(relevance: Tensor, k: int, valid: Tensor | None = None, pixels: Te
     The largest leaf grows (8, 16, 32 cells) until the starting tiling fits the budget: a small
     budget on a large page has to begin with coarser leaves.
     """
-    for max_size in (8, 16, 32, 64):
+    for max_size in (8, 16, 32):
         try:
             return quadtree_patches(relevance, k, valid, criterion="relevance", max_size=max_size)
-        except ValueError as err:
-            if "starting squares" not in str(err) or max_size == 64:
-                raise
-    raise AssertionError("unreachable")
+        except BudgetTooSmallError:
+            continue
+    return quadtree_patches(relevance, k, valid, criterion="relevance", max_size=64)

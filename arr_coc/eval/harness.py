@@ -22,7 +22,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Protocol, Sequence
 
 import torch
 from torch import Tensor
@@ -37,19 +37,180 @@ from arr_coc.allocators.pruning import LEARNED_FORMAT
 from arr_coc.pipeline import ARR, SCORER_FORMAT
 from arr_coc.query import encoder_name
 from arr_coc.eval.reading import READERS, contains_score, downsampled_view, foveated_view, read_region, scale_boxes
+from arr_coc.registry import Registry
 from arr_coc.samplers import SAMPLERS, topk_cells
 from arr_coc.weights import load_file
 
-# Method order of every table: the upper bound, the field's baseline, then the allocators.
-# "arr" is the evaluated ARR's own sampler: with no options, what `arr-coc look`, `ask` and ARR() send.
-METHODS = ("full", "uniform_image", "random", "topk", "arr", "nms", "stratified", "adaptive_stratified", "log_polar",
-           "patches", "patches_edges", "quadtree", "selector", "pruner")
-# variable-size allocators (arr_coc.allocators.patching): registry name and the map that drives them
-PATCH_METHODS = {"patches": ("saliency", "relevance"), "patches_edges": ("saliency", "edges"),
-                 "quadtree": ("quadtree", "relevance")}
-LEARNED_METHODS = ("selector", "pruner")  # trained allocators (arr_coc.allocators.pruning): top-K of their own map
 DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
+
+
+@dataclass
+class RecordInputs:
+    """What every allocation method may look at for one record: a one-image canvas cropped to its
+    ``hc x wc`` cells, the question's relevance and embedding, the answer boxes in canvas pixels."""
+
+    canvas: Any
+    pixels: Tensor  # [3, hc * cell, wc * cell]
+    relevance: Tensor  # [1, Hc, Wc]
+    query_emb: Tensor
+    target: list
+    others: list
+    samplers: dict  # name -> sampler instance
+    maps: dict[str, Tensor]  # the trained allocators' own maps (learned_maps)
+    seed: int  # the record's seed (random baseline, stochastic samplers)
+    patch_options: dict
+    keep_cells: bool = False  # rows list the chosen cells (saccade methods)
+
+    @property
+    def cell(self) -> int:
+        return self.canvas.cell
+
+    @property
+    def cells_hw(self) -> tuple[int, int]:
+        return self.canvas.sizes[0][0] // self.cell, self.canvas.sizes[0][1] // self.cell
+
+
+@dataclass
+class Allocated:
+    """One method's answer at one budget: the pixels the reader sees, the tokens sent, the metrics."""
+
+    view: Tensor
+    tokens: int
+    metrics: dict
+
+
+class EvalMethod(Protocol):
+    """An allocation method of the evaluation table.
+
+    ``uses_scorer``: its rows depend on the relevance (False: one row per record whatever the scorer).
+    ``per_budget``: one row per token budget (False: one row at the budget "full").
+    ``allocate`` returns None where the method has nothing to send at this budget (a quadtree below its
+    starting tiling, a trained allocator without weights).
+    """
+
+    uses_scorer: bool
+    per_budget: bool
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated | None: ...
+
+
+_NAN = float("nan")
+_BLIND = {"coverage": _NAN, "hit": _NAN, "iou": _NAN, "secondary": _NAN, "peripheral": _NAN}
+
+
+@dataclass(frozen=True)
+class FullResolution:
+    """The upper bound: every cell at full resolution."""
+
+    uses_scorer: bool = False
+    per_budget: bool = False
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated:
+        everything = {"coverage": 1.0, "hit": 1.0, "iou": _NAN, "secondary": 1.0, "peripheral": 1.0}
+        return Allocated(inputs.pixels, inputs.canvas.full_tokens[0], everything)
+
+
+@dataclass(frozen=True)
+class DownsampledImage:
+    """The field's baseline: the whole image downsampled to the budget's token count."""
+
+    uses_scorer: bool = False
+    per_budget: bool = True
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated:
+        view, used = downsampled_view(inputs.pixels, total, inputs.cell)
+        return Allocated(view, used, _BLIND)
+
+
+def _saccade_view(inputs: RecordInputs, sel: Any, grid: tuple[int, int], k: int) -> Allocated:
+    hc, wc = inputs.cells_hw
+    chosen = sel.mask(*inputs.canvas.grid)[0, :hc, :wc]
+    metrics = allocation_metrics(chosen, inputs.cell, inputs.target, inputs.others).as_dict()
+    if inputs.keep_cells:
+        metrics["cells"] = sel.positions[0].tolist()
+    view = foveated_view(inputs.pixels, sel.positions[0], inputs.cell, grid)
+    return Allocated(view, grid[0] * grid[1] + k, metrics)
+
+
+@dataclass(frozen=True)
+class SamplerMethod:
+    """Gestalt + K one-cell saccades from a sampler of :data:`arr_coc.samplers.SAMPLERS` on the relevance."""
+
+    name: str
+    uses_scorer: bool = True
+    per_budget: bool = True
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated:
+        generator = torch.Generator().manual_seed(inputs.seed)
+        sel = inputs.samplers[self.name](inputs.relevance, k, valid=inputs.canvas.valid, query_emb=inputs.query_emb,
+                                         generator=generator)
+        return _saccade_view(inputs, sel, grid, k)
+
+
+@dataclass(frozen=True)
+class ArrSampler:
+    """Gestalt + K saccades from the evaluated ARR's own sampler, called as ARR.forward calls it: with no
+    options, what `arr-coc look`, `ask` and ARR() send."""
+
+    uses_scorer: bool = True
+    per_budget: bool = True
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated | None:
+        if "arr" not in inputs.samplers:
+            return None
+        sel = inputs.samplers["arr"](inputs.relevance, k, valid=inputs.canvas.valid, query_emb=inputs.query_emb)
+        return _saccade_view(inputs, sel, grid, k)
+
+
+@dataclass(frozen=True)
+class LearnedMethod:
+    """Gestalt + the top K cells of a trained allocator's own map (arr_coc.allocators.pruning)."""
+
+    name: str
+    uses_scorer: bool = True
+    per_budget: bool = True
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated | None:
+        if self.name not in inputs.maps:
+            return None
+        return _saccade_view(inputs, topk_cells(inputs.maps[self.name], k, inputs.canvas.valid), grid, k)
+
+
+@dataclass(frozen=True)
+class PatchMethod:
+    """Gestalt + variable-size squares from a patcher of :data:`arr_coc.allocators.patching.PATCHERS`,
+    driven by the query's ``relevance`` or the image's Sobel ``edges`` (query-blind)."""
+
+    patcher: str
+    driver: str = "relevance"
+    uses_scorer: bool = True
+    per_budget: bool = True
+
+    def allocate(self, inputs: RecordInputs, total: int, grid: tuple[int, int], k: int) -> Allocated | None:
+        from arr_coc.allocators.patching import BudgetTooSmallError
+
+        try:
+            return Allocated(*_patch_view(self.patcher, self.driver, inputs.relevance, k, inputs.canvas, grid,
+                                          inputs.target, inputs.others, inputs.patch_options))
+        except BudgetTooSmallError:  # a quadtree cannot start below its first tiling: no row
+            return None
+
+
+# Every method of the table, in table order: the upper bound, the field's baseline, then the allocators.
+EVAL_METHODS: Registry[EvalMethod] = Registry("evaluation method")
+for _name, _method in (
+        ("full", FullResolution()), ("uniform_image", DownsampledImage()),
+        ("random", SamplerMethod("random", uses_scorer=False)), ("topk", SamplerMethod("topk")),
+        ("arr", ArrSampler()), ("nms", SamplerMethod("nms")), ("stratified", SamplerMethod("stratified")),
+        ("adaptive_stratified", SamplerMethod("adaptive_stratified")), ("log_polar", SamplerMethod("log_polar")),
+        ("patches", PatchMethod("saliency")), ("patches_edges", PatchMethod("saliency", "edges")),
+        ("quadtree", PatchMethod("quadtree")), ("selector", LearnedMethod("selector")),
+        ("pruner", LearnedMethod("pruner"))):
+    EVAL_METHODS.register(_name)(_method)
+METHODS = tuple(EVAL_METHODS.names())
+# trained allocators (arr_coc.allocators.pruning): top-K of their own map
+LEARNED_METHODS = tuple(n for n in METHODS if isinstance(EVAL_METHODS.get(n), LearnedMethod))
 
 
 def _record_seed(seed: int, record_id: str) -> int:
@@ -232,73 +393,46 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
     """Rows of one record (a one-image canvas) for every method and budget, given its relevance map.
 
     ``suffix`` tells scorers apart in one table (``topk@learned``); the scorer-free rows (full,
-    uniform image) come only with the empty suffix. ``maps`` holds the trained allocators' own maps
-    (:func:`learned_maps`); their methods are skipped without one.
+    uniform image, random) come only with the empty suffix. ``maps`` holds the trained allocators' own
+    maps (:func:`learned_maps`); their methods are skipped without one.
     """
-    cell, pixels = canvas.cell, canvas.pixels[0]
+    cell = canvas.cell
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
     full = canvas.full_tokens[0]
     _check_boxes(record, canvas.image_sizes[0])
     target = scale_boxes(record.boxes_px, canvas.scales[0])
-    others = scale_boxes(record.others_px, canvas.scales[0])
+    inputs = RecordInputs(canvas, canvas.pixels[0, :, : hc * cell, : wc * cell], relevance, query_emb, target,
+                          scale_boxes(record.others_px, canvas.scales[0]), samplers, maps or {},
+                          _record_seed(settings.seed, record.record_id), settings.patch_options or {},
+                          settings.keep_cells)
     readable = reader is not None and bool(record.answer.strip())
 
-    def row(method: str, budget: str, tokens: int, view, metrics: dict, start: float) -> dict:
-        prediction = read_region(reader, view, target, settings.margin_px) if readable else None
+    def row(method: str, budget: str, got: Allocated, start: float) -> dict:
+        prediction = read_region(reader, got.view, target, settings.margin_px) if readable else None
         return {
             "dataset": record.dataset, "record_id": record.record_id, "image_id": record.image_id,
             "question": record.question, "answer": record.answer, "method": method, "budget": budget,
-            "tokens": tokens, "full_tokens": full, **metrics, "prediction": prediction,
+            "tokens": got.tokens, "full_tokens": full, **got.metrics, "prediction": prediction,
             "reading": contains_score(prediction, record.answer) if readable else None,
             "ms": round((time.perf_counter() - start) * 1e3, 1),
         }
 
-    nan = float("nan")
-    blind = {"coverage": nan, "hit": nan, "iou": nan, "secondary": nan, "peripheral": nan}
-    if (record.record_id, "full", "full") not in done and "full" in settings.methods and not suffix:
-        start = time.perf_counter()
-        everything = {"coverage": 1.0, "hit": 1.0, "iou": nan, "secondary": 1.0, "peripheral": 1.0}
-        yield row("full", "full", full, pixels, everything, start)
+    methods = [(name, EVAL_METHODS.get(name)) for name in settings.methods]
+    methods = [(name, m) for name, m in methods if m.uses_scorer or not suffix]  # one scorer-free row is enough
+    for name, method in methods:
+        if not method.per_budget and (record.record_id, name, "full") not in done:
+            start = time.perf_counter()
+            yield row(name, "full", method.allocate(inputs, full, (hc, wc), 0), start)
     for spec in settings.budgets:
         total = budget_tokens(spec, full)
         grid, k = split_budget(total, (hc, wc))
-        for method in settings.methods:
-            if method == "full" or (record.record_id, method + suffix, str(spec)) in done:
-                continue
-            if suffix and method in ("uniform_image", "random"):  # they ignore the scorer: one row is enough
+        for name, method in methods:
+            if not method.per_budget or (record.record_id, name + suffix, str(spec)) in done:
                 continue
             start = time.perf_counter()
-            if method == "uniform_image":
-                view, used = downsampled_view(pixels[:, : hc * cell, : wc * cell], total, cell)
-                yield row(method, str(spec), used, view, blind, start)
-                continue
-            if method in PATCH_METHODS:
-                try:
-                    view, used, metrics = _patch_view(*PATCH_METHODS[method], relevance, k, canvas, grid, target,
-                                                      others, settings.patch_options or {})
-                except ValueError as err:  # a quadtree cannot start below its first tiling: no row
-                    if "starting squares" not in str(err):
-                        raise
-                    continue
-                yield row(method + suffix, str(spec), used, view, metrics, start)
-                continue
-            if method in LEARNED_METHODS:
-                if not maps or method not in maps:
-                    continue
-                sel = topk_cells(maps[method], k, canvas.valid)
-            elif method == "arr":  # the ARR's own sampler and seed, as ARR.forward calls it
-                if "arr" not in samplers:
-                    continue
-                sel = samplers["arr"](relevance, k, valid=canvas.valid, query_emb=query_emb)
-            else:
-                generator = torch.Generator().manual_seed(_record_seed(settings.seed, record.record_id))
-                sel = samplers[method](relevance, k, valid=canvas.valid, query_emb=query_emb, generator=generator)
-            chosen = sel.mask(*canvas.grid)[0, :hc, :wc]
-            metrics = allocation_metrics(chosen, cell, target, others).as_dict()
-            if settings.keep_cells:
-                metrics["cells"] = sel.positions[0].tolist()
-            view = foveated_view(pixels[:, : hc * cell, : wc * cell], sel.positions[0], cell, grid)
-            yield row(method + suffix, str(spec), grid[0] * grid[1] + k, view, metrics, start)
+            got = method.allocate(inputs, total, grid, k)
+            if got is not None:
+                yield row(name + suffix, str(spec), got, start)
 
 
 def _check_boxes(record: Record, size: tuple[int, int]) -> None:

@@ -48,7 +48,8 @@ from tqdm import tqdm
 
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.data.datasets import Record
-from arr_coc.eval.harness import PATCH_METHODS, _record_seed, learned_maps, load_learned_methods, summarize, _fmt
+from arr_coc.eval.harness import (EVAL_METHODS, PatchMethod, _record_seed, learned_maps, load_learned_methods,
+                                  summarize, _fmt)
 from arr_coc.eval.metrics import answer_score
 from arr_coc.samplers import SAMPLERS, topk_cells
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
@@ -248,19 +249,18 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: VLMEvalSetti
             if method == "vlm":
                 yield _first_look_job(record, spec, arr, adapter, settings, scene, grid, k, query_emb, full)
                 continue
-            if method in PATCH_METHODS:
-                from arr_coc.allocators.patching import PATCHERS, edge_density
+            entry = EVAL_METHODS.get(method) if method in EVAL_METHODS else None
+            if isinstance(entry, PatchMethod):
+                from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError, edge_density
 
-                name, driver = PATCH_METHODS[method]
+                name, driver = entry.patcher, entry.driver
                 saliency = relevance.map if driver == "relevance" else edge_density(canvas.pixels, cell)
                 patcher = PATCHERS.get(name)
                 accepted = inspect.signature(patcher).parameters  # e.g. size_prior reaches the square patches only
                 try:
                     patches = patcher(saliency.detach(), k, valid=valid, pixels=canvas.pixels,
                                       **{key: v for key, v in (settings.patch_options or {}).items() if key in accepted})
-                except ValueError as err:  # a quadtree cannot start below its first tiling: no row, as in the harness
-                    if "starting squares" not in str(err):
-                        raise
+                except BudgetTooSmallError:  # a quadtree cannot start below its first tiling: no row, as in the harness
                     continue
                 boxes = patches.boxes[0, : int(patches.counts[0])]
                 select_ms = (time.perf_counter() - start) * 1e3

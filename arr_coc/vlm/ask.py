@@ -18,7 +18,7 @@ import torch
 
 from arr_coc.config import ARRConfig, SamplerConfig, check_int, resolve_device, resolve_dtype
 from arr_coc.samplers import shift_nonnegative
-from arr_coc.allocators.patching import PATCHERS
+from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate, llm_chunk_flops, timed
 
 WEIGHT_FLOOR = 0.5  # weighted mode: the least relevant token keeps half its embedding, none vanishes
@@ -227,10 +227,9 @@ def patch_boxes_on(name: str, relevance: torch.Tensor, canvas: Any, budget: int)
     valid = canvas.valid.to(relevance.device)
     try:
         patches = PATCHERS.get(name)(relevance.detach(), budget, valid=valid, pixels=canvas.pixels.to(relevance.device))
-    except ValueError as err:
-        if "starting squares" in str(err):  # a quadtree cannot start below its first tiling
-            raise ValueError(f"allocator {name!r} needs a larger budget: {err}; raise --budget (budget=)") from err
-        raise
+    except BudgetTooSmallError as err:  # a quadtree cannot start below its first tiling
+        raise BudgetTooSmallError(f"allocator {name!r} needs a larger budget: {err}; raise --budget (budget=) to "
+                                  f"at least {err.minimum}", err.k, err.minimum) from err
     return [patches.boxes[b, :n] for b, n in enumerate(patches.counts.tolist())]
 
 
