@@ -329,3 +329,17 @@ def test_arr_texture_runs_where_the_arr_was_moved():
     assert cpu.cells.device.type == "cpu"
     assert meta.cells.device.type == meta.canvas.pixels.device.type == meta.canvas.valid.device.type == "meta"
     assert meta.cells.shape == cpu.cells.shape == (1, 6, 4, 5)
+
+
+def test_tiny_models_leave_the_callers_random_state_alone():
+    from arr_coc.vlm.tiny import tiny_llava_model, tiny_model
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a, b = tiny_model("qwen2_5_vl", seed=1), tiny_llava_model(seed=1)
+    assert torch.equal(torch.rand(3), expected)  # as if no model had been built
+    again = tiny_model("qwen2_5_vl", seed=1)
+    assert all(torch.equal(x, y) for x, y in zip(a.parameters(), again.parameters()))  # same seed, same model
+    other = tiny_model("qwen2_5_vl", seed=2)
+    assert not all(torch.equal(x, y) for x, y in zip(a.parameters(), other.parameters()))

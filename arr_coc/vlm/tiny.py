@@ -67,14 +67,21 @@ def tiny_config(family: str = "qwen2_5_vl", *, layers: int = 2, width: int = 32)
 
 def tiny_model(family: str = "qwen2_5_vl", *, std: float = 0.3, seed: int = 0, **kwargs: Any) -> Any:
     """A tiny random ``*ForConditionalGeneration`` whose matrices are redrawn with ``std``."""
+    return _redrawn(tiny_config(family, **kwargs), std, seed)
+
+
+def _redrawn(config: Any, std: float, seed: int) -> Any:
+    """The model of ``config`` with every matrix (position tables too, so a tower responds to where a
+    patch sits) drawn from N(0, std) under ``seed``; the caller's random state is left as it was."""
     from transformers import AutoModelForImageTextToText
 
-    torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(tiny_config(family, **kwargs)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim >= 2:
-                p.normal_(0.0, std)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AutoModelForImageTextToText.from_config(config).eval()
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.ndim >= 2:
+                    p.normal_(0.0, std)
     return model
 
 
@@ -122,12 +129,4 @@ def tiny_llava_model(std: float = 0.3, seed: int = 0, **kwargs: Any) -> Any:
     >>> tiny_llava_model().config.model_type
     'llava'
     """
-    from transformers import AutoModelForImageTextToText
-
-    torch.manual_seed(seed)
-    model = AutoModelForImageTextToText.from_config(tiny_llava_config(**kwargs)).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim >= 2:  # position tables too, so the tower responds to where a patch sits
-                p.normal_(0.0, std)
-    return model
+    return _redrawn(tiny_llava_config(**kwargs), std, seed)
