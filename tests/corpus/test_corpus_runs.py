@@ -54,7 +54,8 @@ def _worker(args):
 
 
 def test_two_concurrent_evals_into_one_folder_write_every_row_once(pages, tmp_path):
-    with multiprocessing.get_context("fork").Pool(2) as pool:
+    # spawn, not fork: a fork of a process whose torch / OpenMP threads are running can deadlock in the child
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
         pool.map(_worker, [(pages, tmp_path)] * 2)
     records = load_dataset("jsonl", pages)
     keys = keys_of(tmp_path / "records.jsonl")
