@@ -142,4 +142,4 @@ def test_look_and_ask_help_state_the_token_rule_and_the_default_sampler(capsys):
 
 def test_serve_refuses_a_thread_count_below_one_in_one_line(capsys):
     assert main(["serve", "--threads", "0", "--query-encoder", "hashing"]) == 2
-    assert capsys.readouterr().err.strip() == "arr-coc: error: --threads must be at least 1, got 0"
+    assert capsys.readouterr().err.strip() == "arr-coc: error: --threads must be an integer >= 1, got 0"

@@ -50,7 +50,8 @@ def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> Any
     try:
         config = AutoConfig.from_pretrained(name_or_path)
     except (OSError, ValueError) as err:
-        raise ValueError(f"cannot load a VLM config from {name_or_path!r}: {err}") from err
+        reason = " ".join(str(err).split())  # transformers words it over several lines; a user error is one
+        raise ValueError(f"cannot load a VLM config from {name_or_path!r}: {reason}") from err
     adapter_cls = ADAPTERS.get(config.model_type)  # unknown families raise with the registered names
     model = AutoModelForImageTextToText.from_pretrained(name_or_path, dtype=dtype or "auto")
     if device is not None:
