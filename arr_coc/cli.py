@@ -192,9 +192,9 @@ def _parser() -> argparse.ArgumentParser:
                     help="OCR readers, default all of " + ", ".join(METHODS) + "; --reader vlm: any of "
                          + ", ".join(vlm_reader.VLM_METHODS) + ", default " + " ".join(vlm_reader.DEFAULT_METHODS))
     ev.add_argument("--budgets", nargs="+", default=None,
-                    help="total visual tokens per image (gestalt + saccades), as tokens (529) or shares of full "
-                         f"resolution (25%%); default {' '.join(DEFAULT_BUDGETS)} (--reader vlm: "
-                         f"{' '.join(vlm_reader.DEFAULT_BUDGETS)})")
+                    help=("total visual tokens per image (gestalt + saccades), as tokens (529) or shares of full "
+                          f"resolution (25%); default {' '.join(DEFAULT_BUDGETS)} (--reader vlm: "
+                          f"{' '.join(vlm_reader.DEFAULT_BUDGETS)})").replace("%", "%%"))
     ev.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
     ev.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
                     help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "

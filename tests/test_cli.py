@@ -16,7 +16,7 @@ from arr_coc.texture import CHANNELS
 
 
 def test_help_lists_registered_samplers_and_channels(capsys):
-    for argv in (["--help"], ["look", "--help"]):
+    for argv in (["--help"], ["look", "--help"], ["eval", "--help"], ["ask", "--help"], ["train", "--help"]):
         with pytest.raises(SystemExit) as e:
             main(argv)
         assert e.value.code == 0
