@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench serve clean
 
 setup: $(STAMP)
 
@@ -12,6 +12,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	command -v tesseract >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq tesseract-ocr tesseract-ocr-eng >/dev/null; }
+	# headless Chromium and its driver for the microscope's browser test (selenium is told their paths)
+	command -v chromium >/dev/null && command -v chromedriver >/dev/null || { apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
@@ -25,6 +28,9 @@ demo: setup
 test: setup
 	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest
+
+serve: setup
+	$(BIN)/arr-coc serve
 
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py

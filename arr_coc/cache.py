@@ -13,6 +13,8 @@ from typing import Any, Callable, Sequence, TypeVar
 import torch
 from torch import Tensor
 
+from arr_coc.imageops import to_uint8
+
 T = TypeVar("T")
 
 
@@ -22,7 +24,7 @@ def image_key(image: Tensor) -> str:
     >>> image_key(torch.zeros(3, 4, 4)) == image_key(torch.zeros(3, 4, 4)), image_key(torch.zeros(3, 4, 4)) == image_key(torch.ones(3, 4, 4))
     (True, False)
     """
-    q = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).cpu().contiguous()
+    q = to_uint8(image).contiguous()
     return f"{tuple(image.shape)}:{hashlib.blake2b(q.numpy().tobytes(), digest_size=16).hexdigest()}"
 
 

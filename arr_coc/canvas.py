@@ -18,8 +18,9 @@ from typing import Sequence, Union
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from arr_coc.imageops import resize
 
 ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 
@@ -321,15 +322,6 @@ class Canvas:
         return [(h / h0, w / w0) for (h, w), (h0, w0) in zip(self.sizes, self.image_sizes)]
 
 
-def _resize(x: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """[N, 3, H, W] -> [N, 3, *size]; untouched when the size already matches (bit-exact pass-through)."""
-    if tuple(x.shape[-2:]) == tuple(size):
-        return x
-    # Antialiasing matters when shrinking a page: plain bilinear aliases thin strokes of text away.
-    y = F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True)
-    return y.clamp_(0.0, 1.0)  # float rounding may step past 1 by an ulp
-
-
 def _canvas_size(i: int | None, h0: int, w0: int, cell: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
     if h0 < cell or w0 < cell:
         which = "image" if i is None else f"image {i}"
@@ -374,7 +366,7 @@ def make_canvas(
         x = _tensor_to_float(images)
         _check(x, "image batch")
         size = _canvas_size(None, h0, w0, cell, min_pixels, max_pixels)
-        pixels = _resize(x, size).expand(-1, 3, -1, -1)  # [B, 3, H, W]
+        pixels = resize(x, size).expand(-1, 3, -1, -1)  # [B, 3, H, W]
         hc, wc = size[0] // cell, size[1] // cell
         valid = torch.ones(b, hc, wc, dtype=torch.bool, device=x.device)
         return Canvas(pixels.contiguous(), valid, [(h0, w0)] * b, [size] * b, cell)
@@ -393,7 +385,7 @@ def make_canvas(
     pixels = torch.zeros(len(items), 3, hmax, wmax, device=loaded[0].device)  # [B, 3, H, W]
     # Sizes differ per image, so each is resized on its own; padding stays zero.
     for i, (x, (h, w)) in enumerate(zip(loaded, sizes)):
-        pixels[i, :, :h, :w] = _resize(x[None], (h, w))[0]
+        pixels[i, :, :h, :w] = resize(x[None], (h, w))[0]
     hc = torch.tensor([h // cell for h, _ in sizes], device=pixels.device)  # [B]
     wc = torch.tensor([w // cell for _, w in sizes], device=pixels.device)  # [B]
     rows = torch.arange(hmax // cell, device=pixels.device)

@@ -5,10 +5,13 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Sequence
+from types import UnionType
+from typing import Any, Sequence, Union, get_args, get_origin, get_type_hints
 
 from arr_coc import __version__
+from arr_coc.errors import UserError
 
 
 def _registered() -> str:
@@ -24,9 +27,129 @@ def _registered() -> str:
             f"modes: {', '.join(MODES)}; layouts: {', '.join(LAYOUTS)}")
 
 
-def _parser() -> argparse.ArgumentParser:
-    from arr_coc.config import DEFAULT_BUDGET, CanvasConfig, SamplerConfig
+# Options that come from a config dataclass: field name -> option strings (the first names the dest).
+# Type, default and help text come from the field itself (its type hint and metadata["help"]).
+CANVAS_OPTIONS = {"cell": "--cell", "max_pixels": "--max-pixels"}
+SCORER_OPTIONS = {"name": "--scorer", "weights": "--scorer-weights"}
+# `look` and `ask` spend K saccades on top of the gestalt; --budget is the older spelling of --saccades
+SAMPLER_OPTIONS = {"name": "--sampler", "budget": ("--saccades", "--budget")}
 
+
+def _dest(option: str) -> str:
+    return option.lstrip("-").replace("-", "_")
+
+
+def _option_type(hint: Any) -> tuple[type, bool]:
+    """(scalar type, takes several values) of a field's type hint: ``int | None`` -> (int, False),
+    ``tuple[str, ...]`` -> (str, True)."""
+    args = [a for a in get_args(hint) if a is not type(None)]
+    if get_origin(hint) in (Union, UnionType):
+        return _option_type(args[0])
+    if get_origin(hint) is tuple:
+        return args[0], True
+    return hint, False
+
+
+def add_options(parser: argparse._ActionsContainer, cls: type, options: dict[str, str | tuple[str, ...]],
+                defaults: dict[str, Any] | None = None) -> None:
+    """Add one option per field of the dataclass ``cls`` named in ``options``: its type hint sets the
+    type (a bool with default True becomes ``--no-<name>``), the field's default (or ``defaults``) the
+    default, and ``metadata["help"]`` the help text."""
+    hints = get_type_hints(cls)
+    for f in fields(cls):
+        if f.name not in options:
+            continue
+        flags = options[f.name]
+        flags = (flags,) if isinstance(flags, str) else flags
+        default = (defaults or {}).get(f.name, f.default if f.default is not MISSING else f.default_factory())
+        text = f.metadata["help"].replace("%", "%%")
+        kind, several = _option_type(hints[f.name])
+        if kind is bool:
+            if default:
+                parser.add_argument(*("--no-" + fl[2:] for fl in flags), dest=f.name, action="store_false", help=text)
+            else:
+                parser.add_argument(*flags, dest=_dest(flags[0]), action="store_true", help=text)
+            continue
+        parser.add_argument(*flags, dest=_dest(flags[0]), type=kind, nargs="+" if several else None,
+                            default=list(default) if several and default is not None else default,
+                            metavar=f.metadata.get("metavar"),
+                            help=text if default is None else f"{text} (default %(default)s)")
+
+
+def from_args(cls: type, args: argparse.Namespace, options: dict[str, str | tuple[str, ...]], **extra: Any):
+    """``cls`` built from the options :func:`add_options` declared (those this command has) and ``extra``."""
+    given = {}
+    for name, flags in options.items():
+        dest = _dest(flags if isinstance(flags, str) else flags[0])
+        if hasattr(args, dest):
+            value = getattr(args, dest)
+            given[name] = tuple(value) if isinstance(value, list) else value
+    return cls(**{**given, **extra})
+
+
+def _parent(title: str) -> tuple[argparse.ArgumentParser, argparse._ArgumentGroup]:
+    parent = argparse.ArgumentParser(add_help=False)
+    return parent, parent.add_argument_group(title)
+
+
+def _image_question() -> argparse.ArgumentParser:
+    parent, g = _parent("input")
+    g.add_argument("image", help="image file (any format PIL reads)")
+    g.add_argument("question", help='the question, e.g. "What is the total?"')
+    return parent
+
+
+def _saccades() -> argparse.ArgumentParser:
+    """The sampler and its budget in saccades K (``look``, ``ask``; ``eval`` and ``train`` take total tokens)."""
+    from arr_coc.config import SamplerConfig
+
+    parent, g = _parent("saccades (the gestalt's tokens come on top of K)")
+    add_options(g, SamplerConfig, SAMPLER_OPTIONS)
+    return parent
+
+
+def _pipeline(canvas: Sequence[str] = ("cell", "max_pixels")) -> argparse.ArgumentParser:
+    """How relevance is computed: canvas, texture channels, question encoder, scorer."""
+    from arr_coc.config import CanvasConfig, ScorerConfig
+
+    parent, g = _parent("pipeline")
+    add_options(g, CanvasConfig, {k: v for k, v in CANVAS_OPTIONS.items() if k in canvas})
+    g.add_argument("--channels", nargs="+", default=None, metavar="NAME",
+                   help="texture channels; 'mvp' = the 13-channel MVP, 'default' = mvp + text_match key_value "
+                        "learned_saliency (the default), e.g. --channels mvp objects (see the list below)")
+    g.add_argument("--clip-model", default=None, metavar="PATH_OR_ID",
+                   help="CLIP/SigLIP weights for the 'clip' channel (a local folder or a hub id)")
+    g.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm",
+                   help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words (default %(default)s)")
+    add_options(g, ScorerConfig, SCORER_OPTIONS)
+    return parent
+
+
+def _vlm() -> argparse.ArgumentParser:
+    parent, g = _parent("VLM")
+    g.add_argument("--model", required=True, metavar="PATH_OR_ID",
+                   help="checkpoint folder or hub id loaded with from_pretrained (Qwen2/2.5/3-VL), "
+                        "or tiny:<family> for a random-weight model that only exercises the plumbing")
+    g.add_argument("--dtype", default=None, help="model dtype, e.g. bfloat16 (default: the checkpoint's)")
+    g.add_argument("--device", default=None, help="e.g. cuda (default: cpu)")
+    return parent
+
+
+def _data() -> argparse.ArgumentParser:
+    from arr_coc.data.datasets import DATASETS
+
+    parent, g = _parent("data")
+    g.add_argument("dataset", help=f"dataset: {', '.join(DATASETS.names())}")
+    g.add_argument("--data", type=Path, default=None,
+                   help="dataset folder (jsonl: the .jsonl file); default: ../shared/data/<name> or $ARR_COC_DATA")
+    g.add_argument("--limit", type=int, default=None, help="evaluate N records (a seeded subset spread over images)")
+    g.add_argument("--split", choices=("train", "val", "test"), default=None,
+                   help="only the images of this split (by image id, as `arr-coc train` splits them); "
+                        "use test to report a trained scorer")
+    return parent
+
+
+def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="arr-coc", formatter_class=fmt,
                                 description="Query-aware visual token allocation: a gestalt of the whole image "
@@ -34,143 +157,97 @@ def _parser() -> argparse.ArgumentParser:
                                             "needs them.", epilog=_registered())
     p.add_argument("--version", action="version", version=f"arr-coc {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
-    look = sub.add_parser("look", formatter_class=fmt, epilog=_registered(),
-                          help="allocate saccades for one image and question; print a summary, draw a PNG",
-                          description="Allocate saccades for one image and question.")
-    look.add_argument("image", help="image file (any format PIL reads)")
-    look.add_argument("question", help='the question, e.g. "What is the total?"')
-    look.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="saccade tokens K (default %(default)s)")
-    look.add_argument("--sampler", default=SamplerConfig.name, help="sampler name (default %(default)s; see below)")
-    look.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
-    look.add_argument("--cell", type=int, default=CanvasConfig.cell,
-                      help="token cell in px: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL (default %(default)s)")
-    look.add_argument("--max-pixels", type=int, default=CanvasConfig.max_pixels,
-                      help="largest canvas area in px (default %(default)s)")
+
+    def command(name: str, parents: list[argparse.ArgumentParser], **kw: Any) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=parents, formatter_class=fmt, epilog=_registered(), **kw)
+
+    look = command("look", [_image_question(), _saccades(), _pipeline()],
+                   help="allocate saccades for one image and question; print a summary, draw a PNG",
+                   description="Allocate K saccades (plus the gestalt) for one image and question.")
     look.add_argument("--gestalt", type=int, default=None, metavar="N",
-                      help="N x N gestalt tokens (default 16, or 8 when --budget < 128)")
+                      help="N x N gestalt tokens, on top of the K saccades (default: arr_coc.budget's rule, "
+                           "16 from K = 128 up)")
     look.add_argument("--seed", type=int, default=0, help="seed for learnable parts and random samplers")
-    look.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm",
-                      help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words")
     look.add_argument("--out", type=Path, default=None,
-                      help="PNG to write (default <image>_arr.png next to the current directory; "
+                      help="PNG to write (default <image>_arr.png in the current directory; "
                            "with --json only when given)")
-    look.add_argument("--channels", nargs="+", default=None, metavar="NAME",
-                      help="texture channels; 'mvp' = the seeds' 13-channel MVP, 'default' = mvp + text_match "
-                           "key_value learned_saliency (the default), e.g. --channels mvp objects (see the list below)")
-    look.add_argument("--clip-model", default=None, metavar="PATH_OR_ID",
-                      help="CLIP/SigLIP weights for the 'clip' channel (a local folder or a hub id)")
     look.add_argument("--timings", action="store_true", help="print each texture channel's time")
     look.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
     look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
 
-    from arr_coc.data.datasets import DATASETS
     from arr_coc.eval.harness import DEFAULT_BUDGETS, MARGIN_PX, METHODS
 
-    ev = sub.add_parser("eval", formatter_class=fmt, epilog=_registered(),
-                        help="coverage and OCR reading of the answer at equal token budgets, per method",
-                        description="Evaluate allocation methods on a dataset at equal token budgets; rows go to "
-                                    "OUT/DATASET/records.jsonl as they come (a rerun skips what is done), then "
-                                    "summary.csv, summary.md and summary.png.")
-    ev.add_argument("dataset", help=f"dataset: {', '.join(DATASETS.names())}")
-    ev.add_argument("--data", type=Path, default=None,
-                    help="dataset folder (jsonl: the .jsonl file); default: ../shared/data/<name> or $ARR_COC_DATA")
+    ev = command("eval", [_data(), _pipeline()],
+                 help="coverage and OCR reading of the answer at equal token budgets, per method",
+                 description="Evaluate allocation methods on a dataset at equal total token budgets (each method "
+                             "spends the same number of visual tokens; for gestalt + saccades that total is split "
+                             "between them); rows go to OUT/DATASET/records.jsonl as they come (a rerun skips "
+                             "what is done), then summary.csv, summary.md and summary.png.")
     ev.add_argument("--methods", nargs="+", default=list(METHODS), help="default: all of " + ", ".join(METHODS))
     ev.add_argument("--budgets", nargs="+", default=list(DEFAULT_BUDGETS),
-                    help="token budgets, as tokens (529) or shares of full resolution (25%%); default %(default)s")
-    ev.add_argument("--limit", type=int, default=None, help="evaluate N records (a seeded subset spread over images)")
+                    help="total visual tokens per image (gestalt + saccades), as tokens (529) or shares of full "
+                         "resolution (25%%); default %(default)s")
     ev.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
-    ev.add_argument("--split", choices=("train", "val", "test"), default=None,
-                    help="only the images of this split (by image id, as `arr-coc train` splits them); "
-                         "use test to report a trained scorer")
     ev.add_argument("--reader", default="tesseract", help="OCR engine: tesseract, rapidocr, or none")
     ev.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
-    ev.add_argument("--cell", type=int, default=CanvasConfig.cell, help="token cell in px (default %(default)s)")
-    ev.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
-    ev.add_argument("--channels", nargs="+", default=None, metavar="NAME",
-                    help="texture channels ('mvp' = the 13-channel MVP, 'default' = mvp + text_match key_value learned_saliency)")
-    ev.add_argument("--clip-model", default=None, metavar="PATH_OR_ID", help="weights for the 'clip' channel")
-    ev.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
     ev.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
     ev.add_argument("--size-prior", type=float, default=None, metavar="ALPHA",
                     help="variable-size patches score a square by relevance mass / side**ALPHA "
-                         "(default: arr_coc.patching.SIZE_PRIOR, chosen on validation images)")
+                         "(default: arr_coc.allocators.patching.SIZE_PRIOR, chosen on validation images)")
     ev.add_argument("--selector-weights", default="auto", metavar="PATH",
                     help="weights of the 'selector' method (default: the packaged ones)")
     ev.add_argument("--pruner-weights", default="auto", metavar="PATH",
                     help="weights of the 'pruner' method (default: the packaged ones)")
-    from arr_coc.vlm import LAYOUTS, MODES
 
-    ask = sub.add_parser("ask", formatter_class=fmt, epilog=_registered(),
-                         help="answer a question with a frozen VLM fed gestalt + saccades",
-                         description="Allocate saccades, encode gestalt + saccades with the VLM's own vision "
-                                     "tower at their true positions, and let the VLM answer.")
-    ask.add_argument("image", help="image file (any format PIL reads)")
-    ask.add_argument("question", help='the question, e.g. "What is the total?"')
-    ask.add_argument("--model", required=True, metavar="PATH_OR_ID",
-                     help="checkpoint folder or hub id loaded with from_pretrained (Qwen2/2.5/3-VL), "
-                          "or tiny:<family> for a random-weight model that only exercises the plumbing")
-    ask.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="saccade tokens K (default %(default)s)")
+    from arr_coc.vlm import LAYOUTS, MODES
+    from arr_coc.vlm.ask import allocators
+
+    ask = command("ask", [_image_question(), _vlm(), _saccades(), _pipeline(canvas=("max_pixels",))],
+                  help="answer a question with a frozen VLM fed gestalt + saccades",
+                  description="Allocate K saccades, encode gestalt + saccades with the VLM's own vision tower at "
+                              "their true positions, and let the VLM answer. The token cell is the model's.")
     ask.add_argument("--mode", choices=MODES, default="sparse",
                      help="sparse: the tower encodes only the chosen cells; slice: full grid, keep the chosen "
                           "tokens; weighted: every token, scaled by relevance (default %(default)s)")
     ask.add_argument("--layout", choices=LAYOUTS, default="scaled",
                      help="saccade positions: in the gestalt's frame, or as a second temporal slice")
     ask.add_argument("--no-gestalt", action="store_true", help="send the saccades only")
-    ask.add_argument("--sampler", default=SamplerConfig.name, help="sampler name (default %(default)s)")
-    from arr_coc.vlm.ask import allocators
-
     ask.add_argument("--allocator", choices=allocators(), default="arr",
                      help="arr: one-cell saccades from the sampler; saliency / quadtree: variable-size squares "
-                          "(1x1, 2x2, ... cells, each shrunk to one token) on the same relevance, at most --budget "
-                          "tokens, --mode sparse only; a quadtree needs --budget >= its starting tiling "
+                          "(1x1, 2x2, ... cells, each shrunk to one token) on the same relevance, at most K "
+                          "tokens, --mode sparse only; a quadtree needs K >= its starting tiling "
                           "(default %(default)s)")
-    ask.add_argument("--channels", nargs="+", default=None, metavar="NAME", help="texture channels, as for look")
-    ask.add_argument("--max-pixels", type=int, default=CanvasConfig.max_pixels,
-                     help="largest canvas area in px (default %(default)s)")
     ask.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit (default %(default)s)")
-    ask.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
-    ask.add_argument("--dtype", default=None, help="model dtype, e.g. bfloat16 (default: the checkpoint's)")
-    ask.add_argument("--device", default=None, help="e.g. cuda (default: cpu)")
-    from dataclasses import fields
 
     from arr_coc.train.loop import TrainConfig
 
-    tr = sub.add_parser("train", formatter_class=fmt, epilog=_registered(),
-                        help="train the relevance scorer, patch selector or token pruner (texture and VLM frozen); "
-                             "runs under torchrun too",
-                        description="Train the scorer (or --learner selector|pruner) on dataset records split by "
-                                    "image (train / val / test), "
-                                    "evaluate on held-out images every --eval-every steps, checkpoint to "
-                                    "OUT/checkpoint.pt (--resume continues exactly), write OUT/<learner>.pt, "
-                                    "OUT/metrics.json and OUT/loss.png. Multi-process: "
-                                    "torchrun --nproc_per_node N -m arr_coc.cli train ...")
-    import inspect
-    import re
-
-    # each field's help is the comment beside it in TrainConfig: one source for code and CLI
-    notes = dict(re.findall(r"^\s+(\w+): .*?#\s*(.+)$", inspect.getsource(TrainConfig), re.M))
-    for f in fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        note = notes.get(f.name, "").replace("%", "%%")
-        if f.type in ("bool", bool) and f.default:
-            tr.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false", help=note)
-        elif f.type in ("bool", bool):
-            tr.add_argument(flag, action="store_true", help=note)
-        elif f.name == "datasets":
-            tr.add_argument(flag, nargs="+", default=list(f.default), help="default %(default)s")
-        else:
-            kind = {"int": int, "float": float}.get(str(f.type), str)
-            tr.add_argument(flag, type=kind if "None" not in str(f.type) else (int if "int" in str(f.type) else str),
-                            default=f.default, help=f"{note} (default %(default)s)".strip())
-    tr.add_argument("--channels", nargs="+", default=None, metavar="NAME", help="texture channels, as for look")
-    tr.add_argument("--scorer", default="contextual", help="relevance scorer (default %(default)s)")
-    tr.add_argument("--sampler", default="topk", help="sampler whose parameters train too, if any (default %(default)s)")
-    tr.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
+    tr = command("train", [_pipeline(canvas=())],
+                 help="train the relevance scorer, patch selector or token pruner (texture and VLM frozen); "
+                      "runs under torchrun too",
+                 description="Train the scorer (or --learner selector|pruner) on dataset records split by image "
+                             "(train / val / test), evaluate on held-out images every --eval-every steps, "
+                             "checkpoint to OUT/checkpoint.pt (--resume continues exactly), write OUT/<learner>.pt, "
+                             "OUT/metrics.json and OUT/loss.png. Multi-process: "
+                             "torchrun --nproc_per_node N -m arr_coc.cli train ...")
+    add_options(tr.add_argument_group("training"), TrainConfig,
+                {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainConfig)})
+    tr.add_argument("--sampler", default="topk",
+                    help="sampler whose parameters train too, if any (default %(default)s)")
     tr.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
-    for cmd in (look, ev):
-        cmd.add_argument("--scorer-weights", default="auto", metavar="auto|none|PATH",
-                         help="auto: the shipped trained weights when they fit the channels; none: hand-set; "
-                              "or a file from `arr-coc train` (default %(default)s)")
+    sv = command("serve", [],
+                 help="the microscope: a web page to see and steer the allocation (Gradio)",
+                 description="Serve the microscope: upload an image, ask, and see where the saccades go, what each "
+                             "part of the scorer contributed, and what the VLM would see.")
+    sv.add_argument("--model", default=None, metavar="PATH_OR_ID",
+                    help="a VLM to answer with (as for ask; tiny:<family> for the random-weight plumbing model); "
+                         "default: no answer, allocation only")
+    sv.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: this machine only)")
+    sv.add_argument("--port", type=int, default=7860, help="port (default %(default)s)")
+    sv.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm",
+                    help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words (default %(default)s)")
+    sv.add_argument("--threads", type=int, default=None,
+                    help="torch intra-op threads of the server process (default: torch's choice); 1 keeps "
+                         "answers quick on a machine that is busy with other work")
     return p
 
 
@@ -216,11 +293,11 @@ def look(args: argparse.Namespace) -> int:
     from arr_coc.viz import plot_allocation
 
     config = ARRConfig(
-        canvas=CanvasConfig(cell=args.cell, max_pixels=args.max_pixels),
+        canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
         texture=texture_config(args.channels, args.clip_model),
         gestalt=GestaltConfig(grid=None if args.gestalt is None else (args.gestalt, args.gestalt)),
-        scorer=ScorerConfig(name=args.scorer, weights=args.scorer_weights),
-        sampler=SamplerConfig(name=args.sampler, budget=args.budget),
+        scorer=from_args(ScorerConfig, args, SCORER_OPTIONS),
+        sampler=from_args(SamplerConfig, args, SAMPLER_OPTIONS),
         seed=args.seed,
     )
     start = time.perf_counter()
@@ -260,8 +337,9 @@ def evaluate(args: argparse.Namespace) -> int:
 
     records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed, split=args.split)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
-    config = ARRConfig(canvas=CanvasConfig(cell=args.cell), texture=texture_config(args.channels, args.clip_model),
-                       scorer=ScorerConfig(name=args.scorer, weights=args.scorer_weights), seed=args.seed)
+    config = ARRConfig(canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
+                       texture=texture_config(args.channels, args.clip_model),
+                       scorer=from_args(ScorerConfig, args, SCORER_OPTIONS), seed=args.seed)
     arr = ARR(config, query_encoder=encoder).eval()
     learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
     methods = list(args.methods)
@@ -285,7 +363,7 @@ def evaluate(args: argparse.Namespace) -> int:
 def ask(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
     from arr_coc.vlm import ask as answer, load_vlm
@@ -294,8 +372,10 @@ def ask(args: argparse.Namespace) -> int:
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
     load_s = time.perf_counter() - start
-    config = ARRConfig(canvas=CanvasConfig(cell=adapter.cell, max_pixels=args.max_pixels),
-                       texture=texture_config(args.channels), sampler=SamplerConfig(name=args.sampler, budget=args.budget))
+    config = ARRConfig(canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS, cell=adapter.cell),
+                       texture=texture_config(args.channels, args.clip_model),
+                       scorer=from_args(ScorerConfig, args, SCORER_OPTIONS),
+                       sampler=from_args(SamplerConfig, args, SAMPLER_OPTIONS))
     arr = ARR(config, query_encoder=encoder).eval()
     if args.device:
         arr = arr.to(args.device)
@@ -319,15 +399,14 @@ def ask(args: argparse.Namespace) -> int:
 
 def train(args: argparse.Namespace) -> int:
     import shutil
-    from dataclasses import fields
 
     from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
     from arr_coc.train.loop import TrainConfig, train as run
 
-    cfg = TrainConfig(**{f.name: getattr(args, f.name) for f in fields(TrainConfig)})
-    cfg.datasets = tuple(cfg.datasets)
-    config = ARRConfig(texture=texture_config(args.channels), scorer=ScorerConfig(name=args.scorer),
+    cfg = from_args(TrainConfig, args, {f.name: f.name for f in fields(TrainConfig)})
+    config = ARRConfig(texture=texture_config(args.channels, args.clip_model),
+                       scorer=from_args(ScorerConfig, args, SCORER_OPTIONS),
                        sampler=SamplerConfig(name=args.sampler), seed=cfg.seed)
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
     result = run(cfg, config, query_encoder=encoder)
@@ -350,11 +429,40 @@ def train(args: argparse.Namespace) -> int:
     return 0
 
 
+def serve(args: argparse.Namespace) -> int:
+    import torch
+
+    from arr_coc.app.service import Microscope
+    from arr_coc.app.ui import serve as run
+    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
+    vlm = None
+    if args.model:
+        from arr_coc.vlm import load_vlm
+
+        vlm = load_vlm(args.model)
+    encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder().load()
+    print(f"arr-coc microscope on http://{args.host}:{args.port}/ (Ctrl+C stops it)", flush=True)
+    run(Microscope(query_encoder=encoder, vlm=vlm), host=args.host, port=args.port)
+    return 0
+
+
+# What a user fixes by changing the command or its files: the project's own UserError types (unknown
+# names, missing extras), and the ValueError / OSError the library raises for a bad value or an
+# unreadable file. Anything else (TypeError, KeyError, RuntimeError, ...) is a bug: it keeps its traceback.
+USER_ERRORS = (UserError, ValueError, OSError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    run = {"look": look, "eval": evaluate, "ask": ask, "train": train, "serve": serve}[args.command]
     try:
-        return {"look": look, "eval": evaluate, "ask": ask, "train": train}[args.command](args)
-    except (ValueError, TypeError, KeyError, OSError, ImportError) as err:
+        return run(args)
+    except USER_ERRORS as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2
 

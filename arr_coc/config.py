@@ -14,9 +14,11 @@ DEFAULT_BUDGET = 273
 
 @dataclass
 class CanvasConfig:
-    cell: int = 28  # one LLM token = 2x2 merged 14 px patches (Qwen2/2.5-VL); 32 for Qwen3-VL
-    min_pixels: int = 56 * 56  # Qwen's smallest image: 2x2 tokens
-    max_pixels: int = 1792 * 1792  # 4096 full-resolution tokens: A4 pages stay legible, texture stays < 0.5 GB
+    # one LLM token = 2x2 merged 14 px patches (Qwen2/2.5-VL); 32 for Qwen3-VL
+    cell: int = field(default=28, metadata={"help": "token cell in px: 28 for Qwen2/2.5-VL, 32 for Qwen3-VL"})
+    min_pixels: int = field(default=56 * 56, metadata={"help": "smallest canvas area in px"})  # Qwen's: 2x2 tokens
+    # 4096 full-resolution tokens: A4 pages stay legible, texture stays < 0.5 GB
+    max_pixels: int = field(default=1792 * 1792, metadata={"help": "largest canvas area in px"})
 
     @property
     def max_tokens(self) -> int:
@@ -54,20 +56,27 @@ class GestaltConfig:
 
 @dataclass
 class ScorerConfig:
-    name: str = "contextual"  # the three-way scorer (relevance.py); "mvp" is the 86-weight baseline scorer
+    # the three-way scorer (relevance.py); "mvp" is the 86-weight baseline scorer
+    name: str = field(default="contextual", metadata={"help": "relevance scorer"})
     query_dim: int = 384  # all-MiniLM-L6-v2
     hidden: int = 64  # context-weight MLP width: 3 outputs need little
-    # "auto": the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel
-    # set (else the hand-set initialisation); "none": always hand-set; or a path from `arr-coc train`
-    weights: str = "auto"
+    weights: str = field(default="auto", metadata={
+        "help": "auto: the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel "
+                "set (else hand-set); none: always hand-set; or a file from `arr-coc train`"})
+    # multiplies each part's context weight (propositional, perspectival, participatory) in the map:
+    # 1 = as trained, 0 = that way of knowing off; an ablation knob (the microscope's sliders), never trained
+    part_scale: tuple[float, float, float] = field(default=(1.0, 1.0, 1.0), metadata={
+        "help": "scale of the propositional, perspectival and participatory parts: 1 = as trained, 0 = off"})
 
 
 @dataclass
 class SamplerConfig:
     # stratified keeps a token in every region (a second question about the footer is not starved)
     # while still spending most of the budget where relevance is high
-    name: str = "stratified"
-    budget: int = DEFAULT_BUDGET
+    name: str = field(default="stratified", metadata={"help": "sampler name (see the list below)"})
+    budget: int = field(default=DEFAULT_BUDGET, metadata={
+        "help": "K saccades: full-resolution tokens sent besides the gestalt, whose tokens come on top",
+        "metavar": "K"})
     kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -87,7 +96,7 @@ class ARRConfig:
     def from_dict(cls, d: dict[str, Any]) -> "ARRConfig":
         """Rebuild from :meth:`to_dict` output (e.g. a checkpoint's saved config).
 
-        >>> c = ARRConfig(sampler=SamplerConfig(budget=64))
+        >>> c = ARRConfig(sampler=SamplerConfig(budget=64), scorer=ScorerConfig(part_scale=(1.0, 0.0, 1.0)))
         >>> ARRConfig.from_dict(c.to_dict()) == c
         True
         """
@@ -98,7 +107,7 @@ class ARRConfig:
             canvas=CanvasConfig(**d.get("canvas", {})),
             texture=TextureConfig(**{k: tup(v) for k, v in d.get("texture", {}).items()}),
             gestalt=GestaltConfig(**{k: tup(v) for k, v in d.get("gestalt", {}).items()}),
-            scorer=ScorerConfig(**d.get("scorer", {})),
+            scorer=ScorerConfig(**{k: tup(v) for k, v in d.get("scorer", {}).items()}),
             sampler=SamplerConfig(**d.get("sampler", {})),
             seed=d.get("seed", 0),
         )

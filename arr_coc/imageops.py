@@ -9,20 +9,24 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
-def resize(x: Tensor, size: tuple[int, int]) -> Tensor:
-    """``[..., C, H, W]`` -> ``[..., C, *size]``, bilinear and antialiased, clamped to [0, 1].
+def resize(x: Tensor, size: tuple[int, int], mode: str = "bilinear") -> Tensor:
+    """``[..., C, H, W]`` -> ``[..., C, *size]``, antialiased, clamped to [0, 1]; the only image resize.
 
     Antialiasing is what a VLM processor's area-like shrink does: plain bilinear aliases thin strokes of
-    text away. The same size passes through untouched (bit-exact, no copy).
+    text away (upsampling is unaffected by it). ``mode`` is ``"bilinear"`` (the VLMs' processors and the
+    canvas) or ``"bicubic"`` (CLIP's processor). The same size passes through untouched (bit-exact, no
+    copy: the antialiased kernel at scale 1 is the identity anyway). A floating dtype is kept; integer
+    pixels become float32.
 
     >>> x = torch.rand(3, 8, 8)
-    >>> resize(x, (8, 8)) is x, tuple(resize(x, (4, 2)).shape)
-    (True, (3, 4, 2))
+    >>> resize(x, (8, 8)) is x, tuple(resize(x, (4, 2)).shape), resize(x.double(), (4, 4), "bicubic").dtype
+    (True, (3, 4, 2), torch.float64)
     """
     if tuple(x.shape[-2:]) == tuple(size):
         return x
-    flat = x.reshape(-1, *x.shape[-3:]).float()  # [N, C, H, W]
-    y = F.interpolate(flat, size=tuple(size), mode="bilinear", align_corners=False, antialias=True)
+    flat = x.reshape(-1, *x.shape[-3:])  # [N, C, H, W]
+    flat = flat if flat.is_floating_point() else flat.float()
+    y = F.interpolate(flat, size=tuple(size), mode=mode, align_corners=False, antialias=True)
     return y.clamp_(0.0, 1.0).reshape(*x.shape[:-2], *size)  # float rounding may step past 1 by an ulp
 
 

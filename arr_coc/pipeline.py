@@ -38,6 +38,7 @@ class Allocation:
     patches: Tensor  # [B, K, 3, cell, cell] full-resolution pixels of each saccade
     gestalt: Gestalt
     timings_ms: dict[str, float] = field(default_factory=dict)
+    cells: Tensor | None = field(default=None, repr=False)  # [B, C, Hc, Wc] the cell texture the scorer read
 
     @property
     def positions(self) -> Tensor:
@@ -168,6 +169,7 @@ class ARR(nn.Module):
         config: :class:`ARRConfig`; the defaults give 256 gestalt + 273 saccade tokens.
         query_encoder: a :class:`QueryEncoder`; default MiniLM (packaged weights, offline).
         gestalt_encoder: a :class:`GestaltEncoder`; default pooled texture features.
+        cache: the per-image cache of slow channel parts (OCR, ...); pass one to share it between ARRs.
 
     Example:
         >>> from arr_coc.query import HashingQueryEncoder
@@ -178,7 +180,7 @@ class ARR(nn.Module):
     """
 
     def __init__(self, config: ARRConfig | None = None, *, query_encoder: QueryEncoder | None = None,
-                 gestalt_encoder: GestaltEncoder | None = None) -> None:
+                 gestalt_encoder: GestaltEncoder | None = None, cache: ImageCache | None = None) -> None:
         super().__init__()
         self.config = config = config or ARRConfig()
         self.channels = tuple(config.texture.channels or PIPELINE_CHANNELS)
@@ -189,7 +191,7 @@ class ARR(nn.Module):
         self.image_channels = tuple(c for c in self.channels if c not in self.query_channels)
         if not self.image_channels:
             raise ValueError(f"channels {self.channels} are all question-coupled; add an image channel, e.g. 'rgb'")
-        self.cache = ImageCache()
+        self.cache = ImageCache() if cache is None else cache
         self.query_encoder = query_encoder or MiniLMQueryEncoder()
         self.gestalt_encoder = gestalt_encoder or PooledGestaltEncoder()
         width = channel_width(self.image_channels)
@@ -220,6 +222,12 @@ class ARR(nn.Module):
     def score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
               timings: dict[str, float] | None = None) -> tuple[Relevance, Tensor]:
         """Relevance of every cell for each image's question -> (relevance, query embeddings [B, Dq])."""
+        relevance, query_emb, _ = self._score(scene, queries, gestalt_vector, timings)
+        return relevance, query_emb
+
+    def _score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
+               timings: dict[str, float] | None = None) -> tuple[Relevance, Tensor, Tensor]:
+        """:meth:`score`, plus the cell texture it read [B, C, Hc, Wc]."""
         t = {} if timings is None else timings
         queries = check_queries(queries, scene.canvas.batch_size)
         with _timed(t, "query"):
@@ -229,8 +237,10 @@ class ARR(nn.Module):
             with _timed(t, "coupling"):
                 cells = self.cell_stack(scene, queries, timings=t)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
-            relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid)
-        return relevance, query_emb
+            scale = self.config.scorer.part_scale
+            relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid,
+                                    scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale)
+        return relevance, query_emb, cells
 
     def cell_stack(self, scene: Scene, queries: Sequence[str], timings: dict[str, float] | None = None) -> Tensor:
         """Every channel of every cell, the question-coupled ones for ``queries``: [B, C, Hc, Wc] in channel order.
@@ -255,13 +265,19 @@ class ARR(nn.Module):
                 budget: int | None = None) -> Allocation:
         """Allocate ``budget`` (default: the config's) saccades per image for its question."""
         t: dict[str, float] = {}
-        k = self.config.sampler.budget if budget is None else budget
         scene = self.see(images, prev=prev, timings=t)
+        return self.allocate(scene, queries, budget=budget, timings=t)
+
+    def allocate(self, scene: Scene, queries: str | Sequence[str], *, budget: int | None = None,
+                 timings: dict[str, float] | None = None) -> Allocation:
+        """Allocate on a :meth:`see` result: several questions or budgets on one image pay for its texture once."""
+        t = {} if timings is None else timings
+        k = self.config.sampler.budget if budget is None else budget
         canvas = scene.canvas
         queries = check_queries(queries, canvas.batch_size)
         with _timed(t, "gestalt"):
             gestalt = self.gestalt(scene, k)
-        relevance, query_emb = self.score(scene, queries, gestalt.vector, timings=t)
+        relevance, query_emb, cells = self._score(scene, queries, gestalt.vector, timings=t)
         with _timed(t, "selection"):
             generator = torch.Generator().manual_seed(self.config.seed)
             selection = self.sampler(relevance.map.detach(), k, valid=canvas.valid, query_emb=query_emb,
@@ -269,7 +285,7 @@ class ARR(nn.Module):
         with _timed(t, "extraction"):
             patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
         return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,
-                          patches=patches, gestalt=gestalt, timings_ms=t)
+                          patches=patches, gestalt=gestalt, timings_ms=t, cells=cells)
 
     def _prev_canvas(self, prev: Any, canvas: Canvas) -> Tensor:
         """The previous frame(s) on the same canvas as the current ones, for the motion channel."""

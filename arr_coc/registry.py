@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from typing import Callable, Generic, Iterator, TypeVar
 
+from arr_coc.errors import UserError
+
 T = TypeVar("T")
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(UserError, KeyError):
     """Raised for a name that is not registered; prints as plain text, not a quoted key."""
 
     def __str__(self) -> str:

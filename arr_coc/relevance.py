@@ -39,6 +39,36 @@ class Relevance:
     map: Tensor  # [B, Hc, Wc] mixed relevance (0 on padding cells)
     parts: Tensor  # [B, 3, Hc, Wc] propositional, perspectival (standardised), participatory (absolute)
     weights: Tensor  # [B, 3] context weights (rows sum to 1 for the contextual scorer)
+    scale: Tensor | None = None  # [3] what each part's weight was multiplied by in ``map``; None = 1 (as trained)
+
+
+def part_scale(scale: Sequence[float] | Tensor | None, like: Tensor) -> Tensor | None:
+    """Check an ablation scale of the three parts -> [3] like ``like``; None stays None (no scaling).
+
+    >>> part_scale((1, 0, 0.5), torch.zeros(1)).tolist(), part_scale(None, torch.zeros(1))
+    ([1.0, 0.0, 0.5], None)
+    """
+    if scale is None:
+        return None
+    s = torch.as_tensor(scale, dtype=like.dtype, device=like.device).flatten()
+    if s.numel() != 3 or not torch.isfinite(s).all() or (s < 0).any():
+        raise ValueError(f"part scale must be three finite numbers >= 0 (propositional, perspectival, "
+                         f"participatory; 1 = as trained, 0 = off), got {scale!r}")
+    return s
+
+
+def mix(parts: Tensor, weights: Tensor, scale: Tensor | None = None) -> Tensor:
+    """The relevance map: parts [B, 3, Hc, Wc] weighted by weights [B, 3], each part's weight times ``scale`` [3].
+
+    Scaling multiplies a part's context weight (no renormalisation), so 1 keeps the trained mix and
+    0 removes that way of knowing; the other parts keep exactly their trained contribution.
+
+    >>> parts, w = torch.ones(1, 3, 1, 1), torch.tensor([[0.2, 0.3, 0.5]])
+    >>> round(float(mix(parts, w)), 4), round(float(mix(parts, w, torch.tensor([1., 0., 2.]))), 4)
+    (1.0, 1.2)
+    """
+    w = weights if scale is None else weights * scale
+    return (parts * w[:, :, None, None]).sum(1)
 
 
 def standardize(maps: Tensor, valid: Tensor, eps: float = 1e-6) -> Tensor:
@@ -126,8 +156,11 @@ class ContextualScorer(nn.Module):
         nn.init.zeros_(self.context[2].weight)  # equal 1/3 mixing until trained
         nn.init.zeros_(self.context[2].bias)
 
-    def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor) -> Relevance:
+    def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor,
+                scale: Sequence[float] | Tensor | None = None) -> Relevance:
+        """Relevance of every cell; ``scale`` [3] multiplies each part's context weight (see :func:`mix`)."""
         _check(cell_texture, valid, self.width)
+        scale = part_scale(scale, cell_texture)
         z = lambda names: standardize(gather_channels(cell_texture, self.layout, names), valid)  # noqa: E731
         prop = linear_map(z(self.prop_names), self.prop)
         persp = linear_map(z(self.persp_names), self.persp)
@@ -137,7 +170,7 @@ class ContextualScorer(nn.Module):
         part = linear_map(part_in, self.part(query_emb), None)
         parts = torch.cat([standardize(torch.stack([prop, persp], 1), valid), part[:, None] * valid[:, None]], 1)
         weights = torch.softmax(self.context(torch.cat([query_emb, gestalt_vec], -1)), -1)  # [B, 3]
-        return Relevance(map=(parts * weights[:, :, None, None]).sum(1), parts=parts, weights=weights)
+        return Relevance(map=mix(parts, weights, scale), parts=parts, weights=weights, scale=scale)
 
 
 @SCORERS.register("mvp")
@@ -182,12 +215,15 @@ class MVPScorer(nn.Module):
         prior = F.grid_sample(self.prior.expand(B, -1, -1, -1), grid, align_corners=False, padding_mode="border")
         return prior[:, 0]
 
-    def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor) -> Relevance:
+    def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor,
+                scale: Sequence[float] | Tensor | None = None) -> Relevance:
+        """Relevance of every cell; ``scale`` [3] multiplies each tension weight (the spatial prior stays)."""
         _check(cell_texture, valid, self.width)
+        scale = part_scale(scale, cell_texture)
         info = linear_map(gather_channels(cell_texture, self.layout, self.info_names), self.info)
         persp = linear_map(gather_channels(cell_texture, self.layout, self.persp_names), self.persp)
         part = linear_map(cell_texture, self.part, self.part_bias.expand(cell_texture.shape[0]))
         parts = torch.stack([info, persp, part], 1) * valid[:, None]  # [B, 3, Hc, Wc]
         weights = self.tension[None].expand(cell_texture.shape[0], -1)
-        mixed = (parts * weights[:, :, None, None]).sum(1) + self.spatial_prior(valid)
-        return Relevance(map=mixed * valid, parts=parts, weights=weights)
+        mixed = mix(parts, weights, scale) + self.spatial_prior(valid)
+        return Relevance(map=mixed * valid, parts=parts, weights=weights, scale=scale)

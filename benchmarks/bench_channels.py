@@ -20,6 +20,7 @@ from tqdm import tqdm
 import arr_coc  # noqa: F401  (registers every channel)
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import load_image
+from arr_coc.imageops import resize
 from arr_coc.query import MiniLMQueryEncoder
 from arr_coc.texture import CHANNELS, compute_texture
 
@@ -35,8 +36,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     image = load_image(ROOT / "examples" / "receipt.jpg")
-    pixels = torch.nn.functional.interpolate(image[None], size=(args.size, args.size), mode="bilinear",
-                                             antialias=True).clamp(0, 1)
+    pixels = resize(image[None], (args.size, args.size))
     encoder = MiniLMQueryEncoder().load()
     encoder.encode(list(QUESTIONS))
     options = {"clip": {"model": args.clip_model}} if args.clip_model else {}

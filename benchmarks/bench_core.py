@@ -34,10 +34,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def images(batch: int, size: int) -> list[torch.Tensor]:
     """The bundled receipt plus smooth noise photos-to-be: real structure at the requested size."""
     from arr_coc.canvas import load_image
+    from arr_coc.imageops import resize
 
     receipt = load_image(ROOT / "examples" / "receipt.jpg")
     g = torch.Generator().manual_seed(0)
-    out = [torch.nn.functional.interpolate(receipt[None], size=(size, size), mode="bilinear", antialias=True)[0]]
+    out = [resize(receipt, (size, size))]
     while len(out) < batch:
         low = torch.rand(1, 3, 16, 16, generator=g)
         img = torch.nn.functional.interpolate(low, size=(size, size), mode="bicubic")[0]

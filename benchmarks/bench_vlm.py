@@ -165,10 +165,9 @@ def choose_dtype(choice: str) -> tuple[torch.dtype, str]:
 def page(size: int) -> torch.Tensor:
     """The bundled receipt resized to ``size`` x ``size`` px: [3, S, S] in [0, 1]."""
     from arr_coc.canvas import load_image
+    from arr_coc.imageops import resize
 
-    img = load_image(ROOT / "examples" / "receipt.jpg")
-    return torch.nn.functional.interpolate(img[None], size=(size, size), mode="bilinear",
-                                           antialias=True)[0].clamp(0, 1)
+    return resize(load_image(ROOT / "examples" / "receipt.jpg"), (size, size))
 
 
 def prompt_ids(config: Any, seed: int = 0) -> tuple[list[int], list[int]]:

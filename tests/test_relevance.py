@@ -144,3 +144,31 @@ def test_coupling_channels_keep_their_absolute_level_so_no_match_adds_nothing():
     part = s(tex, q, g, valid).parts[:, 2].detach()
     assert part[0].abs().max() < 1e-3
     assert float(part[1, 2, 5]) == pytest.approx(3.0) and part[1].flatten().topk(2).values[1] == 0
+
+
+@pytest.mark.parametrize("name", ["contextual", "mvp"])
+def test_part_scale_of_ones_is_the_trained_map_and_zero_removes_exactly_that_part(name):
+    scorer = SCORERS.get(name)(LAYOUT)
+    with torch.no_grad():  # non-trivial weights, so every part and every context weight matters
+        for p in scorer.parameters():
+            p.add_(0.1 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    base = scorer(*inputs())
+    assert torch.equal(scorer(*inputs(), scale=(1, 1, 1)).map, base.map)
+    off = scorer(*inputs(), scale=(1, 0, 1))
+    w = base.weights
+    removed = base.parts[:, 1] * w[:, 1, None, None]
+    torch.testing.assert_close(off.map, base.map - removed)
+    assert removed.abs().max() > 1e-3  # negative control: the perspectival part did contribute
+    assert torch.equal(off.parts, base.parts) and torch.equal(off.weights, base.weights)
+    assert off.scale.tolist() == [1.0, 0.0, 1.0]
+    doubled = scorer(*inputs(), scale=(0, 0, 2))
+    expect = 2 * base.parts[:, 2] * w[:, 2, None, None]
+    if name == "mvp":
+        expect = expect + scorer.spatial_prior(inputs()[3])  # the prior is not one of the three parts
+    torch.testing.assert_close(doubled.map, expect * inputs()[3])
+
+
+@pytest.mark.parametrize("bad", [(1, 1), (1, -1, 1), (1, float("nan"), 1)])
+def test_part_scale_refuses_anything_but_three_non_negative_numbers(bad):
+    with pytest.raises(ValueError, match="part scale must be three finite numbers >= 0"):
+        ContextualScorer(LAYOUT)(*inputs(), scale=bad)

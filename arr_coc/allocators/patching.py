@@ -24,7 +24,7 @@ from kornia.color import rgb_to_grayscale
 from kornia.filters import sobel
 from torch import Tensor
 
-from arr_coc.imageops import shrink_squares  # noqa: F401  (re-exported for the allocators' users)
+from arr_coc.imageops import resize, shrink_squares  # noqa: F401  (shrink_squares re-exported for the allocators' users)
 from arr_coc.registry import Registry
 from arr_coc.samplers import check_budget, valid_extent
 
@@ -383,8 +383,7 @@ def render_patches(pixels: Tensor, boxes: Tensor, cell: int, background: Tensor 
         return out
     for (y, x, s), small in zip(boxes.tolist(), shrink_squares(pixels, boxes, cell)):
         area = (slice(None), slice(y * cell, (y + s) * cell), slice(x * cell, (x + s) * cell))
-        out[area] = small if s == 1 else F.interpolate(small[None], size=(s * cell, s * cell), mode="bilinear",
-                                                       align_corners=False)[0].clamp(0, 1)
+        out[area] = small if s == 1 else resize(small, (s * cell, s * cell))
     return out
 
 

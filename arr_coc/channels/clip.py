@@ -44,7 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from arr_coc.imageops import resize
 from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
+from arr_coc.errors import MissingDependencyError
 
 FAMILIES = ("clip", "siglip")
 HOW_TO_SET = ('set the model with ARRConfig(texture=TextureConfig(options={"clip": {"model": PATH}})) or the CLI '
@@ -84,7 +86,7 @@ def _load_clip(model: str, device: str) -> ClipModel:
     try:
         import transformers
     except ImportError as err:
-        raise ImportError("the clip channel needs transformers: pip install transformers") from err
+        raise MissingDependencyError("the clip channel needs transformers: pip install transformers") from err
     net = transformers.AutoModel.from_pretrained(model).to(device).eval()
     family = net.config.model_type
     if family not in FAMILIES:
@@ -114,8 +116,7 @@ def vision_input(clip: ClipModel, pixels: Tensor, grid: int | None = None) -> Te
         size = (max(1, round(side * math.sqrt(h / w))), max(1, round(side * math.sqrt(w / h))))
     else:
         size = (clip.image_size // clip.patch_size,) * 2
-    x = F.interpolate(pixels, size=(size[0] * clip.patch_size, size[1] * clip.patch_size), mode="bicubic",
-                      align_corners=False, antialias=True).clamp(0, 1)  # [B, 3, h_p * p, w_p * p]
+    x = resize(pixels, (size[0] * clip.patch_size, size[1] * clip.patch_size), "bicubic")  # [B, 3, h_p * p, w_p * p]
     return ((x - clip.mean.view(1, 3, 1, 1)) / clip.std.view(1, 3, 1, 1)).to(clip.model.dtype)
 
 

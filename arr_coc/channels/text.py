@@ -52,7 +52,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arr_coc.imageops import to_hwc_uint8
 from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
+from arr_coc.errors import MissingDependencyError
 
 INSTALL_RAPIDOCR = "pip install rapidocr onnxruntime"
 # Full pages are detected at most 960 px on their long side (``Det.limit_type="max"``). RapidOCR's default
@@ -147,7 +149,7 @@ def _rapidocr() -> Any:
     try:
         import rapidocr
     except ImportError as err:
-        raise ImportError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
+        raise MissingDependencyError(f"the text channels (text_match, key_value) need RapidOCR: {INSTALL_RAPIDOCR}") from err
     return rapidocr
 
 
@@ -181,7 +183,7 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
     _rapidocr()  # checked on every call: the engine below is cached once built
     engine = _engine(int(det_limit_side_len))
     height, width = image.shape[-2:]
-    u8 = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    u8 = to_hwc_uint8(image)
     out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
     boxes: list[tuple[float, float, float, float]] = []
     if out.boxes is not None and len(out.boxes):

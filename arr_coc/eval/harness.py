@@ -116,6 +116,40 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     return path
 
 
+SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevance scorer plays no part in
+
+
+def trained_on(path: Path) -> tuple[str, ...]:
+    """The datasets a weights file from ``arr-coc train`` learned from (its saved training settings)."""
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    return tuple(saved.get("train_config", {}).get("datasets", ()))
+
+
+def refuse_leakage(dataset: str, split: str | None, arr: ARR, methods: Sequence[str],
+                   learned: dict | None = None) -> None:
+    """Refuse to score the shipped trained weights on images they may have learned from.
+
+    The packaged scorer, selector and pruner were trained on the train split of their datasets (and
+    chosen on val): on those datasets only ``split="test"`` is held out. Raises ``ValueError`` saying so.
+    """
+    from arr_coc.weights import PACKAGED
+
+    if split == "test":
+        return
+    shipped = []
+    if arr.weights_source.startswith("trained, shipped") and any(m not in SCORER_FREE for m in methods):
+        shipped.append(("scorer", PACKAGED / f"{arr.config.scorer.name}.pt"))
+    shipped += [(m, PACKAGED / f"{m}.pt") for m in LEARNED_METHODS
+                if m in methods and str((learned or {}).get(m, "auto")) == "auto"]
+    for what, path in shipped:
+        datasets = trained_on(path)
+        if dataset in datasets:
+            raise ValueError(f"the shipped {what} weights (arr_coc/weights/{path.name}) were trained on the train "
+                             f"images of {', '.join(datasets)} and chosen on val; scoring them on {dataset} "
+                             f"{'--split ' + split if split else 'without --split test'} would count images they "
+                             f"learned from: add --split test (or pass --scorer-weights none or your own weights)")
+
+
 def load_learned_methods(arr: ARR, settings: EvalSettings) -> dict[str, Any]:
     """The trained selector / pruner a run asks for, checked against the ARR's channels, query and cell."""
     from arr_coc.allocators.pruning import load_learned
@@ -258,8 +292,8 @@ def _mean(values: list) -> float:
     return sum(vals) / len(vals) if vals else float("nan")
 
 
-def summarize(rows: Sequence[dict]) -> list[dict]:
-    """Mean of every metric per (dataset, method, budget), in table order."""
+def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS, methods: Sequence[str] = METHODS) -> list[dict]:
+    """Mean of every metric in ``columns`` per (dataset, method, budget), in table order (``methods``' order)."""
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in rows:
         groups[(r["dataset"], r["method"], r["budget"])].append(r)
@@ -267,7 +301,7 @@ def summarize(rows: Sequence[dict]) -> list[dict]:
     def order(key):
         dataset, method, budget = key
         b = -1.0 if budget == "full" else (float(budget[:-1]) if budget.endswith("%") else 1e9 + float(budget))
-        return dataset, b, METHODS.index(method) if method in METHODS else len(METHODS)
+        return dataset, b, methods.index(method) if method in methods else len(methods)
 
     out = []
     for key in sorted(groups, key=order):
@@ -275,7 +309,7 @@ def summarize(rows: Sequence[dict]) -> list[dict]:
         share = _mean([r["tokens"] / r["full_tokens"] for r in g])
         out.append({"dataset": key[0], "method": key[1], "budget": key[2], "n": len(g),
                     "tokens": _mean([r["tokens"] for r in g]), "share": share,
-                    **{c: _mean([r.get(c) for r in g]) for c in COLUMNS}})
+                    **{c: _mean([r.get(c) for r in g]) for c in columns}})
     return out
 
 

@@ -26,15 +26,16 @@ from typing import Optional, Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image
 from rapidfuzz.distance import Levenshtein
 from torch import Tensor
 
 from arr_coc.extract import extract_gather, paste_patches
+from arr_coc.imageops import resize, to_hwc_uint8
 from arr_coc.registry import Registry
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
+from arr_coc.errors import MissingDependencyError
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "
@@ -63,14 +64,6 @@ def _as_batch(pixels: Tensor, cell: int, fn: str) -> tuple[Tensor, bool]:
     return (pixels[None] if single else pixels), single
 
 
-def _resize(x: Tensor, size: tuple[int, int]) -> Tensor:
-    """[B, 3, H, W] -> [B, 3, *size], antialiased bilinear; bit-exact pass-through at the same size."""
-    if tuple(x.shape[-2:]) == tuple(size):
-        return x.clone()
-    # antialias=True is what a VLM processor's area-like shrink does; without it thin strokes alias away.
-    return F.interpolate(x, size=size, mode="bilinear", align_corners=False, antialias=True).clamp_(0.0, 1.0)
-
-
 def _check_grid(grid: Sequence[int], fn: str) -> tuple[int, int]:
     if len(grid) != 2 or any(isinstance(g, bool) or int(g) != g or g < 1 for g in grid):
         raise ValueError(f"{fn}: grid must be (rows, cols) positive ints (token cells), got {grid!r}")
@@ -80,8 +73,9 @@ def _check_grid(grid: Sequence[int], fn: str) -> tuple[int, int]:
 def _grid_view(x: Tensor, cell: int, grid: tuple[int, int]) -> Tensor:
     """[B, 3, H, W] -> the same size after a round trip through grid[0]*cell x grid[1]*cell px."""
     H, W = x.shape[-2:]
-    small = _resize(x, (grid[0] * cell, grid[1] * cell))  # [B, 3, rows*cell, cols*cell]: what the VLM sees
-    return _resize(small, (H, W))  # [B, 3, H, W]; upsampling, so antialias has no effect here
+    small = resize(x, (grid[0] * cell, grid[1] * cell))  # [B, 3, rows*cell, cols*cell]: what the VLM sees
+    out = resize(small, (H, W))  # [B, 3, H, W]; upsampling, so antialias has no effect here
+    return out.clone() if out is x else out  # a view is a new image, never the caller's tensor
 
 
 def gestalt_view(pixels: Tensor, cell: int, grid: Sequence[int]) -> Tensor:
@@ -266,7 +260,7 @@ def to_gray_pil(image: Tensor) -> Image.Image:
     if not isinstance(image, Tensor) or image.ndim != 3 or image.shape[0] not in (1, 3) or 0 in image.shape:
         shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
         raise ValueError(f"a reader needs a non-empty [3, h, w] or [1, h, w] image tensor, got {shape}")
-    u8 = (image.detach().float().clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).cpu().numpy()
+    u8 = to_hwc_uint8(image)  # [h, w, 1 or 3]
     return Image.fromarray(u8[..., 0] if u8.shape[-1] == 1 else u8, "L" if u8.shape[-1] == 1 else "RGB").convert("L")
 
 
@@ -369,7 +363,7 @@ class RapidOCRReader:
         try:
             import rapidocr  # noqa: F401
         except ImportError as e:
-            raise ImportError(f"the rapidocr reader needs rapidocr: {_INSTALL_RAPIDOCR}") from e
+            raise MissingDependencyError(f"the rapidocr reader needs rapidocr: {_INSTALL_RAPIDOCR}") from e
         self.det_limit_side_len = det_limit_side_len
         self._engine = None
 

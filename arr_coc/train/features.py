@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from arr_coc.data.datasets import Record
 from arr_coc.data.boxes import box_mask, scale_boxes
+from arr_coc.imageops import to_uint8
 from arr_coc.weights import atomic_save
 
 
@@ -134,7 +135,7 @@ def attach_pixels(examples: Sequence[Example], canvas_config: Any, *, progress: 
     shared: dict[str, Tensor] = {}
     for e in tqdm(examples, desc="pixels", disable=not progress):
         if e.image not in shared:
-            shared[e.image] = (example_pixels(e, canvas_config) * 255).round().to(torch.uint8)
+            shared[e.image] = to_uint8(example_pixels(e, canvas_config))
         e.pixels = shared[e.image]
 
 

@@ -44,32 +44,55 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 @dataclass
 class TrainConfig:
-    learner: str = "scorer"  # what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"
-    datasets: tuple[str, ...] = ("funsd", "sroie", "coco")
-    data: str | None = None  # datasets' root folder (default ../shared/data or $ARR_COC_DATA)
-    limit: int | None = None  # records per dataset (a seeded subset spread over images)
-    budget: str = "10%"  # tokens per example, split into gestalt + K saccades as in the evaluation
-    objective: str = "proxy"  # "proxy" (answer-box overlap) or "vlm" (answer cross-entropy)
-    estimator: str = "soft"  # soft top-K, its Gumbel-perturbed version, or straight-through
-    temperature: float = 0.5  # soft top-K temperature, in standard deviations of each image's relevance
-    coverage_weight: float = 0.05  # a little mass in every region keeps second questions fed
-    steps: int = 300  # optimiser steps (about a minute on 2 CPU cores once features are cached)
-    batch_size: int = 16  # global: split over the ranks
-    lr: float = 0.01  # Adam; the scorer has few weights, each with a clear scale
-    eval_every: int = 50  # held-out evaluation and checkpoint every N steps
-    seed: int = 0  # data order, Gumbel noise, subsets
-    out: str = "out/train"  # checkpoint.pt, config.json, scorer.pt, metrics.json, loss.png
-    features: str = "out/features"  # cache of the texture features (one file per image)
-    vlm: str | None = None  # model for objective "vlm" (a folder, hub id or tiny:<family>)
-    relaxation: str = "weighted"  # objective "vlm": encode every cell ("weighted") or the top candidates*K ("candidates")
-    candidates: int = 2  # relaxation "candidates": the top candidates*K cells of the relevance are encoded
-    device: str = "cpu"  # where the frozen VLM runs (cuda for a GPU); the scorer's few weights stay on the CPU
-    dtype: str = "float32"  # the frozen VLM's weights and autocast: float32 or bfloat16
-    gradient_checkpointing: bool = False  # recompute the VLM's layer activations in the backward pass (less memory)
-    accumulate: int = 1  # split each process's batch into N micro-batches whose gradients add up to the batch's
-    split: str | None = None  # only this official split of benchmarks that have one (docvqa ... chartqa: train)
-    resume: bool = False  # continue from OUT/checkpoint.pt exactly where it stopped
-    progress: bool = True  # progress bars
+    """One training run; each field's ``help`` is also its ``arr-coc train --<field>`` help text."""
+
+    learner: str = field(default="scorer", metadata={
+        "help": 'what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"'})
+    datasets: tuple[str, ...] = field(default=("funsd", "sroie", "coco"), metadata={"help": "datasets to train on"})
+    data: str | None = field(default=None, metadata={
+        "help": "datasets' root folder (default ../shared/data or $ARR_COC_DATA)"})
+    limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
+    budget: str = field(default="10%", metadata={
+        "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
+                "a token count (529) or a share of full resolution (10%)"})
+    objective: str = field(default="proxy", metadata={
+        "help": '"proxy" (answer-box overlap) or "vlm" (answer cross-entropy)'})
+    estimator: str = field(default="soft", metadata={
+        "help": "soft (soft top-K), gumbel (its Gumbel-perturbed version) or straight_through"})
+    temperature: float = field(default=0.5, metadata={
+        "help": "soft top-K temperature, in standard deviations of each image's relevance"})
+    # a little mass in every region keeps second questions fed
+    coverage_weight: float = field(default=0.05, metadata={"help": "weight of the coverage term of the loss"})
+    steps: int = field(default=300, metadata={
+        "help": "optimiser steps (about a minute on 2 CPU cores once features are cached)"})
+    batch_size: int = field(default=16, metadata={"help": "global batch size, split over the ranks"})
+    # Adam; the scorer has few weights, each with a clear scale
+    lr: float = field(default=0.01, metadata={"help": "Adam learning rate"})
+    eval_every: int = field(default=50, metadata={"help": "held-out evaluation and checkpoint every N steps"})
+    seed: int = field(default=0, metadata={"help": "seed of the data order, Gumbel noise and subsets"})
+    out: str = field(default="out/train", metadata={
+        "help": "output folder: checkpoint.pt, config.json, <learner>.pt, metrics.json, loss.png"})
+    features: str = field(default="out/features", metadata={
+        "help": "cache of the texture features (one file per image)"})
+    vlm: str | None = field(default=None, metadata={
+        "help": 'model for objective "vlm" (a folder, hub id or tiny:<family>)'})
+    relaxation: str = field(default="weighted", metadata={
+        "help": 'objective "vlm": encode every cell, scaled by its soft weight ("weighted"), or only the top '
+                'candidates*K cells of the relevance, sparse as at inference ("candidates")'})
+    candidates: int = field(default=2, metadata={
+        "help": 'relaxation "candidates": the top candidates*K cells of the relevance are encoded'})
+    device: str = field(default="cpu", metadata={
+        "help": "where the frozen VLM runs (cuda for a GPU); the scorer's few weights stay on the CPU"})
+    dtype: str = field(default="float32", metadata={
+        "help": "the frozen VLM's weights and autocast: float32 or bfloat16"})
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "recompute the frozen VLM's layer activations in the backward pass instead of keeping them"})
+    accumulate: int = field(default=1, metadata={
+        "help": "split each process's batch into N micro-batches whose gradients add up to the batch's"})
+    split: str | None = field(default=None, metadata={
+        "help": "only this official split of benchmarks that have one (docvqa, infovqa, textvqa, chartqa: train)"})
+    resume: bool = field(default=False, metadata={"help": "continue from OUT/checkpoint.pt exactly where it stopped"})
+    progress: bool = field(default=True, metadata={"help": "progress bars"})
 
 
 @dataclass

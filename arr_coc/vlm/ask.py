@@ -108,13 +108,33 @@ def relevance_weights(relevance: torch.Tensor, valid: torch.Tensor, floor: float
     return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
 
 
-def _flops(adapter: Any, prompt_tokens: int, segments: Sequence[int]) -> dict[str, float]:
+def prefill_flops(adapter: Any, prompt_tokens: int, segments: Sequence[int]) -> dict[str, float]:
+    """Estimated prefill FLOPs (llm, vision, total) of a prompt of ``prompt_tokens`` whose image the tower
+    encoded in attention ``segments`` of patches (:func:`arr_coc.vlm.base.flops_estimate`)."""
     cfg_t, cfg_v = adapter.text_config, adapter.model.config.vision_config
     llm = sum(p.numel() for p in adapter.lm.layers.parameters())
     vit = sum(p.numel() for p in adapter.visual.parameters())
     depth = getattr(cfg_v, "depth", None) or cfg_v.num_hidden_layers  # Qwen towers say depth, CLIP num_hidden_layers
     return flops_estimate(llm, cfg_t.num_hidden_layers, cfg_t.hidden_size, prompt_tokens, vit,
                           depth, getattr(cfg_v, "embed_dim", None) or cfg_v.hidden_size, segments)
+
+
+def decode_flops(adapter: Any, prompt_tokens: int, new_tokens: int) -> float:
+    """Estimated FLOPs of decoding ``new_tokens`` after a prompt: 2 per LLM weight per token, plus each
+    token's attention over the cached context (the prefill estimate's convention)."""
+    cfg = adapter.text_config
+    llm = sum(p.numel() for p in adapter.lm.layers.parameters())
+    context = sum(prompt_tokens + i for i in range(new_tokens))
+    return 2.0 * llm * new_tokens + 4.0 * cfg.num_hidden_layers * cfg.hidden_size * context
+
+
+def answer_text(adapter: Any, tokens: Sequence[int]) -> tuple[str, list[int]]:
+    """Generated ids up to the first end-of-sequence token, and their text."""
+    toks, eos = list(tokens), adapter.text_config.eos_token_id
+    if eos is not None:
+        stop = [eos] if isinstance(eos, int) else list(eos)
+        toks = toks[:next((i for i, t in enumerate(toks) if t in stop), len(toks))]
+    return adapter.tokenizer.decode(toks, skip_special_tokens=True).strip(), toks
 
 
 def allocators() -> tuple[str, ...]:
@@ -200,14 +220,10 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
     tokens, _ = generate(adapter, prefill, max_new_tokens=max_new_tokens, eos_token_id=eos)
     answers = []
     for b, (vis, (pre, suf)) in enumerate(zip(visual, prompts)):
-        toks = tokens[b].tolist()
-        if eos is not None:
-            stop = [eos] if isinstance(eos, int) else list(eos)
-            toks = toks[:next((i for i, t in enumerate(toks) if t in stop), len(toks))]
+        text, toks = answer_text(adapter, tokens[b].tolist())
         full = grids[b][0] * grids[b][1]
-        text = adapter.tokenizer.decode(toks, skip_special_tokens=True).strip()
         answers.append(Answer(alloc.queries[b], text, toks, vis.n_gestalt, len(vis) - vis.n_gestalt, full,
-                              _flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments),
-                              _flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
+                              prefill_flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments),
+                              prefill_flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
                               cells[b].cpu(), allocator))
     return answers

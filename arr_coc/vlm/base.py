@@ -9,6 +9,7 @@ the same prefill and decode code drives every model family.
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
@@ -138,7 +139,8 @@ def per_image(n: int, **given: Sequence | None) -> list[list]:
     lists = [[None] * n if v is None else list(v) for v in given.values()]
     if any(len(v) != n for v in lists):
         names = list(given)
-        raise ValueError(f"need {', '.join(names[:-1])} and {names[-1]} for each of the {n} images")
+        listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else names[0]
+        raise ValueError(f"need {listed} for each of the {n} images")
     return lists
 
 
@@ -211,25 +213,48 @@ def assemble(embed_tokens, prefixes: Sequence[Sequence[int]], visuals: Sequence[
     return Prefill(embeds, mask, pos, nxt, vmask, deepstack)
 
 
+def synchronize(device: Any) -> None:
+    """Wait for the device's queued work, so a wall-clock reading covers it (a no-op on the CPU)."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 @torch.no_grad()
 def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
-             eos_token_id: int | Sequence[int] | None = None) -> tuple[Tensor, Tensor]:
+             eos_token_id: int | Sequence[int] | None = None, cache: Any = None,
+             past_mask: Tensor | None = None, timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor]:
     """Greedy decoding with a KV cache from a prefill with explicit positions.
+
+    ``cache`` (a transformers ``DynamicCache``) may already hold the start of every prompt, with
+    ``past_mask`` [B, L0] its padding mask: the prefill then continues those prompts.
 
     Returns:
         tokens [B, T] (T <= max_new_tokens; finished rows repeat ``eos``) and the logits [B, T, V] that
-        chose them.
+        chose them. ``timings``, when given, receives ``prefill_ms`` and ``decode_ms`` of the batch.
     """
     from transformers import DynamicCache
 
     eos = torch.tensor([] if eos_token_id is None else
-                       ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)))
-    cache = DynamicCache(config=adapter.text_config)
-    hidden = adapter.language_model(dict(inputs_embeds=prefill.inputs_embeds, attention_mask=prefill.attention_mask,
+                       ([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id)),
+                       device=prefill.attention_mask.device)
+    device = prefill.inputs_embeds.device
+    start = time.perf_counter()
+    mask = prefill.attention_mask
+    if cache is None:
+        cache = DynamicCache(config=adapter.text_config)
+    elif past_mask is None or past_mask.shape[1] != cache.get_seq_length():
+        raise ValueError("continuing a cache needs past_mask [B, cached length]")
+    else:
+        mask = torch.cat([past_mask.to(mask), mask], 1)
+    hidden = adapter.language_model(dict(inputs_embeds=prefill.inputs_embeds, attention_mask=mask,
                                          position_ids=prefill.position_ids, past_key_values=cache,
                                          visual_mask=prefill.visual_mask, deepstack=prefill.deepstack))
     logits = adapter.logits(hidden[:, -1:])  # [B, 1, V]
-    mask, b = prefill.attention_mask, prefill.attention_mask.shape[0]
+    if timings is not None:
+        synchronize(device)
+        timings["prefill_ms"] = (time.perf_counter() - start) * 1e3
+        start = time.perf_counter()
+    b = mask.shape[0]
     done = torch.zeros(b, dtype=torch.bool, device=mask.device)
     tokens, scores = [], []
     for step in range(max_new_tokens):
@@ -246,7 +271,11 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, max_new_tokens: int = 32,
         hidden = adapter.language_model(dict(inputs_embeds=adapter.embed_tokens(nxt[:, None]), attention_mask=mask,
                                              position_ids=pos, past_key_values=cache))
         logits = adapter.logits(hidden)
-    return torch.stack(tokens, 1), torch.stack(scores, 1)
+    out = torch.stack(tokens, 1), torch.stack(scores, 1)
+    if timings is not None:
+        synchronize(device)
+        timings["decode_ms"] = (time.perf_counter() - start) * 1e3
+    return out
 
 
 def flops_estimate(n_params_llm: int, llm_layers: int, llm_width: int, prompt_tokens: int,

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.imageops import shrink_squares
+from arr_coc.imageops import resize, shrink_squares
 from arr_coc.vlm.base import (CLIP_MEAN, CLIP_STD, all_cells, table_taps, ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes,
                                per_image, split_at_image)
 
@@ -116,8 +116,7 @@ class LlavaAdapter:
 
     def gestalt_image(self, image: Tensor) -> Tensor:
         """The whole image squeezed (antialiased) to the tower's S x S input: nothing is cropped away."""
-        return F.interpolate(image[None].float(), size=(self.size, self.size), mode="bilinear", antialias=True,
-                             align_corners=False)[0].clamp(0, 1)
+        return resize(image.float(), (self.size, self.size))
 
     @torch.no_grad()
     def tile_features(self, tiles: Tensor) -> Tensor:

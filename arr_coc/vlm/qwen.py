@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.imageops import shrink_squares
+from arr_coc.imageops import resize, shrink_squares
 from arr_coc.vlm.base import (CLIP_MEAN, CLIP_STD, all_cells, table_taps, ADAPTERS, LAYOUTS, MODES, VisualTokens, box_centres, chat_ids, check_boxes, per_image,
                                split_at_image)
 
@@ -167,13 +167,13 @@ class QwenVLAdapter:
     def gestalt_image(self, image: Tensor, grid: tuple[int, int]) -> Tensor:
         """The image shrunk to ``grid`` cells (antialiased), for the model's own low-res encoding."""
         size = (grid[0] * self.cell, grid[1] * self.cell)
-        return F.interpolate(image[None].float(), size=size, mode="bilinear", antialias=True,
-                             align_corners=False)[0].clamp(0, 1)
+        return resize(image.float(), size)
 
     @torch.no_grad()
     def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
                gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled",
-               weights: Sequence[Tensor | None] | None = None) -> list[VisualTokens]:
+               weights: Sequence[Tensor | None] | None = None,
+               encoded: Sequence[VisualTokens | None] | None = None) -> list[VisualTokens]:
         """Gestalt + saccade tokens per image.
 
         Args:
@@ -183,13 +183,16 @@ class QwenVLAdapter:
                 the chosen tokens; ``weighted`` keeps every token, scaled by ``weights`` [Hc, Wc].
             gestalt: per image the gestalt grid (rows, cols) or None for no gestalt.
             layout: how saccades are placed relative to the gestalt (see :func:`visual_positions`).
+            encoded: per image its gestalt tokens already encoded (:meth:`encode_gestalt`, the first
+                look): reused instead of encoded again.
         """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; choose one of {', '.join(MODES)}")
         cells, gestalt, weights = per_image(len(images), cells=cells, gestalt=gestalt, weights=weights)
+        (encoded,) = per_image(len(images), encoded=encoded)
         segments, plan = [], []
         device = self.visual.device  # the model may sit on a GPU while the canvas is on the CPU
-        for img, chosen, g, w in zip(images, cells, gestalt, weights):
+        for img, chosen, g, w, done in zip(images, cells, gestalt, weights, encoded):
             img = img.to(device)
             x = self.normalize(img.float())
             hc, wc = x.shape[1] // self.cell, x.shape[2] // self.cell
@@ -206,19 +209,19 @@ class QwenVLAdapter:
             flat = chosen[:, 0] * wc + chosen[:, 1]
             if len(torch.unique(flat)) != len(flat):
                 raise ValueError("cells must be distinct")
-            if g is not None:
+            if g is not None and done is None:
                 segments.append(self.gestalt_segment(img, g))
             if mode == "sparse":
                 mm = self.merge * self.merge
                 segments.append(Segment(rows.view(hc * wc, mm, -1)[flat].reshape(len(flat) * mm, -1), chosen, (hc, wc)))
             else:
                 segments.append(Segment(rows, all_cells(hc, wc, x.device), (hc, wc)))
-            plan.append((g, chosen, flat, (hc, wc), w))
-        encoded = iter(self.encode_segments(segments))
+            plan.append((g, chosen, flat, (hc, wc), w, done))
+        outputs = iter(self.encode_segments(segments))
         out = []
-        for g, chosen, flat, grid, w in plan:
-            parts = [next(encoded)] if g is not None else []
-            tok, deep = next(encoded)
+        for g, chosen, flat, grid, w, done in plan:
+            parts = [self.reused(done, g) if done is not None else next(outputs)] if g is not None else []
+            tok, deep = next(outputs)
             segs = tuple(len(p[0]) * self.merge ** 2 for p in parts) + (len(tok) * self.merge ** 2,)
             if mode == "slice":
                 tok, deep = tok[flat], [d[flat] for d in deep]
@@ -227,6 +230,29 @@ class QwenVLAdapter:
             parts.append((tok, deep))
             out.append(self.visual_tokens(parts, g is not None, visual_positions(g, chosen, grid, layout), segs))
         return out
+
+    @torch.no_grad()
+    def encode_gestalt(self, images: Sequence[Tensor], grids: Sequence[tuple[int, int]]) -> list[VisualTokens]:
+        """Only the gestalt of each image, at its place: the first look, before any saccade is chosen.
+
+        The gestalt is its own attention segment in :meth:`encode`, so these tokens are the ones
+        ``encode`` gives with the saccades, and ``encode(..., encoded=...)`` reuses them.
+        """
+        images, grids = per_image(len(images), images=images, grids=grids)
+        device = self.visual.device
+        segments = [self.gestalt_segment(img.to(device).float(), g) for img, g in zip(images, grids)]
+        out = []
+        for (tok, deep), g in zip(self.encode_segments(segments), grids):
+            out.append(self.visual_tokens([(tok, deep)], True, visual_positions(g, tok.new_zeros(0, 2), g),
+                                          (len(tok) * self.merge ** 2,)))
+        return out
+
+    def reused(self, done: VisualTokens, grid: tuple[int, int]) -> tuple[Tensor, list[Tensor]]:
+        """An already encoded gestalt as (tokens, deepstack), checked against the grid it must have."""
+        if done.n_gestalt != grid[0] * grid[1] or len(done) != done.n_gestalt:
+            raise ValueError(f"an encoded gestalt must hold the {grid[0]}x{grid[1]} gestalt tokens only, "
+                             f"got {len(done)} tokens ({done.n_gestalt} gestalt)")
+        return done.embeds, list(done.deepstack)
 
     def gestalt_segment(self, image: Tensor, grid: tuple[int, int]) -> Segment:
         """Every cell of the image shrunk to the gestalt ``grid``: the model's own low-resolution view."""
@@ -246,10 +272,51 @@ class QwenVLAdapter:
         return self.encode(images, [all_cells(i.shape[1] // self.cell, i.shape[2] // self.cell) for i in images],
                            mode="slice")
 
+    def image_processor(self) -> Any:
+        """The checkpoint's own image processor, or the family's (Qwen2-VL's, whose resize all three share)
+        built from the tower's patch, merge and normalisation when the checkpoint has none."""
+        ip = getattr(self.processor, "image_processor", None)
+        if ip is not None:
+            return ip
+        from transformers import Qwen2VLImageProcessorPil
+
+        return Qwen2VLImageProcessorPil(patch_size=self.patch, merge_size=self.merge, temporal_patch_size=self.temporal,
+                                        image_mean=self.mean.flatten().tolist(), image_std=self.std.flatten().tolist())
+
+    @torch.no_grad()
+    def encode_processed(self, images: Sequence[Any], max_tokens: int) -> list[VisualTokens]:
+        """The model's own view at a token cap: its image processor resizes each image (PIL) to at most
+        ``max_tokens`` cells (``max_pixels = max_tokens * cell**2``), the tower encodes every cell at its
+        native position. ``max_tokens`` at or above the image's own size gives the native full resolution.
+        """
+        ip, mm = self.image_processor(), self.merge * self.merge
+        max_px = int(max_tokens) * self.cell ** 2
+        if max_px < self.cell ** 2:
+            raise ValueError(f"max_tokens must be at least 1, got {max_tokens}")
+        smallest = min(getattr(ip.size, "shortest_edge", None) or 4 * self.cell ** 2, max_px)
+        device, segments = self.visual.device, []
+        for image in images:
+            cap = max_px
+            while True:  # the processor keeps every side >= one cell, so a thin image can overshoot its cap
+                out = ip(images=[image], size={"shortest_edge": min(smallest, cap), "longest_edge": cap},
+                         return_tensors="pt")
+                _, h, w = out["image_grid_thw"][0].tolist()  # in patches
+                grid = (h // self.merge, w // self.merge)
+                if grid[0] * grid[1] <= max_tokens:
+                    break
+                if cap <= self.cell ** 2:
+                    raise ValueError(f"the model's processor cannot fit a {image.size[0]}x{image.size[1]} image "
+                                     f"in {max_tokens} tokens (it keeps {grid[0]}x{grid[1]} cells)")
+                cap = max(self.cell ** 2, cap * max_tokens // (grid[0] * grid[1]) - 1)
+            segments.append(Segment(out["pixel_values"].to(device), all_cells(*grid, device), grid))
+        encoded = self.encode_segments(segments)
+        return [self.visual_tokens([e], False, visual_positions(None, s.cells, s.grid), (len(s.cells) * mm,))
+                for e, s in zip(encoded, segments)]
+
     @torch.no_grad()
     def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
-                       gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled"
-                       ) -> list[VisualTokens]:
+                       gestalt: Sequence[tuple[int, int] | None] | None = None, layout: str = "scaled",
+                       encoded: Sequence[VisualTokens | None] | None = None) -> list[VisualTokens]:
         """Variable-size patches (``arr_coc.allocators.patching``): each square shrunk to one token at its true place.
 
         Args:
@@ -257,25 +324,26 @@ class QwenVLAdapter:
             boxes: each [K, 3] (y, x, size) in cells; a size-s square is resized to one cell and its
                 patches get the rotary (and, on Qwen3-VL, position-table) coordinates of the centres
                 of what they stand for; in the LLM it sits at the square's centre.
-            gestalt, layout: as in :meth:`encode`.
+            gestalt, layout, encoded: as in :meth:`encode`.
         """
         boxes, gestalt = per_image(len(images), boxes=boxes, gestalt=gestalt)
+        (encoded,) = per_image(len(images), encoded=encoded)
         device, segments, plan = self.visual.device, [], []
-        for img, bx, g in zip(images, boxes, gestalt):
+        for img, bx, g, done in zip(images, boxes, gestalt, encoded):
             img = img.to(device).float()
             hc, wc = img.shape[1] // self.cell, img.shape[2] // self.cell
             bx = check_boxes(bx, (hc, wc), device)
             crops = shrink_squares(img, bx, self.cell)  # [K, 3, cell, cell]
             rows = torch.cat([patchify(self.normalize(p), self.patch, self.merge, self.temporal) for p in crops])
-            if g is not None:
+            if g is not None and done is None:
                 segments.append(self.gestalt_segment(img, g))
             segments.append(Segment(rows, bx[:, :2], (hc, wc), bx[:, 2]))
-            plan.append((g, bx, (hc, wc)))
-        encoded = iter(self.encode_segments(segments))
+            plan.append((g, bx, (hc, wc), done))
+        outputs = iter(self.encode_segments(segments))
         out = []
-        for g, bx, grid in plan:
-            parts = [next(encoded)] if g is not None else []
-            parts.append(next(encoded))
+        for g, bx, grid, done in plan:
+            parts = [self.reused(done, g) if done is not None else next(outputs)] if g is not None else []
+            parts.append(next(outputs))
             centres = box_centres(bx)  # [K, 2] the square's centre, in cells
             segs = tuple(len(p[0]) * self.merge ** 2 for p in parts)
             out.append(self.visual_tokens(parts, g is not None, visual_positions(g, centres, grid, layout), segs))

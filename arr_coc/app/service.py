@@ -1,0 +1,277 @@
+"""The microscope's engine: one request (image, question, settings) -> an allocation and its views.
+
+What an image alone determines (canvas, question-free texture) is cached per image content, and the
+slow image part of the question-coupled channels (OCR lines) sits in one :class:`ImageCache` shared
+by every configuration, so a second question, budget, sampler or scorer on the same image skips both.
+Bad input raises ``ValueError`` with a message the page shows as it is.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from PIL import Image, UnidentifiedImageError
+from torch import Tensor
+
+from arr_coc.allocators.patching import PATCHERS
+from arr_coc.cache import ImageCache
+from arr_coc.canvas import load_image
+from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
+from arr_coc.eval.reading import foveated_view, gestalt_view
+from arr_coc.pipeline import ARR, Allocation, Scene
+from arr_coc.query import QueryEncoder
+from arr_coc.samplers import SAMPLERS
+from arr_coc.texture import channel_layout
+from arr_coc.viz import tokens_per_region
+
+from arr_coc.app import views
+
+MAX_UPLOAD_PIXELS = 40_000_000  # 40 MP: any camera photo or A4 scan at 600 dpi; more is a decompression bomb
+MAX_QUESTION_CHARS = 500  # a question, not a document
+PARTS = ("propositional", "perspectival", "participatory")
+# Ablation presets of the part sliders (and the sampler for "random": relevance ignored, the baseline)
+PRESETS: dict[str, dict[str, Any]] = {
+    "all on": {"part_scale": (1.0, 1.0, 1.0)},
+    "only participatory": {"part_scale": (0.0, 0.0, 1.0)},
+    "random": {"part_scale": (1.0, 1.0, 1.0), "sampler": "random"},
+}
+SCORER_WEIGHTS = {"shipped": "auto", "hand-set": "none"}  # the third choice is a checkpoint file
+
+
+def methods() -> tuple[str, ...]:
+    """What can place the saccades: every registered sampler, then every patch allocator."""
+    return (*SAMPLERS.names(), *PATCHERS.names())
+
+
+@dataclass(frozen=True)
+class Settings:
+    """One configuration of the microscope (the page's controls)."""
+
+    budget: int = DEFAULT_BUDGET  # saccade tokens K (a patch allocator: at most K squares)
+    method: str = "stratified"  # a sampler (one-cell saccades) or a patch allocator (variable squares)
+    channels: tuple[str, ...] = PIPELINE_CHANNELS
+    weights: str = "auto"  # scorer weights: "auto" (shipped), "none" (hand-set) or a file from `arr-coc train`
+    part_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)  # 1 = as trained, 0 = that part off
+    cell: int = CanvasConfig.cell  # token cell in px: the VLM's (28 Qwen2/2.5-VL, 32 Qwen3-VL)
+
+    def config(self) -> ARRConfig:
+        """The ARR configuration; a patch allocator scores with the default sampler's ARR (only relevance counts)."""
+        sampler = self.method if self.method in SAMPLERS.names() else SamplerConfig.name
+        return ARRConfig(canvas=CanvasConfig(cell=self.cell), texture=TextureConfig(channels=tuple(self.channels)),
+                         scorer=ScorerConfig(weights=self.weights, part_scale=tuple(self.part_scale)),
+                         sampler=SamplerConfig(name=sampler, budget=self.budget))
+
+
+@dataclass
+class Result:
+    """One answered request: the allocation, the cells it sends, and the cell texture the scorer read."""
+
+    settings: Settings
+    allocation: Allocation
+    sent: Tensor  # [K, 2] (y, x) saccade cells, or [K, 3] (y, x, size) squares of a patch allocator
+    cells: Tensor  # [C, h, w] every channel of the image's valid cells (question-coupled ones for this question)
+    layout: dict[str, slice]
+    weights_source: str
+    scene_cached: bool
+    answer: str | None = None
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def tokens_sent(self) -> int:
+        return self.allocation.gestalt.num_tokens + len(self.sent)
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``look --json`` schema, plus what this page chose (method, part scale, scorer weights, answer)."""
+        d = self.allocation.to_json(0)
+        d["tokens"]["saccades"] = len(self.sent)
+        d["tokens"]["sent"] = self.tokens_sent
+        d["timings_ms"] = {k: round(v, 2) for k, v in self.timings_ms.items() if "/" not in k}
+        d.update(method=self.settings.method, part_scale=dict(zip(PARTS, self.settings.part_scale)),
+                 scorer_weights=self.weights_source, scene_cached=self.scene_cached)
+        if self.sent.shape[1] == 3:
+            d["boxes"] = self.sent.tolist()  # (y, x, size) squares, one token each
+        if self.answer is not None:
+            d["answer"] = self.answer
+        return d
+
+
+def read_upload(path: str | Path, max_pixels: int = MAX_UPLOAD_PIXELS) -> Tensor:
+    """An uploaded file as a [3, H, W] image, refusing non-images and decompression bombs before decoding.
+
+    >>> import tempfile, os
+    >>> f = tempfile.NamedTemporaryFile(suffix=".png", delete=False); _ = f.write(b"not an image"); f.close()
+    >>> read_upload(f.name)
+    Traceback (most recent call last):
+    ...
+    ValueError: the upload is not an image PIL can read (PNG, JPEG, TIFF, WebP, ...)
+    >>> os.unlink(f.name)
+    """
+    try:
+        with Image.open(path) as img:  # reads the header only: the size is known before any pixel is decoded
+            w, h = img.size
+    except UnidentifiedImageError:
+        raise ValueError("the upload is not an image PIL can read (PNG, JPEG, TIFF, WebP, ...)") from None
+    except Image.DecompressionBombError:
+        raise ValueError(f"the upload declares more than {max_pixels / 1e6:.0f} megapixels "
+                         f"(a decompression bomb?); send an image of at most {max_pixels / 1e6:.0f} MP") from None
+    if w * h > max_pixels:
+        raise ValueError(f"the upload is {w}x{h} px = {w * h / 1e6:.0f} megapixels; send an image of at most "
+                         f"{max_pixels / 1e6:.0f} MP")
+    return load_image(path)
+
+
+def check_question(question: str | None) -> str:
+    q = (question or "").strip()
+    if not q:
+        raise ValueError("the question is empty; type what you want to know about the image")
+    if len(q) > MAX_QUESTION_CHARS:
+        raise ValueError(f"the question has {len(q)} characters; keep it under {MAX_QUESTION_CHARS}")
+    return q
+
+
+class Microscope:
+    """Answers page requests; keeps one ARR per configuration and the per-image caches between requests.
+
+    Args:
+        query_encoder: shared by every configuration (MiniLM by default, loaded once).
+        vlm: a loaded VLM adapter (:func:`arr_coc.vlm.load_vlm`) to answer with, or None.
+        max_new_tokens: answer length limit of the VLM.
+    """
+
+    def __init__(self, query_encoder: QueryEncoder | None = None, vlm: Any = None, max_new_tokens: int = 32) -> None:
+        from arr_coc.query import MiniLMQueryEncoder
+
+        self.query_encoder = query_encoder or MiniLMQueryEncoder().load()
+        self.vlm = vlm
+        self.max_new_tokens = max_new_tokens
+        self.cell = vlm.cell if vlm is not None else CanvasConfig.cell
+        self.forget()  # channel_cache: OCR lines etc., shared by every ARR; scenes: canvas + question-free texture
+
+    def forget(self) -> None:
+        """Drop every cached image: the next request on any image pays for its texture and OCR again."""
+        self.channel_cache, self.scenes, self._arrs = ImageCache(max_items=64), ImageCache(max_items=16), {}
+
+    def arr(self, settings: Settings) -> ARR:
+        key = json.dumps(settings.config().to_dict(), sort_keys=True, default=str)
+        if key not in self._arrs:
+            if len(self._arrs) >= 16:  # configurations come and go with the sliders; keep the recent ones
+                self._arrs.pop(next(iter(self._arrs)))
+            self._arrs[key] = ARR(settings.config(), query_encoder=self.query_encoder, cache=self.channel_cache).eval()
+        return self._arrs[key]
+
+    def scene(self, arr: ARR, image: Tensor, timings: dict[str, float]) -> tuple[Scene, bool]:
+        """The image's canvas and question-free texture, from the cache when this image was seen before."""
+        name = f"scene:{arr.image_channels}:{arr.config.canvas}"
+        fresh: dict[str, float] = {}
+        scene = self.scenes.get(name, image, lambda: arr.see([image], timings=fresh))
+        timings.update(fresh or {"canvas": 0.0, "texture": 0.0})
+        return scene, not fresh
+
+    @torch.inference_mode()
+    def run(self, image: Tensor, question: str, settings: Settings) -> Result:
+        question = check_question(question)
+        if settings.method not in methods():
+            raise ValueError(f"unknown sampler or allocator {settings.method!r}; choose one of {', '.join(methods())}")
+        if self.vlm is not None and settings.cell != self.vlm.cell:
+            settings = replace(settings, cell=self.vlm.cell)
+        arr = self.arr(settings)
+        t: dict[str, float] = {}
+        scene, cached = self.scene(arr, image, t)
+        alloc = arr.allocate(scene, [question], budget=settings.budget, timings=t)
+        sent = alloc.positions[0]
+        if settings.method in PATCHERS.names():
+            from arr_coc.vlm.ask import patch_boxes
+
+            start = time.perf_counter()
+            sent = patch_boxes(settings.method, alloc, settings.budget)[0]
+            t["patches"] = (time.perf_counter() - start) * 1e3
+        h, w = (s // scene.canvas.cell for s in scene.canvas.sizes[0])
+        cells = alloc.cells[0, :, :h, :w]  # [C, h, w]
+        result = Result(settings, alloc, sent, cells, dict(arr.layout), arr.weights_source, cached, timings_ms=t)
+        if self.vlm is not None:
+            from arr_coc.vlm import ask
+
+            allocator = settings.method if settings.method in PATCHERS.names() else "arr"
+            start = time.perf_counter()
+            result.answer = ask(self.vlm, [image], [question], arr=arr, budget=settings.budget,
+                                max_new_tokens=self.max_new_tokens, allocator=allocator)[0].text
+            t["answer"] = (time.perf_counter() - start) * 1e3
+        return result
+
+
+@dataclass
+class Rendered:
+    """Every view of one :class:`Result`, ready for the page."""
+
+    saccades: Image.Image
+    relevance: Image.Image
+    parts: list[tuple[Image.Image, str]]
+    channels: Image.Image
+    gestalt: Image.Image
+    foveated: Image.Image
+    tokens: Image.Image
+    summary: str  # markdown: tokens sent, context weights, scorer, cache
+    timings: str  # markdown table of stage times
+    json_path: Path
+    png_path: Path
+
+
+def render(result: Result, out_dir: Path | None = None) -> Rendered:
+    """Draw the views of ``result`` and write its JSON and PNG downloads into ``out_dir`` (a new temp dir)."""
+    a = result.allocation
+    c = a.canvas.cell
+    h, w = a.canvas.sizes[0]
+    hc, wc = h // c, w // c
+    full = a.canvas.pixels[0, :, :h, :w]  # [3, h, w] the canvas
+    f = views.display_factor((h, w), c)
+    image, dc = views.to_uint8(views.downscale(full, f)), c // f  # [h/f, w/f, 3]; views drawn on cells of dc px
+    rel = a.relevance
+    sacc = views.saccade_view(image, result.sent, dc)
+    heat = views.heat_view(image, rel.map[0, :hc, :wc], dc)
+    scale = result.settings.part_scale
+    parts = [(views.heat_view(image, rel.parts[0, i, :hc, :wc], dc),
+              f"{name}: context weight {rel.weights[0, i]:.2f} x slider {scale[i]:g}") for i, name in enumerate(PARTS)]
+    centres = result.sent[:, :2] + (result.sent[:, 2:] // 2 if result.sent.shape[1] == 3 else 0)
+    counts = tokens_per_region(centres, (hc, wc), (min(8, hc), min(8, wc)), a.gestalt.num_tokens).numpy()
+    tokens = views.tokens_view(image, counts, dc)
+    gview = gestalt_view(full, c, a.gestalt.grid)
+    if result.sent.shape[1] == 3:  # squares: the VLM sees each square shrunk to one token
+        from arr_coc.allocators.patching import render_patches
+
+        fview = render_patches(full, result.sent, c, background=gview)
+    else:
+        fview = foveated_view(full, result.sent, c, a.gestalt.grid)
+    d = result.to_json()
+    tok = d["tokens"]
+    cw = d["context_weights"]
+    summary = "\n".join([
+        f"**tokens sent {tok['sent']}** = {tok['gestalt']} gestalt ({a.gestalt.grid[0]}x{a.gestalt.grid[1]}) + "
+        f"{tok['saccades']} saccades &nbsp;|&nbsp; full resolution {tok['full_resolution']} "
+        f"({100 * tok['sent'] / tok['full_resolution']:.0f}% of full)",
+        "",
+        f"image {d['image_size'][1]}x{d['image_size'][0]} px -> canvas {w}x{h} px ({w // c}x{h // c} cells of {c} px); "
+        f"method **{result.settings.method}**; scorer weights: {result.weights_source}",
+        "",
+        "context weights " + ", ".join(f"{k} {v:.2f} (x{s:g})" for (k, v), s in zip(cw.items(), scale))
+        + ("; texture from the per-image cache" if result.scene_cached else ""),
+    ])
+    if result.answer is not None:
+        summary += f"\n\n**VLM answer:** {result.answer}"
+    rows = ["| stage | ms |", "| --- | ---: |"]
+    rows += [f"| {k}{' (cached)' if result.scene_cached and k in ('canvas', 'texture') else ''} | {v:.1f} |"
+             for k, v in d["timings_ms"].items()]
+    rows.append(f"| **total** | **{sum(d['timings_ms'].values()):.1f}** |")
+    out = Path(tempfile.mkdtemp(prefix="arr-coc-")) if out_dir is None else out_dir
+    json_path = out / "allocation.json"
+    json_path.write_text(json.dumps(d, indent=1))
+    png_path = out / "allocation.png"
+    views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
+                                              f"tokens per region: {tok['sent']} sent"]).save(png_path, compress_level=1)
+    as_image = lambda x: Image.fromarray(views.to_uint8(views.downscale(x, f)))  # noqa: E731
+    return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout), as_image(gview),
+                    as_image(fview), tokens, summary, "\n".join(rows), json_path, png_path)

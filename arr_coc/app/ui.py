@@ -1,0 +1,169 @@
+"""The microscope's page (Gradio Blocks): controls on the left, the views of one allocation on the right.
+
+Requests go through Gradio's queue one at a time (the CPU is the bottleneck; parallel requests
+would only slow each other down). Bad input shows its message in the status line and leaves the
+previous views in place; the server goes on serving.
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+
+from arr_coc.app.service import (PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload,
+                                 render)
+from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS
+from arr_coc.texture import CHANNELS
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is the date of the request?",
+                     "photo.jpg": "Where is the cat?"}
+MAX_FILE_SIZE = "25mb"  # a phone photo or a scanned page; larger uploads are refused before they reach Python
+MAX_BUDGET = 4096  # the canvas holds at most 4096 cells at 28 px (CanvasConfig.max_pixels)
+QUEUE_SIZE = 32  # waiting requests beyond this are turned away with a "queue full" message
+# channels a user can switch on; clip needs a model path (`arr-coc look --clip-model`), so it is not offered here
+CHOOSABLE = tuple(n for n in CHANNELS.names() if n != "clip")
+
+
+def _settings(budget: Any, method: str, channels: list[str], weights: str, checkpoint: str | None,
+              p0: float, p1: float, p2: float, cell: int) -> Settings:
+    if budget is None or int(budget) != budget or budget < 1 or budget > MAX_BUDGET:
+        raise ValueError(f"the budget must be a whole number of saccade tokens from 1 to {MAX_BUDGET}, got {budget}")
+    if not channels:
+        raise ValueError("choose at least one texture channel")
+    if weights == "checkpoint":
+        if not checkpoint:
+            raise ValueError("upload a scorer checkpoint (a .pt file from `arr-coc train`) or choose shipped / hand-set")
+        spec = checkpoint
+    else:
+        spec = SCORER_WEIGHTS[weights]
+    # the pipeline's order first, so the default set matches the shipped weights whatever the clicks; then the rest
+    ordered = tuple(n for n in (*PIPELINE_CHANNELS, *CHANNELS.names()) if n in channels)
+    ordered = tuple(dict.fromkeys(ordered))
+    return Settings(budget=int(budget), method=method, channels=ordered, weights=spec,
+                    part_scale=(float(p0), float(p1), float(p2)), cell=cell)
+
+
+def build(scope: Microscope) -> gr.Blocks:
+    """The page, wired to ``scope``."""
+    examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items() if (EXAMPLES / n).exists()]
+    requests = itertools.count(1)  # numbers each request in the status line, so every answer reads differently
+
+    def controls(suffix: str, method: str = "stratified") -> list[gr.components.Component]:
+        with gr.Group():
+            m = gr.Dropdown(list(methods()), value=method, label=f"sampler or allocator {suffix}",
+                            info="samplers place one-cell saccades; saliency / quadtree place variable squares")
+            ch = gr.CheckboxGroup(list(CHOOSABLE), value=list(PIPELINE_CHANNELS), label=f"texture channels {suffix}")
+            wt = gr.Radio(["shipped", "hand-set", "checkpoint"], value="shipped", label=f"scorer weights {suffix}",
+                          info="shipped: trained, when it fits the channels; checkpoint: a file from `arr-coc train`")
+            ck = gr.File(label=f"scorer checkpoint {suffix} (.pt)", file_types=[".pt"], type="filepath", height=80)
+            preset = gr.Radio(list(PRESETS), value="all on", label=f"preset {suffix}")
+            sliders = [gr.Slider(0, 2, value=1, step=0.05, label=f"{p} {suffix}", info="1 = as trained, 0 = off")
+                       for p in PARTS]
+
+            def apply(name: str) -> list[Any]:
+                p = PRESETS[name]
+                return [p.get("sampler", "stratified"), *p["part_scale"]]
+
+            preset.change(apply, preset, [m, *sliders])
+        return [m, ch, wt, ck, *sliders]
+
+    with gr.Blocks(title="arr-coc microscope", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
+        gr.Markdown("## arr-coc microscope: where does the token budget go?\n"
+                    "Upload an image, ask a question, and see which full-resolution cells (saccades) "
+                    "arr-coc sends a VLM next to a low-resolution gestalt of the whole image.")
+        with gr.Row():
+            with gr.Column(scale=1, min_width=320):
+                upload = gr.File(label="image", file_types=["image"], type="filepath", elem_id="image-file", height=100)
+                question = gr.Textbox(label="question", value="What is the total?", elem_id="question")
+                if examples:
+                    gr.Examples(examples, [upload, question], label="bundled examples")
+                budget = gr.Number(value=DEFAULT_BUDGET, label="saccade budget K (tokens)", precision=0,
+                                   minimum=1, maximum=MAX_BUDGET, elem_id="budget")
+                ctl_a = controls("")
+                run = gr.Button("Run", variant="primary", elem_id="run")
+            with gr.Column(scale=2):
+                status = gr.Markdown("Ready.", elem_id="status")
+                with gr.Tabs():
+                    with gr.Tab("Saccades"):
+                        summary = gr.Markdown(elem_id="summary")
+                        sacc = gr.Image(label="saccades (bright, outlined, numbered by rank) vs not sent (dimmed)",
+                                        format="png", elem_id="saccades", interactive=False)
+                    with gr.Tab("Relevance"):
+                        heat = gr.Image(label="relevance (mixed)", format="jpeg", interactive=False)
+                        parts = gr.Gallery(label="the three parts (each standardised) with their context weights",
+                                           columns=3, format="jpeg")
+                    with gr.Tab("Texture"):
+                        channels = gr.Image(label="texture channels per token cell (false colour)", format="png",
+                                            interactive=False)
+                    with gr.Tab("What the VLM sees"):
+                        with gr.Row():
+                            gestalt = gr.Image(label="gestalt only", format="jpeg", interactive=False)
+                            foveated = gr.Image(label="gestalt + saccades (foveated)", format="jpeg",
+                                                interactive=False)
+                    with gr.Tab("Tokens and timings"):
+                        tokens = gr.Image(label="tokens per region", format="jpeg", interactive=False)
+                        timings = gr.Markdown()
+                    with gr.Tab("Compare"):
+                        gr.Markdown("A second configuration on the same image, question and budget.")
+                        with gr.Row():
+                            with gr.Column():
+                                ctl_b = controls("(B)", method="topk")
+                                compare = gr.Button("Compare A and B", elem_id="compare")
+                            with gr.Column():
+                                sum_a, img_a = gr.Markdown(elem_id="summary-a"), gr.Image(label="A", interactive=False)
+                            with gr.Column():
+                                sum_b, img_b = gr.Markdown(elem_id="summary-b"), gr.Image(label="B", interactive=False)
+                with gr.Row():
+                    get_json = gr.DownloadButton("allocation JSON (look --json schema)", elem_id="download-json")
+                    get_png = gr.DownloadButton("picture PNG", elem_id="download-png")
+
+        def analyse(path: str | None, q: str, k: Any, *controls_a: Any) -> list[Any]:
+            n, start = next(requests), time.perf_counter()
+            try:
+                if not path:
+                    raise ValueError("upload an image first (or click a bundled example)")
+                settings = _settings(k, *controls_a, cell=scope.cell)
+                image = read_upload(path)
+                v = render(scope.run(image, q, settings))
+            except (ValueError, OSError) as err:  # bad input: say what to do, keep the last views
+                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 11
+            return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.summary, v.saccades, v.relevance,
+                    v.parts, v.channels, v.gestalt, v.foveated,
+                    v.tokens, v.timings, str(v.json_path), str(v.png_path)]
+
+        def both(path: str | None, q: str, k: Any, *controls_ab: Any) -> list[Any]:
+            n, start = next(requests), time.perf_counter()
+            try:
+                if not path:
+                    raise ValueError("upload an image first (or click a bundled example)")
+                image = read_upload(path)
+                out = []
+                for ctl in (controls_ab[:7], controls_ab[7:]):
+                    v = render(scope.run(image, q, _settings(k, *ctl, cell=scope.cell)))
+                    out += [v.summary, v.saccades]
+            except (ValueError, OSError) as err:
+                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 4
+            return [f"Done: request {n} (A and B) in {time.perf_counter() - start:.2f} s.", *out]
+
+        run.click(analyse, [upload, question, budget, *ctl_a],
+                  [status, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings, get_json,
+                   get_png], api_name="analyse")
+        question.submit(analyse, [upload, question, budget, *ctl_a],
+                        [status, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings, get_json,
+                         get_png])
+        compare.click(both, [upload, question, budget, *ctl_a, *ctl_b], [status, sum_a, img_a, sum_b, img_b],
+                      api_name="compare")
+    return demo
+
+
+def serve(scope: Microscope, host: str = "127.0.0.1", port: int = 7860, *, block: bool = True) -> gr.Blocks:
+    """Start the page on ``host:port`` (local only unless told otherwise); with ``block=False`` return at once."""
+    demo = build(scope)
+    demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
+    demo.launch(server_name=host, server_port=port, max_file_size=MAX_FILE_SIZE, prevent_thread_lock=not block,
+                show_error=True, quiet=not block, footer_links=[], ssr_mode=False)
+    return demo

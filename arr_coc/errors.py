@@ -1,0 +1,15 @@
+"""The exceptions that mean "the input was wrong", not "the code is wrong".
+
+The CLI prints these (and the ``ValueError`` / ``OSError`` the library raises for a bad value or an
+unreadable file) as one ``arr-coc: error: ...`` line and exits 2; every other exception is a bug and
+keeps its traceback.
+"""
+from __future__ import annotations
+
+
+class UserError(Exception):
+    """Base of the errors a user fixes by changing the command, its files or the installed extras."""
+
+
+class MissingDependencyError(UserError, ImportError):
+    """An optional package or model a requested component needs is not installed; says what to install."""
