@@ -239,11 +239,28 @@ GOOD = {"image": "scans/a.png", "question": "Q?", "answer": "A", "boxes": [[1, 2
     (json.dumps({**GOOD, "boxes": [[5, 2, 5, 4]]}), r"bad\.jsonl:1: box 0 \[5, 2, 5, 4\] needs x1 > x0 and y1 > y0"),
     (json.dumps({**GOOD, "boxes": []}), r"bad\.jsonl:1: 'boxes' must be a non-empty list"),
     (json.dumps({**GOOD, "image": "missing.png"}), r"bad\.jsonl:1: image .*missing\.png not found"),
+    (json.dumps({k: v for k, v in GOOD.items() if k != "answer"} | {"answers": []}),
+     r"bad\.jsonl:1: 'answers' must be a non-empty list of strings or of \{\"answer\": string\}"),
+    (json.dumps({**GOOD, "answers": [{"answer": 2}]}), r"bad\.jsonl:1: 'answers' must be a non-empty list"),
     (json.dumps({**GOOD, "boxes": [[200, 200, 300, 300]]}), r"bad\.jsonl:1: every box lies outside the 100x80 image"),
 ])
 def test_jsonl_errors_name_file_line_and_problem(jsonl: Path, line: str, message: str) -> None:
     with pytest.raises((ValueError, FileNotFoundError), match=message):
         load_jsonl(write_jsonl(jsonl.parent / "bad.jsonl", [line]))
+
+
+def test_jsonl_reads_vqav2_style_answers_and_records_without_boxes(jsonl: Path) -> None:
+    path = write_jsonl(jsonl.parent / "vqa.jsonl", [
+        {"image": "scans/a.png", "question": "How many?", "answers": [{"answer": "2"}, {"answer": "two"},
+                                                                      {"answer": "2", "answer_confidence": "yes"}]},
+        {"image": "scans/a.png", "question": "Colour?", "answer": "red"},
+        {"image": "scans/a.png", "question": "Which?", "answer": "b", "answers": ["a", "b"], "boxes": [[1, 2, 3, 4]]},
+    ])
+    r1, r2, r3 = load_jsonl(path)
+    assert (r1.answer, r1.answers, r1.references, r1.metric, r1.boxes_px) == (
+        "2", ("2", "two", "2"), ("2", "two", "2"), "vqa_accuracy", ())
+    assert (r2.answer, r2.answers, r2.references, r2.metric, r2.boxes_px) == ("red", (), ("red",), "anls", ())
+    assert (r3.answer, r3.answers, r3.boxes_px) == ("b", ("a", "b"), ((2.0, 1.0, 4.0, 3.0),))
 
 
 def test_jsonl_rejects_duplicate_ids_folders_with_several_files_and_no_path(jsonl: Path) -> None:

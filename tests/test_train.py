@@ -50,6 +50,23 @@ def examples(dataset, tmp_path_factory):
     return build_examples(arr, load_dataset("jsonl", dataset), tmp_path_factory.mktemp("features"), progress=False)
 
 
+@pytest.fixture(scope="module")
+def answered(dataset, tmp_path_factory):
+    """The same pages as VQAv2-style JSONL: several answers each, no boxes (the answer objective needs none)."""
+    rows = [json.loads(line) for line in dataset.read_text().splitlines()]
+    path = tmp_path_factory.mktemp("vqa") / "vqa.jsonl"
+    path.write_text("\n".join(json.dumps({"image": str(dataset.parent / r["image"]), "question": r["question"],
+                                          "answers": [{"answer": "patch"}, {"answer": "square"}, {"answer": "patch"}],
+                                          "image_id": r["image_id"]}) for r in rows))
+    return path
+
+
+@pytest.fixture(scope="module")
+def answered_examples(answered, tmp_path_factory):
+    arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
+    return build_examples(arr, load_dataset("jsonl", answered), tmp_path_factory.mktemp("features"), progress=False)
+
+
 def cfg(tmp_path, **kw):
     base = dict(datasets=("jsonl",), budget="25%", steps=40, batch_size=4, lr=0.05, eval_every=10,
                 out=str(tmp_path / "run"), features=str(tmp_path / "features"), progress=False)
@@ -175,11 +192,15 @@ def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_torchrun_with_two_processes_takes_the_steps_of_one(dataset, tmp_path):
+@pytest.mark.parametrize("objective", ["proxy", "vlm"])
+def test_torchrun_with_two_processes_takes_the_steps_of_one(dataset, answered, tmp_path, objective):
     assert shutil.which("torchrun", path=str(Path(sys.executable).parent)), "torchrun (part of torch) is missing"
-    common = ["--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder", "hashing",
+    data = dataset if objective == "proxy" else answered
+    common = ["--datasets", "jsonl", "--data", str(data), "--channels", "mvp", "--query-encoder", "hashing",
               "--steps", "4", "--eval-every", "2", "--batch-size", "4", "--budget", "25%", "--estimator", "gumbel",
               "--features", str(tmp_path / "f"), "--no-progress"]
+    if objective == "vlm":  # the answer objective, each rank's two examples as two accumulated micro-batches
+        common += ["--objective", "vlm", "--vlm", "tiny:qwen2_5_vl", "--accumulate", "2", "--lr", "0.1"]
     assert main(["train", *common, "--out", str(tmp_path / "one")]) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29517",
@@ -266,3 +287,107 @@ def test_patch_selector_and_token_pruner_train_export_and_reload(examples, tmp_p
 def test_unknown_learner_is_a_clear_error(examples, tmp_path):
     with pytest.raises(ValueError, match="unknown learner 'oracle'; choose one of scorer, selector, pruner"):
         train(cfg(tmp_path, learner="oracle"), CONFIG, examples=examples)
+
+
+# ----------------------------------------------------------------------------- the answer objective at scale
+
+
+def vlm_cfg(tmp_path, **kw):
+    return cfg(tmp_path, **{**dict(objective="vlm", vlm="tiny:qwen2_5_vl", steps=2, eval_every=2, lr=0.1,
+                                   estimator="gumbel"), **kw})
+
+
+def trained(run_dir):
+    return torch.load(Path(run_dir) / "scorer.pt", weights_only=True)["scorer"]
+
+
+def test_vqa_jsonl_without_boxes_trains_the_answer_objective_and_refuses_the_proxy(answered, answered_examples,
+                                                                                   tmp_path, capsys):
+    assert all(e.answer == "patch" and float(e.target.sum()) == 0 for e in answered_examples)
+    run = train(vlm_cfg(tmp_path), CONFIG, examples=answered_examples, query_encoder=HashingQueryEncoder())
+    assert all(np.isfinite(h["answer_ce"]) for h in run.history)
+    with pytest.raises(ValueError, match="objective 'proxy' needs answer boxes, and no training example has any"):
+        train(cfg(tmp_path), CONFIG, examples=answered_examples)
+    argv = ["train", "--datasets", "jsonl", "--data", str(answered), "--channels", "mvp", "--query-encoder",
+            "hashing", "--features", str(tmp_path / "f"), "--out", str(tmp_path / "p"), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "arr-coc: error: objective 'proxy' needs answer boxes, but 24 jsonl records have none" in err
+    assert "--objective vlm --vlm PATH_OR_ID" in err
+
+
+def batch_gradient(examples, accumulate, **kw):
+    """The scorer's gradient and the loss of one training batch taken in ``accumulate`` micro-batches."""
+    from arr_coc.train.loop import Learner, Objective, _frozen_vlm, accumulate as take
+
+    c = vlm_cfg(Path("unused"), accumulate=accumulate, **kw)
+    arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
+    objective = Objective(Learner.build("scorer", arr, examples[0].cells.shape[0]), arr.sampler, c,
+                          _frozen_vlm(c, CONFIG), CONFIG.canvas)
+    loss, parts = take(objective, examples[:c.batch_size], c, step=3, world=1)
+    return float(loss), parts, {k: p.grad.clone() for k, p in objective.named_parameters() if p.grad is not None}
+
+
+def test_accumulated_micro_batches_take_the_gradient_of_one_batch(answered_examples, tmp_path):
+    loss, parts, grad = batch_gradient(answered_examples, 1)
+    assert grad and max(float(g.abs().max()) for g in grad.values()) > 1e-3
+    for n in (2, 4):
+        loss_n, parts_n, grad_n = batch_gradient(answered_examples, n)
+        assert abs(loss_n - loss) < 1e-5 and abs(parts_n["answer_ce"] - parts["answer_ce"]) < 1e-5
+        for k, g in grad.items():
+            torch.testing.assert_close(grad_n[k], g, atol=1e-6, rtol=1e-4)
+    # negative control: half the batch is another gradient
+    _, _, half = batch_gradient(answered_examples, 1, batch_size=2)
+    assert any((half[k] - g).abs().max() > 1e-4 for k, g in grad.items())
+    with pytest.raises(ValueError, match="--accumulate 3 must split each process's 4 examples"):
+        train(vlm_cfg(tmp_path, accumulate=3), CONFIG, examples=answered_examples)
+    run = train(vlm_cfg(tmp_path, accumulate=2), CONFIG, examples=answered_examples, query_encoder=HashingQueryEncoder())
+    assert len(run.history) == 2 and all(np.isfinite(h["loss"]) for h in run.history)
+
+
+def test_checkpointing_bfloat16_and_candidates_in_the_training_loop(answered_examples, tmp_path):
+    plain = train(vlm_cfg(tmp_path / "a"), CONFIG, examples=answered_examples, query_encoder=HashingQueryEncoder())
+    ck = train(vlm_cfg(tmp_path / "ck", gradient_checkpointing=True), CONFIG, examples=answered_examples,
+               query_encoder=HashingQueryEncoder())
+    assert [h["loss"] for h in ck.history] == pytest.approx([h["loss"] for h in plain.history], abs=1e-6)
+    for k, v in trained(tmp_path / "a" / "run").items():
+        torch.testing.assert_close(trained(tmp_path / "ck" / "run")[k], v, atol=1e-6, rtol=1e-5)
+    bf16 = train(vlm_cfg(tmp_path / "bf", dtype="bfloat16", gradient_checkpointing=True), CONFIG,
+                 examples=answered_examples, query_encoder=HashingQueryEncoder())
+    ce, ce16 = plain.history[0]["answer_ce"], bf16.history[0]["answer_ce"]
+    assert ce16 != ce and abs(ce16 - ce) < 0.05 * ce  # bfloat16 rounds, and stays near the float32 loss
+    cand = train(vlm_cfg(tmp_path / "c", relaxation="candidates"), CONFIG, examples=answered_examples,
+                 query_encoder=HashingQueryEncoder())
+    assert all(np.isfinite(h["answer_ce"]) for h in cand.history)
+    assert abs(cand.history[0]["answer_ce"] - ce) > 1e-3  # another input reached the VLM: 2K cells, not all
+    init = ARR(CONFIG, query_encoder=HashingQueryEncoder()).scorer.state_dict()
+    assert any(not torch.equal(v, init[k]) for k, v in trained(tmp_path / "c" / "run").items())
+    for bad, message in [(dict(relaxation="all"), "unknown relaxation 'all'; choose one of weighted, candidates"),
+                         (dict(dtype="float16"), "unknown dtype 'float16'; choose one of float32, bfloat16"),
+                         (dict(candidates=0), "candidates must be >= 1")]:
+        with pytest.raises(ValueError, match=message):
+            train(vlm_cfg(tmp_path / "bad", **bad), CONFIG, examples=answered_examples)
+
+
+def test_cli_trains_on_the_docvqa_train_split(dataset, tmp_path, capsys):
+    root = tmp_path / "docvqa"
+    (root / "spdocvqa_images").mkdir(parents=True)
+    items = []
+    for i in range(12):
+        shutil.copy(dataset.parent / f"p{i}.png", root / "spdocvqa_images" / f"p{i}.png")
+        items.append({"questionId": i, "question": "Where is the bright patch?", "image": f"documents/p{i}.png",
+                      "answers": ["patch", "the patch"]})
+    (root / "spdocvqa_qas").mkdir()
+    (root / "spdocvqa_qas" / "train_v1.0_withQT.json").write_text(json.dumps({"data": items}))
+    (root / "spdocvqa_qas" / "val_v1.0_withQT.json").write_text(json.dumps({"data": items[:1]}))
+    argv = ["train", "--objective", "vlm", "--vlm", "tiny:qwen2_5_vl", "--datasets", "docvqa", "--data", str(root),
+            "--split", "train", "--channels", "mvp", "--query-encoder", "hashing", "--steps", "2", "--eval-every", "2",
+            "--batch-size", "2", "--gradient-checkpointing", "--relaxation", "candidates", "--features",
+            str(tmp_path / "f"), "--out", str(tmp_path / "run"), "--no-progress"]
+    assert main(argv) == 0
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert sum(metrics["examples"].values()) == 12  # the train file's 12 questions, not the val file's one
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())["train"]
+    assert saved["datasets"] == ["docvqa"] and saved["gradient_checkpointing"] and saved["relaxation"] == "candidates"
+    assert main(argv[:-3] + ["--out", str(tmp_path / "p"), "--objective", "proxy"]) == 2
+    assert "objective 'proxy' needs answer boxes, but 12 docvqa records have none" in capsys.readouterr().err

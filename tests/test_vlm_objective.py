@@ -71,6 +71,12 @@ def weighted_reference(adapter, img, question, targets, weight, scale_deepstack=
         vis = adapter.encode([img], [None], mode="weighted", weights=[weight])
         if scale_deepstack:
             vis[0].deepstack = [d * weight.reshape(-1, 1) for d in vis[0].deepstack]
+        return reference_loss(adapter, vis, question, targets)
+
+
+def reference_loss(adapter, vis, question, targets):
+    """Cross-entropy by hand of the answer ``targets`` after one image's visual tokens and ``question``."""
+    with torch.no_grad():
         pre, suf = adapter.prompt_ids(question)
         pf = assemble(adapter.embed_tokens, [pre], vis, [suf + targets], adapter.rope_rows)
         hidden = adapter.language_model(dict(inputs_embeds=pf.inputs_embeds, attention_mask=pf.attention_mask,
@@ -201,3 +207,75 @@ def test_a_vlm_that_is_not_frozen_is_refused():
         answer_loss(adapter, *args)
     adapter.model.eval()
     assert answer_loss(adapter, *args).item() > 0
+
+
+# ----------------------------------------------------------------------------- memory: activation checkpointing
+
+
+def loss_and_grad(adapter, checkpointing, weight_seed=8, **kw):
+    """Answer loss at a soft top-K map of a learnable relevance, its gradient, and what the forward kept."""
+    img, q, answer = image(adapter, 4, 4, seed=9), "What is the total?", "12.50"
+    relevance = torch.nn.Parameter(torch.randn(4, 4, generator=torch.Generator().manual_seed(weight_seed)))
+    weights = soft_topk(relevance.flatten()[None], 5, temperature=0.5).view(4, 4)
+    kept = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: kept.append(t.numel() * t.element_size()) or t,
+                                                  lambda t: t):
+        loss = answer_loss(adapter, [img], [q], [answer], [weights], checkpointing=checkpointing, **kw)
+    loss.backward()
+    return loss.item(), relevance.grad, sum(kept)
+
+
+@pytest.mark.parametrize("kw", [{}, {"gestalt": [(2, 2)]}], ids=["weighted", "with-gestalt"])
+def test_checkpointing_gives_the_same_loss_and_gradient_in_less_memory(adapter, kw):
+    loss, grad, kept = loss_and_grad(adapter, False, **kw)
+    loss_ck, grad_ck, kept_ck = loss_and_grad(adapter, True, **kw)
+    assert abs(loss - loss_ck) < 1e-6 and grad.abs().max() > 1e-4
+    torch.testing.assert_close(grad_ck, grad, atol=1e-6, rtol=1e-5)
+    assert kept_ck < 0.5 * kept  # the decoder layers' activations were not kept: recomputed in backward
+    # negative control: another relevance gives another gradient at this tolerance
+    assert (loss_and_grad(adapter, True, weight_seed=10, **kw)[1] - grad).abs().max() > 1e-3
+    # the model is left as it was: eval mode everywhere, no parameter gradient
+    assert not any(m.training for m in adapter.model.modules())
+    assert all(p.grad is None for p in adapter.model.parameters())
+
+
+def test_checkpointing_needs_transformers_layers():
+    from arr_coc.vlm.objective import activation_checkpointing
+
+    with pytest.raises(ValueError, match="Linear has no transformers layers to checkpoint"):
+        with activation_checkpointing(torch.nn.Linear(2, 2)):
+            pass
+
+
+# ----------------------------------------------------------------------------- relaxations against inference
+
+
+def sparse_reference(adapter, img, question, targets, cells):
+    """Cross-entropy by hand of the exact inference path: only ``cells`` encoded (sparse), weight one."""
+    with torch.no_grad():
+        return reference_loss(adapter, adapter.encode([img], [cells], mode="sparse"), question, targets)
+
+
+def test_relaxation_gaps_are_each_relaxation_minus_the_exact_sparse_path(qwen25):
+    from arr_coc.vlm.objective import relaxation_gap, top_cells
+
+    imgs = [image(qwen25, 4, 5, seed=11), image(qwen25, 3, 4, seed=12)]
+    qs, answers = ["What is the total?", "Date?"], ["12.50", "2024"]
+    rel = [torch.randn(4, 5, generator=torch.Generator().manual_seed(13)),
+           torch.randn(3, 4, generator=torch.Generator().manual_seed(14))]
+    ks = [4, 3]
+    out = relaxation_gap(qwen25, imgs, qs, answers, rel, ks, temperature=0.5)
+    for b in range(2):
+        cells = top_cells(rel[b], ks[b])
+        assert cells.tolist() == sorted(cells.tolist(), key=lambda c: -rel[b][c[0], c[1]].item())
+        ref = sparse_reference(qwen25, imgs[b], qs[b], answer_ids(qwen25, answers[b]), cells)
+        assert abs(out["exact"][b].item() - ref) < ATOL
+        # negative control: the top K + 1 cells are another input
+        wider = sparse_reference(qwen25, imgs[b], qs[b], answer_ids(qwen25, answers[b]), top_cells(rel[b], ks[b] + 1))
+        assert abs(out["exact"][b].item() - wider) > WRONG
+    torch.testing.assert_close(out["gap_weighted"], out["weighted"] - out["exact"])
+    torch.testing.assert_close(out["gap_candidates"], out["candidates"] - out["exact"])
+    assert (out["gap_candidates"].abs() > WRONG).all() and (out["gap_weighted"].abs() > WRONG).all()
+    # K candidates at hard (straight-through) weights are the inference path itself: no gap
+    hard = relaxation_gap(qwen25, imgs, qs, answers, rel, ks, candidates=1, straight_through=True)
+    assert hard["gap_candidates"].abs().max() < ATOL and hard["gap_weighted"].abs().min() > WRONG

@@ -18,7 +18,14 @@ JSONL format (bring your own data), one JSON object per line; blank lines are ig
 - ``question``: non-empty string. ``answer``: string, ``""`` when there is nothing to read.
 - ``boxes``: non-empty list of ``[x0, y0, x1, y1]`` in image pixels as displayed (EXIF orientation
   applied; the common convention; the loader converts to ``(y0, x0, y1, x1)``), finite, with ``x1 > x0``
-  and ``y1 > y0``.
+  and ``y1 > y0``. Optional: records without boxes serve the answer objective (``arr-coc train
+  --objective vlm``) and the VLM reader, not the box metrics.
+- VQAv2 style: ``"answers"`` instead of (or beside) ``"answer"``, a list of strings or of
+  ``{"answer": ...}`` objects; every one is a reference (scored by VQA accuracy), the most frequent
+  is the answer trained on::
+
+    {"image": "COCO_val2014_000000000042.jpg", "question": "How many dogs?",
+     "answers": [{"answer": "2"}, {"answer": "2"}, {"answer": "two"}]}
 - ``id`` (optional, default ``"<file stem>:<line>"``) must be unique; ``image_id`` (optional,
   default the image path) groups records of one image, which fills ``others_px``.
 """
@@ -30,7 +37,7 @@ import math
 import os
 import random
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -459,18 +466,24 @@ def parse_jsonl_line(line: str, where: str, folder: Path) -> dict[str, Any]:
         raise ValueError(f"{where}: malformed JSON ({e})") from None
     if not isinstance(obj, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-    missing = [k for k in ("image", "question", "answer", "boxes") if k not in obj]
+    missing = [k for k in ("image", "question") if k not in obj] + (["answer"] if not {"answer", "answers"} & set(obj) else [])
     if missing:
         raise ValueError(f"{where}: missing key(s) {', '.join(missing)}; see jsonl_format_help()")
+    if "answers" in obj:
+        answers = obj["answers"]
+        texts = [a.get("answer") if isinstance(a, dict) else a for a in answers] if isinstance(answers, list) else None
+        if not texts or not all(isinstance(t, str) for t in texts):
+            raise ValueError(f"{where}: 'answers' must be a non-empty list of strings or of {{\"answer\": string}}")
+        obj = {**obj, "answers": tuple(texts), "answer": obj.get("answer", Counter(texts).most_common(1)[0][0])}
     if not isinstance(obj["question"], str) or question_problem(obj["question"]):
         problem = question_problem(obj["question"]) if isinstance(obj["question"], str) else "is not a string"
         raise ValueError(f"{where}: 'question' {problem}")
     if not isinstance(obj["answer"], str):
         raise ValueError(f"{where}: 'answer' must be a string (\"\" when there is nothing to read)")
-    if not isinstance(obj["boxes"], list) or not obj["boxes"]:
-        raise ValueError(f"{where}: 'boxes' must be a non-empty list of [x0, y0, x1, y1]")
+    if "boxes" in obj and (not isinstance(obj["boxes"], list) or not obj["boxes"]):
+        raise ValueError(f"{where}: 'boxes' must be a non-empty list of [x0, y0, x1, y1] (or left out)")
     boxes = []
-    for i, b in enumerate(obj["boxes"]):
+    for i, b in enumerate(obj.get("boxes", [])):
         numbers = isinstance(b, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in b)
         if not numbers or len(b) != 4:
             raise ValueError(f"{where}: box {i} {json.dumps(b)} is not 4 numbers [x0, y0, x1, y1]")
@@ -515,10 +528,14 @@ def load_jsonl(root: Path | None = None) -> list[Record]:
         if rid in ids:
             raise ValueError(f"{where}: duplicate id {rid!r}")
         ids.add(rid)
-        size = _image_size(obj["image"])
-        boxes = clip_boxes(obj["boxes"], size)
-        if not boxes:
-            raise ValueError(f"{where}: every box lies outside the {size[0]}x{size[1]} image {obj['image']}")
+        boxes: tuple[Box, ...] = ()
+        if obj["boxes"]:
+            size = _image_size(obj["image"])
+            boxes = clip_boxes(obj["boxes"], size)
+            if not boxes:
+                raise ValueError(f"{where}: every box lies outside the {size[0]}x{size[1]} image {obj['image']}")
         image_id = str(obj.get("image_id", obj["image"]))
-        records.append(Record("jsonl", rid, obj["image"], image_id, obj["question"], obj["answer"], boxes))
+        answers = obj.get("answers", ())
+        records.append(Record("jsonl", rid, obj["image"], image_id, obj["question"], obj["answer"], boxes,
+                              answers=answers, metric="vqa_accuracy" if answers else "anls"))
     return _finish("jsonl", path, records)

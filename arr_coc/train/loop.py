@@ -40,7 +40,9 @@ OBJECTIVES = ("proxy", "vlm")
 LEARNERS = ("scorer", "selector", "pruner")
 PRUNER_HIDDEN = 32  # the pruner's bottleneck: its tokens are only C (~16) channels wide
 # fields that may change between a run and its resume; every other field must match
-RESUMABLE = ("steps", "eval_every", "out", "resume", "progress")
+RESUMABLE = ("steps", "eval_every", "out", "resume", "progress", "device", "gradient_checkpointing")
+RELAXATIONS = ("weighted", "candidates")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -77,6 +79,21 @@ class TrainConfig:
         "help": "cache of the texture features (one file per image)"})
     vlm: str | None = field(default=None, metadata={
         "help": 'model for objective "vlm" (a folder, hub id or tiny:<family>)'})
+    relaxation: str = field(default="weighted", metadata={
+        "help": 'objective "vlm": encode every cell, scaled by its soft weight ("weighted"), or only the top '
+                'candidates*K cells of the relevance, sparse as at inference ("candidates")'})
+    candidates: int = field(default=2, metadata={
+        "help": 'relaxation "candidates": the top candidates*K cells of the relevance are encoded'})
+    device: str = field(default="cpu", metadata={
+        "help": "where the frozen VLM runs (cuda for a GPU); the scorer's few weights stay on the CPU"})
+    dtype: str = field(default="float32", metadata={
+        "help": "the frozen VLM's weights and autocast: float32 or bfloat16"})
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "recompute the frozen VLM's layer activations in the backward pass instead of keeping them"})
+    accumulate: int = field(default=1, metadata={
+        "help": "split each process's batch into N micro-batches whose gradients add up to the batch's"})
+    split: str | None = field(default=None, metadata={
+        "help": "only this official split of benchmarks that have one (docvqa, infovqa, textvqa, chartqa: train)"})
     resume: bool = field(default=False, metadata={"help": "continue from OUT/checkpoint.pt exactly where it stopped"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
@@ -188,6 +205,10 @@ class Objective(nn.Module):
         super().__init__()
         if cfg.estimator not in ESTIMATORS:
             raise ValueError(f"unknown estimator {cfg.estimator!r}; choose one of {', '.join(ESTIMATORS)}")
+        if cfg.relaxation not in RELAXATIONS:
+            raise ValueError(f"unknown relaxation {cfg.relaxation!r}; choose one of {', '.join(RELAXATIONS)}")
+        if cfg.candidates < 1:
+            raise ValueError(f"candidates must be >= 1 (the top candidates*K cells are encoded), got {cfg.candidates}")
         self.scorer, self.sampler, self.cfg = as_learner(scorer), sampler, cfg
         self.vlm, self.canvas = vlm, canvas  # frozen adapter (a plain object: DDP never sees its weights)
 
@@ -220,7 +241,7 @@ class Objective(nn.Module):
         proxy = 1 - share[has].mean() if has.any() else rel.sum() * 0
         # one token's worth of mass per region of a 4x4 grid -- or what the smallest budget can give
         cover = coverage_loss(weights, grid=(4, 4), min_mass=min(1.0, 0.5 * min(ks) / 16), valid=batch["valid"])
-        main = proxy if self.vlm is None else self.answer_loss(batch, weights)
+        main = proxy if self.vlm is None else self.answer_loss(batch, rel, weights, ks)
         loss = main + self.cfg.coverage_weight * cover
         extra = None if self.scorer.kind != "scorer" else sampler_loss(self.sampler, rel, batch["valid"], batch["query"], batch["target"], list(ks),
                              temperature=self.cfg.temperature,
@@ -232,15 +253,26 @@ class Objective(nn.Module):
             parts["answer_ce"] = float(main.detach())
         return loss, parts
 
-    def answer_loss(self, batch: dict[str, Tensor], weights: Tensor) -> Tensor:
-        """Answer cross-entropy of the frozen VLM fed every token scaled by its soft selection weight."""
+    def answer_loss(self, batch: dict[str, Tensor], rel: Tensor, weights: Tensor, ks: Sequence[int]) -> Tensor:
+        """Answer cross-entropy of the frozen VLM fed the gestalt of the evaluation's budget split and the
+        tokens scaled by their soft selection weights: every cell (``weighted``) or only the top
+        ``candidates * K`` of the relevance, encoded sparse as inference encodes its top K (``candidates``)."""
         from arr_coc.train.features import example_pixels
-        from arr_coc.vlm.objective import answer_loss
+        from arr_coc.vlm.objective import answer_loss, top_cells
 
         examples = batch["examples"]
         images = [example_pixels(e, self.canvas) for e in examples]
         maps = [weights[b, :e.grid[0], :e.grid[1]] for b, e in enumerate(examples)]
-        return answer_loss(self.vlm, images, [e.question for e in examples], [e.answer for e in examples], maps)
+        cells = None
+        if self.cfg.relaxation == "candidates":
+            cells = [top_cells(rel[b, :e.grid[0], :e.grid[1]], self.cfg.candidates * k)
+                     for b, (e, k) in enumerate(zip(examples, ks))]
+        gestalt = [split_budget(budget_tokens(self.cfg.budget, e.grid[0] * e.grid[1]), e.grid)[0] for e in examples]
+        device = self.vlm.model.device
+        with torch.autocast(device.type, dtype=DTYPES[self.cfg.dtype], enabled=self.cfg.dtype != "float32"):
+            loss = answer_loss(self.vlm, images, [e.question for e in examples], [e.answer for e in examples],
+                               maps, cells=cells, gestalt=gestalt, checkpointing=self.cfg.gradient_checkpointing)
+        return loss.float().to(rel.device)
 
 
 @torch.no_grad()
@@ -335,6 +367,11 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     rank, world = _distributed()
     if cfg.batch_size % world:
         raise ValueError(f"batch size {cfg.batch_size} must split evenly over {world} processes")
+    if cfg.accumulate < 1 or (cfg.batch_size // world) % cfg.accumulate:
+        raise ValueError(f"--accumulate {cfg.accumulate} must split each process's {cfg.batch_size // world} "
+                         f"examples into equal micro-batches")
+    if cfg.dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {cfg.dtype!r}; choose one of {', '.join(DTYPES)}")
     if cfg.objective not in ("proxy", "vlm"):
         raise ValueError(f"unknown objective {cfg.objective!r}; choose proxy or vlm")
     if cfg.learner not in LEARNERS:
@@ -351,6 +388,10 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     split = {s: [e for e in examples if split_of(e.image_id, e.dataset) == s] for s in ("train", "val", "test")}
     if vlm is not None:  # the answer objective needs an answer to read
         split["train"] = [e for e in split["train"] if e.answer.strip()]
+    elif split["train"] and not any(float(e.target.sum()) > 0 for e in split["train"]):
+        raise ValueError(f"objective 'proxy' needs answer boxes, and no training example has any (datasets "
+                         f"{', '.join(sorted({e.dataset for e in split['train']}))}); train on answers with "
+                         f"--objective vlm --vlm PATH_OR_ID")
     if not split["train"]:
         raise ValueError("no training examples: every image fell into the held-out splits; use more records")
     out = Path(cfg.out)
@@ -378,13 +419,9 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     bar = tqdm(range(start, cfg.steps), desc="train", disable=not cfg.progress or rank != 0)
     for step in bar:
         idx = batch_indices(step, len(split["train"]), cfg.batch_size, cfg.seed)[rank::world]
-        chunk = [split["train"][i] for i in idx]
-        seeds = [_seed(cfg.seed, step, e.record_id) for e in chunk]
-        loss, parts = model({**collate(chunk), "examples": chunk}, [budget_k(e, cfg.budget) for e in chunk], seeds)
         optimizer.zero_grad()
-        loss.backward()
+        value, parts = accumulate(model, [split["train"][i] for i in idx], cfg, step, world)
         optimizer.step()
-        value = loss.detach().clone()
         if world > 1:
             dist.all_reduce(value)
             value /= world
@@ -418,6 +455,32 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     return run
 
 
+def accumulate(model: nn.Module, chunk: Sequence[Example], cfg: TrainConfig, step: int, world: int
+               ) -> tuple[Tensor, dict[str, float]]:
+    """Backward through ``cfg.accumulate`` equal micro-batches of this process's ``chunk``; returns the loss.
+
+    Every loss term is a mean over examples (their gradient noise comes from per-example seeds), so
+    micro-batch losses weighted by their share of the chunk add up to the gradient of the whole
+    chunk, while only one micro-batch's activations are alive at a time. Under DDP only the last
+    backward synchronises.
+    """
+    from contextlib import nullcontext
+
+    size = len(chunk) // cfg.accumulate
+    total, parts = torch.zeros(()), {}
+    for j in range(cfg.accumulate):
+        micro = list(chunk[j * size:(j + 1) * size])
+        seeds = [_seed(cfg.seed, step, e.record_id) for e in micro]
+        sync = world == 1 or j == cfg.accumulate - 1
+        with nullcontext() if sync else model.no_sync():
+            loss, p = model({**collate(micro), "examples": micro}, [budget_k(e, cfg.budget) for e in micro], seeds)
+            (loss * (size / len(chunk))).backward()
+        total += loss.detach() * (size / len(chunk))
+        for k, v in p.items():
+            parts[k] = parts.get(k, 0.0) + v * size / len(chunk)
+    return total, parts
+
+
 def _frozen_vlm(cfg: TrainConfig, arr_config: ARRConfig) -> Any:
     """The VLM of the answer objective, frozen; its cell must be the canvas cell of the features."""
     if cfg.objective != "vlm":
@@ -426,8 +489,9 @@ def _frozen_vlm(cfg: TrainConfig, arr_config: ARRConfig) -> Any:
         raise ValueError("objective 'vlm' needs --vlm PATH_OR_ID (a Qwen-VL / LLaVA checkpoint or tiny:<family>)")
     from arr_coc.vlm import load_vlm
 
-    adapter = load_vlm(cfg.vlm)
-    adapter.model.requires_grad_(False).eval()
+    adapter = load_vlm(cfg.vlm, dtype=DTYPES[cfg.dtype], device=cfg.device)
+    # tiny:<family> models are built in float32 on the CPU; a checkpoint is loaded in the dtype
+    adapter.model.to(device=cfg.device, dtype=DTYPES[cfg.dtype]).requires_grad_(False).eval()
     if adapter.cell != arr_config.canvas.cell:
         raise ValueError(f"{cfg.vlm} uses {adapter.cell} px cells but the canvas uses {arr_config.canvas.cell} px; "
                          f"set CanvasConfig(cell={adapter.cell})")
@@ -441,7 +505,12 @@ def _examples(arr: Any, cfg: TrainConfig, rank: int, world: int) -> list[Example
     def root(name: str) -> Path | None:  # one dataset: its own path (a jsonl file); several: their parent
         return None if cfg.data is None else Path(cfg.data) if len(cfg.datasets) == 1 else Path(cfg.data) / name
 
-    records = [r for name in cfg.datasets for r in load_dataset(name, root(name), limit=cfg.limit, seed=cfg.seed)]
+    records = [r for name in cfg.datasets
+               for r in load_dataset(name, root(name), limit=cfg.limit, seed=cfg.seed, split=cfg.split)]
+    boxless = [r for r in records if not r.boxes_px]
+    if cfg.objective == "proxy" and boxless:
+        raise ValueError(f"objective 'proxy' needs answer boxes, but {len(boxless)} {boxless[0].dataset} records have "
+                         f"none (e.g. {boxless[0].record_id}); train on their answers with --objective vlm --vlm PATH_OR_ID")
     if rank == 0:
         examples = build_examples(arr, records, cfg.features, progress=cfg.progress)
     if world > 1:
