@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import pytest
@@ -69,6 +70,15 @@ def test_funsd_gives_linked_answers_in_reading_order_as_yx_boxes(funsd: Path) ->
         Record("funsd", "f1#9", img / "f1.png", "f1", "Total:", "42", (total,), (date, alice, bob)),
         Record("funsd", "f2#0", img / "f2.png", "f2", "To:", "Ann", ((5.0, 25.0, 15.0, 60.0),), ()),
     ]
+
+
+def test_funsd_names_the_forms_that_give_no_records(funsd: Path) -> None:
+    with pytest.warns(UserWarning, match=r"FUNSD: 1 form\(s\) give no records .*'linking' lists\): f3\.json$"):
+        load_funsd(funsd)
+    (funsd / "training_data" / "annotations" / "f3.json").unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every form gives records: nothing to say
+        assert len(load_funsd(funsd)) == 4
 
 
 def test_funsd_accepts_the_training_data_folder_as_root(funsd: Path) -> None:

@@ -37,6 +37,7 @@ import math
 import os
 import random
 import re
+import warnings
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -249,17 +250,23 @@ def load_funsd(root: Path | None = None) -> list[Record]:
     root = _root("funsd", root)
     base = root / "training_data" if (root / "training_data").is_dir() else root
     ann_dir, img_dir = _subfolder("funsd", base, "annotations"), _subfolder("funsd", base, "images")
-    records = []
+    records, silent = [], []
     for ann in sorted(ann_dir.glob("*.json")):
         data = _read_json(ann)
         form = data.get("form") if isinstance(data, dict) else None
         if not isinstance(form, list):
             raise ValueError(f"{ann}: expected an object with a 'form' list of entities")
         try:
-            records += _funsd_records(form, ann.stem, img_dir / f"{ann.stem}.png")
+            found = _funsd_records(form, ann.stem, img_dir / f"{ann.stem}.png")
         except (KeyError, TypeError, IndexError) as e:
             problem = f"{type(e).__name__}: {e}"
             raise ValueError(f"{ann}: malformed entity ({problem}); expected id, label, text, box, linking") from None
+        records += found
+        silent += [] if found else [ann.name]
+    if silent and records:  # no records at all is an error of its own (below)
+        shown = ", ".join(silent[:5]) + (f" and {len(silent) - 5} more" if len(silent) > 5 else "")
+        warnings.warn(f"FUNSD: {len(silent)} form(s) give no records (no question linked to a non-empty "
+                      f"answer in their 'linking' lists): {shown}", stacklevel=2)
     return _finish("funsd", root, records)
 
 
