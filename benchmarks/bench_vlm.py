@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
-from arr_coc.vlm.ask import _flops
+from arr_coc.vlm.ask import prefill_flops as _flops
 from arr_coc.vlm.base import assemble
 from arr_coc.vlm.qwen import Qwen25VLAdapter
 
