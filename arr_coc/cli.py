@@ -239,7 +239,7 @@ def _parser() -> argparse.ArgumentParser:
                           "(default %(default)s)")
     ask.add_argument("--relevance", choices=("auto", *RELEVANCE_SOURCES), default="auto",
                      help="where the saccades' relevance comes from. arr: ARR's scorer on the texture channels "
-                          "(the default channels run OCR on the CPU: seconds per page, whatever --device); "
+                          "(the default channels run OCR on the CPU, about a second per 1344 px page, whatever --device); "
                           "vlm: the VLM's own attention to its gestalt, read while it prefills the question "
                           "(its first look, on the model's device; costs one more pass of the question's "
                           "tokens through the LLM, and the answer reuses the gestalt's prefill); auto: vlm on "

@@ -91,8 +91,9 @@ def default_relevance(adapter: Any) -> str:
     """``"vlm"`` where the model runs on CUDA and can read its gestalt alone, else ``"arr"``.
 
     On a GPU the first look costs the question's tokens once more, milliseconds, while ARR's
-    default channels run OCR on the CPU for seconds: longer than the VLM's whole answer. On the
-    CPU both cost seconds, and ARR's relevance is the one whose quality has been measured.
+    default channels run OCR on the CPU for about a second: longer than the VLM's whole answer.
+    On the CPU both are small next to the sparse path (benchmarks/bench_vlm.py: 8 % and 4 % on
+    Qwen2.5-VL-3B), and ARR's relevance is the one whose quality has been measured.
     """
     return "vlm" if model_device(adapter).type == "cuda" and hasattr(adapter, "encode_gestalt") else "arr"
 
