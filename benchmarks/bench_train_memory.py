@@ -13,16 +13,17 @@ Every setting runs in a fresh subprocess, so ``ru_maxrss`` (the peak resident me
 setting's alone; the runtime's own memory (after imports, before the model) is subtracted.
 "saved" is the exact size of what autograd keeps for the backward pass (a saved-tensor hook).
 
-A full-depth step does not fit this 2-core, shared CPU (3B: ~70 s of tower alone, and ~18 GiB
-without checkpointing), so each setting is measured with ``--llm-layers`` (default 2 and 4) decoder
-layers and an 8-block tower (one full-attention block and seven window blocks, the real 1-in-8
-mix), and extrapolated: peak and time are fitted as ``a + b * layers`` over the measured depths and
-read at the real depth (36 for 3B, 28 for 7B); the tower's 24 missing blocks add their exact
-weight bytes to the peak (the tower runs without gradient, so its activations are transient) and
-their time scaled per block. One repeat per setting.
+Each setting is measured with ``--llm-layers`` (default 2 and 4) decoder layers and an 8-block
+tower (one full-attention block and seven window blocks, the real 1-in-8 mix), and extrapolated:
+peak and time are fitted as ``a + b * layers`` over the measured depths and read at the real depth
+(36 for 3B, 28 for 7B); the tower's 24 missing blocks add their exact weight bytes to the peak
+(the tower runs without gradient, so its activations are transient) and their time scaled per
+block. ``--full-depth`` also runs every 3B setting at its real depth (36 LLM layers, the whole
+32-block tower): measured, not extrapolated, which checks the extrapolation (needs ~20 GiB free
+without checkpointing). One repeat per setting.
 
     python benchmarks/bench_train_memory.py [--size 1344] [--budget 10%] [--llm-layers 2 4]
-                                            [--models 3b 7b] [--out benchmarks/results]
+                                            [--models 3b 7b] [--full-depth] [--out benchmarks/results]
 """
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
 
 
-def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: int, budget: str) -> dict[str, Any]:
+def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: int, budget: str,
+          tower_blocks: int = TOWER_BLOCKS) -> dict[str, Any]:
     """One training step in this process; what it measured."""
     from arr_coc.budget import budget_tokens, split_budget
     from arr_coc.soft_topk import soft_topk
@@ -88,7 +90,7 @@ def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: in
     base = rss_gib()
     small = config(arch, 1, 1)
     small.text_config.vocab_size = 64
-    model = build_model(config(arch, layers, TOWER_BLOCKS), torch.bfloat16, small_config=small)
+    model = build_model(config(arch, layers, tower_blocks), torch.bfloat16, small_config=small)
     model.requires_grad_(False).eval()
     adapter = Qwen25VLAdapter(model, tiny_tokenizer())
     weights_gib = sum(p.numel() * p.element_size() for p in model.parameters()) / 2 ** 30
@@ -116,7 +118,7 @@ def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: in
     loss.backward()
     t2 = time.perf_counter()
     assert torch.isfinite(relevance.grad).all() and relevance.grad.abs().sum() > 0
-    return dict(arch=arch, layers=layers, checkpointing=checkpointing, relaxation=relaxation, gestalt=list(gestalt),
+    return dict(arch=arch, layers=layers, tower_blocks=tower_blocks, checkpointing=checkpointing, relaxation=relaxation, gestalt=list(gestalt),
                 k=k, tokens=grid[0] * grid[1] if cells is None else len(cells[0]), runtime_gib=base,
                 weights_gib=weights_gib, built_gib=built - base, peak_gib=rss_gib() - base,
                 saved_gib=saved[0] / 2 ** 30, tower_s=sum(tower), forward_s=t1 - t0, backward_s=t2 - t1, loss=float(loss),
@@ -138,29 +140,41 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--llm-layers", type=int, nargs="+", default=[2, 4], help="measured LLM depths")
     ap.add_argument("--models", nargs="+", choices=sorted(ARCHS), default=["3b", "7b"])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    ap.add_argument("--child", nargs=4, metavar=("ARCH", "LAYERS", "CHECKPOINTING", "RELAXATION"), help=argparse.SUPPRESS)
+    ap.add_argument("--full-depth", action="store_true",
+                    help="also run every 3B setting at its real depth (36 LLM layers, 32 tower blocks), measured")
+    ap.add_argument("--child", nargs=5, metavar=("ARCH", "LAYERS", "CHECKPOINTING", "RELAXATION", "TOWER"),
+                    help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
 
 def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
     if args.child:
-        arch, layers, ck, relax = args.child
-        print(json.dumps(child(arch, int(layers), ck == "1", relax, args.size, args.budget)))
+        arch, layers, ck, relax, tower = args.child
+        print(json.dumps(child(arch, int(layers), ck == "1", relax, args.size, args.budget, int(tower))))
         return []
     from tqdm import tqdm
 
     settings = [(m, ck, relax) for m in args.models for relax in ("weighted", "candidates") for ck in (False, True)
                 if relax == "weighted" or m == "3b"]
     runs: dict[tuple, list[dict]] = {s: [] for s in settings}
+    full: dict[tuple, dict] = {}
+    jobs = [(s, n, TOWER_BLOCKS) for s in settings for n in args.llm_layers]
+    if args.full_depth:
+        jobs += [(s, ARCHS["3b"][0]["num_hidden_layers"], QWEN25_VL_3B_VISION["depth"]) for s in settings
+                 if s[0] == "3b"]
     start = time.perf_counter()
-    for (m, ck, relax), layers in tqdm([(s, n) for s in settings for n in args.llm_layers], desc="settings"):
+    for (m, ck, relax), layers, tower in tqdm(jobs, desc="settings"):
         cmd = [sys.executable, __file__, "--size", str(args.size), "--budget", args.budget,
-               "--child", m, str(layers), "1" if ck else "0", relax]
+               "--child", m, str(layers), "1" if ck else "0", relax, str(tower)]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if done.returncode:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{done.stderr[-3000:]}")
-        runs[(m, ck, relax)].append(json.loads(done.stdout.strip().splitlines()[-1]))
+        row = json.loads(done.stdout.strip().splitlines()[-1])
+        if tower == TOWER_BLOCKS:
+            runs[(m, ck, relax)].append(row)
+        else:
+            full[(m, ck, relax)] = row
     rows = []
     for (m, ck, relax), rs in runs.items():
         depth = ARCHS[m][0]["num_hidden_layers"]
@@ -175,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         rows.append(dict(model=m, checkpointing=ck, relaxation=relax, tokens=rs[0]["tokens"], k=rs[0]["k"],
                          gestalt=rs[0]["gestalt"], measured=rs, per_layer_gib=per_layer, saved_layer_gib=saved_layer,
                          peak_gib=peak + extra_tower, weights_gib=weights + extra_tower, saved_gib=saved,
-                         tower_s=tower_s, step_s=fwd + bwd + tower_s - sum(r["tower_s"] for r in rs) / len(rs)))
+                         tower_s=tower_s, step_s=fwd + bwd + tower_s - sum(r["tower_s"] for r in rs) / len(rs),
+                         full_depth=full.get((m, ck, relax))))
     first = rows[0]["measured"][0]
     lines = [
         f"One training step of the answer objective, batch 1, one {args.size}x{args.size} px page "
@@ -196,6 +211,18 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         lines.append(f"| {name} | {r['relaxation']} | {r['tokens']} | {'on' if r['checkpointing'] else 'off'} | "
                      f"{', '.join('%.2f' % x['peak_gib'] for x in r['measured'])} | {r['per_layer_gib']:.3f} | "
                      f"{r['weights_gib']:.2f} | {r['saved_gib']:.2f} | {r['peak_gib']:.1f} | {r['step_s']:.0f} |")
+    measured = [r for r in rows if r["full_depth"]]
+    if measured:
+        lines += ["", "Measured at the real depth (36 LLM layers, the whole 32-block tower), one step each, beside the "
+                      "extrapolation above:", "",
+                  "| model | relaxation | tokens encoded | checkpointing | peak (GiB) | est. peak (GiB) | saved for "
+                  "backward (GiB) | step on this CPU (s): forward + backward |", "|---|---|---:|---|---:|---:|---:|---|"]
+        for r in measured:
+            f = r["full_depth"]
+            lines.append(f"| Qwen2.5-VL-3B (36 layers) | {r['relaxation']} | {f['tokens']} | "
+                         f"{'on' if r['checkpointing'] else 'off'} | {f['peak_gib']:.1f} | {r['peak_gib']:.1f} | "
+                         f"{f['saved_gib']:.2f} | {f['forward_s'] + f['backward_s']:.0f}: {f['forward_s']:.0f} + "
+                         f"{f['backward_s']:.0f} |")
     table = "\n".join(lines)
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
