@@ -27,7 +27,7 @@ from arr_coc.cache import ImageCache
 from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
-SCORER_FORMAT = "arr-coc-scorer/1"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
+SCORER_FORMAT = "arr-coc-scorer/2"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
 
 
 @dataclass

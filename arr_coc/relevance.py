@@ -4,7 +4,9 @@
 * perspectival  — salience (saliency, centre bias, motion),
 * participatory — query <-> content coupling: per-channel weights predicted from the query
   embedding, plus a fixed positive weight on the question-coupled channels (``text_match``,
-  ``key_value``, ``objects``, ``clip``); zero when no such channel is in the texture, until trained.
+  ``key_value``, ``objects``, ``clip``); zero when no such channel is in the texture, until trained;
+  and a query-weighted prior over where on the image the answer lies (:func:`where_basis`), zero
+  until trained.
 The propositional and perspectival maps are standardised per image; the participatory map keeps its
 absolute level (a question that matches nothing must not be stretched into a peak). The three are
 mixed by context weights = softmax(MLP([query, gestalt])). :class:`MVPScorer` is the first,
@@ -32,6 +34,10 @@ PERSPECTIVAL = {"saliency": 1.0, "eccentricity": -0.5, "motion": 1.0,  # what st
 # score "how well this place matches the question" in [0, 1]. They are not standardised, so a question
 # that matches nothing adds nothing; 3.0 puts a perfect match level with a +3 sigma structure peak.
 PARTICIPATORY = {"text_match": 3.0, "key_value": 3.0, "objects": 3.0, "clip": 3.0, "first_look": 3.0}
+# Where on the page a question's answer tends to be (a receipt's company name at the top, its total
+# near the bottom, a photo's object near the centre): Gaussian bumps along each axis of the image,
+# weighted by the query; zero until trained.
+WHERE_ROWS, WHERE_COLS = 8, 4
 
 
 @dataclass
@@ -98,6 +104,35 @@ def gather_channels(cell_texture: Tensor, layout: dict[str, slice], names: Seque
     return torch.cat(picked, dim=1)
 
 
+def where_basis(valid: Tensor, rows: int = WHERE_ROWS, cols: int = WHERE_COLS) -> Tensor:
+    """Position features of every cell: [B, rows + cols, Hc, Wc], 0 on padding.
+
+    Each image's valid cells span [0, 1] down and across (so a padded canvas and the same image
+    alone agree); feature i < rows is a Gaussian bump of the height centred at (i + 0.5) / rows
+    with sigma 1 / rows, the others bumps of the width.
+
+    >>> b = where_basis(torch.ones(1, 4, 2, dtype=torch.bool), rows=2, cols=1)
+    >>> b.shape, [round(v, 3) for v in b[0, :, 0, 0].tolist()]
+    (torch.Size([1, 3, 4, 2]), [0.969, 0.458, 0.969])
+    """
+    if valid.dim() != 3 or valid.dtype != torch.bool:
+        raise ValueError(f"valid must be a bool [B, Hc, Wc] tensor, got {valid.dtype} {tuple(valid.shape)}")
+    B, Hc, Wc = valid.shape
+    dtype = torch.get_default_dtype()
+    h = valid.any(2).sum(1).clamp(min=1).to(dtype)  # [B] valid rows
+    w = valid.any(1).sum(1).clamp(min=1).to(dtype)  # [B] valid columns
+    y = (torch.arange(Hc, device=valid.device, dtype=dtype)[None] + 0.5) / h[:, None]  # [B, Hc]
+    x = (torch.arange(Wc, device=valid.device, dtype=dtype)[None] + 0.5) / w[:, None]  # [B, Wc]
+
+    def bumps(t: Tensor, n: int) -> Tensor:  # [B, L] -> [B, n, L]
+        centres = (torch.arange(n, device=t.device, dtype=t.dtype) + 0.5) / n
+        return torch.exp(-0.5 * ((t[:, None, :] - centres[None, :, None]) * n) ** 2)
+
+    by_row = bumps(y, rows)[:, :, :, None].expand(B, rows, Hc, Wc)
+    by_col = bumps(x, cols)[:, :, None, :].expand(B, cols, Hc, Wc)
+    return torch.cat([by_row, by_col], 1) * valid[:, None]
+
+
 def linear_map(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """Per-image channel weighting: x [B, n, Hc, Wc], weight [n] or [B, n] -> [B, Hc, Wc]."""
     w = weight if weight.dim() == 2 else weight[None].expand(x.shape[0], -1)
@@ -151,6 +186,9 @@ class ContextualScorer(nn.Module):
         with torch.no_grad():
             self.part.bias.copy_(torch.cat([torch.full((layout[n].stop - layout[n].start,), PARTICIPATORY.get(n, 0.0))
                                             for n in self.part_names]))
+        self.where = nn.Linear(query_dim, WHERE_ROWS + WHERE_COLS)  # query -> where its answer tends to be
+        nn.init.zeros_(self.where.weight)
+        nn.init.zeros_(self.where.bias)
         gestalt_dim = self.width if gestalt_dim is None else gestalt_dim
         self.context = nn.Sequential(nn.Linear(query_dim + gestalt_dim, hidden), nn.ReLU(), nn.Linear(hidden, 3))
         nn.init.zeros_(self.context[2].weight)  # equal 1/3 mixing until trained
@@ -167,7 +205,8 @@ class ContextualScorer(nn.Module):
         # participatory: coupling channels keep their absolute [0, 1] match level, the others are z-scored
         part_in = torch.cat([gather_channels(cell_texture, self.layout, [n]) * valid[:, None] if n in PARTICIPATORY
                              else z([n]) for n in self.part_names], 1)
-        part = linear_map(part_in, self.part(query_emb), None)
+        part = linear_map(part_in, self.part(query_emb), None) + linear_map(where_basis(valid).to(part_in),
+                                                                             self.where(query_emb))
         parts = torch.cat([standardize(torch.stack([prop, persp], 1), valid), part[:, None] * valid[:, None]], 1)
         weights = torch.softmax(self.context(torch.cat([query_emb, gestalt_vec], -1)), -1)  # [B, 3]
         return Relevance(map=mix(parts, weights, scale), parts=parts, weights=weights, scale=scale)

@@ -1,7 +1,7 @@
 """Choose the default allocation on validation images: which sampler reads at least as well as the
 uniformly downsampled image and as top-K at every budget, on forms, receipts and photos.
 
-    python benchmarks/run_defaults.py [--limit 30] [--jobs 2]
+    python benchmarks/run_defaults.py [--limit 30] [--jobs 2] [--candidates topk stratified nms pruner]
 
 Runs `arr-coc eval --split val` (images never trained on, never reported) on FUNSD and SROIE
 (Tesseract ANLS) and COCO (answer coverage; every validation question) for the candidates: the
@@ -23,31 +23,35 @@ sys.path.insert(0, str(ROOT))  # this checkout's arr_coc, not an installed one
 
 OUT = ROOT / "benchmarks" / "results" / "defaults" / "val"
 CANDIDATES = ("topk", "stratified", "nms", "pruner")
-METHODS = ("full", "uniform_image") + CANDIDATES
 BUDGETS = ("5%", "10%", "25%", "50%")
 DATASETS = {"funsd": "reading", "sroie": "reading", "coco": "coverage"}  # the headline metric of each
 
 
-def run(dataset: str, limit: int) -> Path:
+def run(dataset: str, limit: int, candidates: tuple[str, ...] = CANDIDATES) -> Path:
     import torch
 
     torch.set_num_threads(1)  # one core per dataset process
     from arr_coc.cli import main
 
+    from arr_coc.weights import PACKAGED
+
     extra = ["--reader", "none"] if dataset == "coco" else ["--limit", str(limit)]
-    code = main(["eval", dataset, "--split", "val", "--methods", *METHODS, "--budgets", *BUDGETS,
-                 "--out", str(OUT), *extra])
+    # `eval` refuses the shipped weights on non-test images unless they are named: here they are being
+    # chosen, which is what the validation images are for (they were never trained on)
+    weights = ["--scorer-weights", str(PACKAGED / "contextual.pt"), "--pruner-weights", str(PACKAGED / "pruner.pt")]
+    code = main(["eval", dataset, "--split", "val", "--methods", "full", "uniform_image", *candidates, "--budgets", *BUDGETS,
+                 "--out", str(OUT), *weights, *extra])
     if code:
         raise SystemExit(f"eval {dataset} failed ({code})")
     return OUT / dataset / "records.jsonl"
 
 
-def verdict(summaries: dict[str, list[dict]]) -> str:
+def verdict(summaries: dict[str, list[dict]], candidates: tuple[str, ...] = CANDIDATES) -> str:
     """Per candidate: its margin over the better of uniform_image and top-K at each (dataset, budget)."""
     cols = [(d, b) for d in DATASETS for b in BUDGETS]
     lines = ["| candidate | " + " | ".join(f"{d} {b}" for d, b in cols) + " | never below |",
              "|---|" + "---:|" * len(cols) + "---|"]
-    for cand in CANDIDATES:
+    for cand in candidates:
         cells, ok = [], True
         for d, b in cols:
             value = {s["method"]: s[DATASETS[d]] for s in summaries[d] if s["budget"] == b}
@@ -67,11 +71,12 @@ def main() -> None:
     ap.add_argument("--limit", type=int, default=30, help="validation questions of FUNSD and SROIE")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--table-only", action="store_true")
+    ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), help="methods to choose among")
     args = ap.parse_args()
     os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     if not args.table_only:
         with ProcessPoolExecutor(args.jobs) as pool:
-            for fut in [pool.submit(run, d, args.limit) for d in DATASETS]:
+            for fut in [pool.submit(run, d, args.limit, tuple(args.candidates)) for d in DATASETS]:
                 fut.result()
     from arr_coc.eval.harness import pivot_table, summarize
 
@@ -81,7 +86,7 @@ def main() -> None:
         summaries[d] = summarize(rows)
         n = max(s["n"] for s in summaries[d])
         parts.append(f"### {d}: {column} ({n} validation questions)\n\n{pivot_table(summaries[d], column)}")
-    parts.append("### margin over the better of uniform_image and topk (headline metric)\n\n" + verdict(summaries))
+    parts.append("### margin over the better of uniform_image and topk (headline metric)\n\n" + verdict(summaries, tuple(args.candidates)))
     text = "\n\n".join(parts) + "\n"
     (OUT / "report.md").write_text(text)
     print(text)

@@ -172,3 +172,53 @@ def test_part_scale_of_ones_is_the_trained_map_and_zero_removes_exactly_that_par
 def test_part_scale_refuses_anything_but_three_non_negative_numbers(bad):
     with pytest.raises(ValueError, match="part scale must be three finite numbers >= 0"):
         ContextualScorer(LAYOUT)(*inputs(), scale=bad)
+
+
+def test_where_basis_spans_each_images_valid_cells_so_padding_changes_nothing():
+    from arr_coc.relevance import WHERE_COLS, WHERE_ROWS, where_basis
+
+    alone = where_basis(torch.ones(1, 4, 6, dtype=torch.bool))
+    padded_valid = torch.zeros(2, 7, 9, dtype=torch.bool)
+    padded_valid[0, :4, :6] = True  # the same image on a larger canvas, beside a full one
+    padded_valid[1] = True
+    padded = where_basis(padded_valid)
+    assert padded.shape == (2, WHERE_ROWS + WHERE_COLS, 7, 9)
+    torch.testing.assert_close(padded[0, :, :4, :6], alone[0])
+    assert padded[0, :, 4:].abs().sum() == 0 and padded[0, :, :, 6:].abs().sum() == 0
+    # negative control: the full 7x9 image's bumps sit elsewhere on its first 4x6 cells
+    assert not torch.allclose(padded[1, :, :4, :6], alone[0], atol=1e-3)
+    # the first row bump peaks on the top row, the last on the bottom row; columns likewise
+    assert alone[0, 0, :, 0].argmax() == 0 and alone[0, WHERE_ROWS - 1, :, 0].argmax() == 3
+    assert alone[0, WHERE_ROWS, 0].argmax() == 0 and alone[0, -1, 0].argmax() == 5
+
+
+def test_where_prior_is_off_until_trained_and_then_moves_the_map_where_the_query_says():
+    from arr_coc.relevance import WHERE_ROWS, where_basis
+
+    s = ContextualScorer(LAYOUT)
+    tex, q, g, valid = inputs()
+    before = s(tex, q, g, valid)
+    assert s.where.weight.abs().sum() == 0 and s.where.bias.abs().sum() == 0
+    with torch.no_grad():  # the query's first coordinate asks for the top of the image
+        s.where.weight[0, 0] = 2.0
+    q[:, 0] = torch.tensor([1.0, -1.0])
+    after = s(tex, q, g, valid)
+    shift = after.parts[:, 2] - before.parts[:, 2]
+    expected = torch.einsum("bnhw,bn->bhw", where_basis(valid), torch.nn.functional.pad(
+        (2.0 * q[:, :1]), (0, s.where.out_features - 1)))
+    torch.testing.assert_close(shift, expected)
+    assert shift[0, 0].min() > shift[0, -1].max() and shift[1, 0].max() < shift[1, -1].min()
+    assert WHERE_ROWS > 1
+
+
+def test_where_prior_receives_gradient_through_the_soft_topk():
+    from arr_coc.soft_topk import soft_topk
+
+    s = ContextualScorer(LAYOUT)
+    tex, q, g, valid = inputs()
+    target = torch.zeros(2, 6, 7)
+    target[:, 0] = 1.0  # the answer is on the top row
+    chosen = soft_topk(s(tex, q, g, valid).map.flatten(1), 5, 0.5)
+    (-(chosen * target.flatten(1)).sum()).backward()
+    assert s.where.weight.grad is not None and s.where.weight.grad.abs().sum() > 0
+    assert s.where.bias.grad[0] < 0  # more weight on the top-row bump covers more of the answer
