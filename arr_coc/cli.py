@@ -195,6 +195,10 @@ def _parser() -> argparse.ArgumentParser:
                     help=("total visual tokens per image (gestalt + saccades), as tokens (529) or shares of full "
                           f"resolution (25%); default {' '.join(DEFAULT_BUDGETS)} (--reader vlm: "
                           f"{' '.join(vlm_reader.DEFAULT_BUDGETS)})").replace("%", "%%"))
+    ev.add_argument("--sampler", default="topk",
+                    help="the ARR's own sampler, what the method arr sends (default %(default)s, as look and ask); a "
+                         "learnable one takes its trained parameters from --scorer-weights when that run trained it "
+                         "(arr-coc train --sampler NAME)")
     ev.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
     ev.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
                     help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "
@@ -359,7 +363,7 @@ def look(args: argparse.Namespace) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
     from arr_coc.eval.harness import (DEFAULT_BUDGETS, LEARNED_METHODS, METHODS, EvalSettings, evaluate as run,
                                       load_learned_methods, refuse_leakage, write_reports)
@@ -373,7 +377,8 @@ def evaluate(args: argparse.Namespace) -> int:
     encoder = HashingQueryEncoder() if args.query_encoder == "hashing" else MiniLMQueryEncoder()
     config = ARRConfig(canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
                        texture=texture_config(args.channels, args.clip_model),
-                       scorer=from_args(ScorerConfig, args, SCORER_OPTIONS), seed=args.seed)
+                       scorer=from_args(ScorerConfig, args, SCORER_OPTIONS),
+                       sampler=SamplerConfig(name=args.sampler), seed=args.seed)
     arr = ARR(config, query_encoder=encoder).eval()
     learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
     if args.reader == "vlm":
