@@ -33,6 +33,9 @@ CANVAS_OPTIONS = {"cell": "--cell", "max_pixels": "--max-pixels"}
 SCORER_OPTIONS = {"name": "--scorer", "weights": "--scorer-weights"}
 # `look` and `ask` spend K saccades on top of the gestalt; --budget is the older spelling of --saccades
 SAMPLER_OPTIONS = {"name": "--sampler", "budget": ("--saccades", "--budget")}
+# `eval` and `train` take total tokens: only the sampler's name (the method arr sends; a learnable
+# sampler takes its trained parameters from --scorer-weights when that run trained it)
+SAMPLER_NAME_OPTIONS = {"name": "--sampler"}
 
 
 def _dest(option: str) -> str:
@@ -152,6 +155,8 @@ def _data() -> argparse.ArgumentParser:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from arr_coc.config import SamplerConfig
+
     fmt = argparse.RawDescriptionHelpFormatter
     p = argparse.ArgumentParser(prog="arr-coc", formatter_class=fmt,
                                 description="Query-aware visual token allocation: a gestalt of the whole image "
@@ -195,10 +200,7 @@ def _parser() -> argparse.ArgumentParser:
                     help=("total visual tokens per image (gestalt + saccades), as tokens (529) or shares of full "
                           f"resolution (25%); default {' '.join(DEFAULT_BUDGETS)} (--reader vlm: "
                           f"{' '.join(vlm_reader.DEFAULT_BUDGETS)})").replace("%", "%%"))
-    ev.add_argument("--sampler", default="topk",
-                    help="the ARR's own sampler, what the method arr sends (default %(default)s, as look and ask); a "
-                         "learnable one takes its trained parameters from --scorer-weights when that run trained it "
-                         "(arr-coc train --sampler NAME)")
+    add_options(ev, SamplerConfig, SAMPLER_NAME_OPTIONS)  # what the method arr sends
     ev.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
     ev.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
                     help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "
@@ -264,7 +266,7 @@ def _parser() -> argparse.ArgumentParser:
                              "torchrun --nproc_per_node N -m arr_coc.cli train ...")
     add_options(tr.add_argument_group("training"), TrainConfig,
                 {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainConfig)})
-    tr.add_argument("--sampler", default="topk",
+    tr.add_argument("--sampler", default=SamplerConfig.name,
                     help="sampler whose parameters train too, if any (default %(default)s)")
     tr.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
     sv = command("serve", [],
@@ -378,7 +380,7 @@ def evaluate(args: argparse.Namespace) -> int:
     config = ARRConfig(canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
                        texture=texture_config(args.channels, args.clip_model),
                        scorer=from_args(ScorerConfig, args, SCORER_OPTIONS),
-                       sampler=SamplerConfig(name=args.sampler), seed=args.seed)
+                       sampler=from_args(SamplerConfig, args, SAMPLER_NAME_OPTIONS), seed=args.seed)
     arr = ARR(config, query_encoder=encoder).eval()
     learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
     if args.reader == "vlm":

@@ -11,7 +11,8 @@ config.json values, written out below).
 
 Every setting runs in a fresh subprocess, so ``ru_maxrss`` (the peak resident memory) is that
 setting's alone; the runtime's own memory (after imports, before the model) is subtracted.
-"saved" is the exact size of what autograd keeps for the backward pass (a saved-tensor hook).
+"saved" adds up every tensor autograd keeps for the backward pass (a saved-tensor hook), the
+frozen weights a matmul keeps for its input gradient included (references: no extra memory).
 
 Each setting is measured with ``--llm-layers`` (default 2 and 4) decoder layers and an 8-block
 tower (one full-attention block and seven window blocks, the real 1-in-8 mix), and extrapolated:
@@ -118,7 +119,8 @@ def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: in
     loss.backward()
     t2 = time.perf_counter()
     assert torch.isfinite(relevance.grad).all() and relevance.grad.abs().sum() > 0
-    return dict(arch=arch, layers=layers, tower_blocks=tower_blocks, checkpointing=checkpointing, relaxation=relaxation, gestalt=list(gestalt),
+    return dict(arch=arch, layers=layers, tower_blocks=tower_blocks, checkpointing=checkpointing,
+                relaxation=relaxation, gestalt=list(gestalt),
                 k=k, tokens=grid[0] * grid[1] if cells is None else len(cells[0]), runtime_gib=base,
                 weights_gib=weights_gib, built_gib=built - base, peak_gib=rss_gib() - base,
                 saved_gib=saved[0] / 2 ** 30, tower_s=sum(tower), forward_s=t1 - t0, backward_s=t2 - t1, loss=float(loss),

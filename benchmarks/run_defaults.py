@@ -32,15 +32,14 @@ def run(dataset: str, limit: int, candidates: tuple[str, ...] = CANDIDATES) -> P
 
     torch.set_num_threads(1)  # one core per dataset process
     from arr_coc.cli import main
-
     from arr_coc.weights import PACKAGED
 
     extra = ["--reader", "none"] if dataset == "coco" else ["--limit", str(limit)]
     # `eval` refuses the shipped weights on non-test images unless they are named: here they are being
     # chosen, which is what the validation images are for (they were never trained on)
     weights = ["--scorer-weights", str(PACKAGED / "contextual.pt"), "--pruner-weights", str(PACKAGED / "pruner.pt")]
-    code = main(["eval", dataset, "--split", "val", "--methods", "full", "uniform_image", *candidates, "--budgets", *BUDGETS,
-                 "--out", str(OUT), *weights, *extra])
+    code = main(["eval", dataset, "--split", "val", "--methods", "full", "uniform_image", *candidates,
+                 "--budgets", *BUDGETS, "--out", str(OUT), *weights, *extra])
     if code:
         raise SystemExit(f"eval {dataset} failed ({code})")
     return OUT / dataset / "records.jsonl"
@@ -86,7 +85,8 @@ def main() -> None:
         summaries[d] = summarize(rows)
         n = max(s["n"] for s in summaries[d])
         parts.append(f"### {d}: {column} ({n} validation questions)\n\n{pivot_table(summaries[d], column)}")
-    parts.append("### margin over the better of uniform_image and topk (headline metric)\n\n" + verdict(summaries, tuple(args.candidates)))
+    parts.append("### margin over the better of uniform_image and topk (headline metric)\n\n"
+                 + verdict(summaries, tuple(args.candidates)))
     text = "\n\n".join(parts) + "\n"
     (OUT / "report.md").write_text(text)
     print(text)
