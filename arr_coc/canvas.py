@@ -362,7 +362,14 @@ def smart_resize(
             h += cell
         else:
             w += cell
-    if h * w > max_pixels:
+    # Rounding a side of a cell or two can carry the aspect past the cap the image itself met (15 x 2808
+    # px -> 14 x 2814): trim the long side, so every canvas size is itself an acceptable image size.
+    while max(h, w) > MAX_ASPECT_RATIO * min(h, w):
+        if h > w:
+            h -= cell
+        else:
+            w -= cell
+    if not min_pixels <= h * w <= max_pixels:
         raise ValueError(
             f"no canvas of whole {cell} px cells for a {height}x{width} px image has an area within "
             f"[{min_pixels}, {max_pixels}]; widen the bounds"
