@@ -44,7 +44,8 @@ from arr_coc.data.boxes import Box
 from arr_coc.registry import Registry
 
 SPLITS = ("train", "val", "test")
-# the VLM reader's question template: "{question}" is replaced by the record's question
+# the VLM reader's template ("{question}" is replaced by the record's question): the short-answer
+# instruction the field's evaluations give Qwen-VL on DocVQA, InfoVQA, TextVQA and ChartQA
 SHORT_ANSWER_PROMPT = "{question}\nAnswer the question using a single word or phrase."
 
 
