@@ -19,10 +19,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import resize, shrink_squares
-from arr_coc.vlm.base import (ADAPTERS, all_cells, box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN,
-                              CLIP_STD, image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps,
-                              VisualTokens)
-
+from arr_coc.vlm.processing import (all_cells, box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN,
+                                    CLIP_STD, image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps,
+                                    VisualTokens)
+from arr_coc.vlm.protocol import ADAPTERS, FIRST_LOOK, PROCESSOR, VLMAdapter
 
 
 @dataclass
@@ -114,11 +114,12 @@ def visual_positions(gestalt: tuple[int, int] | None, cells: Tensor, grid: tuple
     return torch.cat(parts).T.contiguous()
 
 
-class QwenVLAdapter:
+class QwenVLAdapter(VLMAdapter):
     """Qwen2-VL: full attention in the tower, M-RoPE in the LLM. Subclasses add what their tower needs."""
 
     name = "qwen2_vl"
     rope_rows = 3
+    capabilities = frozenset({FIRST_LOOK, PROCESSOR})
     default_mean, default_std = CLIP_MEAN, CLIP_STD
 
     def __init__(self, model: Any, tokenizer: Any = None, *, processor: Any = None,
@@ -347,9 +348,6 @@ class QwenVLAdapter:
         return split_at_image(chat_ids(self.tokenizer, self.processor, question, self.image_token_id, lead),
                               self.image_token_id)
 
-    def embed_tokens(self, ids: Tensor) -> Tensor:
-        return self.lm.embed_tokens(ids)
-
     def language_model(self, x: dict) -> Tensor:
         out = self.lm(inputs_embeds=x["inputs_embeds"], attention_mask=x["attention_mask"],
                       position_ids=x["position_ids"], past_key_values=x.get("past_key_values"),
@@ -358,9 +356,6 @@ class QwenVLAdapter:
 
     def deepstack_kwargs(self, x: dict) -> dict:
         return {}
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        return self.head(hidden)
 
     def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
         """Inputs for the model's own forward (image placeholders expanded, patches, grids): the reference."""
