@@ -3,6 +3,7 @@
 :func:`arr_coc.vlm.ask` is these four calls in a row; the VLM evaluation and ``benchmarks/bench_vlm.py``
 call them too, timing or swapping one stage at a time.
 
+* :func:`look_at` -- the VLM's first look at the gestalt, a relevance source of its own.
 * :func:`allocate` -- relevance from ARR's scorer (``relevance="arr"``; with ARR's ``first_look``
   channel the VLM's first look feeds that scorer) or from the VLM's first look alone (``"vlm"``,
   :mod:`arr_coc.vlm.look`), then saccades from a sampler (:func:`sample_cells`) or squares from a
@@ -18,7 +19,7 @@ call them too, timing or swapping one stage at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from torch import Tensor
@@ -31,6 +32,9 @@ from arr_coc.vlm.generation import generate, timed
 from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
 from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble
 from arr_coc.vlm.protocol import FIRST_LOOK, PROCESSOR, VLMAdapter
+
+if TYPE_CHECKING:
+    from arr_coc.pipeline import ARR
 
 RELEVANCE_SOURCES = ("arr", "vlm")
 WEIGHT_FLOOR = 0.5  # weighted encoding: the least relevant token keeps half its embedding, none vanishes
@@ -87,13 +91,15 @@ def relevance_weights(relevance: Tensor, valid: Tensor, floor: float = WEIGHT_FL
     return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
 
 
-def sample_cells(sampler: str | Sampler, relevance: Tensor, saccades: int, valid: Tensor, seed: int) -> list[Tensor]:
+def sample_cells(sampler: str | Sampler, relevance: Tensor, saccades: int, valid: Tensor, seed: int,
+                 query_emb: Tensor | None = None) -> list[Tensor]:
     """The VLM path's one sampler call: per image the [K, 2] (y, x) cells ``sampler`` (a SAMPLERS name with its
     default parameters, or an instance) picks on ``relevance`` [B, Hc, Wc], drawing from a generator seeded
-    with ``seed``."""
+    with ``seed`` (``query_emb``: for a sampler that reads the question)."""
     if isinstance(sampler, str):
         sampler = SAMPLERS.get(sampler)()
-    chosen = sampler(relevance, saccades, valid=valid, generator=torch.Generator().manual_seed(seed))
+    chosen = sampler(relevance, saccades, valid=valid, query_emb=query_emb,
+                     generator=torch.Generator().manual_seed(seed))
     return [chosen.positions[b] for b in range(relevance.shape[0])]
 
 
@@ -122,7 +128,7 @@ def check_look(adapter: VLMAdapter, encoding: str, gestalt: bool, why: str) -> N
     adapter.require(FIRST_LOOK, why)
 
 
-def arr_for(adapter: VLMAdapter, arr: Any = None, config: ARRConfig | None = None) -> Any:
+def arr_for(adapter: VLMAdapter, arr: ARR | None = None, config: ARRConfig | None = None) -> ARR:
     """``arr`` checked against the adapter's cell, or an ARR built from ``config`` on that cell."""
     if arr is None:
         from arr_coc.pipeline import ARR
@@ -135,20 +141,36 @@ def arr_for(adapter: VLMAdapter, arr: Any = None, config: ARRConfig | None = Non
     return arr
 
 
-def _look(adapter: VLMAdapter, canvas: Any, queries: Sequence[str], prompts: Any, arr: Any, k: int, layers: Any,
+def look_at(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tuple[int, int]],
+            questions: Sequence[str] | None = None, *,
+            prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None, layers: Sequence[int] | None = None,
+            timings: dict[str, float] | None = None) -> FirstLook:
+    """The VLM's first look: each image's gestalt (``gestalts[b]`` grid) encoded alone, then the question read
+    over it (:func:`arr_coc.vlm.look.first_look`; ``prompts`` instead of chat-templated ``questions``).
+
+    Its ``cell_maps`` are the relevance; its ``gestalt`` tokens and cache serve :func:`encode` and
+    :func:`prefill`.
+    ``timings`` collects ``vision/gestalt``, ``prefill/gestalt`` and ``allocation/first look``.
+    """
+    check_look(adapter, "sparse", True, "the first look")
+    device = adapter.device
+    with timed(timings, "vision/gestalt", device):
+        seen = adapter.encode_gestalt([img.to(device) for img in images], gestalts)
+    if prompts is None:
+        return first_look(adapter, seen, gestalts, list(questions or ()), layers=layers, timings=timings)
+    return first_look(adapter, seen, gestalts, prompts=prompts, layers=layers, timings=timings)
+
+
+def _look(adapter: VLMAdapter, canvas: Any, queries: Sequence[str], prompts: Any, arr: ARR, k: int, layers: Any,
           t: dict[str, float]) -> FirstLook:
     """The first look at every image of a canvas (gestalt grids by ARR's rule for ``k`` saccades)."""
-    cell, device = adapter.cell, adapter.device
-    imgs = [canvas.pixels[b, :, :h, :w].to(device) for b, (h, w) in enumerate(canvas.sizes)]
+    cell = adapter.cell
+    imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
     gestalts = [arr.config.gestalt.grid_for(k, (h // cell, w // cell)) for h, w in canvas.sizes]
-    with timed(t, "vision/gestalt", device):
-        seen = adapter.encode_gestalt(imgs, gestalts)
-    if prompts is None:
-        return first_look(adapter, seen, gestalts, list(queries), layers=layers, timings=t)
-    return first_look(adapter, seen, gestalts, prompts=prompts, layers=layers, timings=t)
+    return look_at(adapter, imgs, gestalts, queries, prompts=prompts, layers=layers, timings=t)
 
 
-def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, saccades: int, arr: Any = None,
+def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, saccades: int, arr: ARR | None = None,
              relevance: str = "arr", allocator: str | Sampler = "arr", encoding: str = "sparse",
              gestalt: bool = True, look_layers: Sequence[int] | None = None,
              prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
@@ -182,18 +204,21 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
     if squares and encoding != "sparse":
         raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
                          f"(got mode={encoding!r}); use mode='sparse' or allocator='arr'")
+    if relevance == "arr" and not squares and allocator != "arr":
+        raise ValueError(f"sampler {allocator!r} runs on the first look (relevance 'vlm'); with relevance 'arr' "
+                         "ARR samples with its own (ARRConfig(sampler=SamplerConfig(name=...)))")
     arr, k = arr_for(adapter, arr), saccades
-    look: FirstLook | None = None
+    seen: FirstLook | None = None  # the first look, when one runs
     if relevance == "vlm":
         check_look(adapter, encoding, gestalt, "relevance 'vlm'")
         cfg = arr.config.canvas
         with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
             canvas = make_canvas(images, cell=adapter.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
             queries = check_queries(questions, canvas.batch_size)
-        look = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
+        seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
         device = adapter.device
         with timed(t, "allocation/relevance", device):
-            rel = look.relevance_map([(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes],
+            rel = seen.relevance_map([(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes],
                                      canvas.grid)  # [B, Hc, Wc]
             valid = canvas.valid.to(device)
         with timed(t, "allocation/selection", device):
@@ -208,10 +233,10 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
             check_look(adapter, encoding, gestalt, "the first_look channel")
 
             def coupled(canvas: Any, queries: list[str]) -> dict[str, Tensor]:
-                nonlocal look
-                look = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
+                nonlocal seen
+                seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
                 grids = [(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes]
-                return {"first_look": look.relevance_map(grids, canvas.grid)[:, None]}
+                return {"first_look": seen.relevance_map(grids, canvas.grid)[:, None]}
 
         alloc = arr(images, questions, budget=k, coupled=coupled)
         t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
@@ -235,11 +260,11 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
             plans.append(Plan(method, "full", grid, cells=sent[b], encoding="weighted"))
         else:
             plans.append(Plan(method, "cells", grid, gestalt=g, cells=sent[b], encoding=encoding))
-    if look is not None:
-        prompts = list(zip(look.prefixes, look.suffixes))
+    if seen is not None:
+        prompts = list(zip(seen.prefixes, seen.suffixes))
     elif prompts is None:
         prompts = [adapter.prompt_ids(q) for q in queries]
-    return Planned(plans, imgs, list(queries), [(list(p), list(s)) for p, s in prompts], relevance, look, weights, t)
+    return Planned(plans, imgs, list(queries), [(list(p), list(s)) for p, s in prompts], relevance, seen, weights, t)
 
 
 def encode(adapter: VLMAdapter, plans: Sequence[Plan], images: Sequence[Tensor], *, layout: str = "scaled",
