@@ -10,7 +10,7 @@ from transformers.vision_utils import get_vision_interpolation_indices_and_weigh
 
 from arr_coc.vlm import ADAPTERS, assemble
 from arr_coc.vlm.processing import all_cells
-from arr_coc.vlm.qwen import Segment, patch_positions, patchify, visual_positions, window_order
+from arr_coc.vlm.qwen_layout import Segment, patch_positions, patchify, visual_positions, window_order
 from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
 
 ATOL = 1e-4  # logits are O(10); float32 reordering of sums stays far below this
