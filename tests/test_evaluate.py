@@ -168,7 +168,7 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
     from arr_coc.eval.reading import scale_boxes
     from arr_coc.samplers import topk_cells
 
-    dim = arr.see(load_dataset("jsonl", pages)[0].image).cells.shape[1] + 2  # + the two question channels
+    dim = arr.see(load_dataset("jsonl", pages)[0].image).cell_texture.shape[1] + 2  # + the two question channels
     save_learned(tmp_path / "pruner.pt", "pruner", TokenPruner(dim, query_dim=arr.query_encoder.dim), arr.channels)
     save_learned(tmp_path / "selector.pt", "selector", PatchSelector(cell=28, seed=3), arr.channels)
     paths = {m: tmp_path / f"{m}.pt" for m in ("pruner", "selector")}
@@ -251,7 +251,7 @@ def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
     """`arr` at the default budget (a 16x16 gestalt + 273 saccades) = ARR()(image, question) on the receipt."""
     import torch
 
-    from arr_coc.config import DEFAULT_BUDGET, SamplerConfig, ScorerConfig
+    from arr_coc.config import DEFAULT_SACCADES, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import Record
 
     receipt = Path(__file__).resolve().parents[1] / "examples" / "receipt.jpg"
@@ -259,10 +259,10 @@ def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
     arr = ARR().eval()  # no options: the default channels, trained scorer and sampler
     with torch.no_grad():
         expected = arr(str(receipt), question).positions[0].tolist()
-    assert len(expected) == DEFAULT_BUDGET == 273
+    assert len(expected) == DEFAULT_SACCADES == 273
     record = Record("jsonl", "receipt-total", receipt, "receipt", question, "", ((1000.0, 300.0, 1100.0, 700.0),))
     other = next(m for m in ("stratified", "topk") if m != SamplerConfig.name)
-    settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_BUDGET,), reader=None, keep_cells=True)
+    settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_SACCADES,), reader=None, keep_cells=True)
     rows = {r["method"]: r for r in read_rows(evaluate([record], arr, tmp_path / "default", settings, progress=False))}
     assert rows["arr"]["tokens"] == 529 and rows["arr"]["cells"] == expected
     # negative controls: another sampler, and the default sampler on the hand-set scorer, pick other cells

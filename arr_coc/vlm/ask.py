@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
-from arr_coc.config import ARRConfig, SamplerConfig, check_int, resolve_device, resolve_dtype
+from arr_coc.config import MAX_NEW_TOKENS, ARRConfig, SamplerConfig, check_int, resolve_device, resolve_dtype
 from arr_coc.samplers import shift_nonnegative
 from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.vlm.base import ADAPTERS, VisualTokens, assemble, flops_estimate, generate, llm_chunk_flops, timed
@@ -236,7 +236,7 @@ def patch_boxes_on(name: str, relevance: torch.Tensor, canvas: Any, budget: int)
 
 
 def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any = None, budget: int | None = None,
-        mode: str = "sparse", layout: str = "scaled", gestalt: bool = True, max_new_tokens: int = 32,
+        mode: str = "sparse", layout: str = "scaled", gestalt: bool = True, max_new_tokens: int = MAX_NEW_TOKENS,
         config: ARRConfig | None = None, allocator: str = "arr", relevance: str = "auto",
         look_layers: Sequence[int] | None = None) -> list[Answer]:
     """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades.
@@ -290,7 +290,7 @@ def ask(adapter: Any, images: Any, questions: str | Sequence[str], *, arr: Any =
     if arr.config.canvas.cell != adapter.cell:
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs "
                          f"{adapter.cell} px; build ARRConfig(canvas=CanvasConfig(cell={adapter.cell}))")
-    k = budget if budget is not None else arr.config.sampler.budget
+    k = budget if budget is not None else arr.config.sampler.saccades
     t: dict[str, float] = {}
     run = _ask_vlm if relevance == "vlm" else _ask_arr
     return run(adapter, images, questions, arr, k, mode, layout, gestalt, max_new_tokens, allocator, look_layers, t)
@@ -337,7 +337,7 @@ def _ask_arr(adapter: Any, images: Any, questions: Any, arr: Any, k: int, mode: 
             seen.update(_look(adapter, canvas, queries, arr, k, look_layers, t))
             return {"first_look": seen["look"].relevance_map(seen["grids"], canvas.grid)[:, None]}
 
-    alloc = arr(images, questions, budget=k, coupled=coupled)
+    alloc = arr(images, questions, saccades=k, coupled=coupled)
     t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
     canvas, cell, device = alloc.canvas, adapter.cell, model_device(adapter)
     imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
