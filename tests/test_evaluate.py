@@ -102,7 +102,7 @@ def test_reports_and_summary_values(pages, arr, tmp_path):
 
 
 def test_cli_eval_on_jsonl(pages, tmp_path, capsys):
-    assert main(["eval", "jsonl", "--data", str(pages), "--methods", "full", "stratified", "--budgets", "25%",
+    assert main(["eval", "jsonl", "--data", str(pages), "--methods", "full", "stratified", "--tokens", "25%",
                  "--limit", "2", "--query-encoder", "hashing", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| 25% | stratified |" in out and (tmp_path / "jsonl" / "summary.png").exists()
@@ -195,7 +195,7 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
 
 def test_cli_eval_default_methods_leave_out_a_trained_allocator_that_does_not_fit(pages, tmp_path, capsys):
     # the packaged pruner reads MiniLM question embeddings; the hashing encoder makes others
-    assert main(["eval", "jsonl", "--data", str(pages), "--budgets", "25%", "--limit", "1", "--reader", "none",
+    assert main(["eval", "jsonl", "--data", str(pages), "--tokens", "25%", "--limit", "1", "--reader", "none",
                  "--query-encoder", "hashing", "--size-prior", "3", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "leaving out method pruner:" in err and "embedded by MiniLMQueryEncoder, this ARR uses Hashing" in err
@@ -290,7 +290,7 @@ def test_eval_sampler_flag_sends_the_arr_method_through_that_sampler_with_its_tr
             p.add_(torch.linspace(-2.0, 3.0, p.numel()).view_as(p))
     weights = export_weights(tmp_path / "w.pt", trained, TrainConfig(datasets=("funsd",)), {})
 
-    common = ["eval", "jsonl", "--data", str(pages), "--reader", "none", "--budgets", "10%", "--methods", "arr",
+    common = ["eval", "jsonl", "--data", str(pages), "--reader", "none", "--tokens", "10%", "--methods", "arr",
               "--channels", "rgb", "edges", "--query-encoder", "hashing"]
     assert main(common + ["--out", str(tmp_path / "o"), "--sampler", "log_polar", "--scorer-weights", str(weights)]) == 0
     settings = json.loads((tmp_path / "o" / "jsonl" / "settings.json").read_text())

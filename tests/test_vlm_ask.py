@@ -117,7 +117,7 @@ def test_ask_refuses_an_arr_with_the_wrong_cell(saved, receipt):
 
 
 def test_cli_ask_prints_answer_tokens_and_flops(saved, receipt, capsys):
-    argv = ["ask", str(receipt), "What is the total?", "--model", str(saved["qwen2_5_vl"]), "--budget", "40",
+    argv = ["ask", str(receipt), "What is the total?", "--model", str(saved["qwen2_5_vl"]), "--saccades", "40",
             "--query-encoder", "hashing", "--channels", "mvp", "--max-new-tokens", "2"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -186,11 +186,11 @@ def test_cli_ask_with_a_quadtree_reports_its_tokens_or_asks_for_a_larger_budget(
     Image.fromarray((small_image(load_vlm("tiny:llava")) * 255).byte().permute(1, 2, 0).numpy()).save(path)
     argv = ["ask", str(path), "What is the total?", "--model", "tiny:llava", "--allocator", "quadtree",
             "--query-encoder", "hashing", "--channels", "mvp", "--max-new-tokens", "1"]
-    assert main(argv + ["--budget", "11"]) == 0
+    assert main(argv + ["--saccades", "11"]) == 0
     out = capsys.readouterr().out
     assert "allocator quadtree" in out
     assert "visual tokens sent 25 = 16 gestalt + 9 saccades  |  full resolution 48  (52%)" in out
-    assert main(argv + ["--budget", "5"]) == 2
+    assert main(argv + ["--saccades", "5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("arr-coc: error: allocator 'quadtree' needs a larger budget") and "raise --budget" in err
 
