@@ -6,7 +6,6 @@ Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell``
 """
 from __future__ import annotations
 
-import pickle
 import time
 from pathlib import Path
 from contextlib import contextmanager

@@ -27,7 +27,6 @@ from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
 from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import channel_layout
 from arr_coc.viz import tokens_per_region
 
 from arr_coc.app import views

@@ -15,10 +15,10 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.vlm import LAYOUTS, MODES
     from arr_coc.vlm.ask import RELEVANCE_SOURCES, allocators
 
-    p = command("ask", [opt.image_question(), opt.vlm(), opt.saccades(), opt.pipeline(canvas=("max_pixels",))],
-                help=HELP,
+    p = command("ask", [opt.image_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
                 description="Allocate K saccades, encode gestalt + saccades with the VLM's own vision tower at "
                             "their true positions, and let the VLM answer. The token cell is the model's.")
+    opt.add_saccades(p)
     p.add_argument("--mode", choices=MODES, default="sparse",
                    help="sparse: the tower encodes only the chosen cells; slice: full grid, keep the chosen "
                         "tokens; weighted: every token, scaled by relevance (default %(default)s)")

@@ -15,8 +15,9 @@ HELP = "allocate saccades for one image and question; print a summary, draw a PN
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import ARRConfig
 
-    p = command("look", [opt.image_question(), opt.saccades(), opt.pipeline()], help=HELP,
+    p = command("look", [opt.image_question(), opt.pipeline()], help=HELP,
                 description="Allocate K saccades (plus the gestalt) for one image and question.")
+    opt.add_saccades(p)
     p.add_argument("--gestalt", type=int, default=None, metavar="N",
                    help="N x N gestalt tokens, on top of the K saccades, clamped to the image's cell grid "
                         "(default: the rule under --saccades)")

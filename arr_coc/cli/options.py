@@ -149,14 +149,17 @@ def image_question() -> argparse.ArgumentParser:
     return parent
 
 
-def saccades() -> argparse.ArgumentParser:
-    """The sampler and K saccades, or T total tokens split as eval splits them (``look``, ``ask``)."""
-    parent, g = _parent("saccades (the gestalt's tokens come on top of K; --tokens T counts both)")
+def add_saccades(parser: argparse.ArgumentParser) -> None:
+    """The sampler and K saccades, or T total tokens split as eval splits them (``look``, ``ask``).
+
+    Added to the command's own parser, not through a parent: argparse would list a parent's
+    mutually exclusive options outside their group.
+    """
+    g = parser.add_argument_group("saccades (the gestalt's tokens come on top of K; --tokens T counts both)")
     add_options(g, SamplerConfig, {"name": SAMPLER_OPTIONS["name"]})
     one = g.add_mutually_exclusive_group()
     add_options(one, SamplerConfig, {"saccades": SAMPLER_OPTIONS["saccades"]})
     one.add_argument("--tokens", default=None, metavar="T", help=TOKENS_HELP)
-    return parent
 
 
 def query_encoder_option(g: argparse._ActionsContainer) -> None:
