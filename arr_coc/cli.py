@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     look.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
     look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
 
-    from arr_coc.eval.harness import DEFAULT_BUDGETS, MARGIN_PX, METHODS
+    from arr_coc.eval.run import DEFAULT_BUDGETS, MARGIN_PX, METHODS
     from arr_coc.eval import vlm_reader
 
     ev = command("eval", [_data(), _pipeline(), _vlm(required=False)],
@@ -367,8 +367,10 @@ def look(args: argparse.Namespace) -> int:
 def evaluate(args: argparse.Namespace) -> int:
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.eval.harness import (DEFAULT_BUDGETS, LEARNED_METHODS, METHODS, EvalSettings, evaluate as run,
-                                      load_learned_methods, refuse_leakage, write_reports)
+    from arr_coc.allocators.methods import LEARNED_METHODS
+    from arr_coc.eval.harness import load_learned_methods, refuse_leakage
+    from arr_coc.eval.report import write_reports
+    from arr_coc.eval.run import DEFAULT_BUDGETS, METHODS, EvalSettings, evaluate as run
     from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
@@ -403,7 +405,8 @@ def evaluate(args: argparse.Namespace) -> int:
                             patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
                             fresh=args.fresh)
     jsonl = run(records, arr, args.out / args.dataset, settings)
-    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets))
+    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets),
+                                                made_by=_command_line(args))
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0
@@ -416,15 +419,15 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     from dataclasses import replace
 
     from arr_coc.eval.harness import refuse_leakage
-    from arr_coc.eval.vlm_reader import (DEFAULT_BUDGETS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device,
-                                         write_reports)
+    from arr_coc.eval.report import write_reports
+    from arr_coc.eval.vlm_reader import DEFAULT_BUDGETS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
 
     methods = tuple(args.methods or DEFAULT_METHODS)
     settings = VLMEvalSettings(methods=methods, budgets=tuple(args.budgets or DEFAULT_BUDGETS),
                                batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
-                               seed=args.seed, model=args.model, learned=learned,
+                               seed=args.seed, model=args.model, learned=learned, fresh=args.fresh,
                                patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
     refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before the model loads
     device = rank_device(args.device)
@@ -436,7 +439,7 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     jsonl = evaluate_vlm(records, arr, adapter, out, settings)
     if int(os.environ.get("RANK", "0")):  # rank 0 reports
         return 0
-    csv_path, md_path, png_path = write_reports(jsonl)
+    csv_path, md_path, png_path = write_reports(jsonl, made_by=_command_line(args), reader="vlm")
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0
@@ -558,8 +561,16 @@ def serve(args: argparse.Namespace) -> int:
 USER_ERRORS = (UserError, ValueError, OSError)
 
 
+def _command_line(args: argparse.Namespace) -> str:
+    """The command as typed (what a report says made it)."""
+    import shlex
+
+    return "arr-coc " + shlex.join(args.argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     run = {"look": look, "eval": evaluate, "ask": ask, "train": train, "serve": serve}[args.command]
     try:
         return run(args)
