@@ -182,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     look.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
     look.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
 
-    from arr_coc.eval.run import DEFAULT_BUDGETS, MARGIN_PX, METHODS
+    from arr_coc.eval.run import DEFAULT_BUDGETS, DEFAULT_METHODS, MARGIN_PX, METHODS
     from arr_coc.eval import vlm_reader
 
     ev = command("eval", [_data(), _pipeline(), _vlm(required=False)],
@@ -194,7 +194,8 @@ def _parser() -> argparse.ArgumentParser:
                              "model answers every method (rows in OUT/DATASET/MODEL/); multi-process: "
                              "torchrun --nproc_per_node N -m arr_coc.cli eval ... --reader vlm")
     ev.add_argument("--methods", nargs="+", default=None,
-                    help="OCR readers, default all of " + ", ".join(METHODS) + "; --reader vlm: any of "
+                    help="OCR readers: any of " + ", ".join(METHODS) + ", default " + " ".join(DEFAULT_METHODS)
+                         + "; --reader vlm: any of "
                          + ", ".join(vlm_reader.VLM_METHODS) + ", default " + " ".join(vlm_reader.DEFAULT_METHODS))
     ev.add_argument("--budgets", nargs="+", default=None,
                     help=("total visual tokens per image (gestalt + saccades), as tokens (529) or shares of full "
@@ -370,7 +371,7 @@ def evaluate(args: argparse.Namespace) -> int:
     from arr_coc.allocators.methods import LEARNED_METHODS
     from arr_coc.eval.harness import load_learned_methods, refuse_leakage
     from arr_coc.eval.report import write_reports
-    from arr_coc.eval.run import DEFAULT_BUDGETS, METHODS, EvalSettings, evaluate as run
+    from arr_coc.eval.run import DEFAULT_BUDGETS, DEFAULT_METHODS, EvalSettings, evaluate as run
     from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
@@ -390,7 +391,7 @@ def evaluate(args: argparse.Namespace) -> int:
     if not all(r.boxes_px for r in records):
         raise ValueError(f"{args.dataset} records have no answer boxes, which the OCR readers and the coverage "
                          f"metrics need; let the model answer: --reader vlm --model PATH_OR_ID")
-    methods = list(args.methods or METHODS)
+    methods = list(args.methods or DEFAULT_METHODS)
     if args.methods is None:  # the default list: leave out trained allocators whose weights do not fit
         for m in LEARNED_METHODS:
             try:

@@ -200,28 +200,33 @@ for _name, _method in (
         ("random", SamplerMethod("random", uses_scorer=False)), ("topk", SamplerMethod("topk")),
         ("arr", SamplerMethod()), ("vlm", SamplerMethod(source="vlm", readers=("vlm",))),
         ("slice", SamplerMethod(encoding="slice", readers=("vlm",))),
-        ("nms", SamplerMethod("nms")), ("stratified", SamplerMethod("stratified")),
+        ("uniform", SamplerMethod("uniform", uses_scorer=False)), ("nms", SamplerMethod("nms")), ("stratified", SamplerMethod("stratified")),
         ("adaptive_stratified", SamplerMethod("adaptive_stratified")), ("log_polar", SamplerMethod("log_polar")),
         ("patches", SquaresMethod("saliency")), ("patches_edges", SquaresMethod("saliency", "edges")),
         ("quadtree", SquaresMethod("quadtree")), ("selector", LearnedMethod("selector")),
         ("pruner", LearnedMethod("pruner"))):
     METHODS.register(_name)(_method)
 ALIASES = {"native_budget": "uniform_image"}  # the VLM tables' name of the same method (module docstring)
+# evenly spaced saccades: shown by the app and asked for by name, but not in the readers' default lists
+# (the published tables were made without it)
+NOT_DEFAULT = ("uniform",)
 # trained allocators (arr_coc.allocators.pruning): top-K of their own map
 LEARNED_METHODS = tuple(n for n in METHODS.names() if isinstance(METHODS.get(n), LearnedMethod))
 SCORER_FREE = tuple(n for n in METHODS.names() if not METHODS.get(n).uses_scorer and METHODS.get(n).source == "none")
 
 
-def methods_for(reader: str) -> tuple[str, ...]:
-    """The methods a reader (``ocr`` or ``vlm``) can send, in table order; the OCR list without the alias.
+def methods_for(reader: str, default: bool = False) -> tuple[str, ...]:
+    """The methods a reader (``ocr`` or ``vlm``) can send, in table order, under the reader's own name for the
+    native downscale; ``default``: only those its default method list holds.
 
     >>> methods_for("ocr")[:5], methods_for("vlm")[:6]
     (('full', 'uniform_image', 'random', 'topk', 'arr'), ('full', 'native_budget', 'random', 'topk', 'arr', 'vlm'))
+    >>> "uniform" in methods_for("ocr"), "uniform" in methods_for("ocr", default=True)
+    (True, False)
     """
-    names = [n for n in METHODS.names() if reader in METHODS.get(n).readers]
-    if reader == "ocr":
-        return tuple(n for n in names if n not in ALIASES)
-    return tuple(n for n in names if n not in ALIASES.values())
+    other_name = tuple(ALIASES) if reader == "ocr" else tuple(ALIASES.values())
+    return tuple(n for n in METHODS.names() if reader in METHODS.get(n).readers and n not in other_name
+                 and not (default and n in NOT_DEFAULT))
 
 
 def build_samplers(names: Any) -> dict[str, Any]:

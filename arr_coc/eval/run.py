@@ -39,7 +39,8 @@ from arr_coc.plan import Plan
 
 DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
-METHODS = methods_for("ocr")  # the OCR table's methods, in table order
+METHODS = methods_for("ocr")  # the methods the OCR readers can read, in table order
+DEFAULT_METHODS = methods_for("ocr", default=True)  # what a run evaluates unless told otherwise
 
 _NAN = float("nan")
 _BLIND = {"coverage": _NAN, "hit": _NAN, "iou": _NAN, "secondary": _NAN, "peripheral": _NAN}
@@ -52,7 +53,7 @@ def record_seed(seed: int, record_id: str) -> int:
 
 @dataclass
 class EvalSettings:
-    methods: Sequence[str] = METHODS
+    methods: Sequence[str] = DEFAULT_METHODS
     budgets: Sequence[str | int] = DEFAULT_BUDGETS
     reader: str | None = "tesseract"  # None: coverage only
     seed: int = 0
