@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
+from arr_coc.samplers import select
 from arr_coc.vlm.ask import prefill_flops
 from arr_coc.vlm.base import assemble
 from arr_coc.vlm.qwen import Qwen25VLAdapter
@@ -259,7 +260,8 @@ def make_runs(adapter: Any, arr: Any, image: torch.Tensor, question: str, pre: l
         t["allocation"] = look_t["allocation/first look"]
         with timed(t, "allocation"), timed(look_t, "relevance + selection"):
             rel = look.relevance_map([grid], grid)
-            cells = arr.sampler(rel, budget, valid=torch.ones(1, *grid, dtype=torch.bool, device=rel.device)).positions[0]
+            cells = select(arr.sampler, rel, budget,
+                           valid=torch.ones(1, *grid, dtype=torch.bool, device=rel.device)).positions[0]
         with timed(t, "vision"):
             vis = adapter.encode([image], [cells], mode="sparse", gestalt=[gestalt], layout="scaled", encoded=seen)
         pf = second_pass_prefill(adapter, look, vis)
