@@ -21,6 +21,7 @@ from torch import Tensor
 from arr_coc.extract import extract_gather, paste_patches
 from arr_coc.imageops import resize
 
+
 def _as_batch(pixels: Tensor, cell: int, fn: str) -> tuple[Tensor, bool]:
     """[3, H, W] or [B, 3, H, W] -> ([B, 3, H, W], was_single) with H, W multiples of cell."""
     if isinstance(cell, bool) or not isinstance(cell, int) or cell < 1:

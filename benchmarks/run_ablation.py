@@ -54,7 +54,7 @@ def table(limit: int) -> str:
     lines = ["| dataset | channels | n | budget | method | coverage | hit rate | reading (ANLS) |",
              "|---|---|---:|---|---|---:|---:|---:|"]
     runs = [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
-    fmt = lambda v: "—" if v != v else f"{v:.3f}"  # noqa: E731
+    fmt = lambda v: "—" if v != v else f"{v:.3f}"
     for dataset in ("funsd", "sroie", "coco"):
         found = {}
         for name, folder in runs:

@@ -6,10 +6,10 @@ import matplotlib
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
+from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import load_dataset
-from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.eval.report import summarize, write_reports
 from arr_coc.eval.run import EvalSettings, evaluate
 from arr_coc.pipeline import ARR
@@ -108,6 +108,9 @@ def test_cli_eval_on_jsonl(pages, tmp_path, capsys):
                  "--limit", "2", "--query-encoder", "hashing", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| 25% | stratified |" in out and (tmp_path / "jsonl" / "summary.png").exists()
+    made_by = (tmp_path / "jsonl" / "summary.md").read_text().splitlines()[0]
+    assert made_by == (f"made by: arr-coc eval jsonl --data {pages} --methods full stratified --budgets 25% --limit 2 "
+                       f"--query-encoder hashing --out {tmp_path}")
 
 
 def test_budget_arithmetic():
@@ -164,11 +167,11 @@ def test_patches_with_a_steep_size_prior_are_exactly_top_k(pages, arr, tmp_path)
 def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr, tmp_path):
     import torch
 
-    from arr_coc.eval.harness import load_learned_methods
-    from arr_coc.eval.run import learned_maps
-    from arr_coc.eval.metrics import allocation_metrics
     from arr_coc.allocators.pruning import PatchSelector, TokenPruner, save_learned
+    from arr_coc.eval.harness import load_learned_methods
+    from arr_coc.eval.metrics import allocation_metrics
     from arr_coc.eval.reading import scale_boxes
+    from arr_coc.eval.run import learned_maps
     from arr_coc.samplers import topk_cells
 
     dim = arr.see(load_dataset("jsonl", pages)[0].image).cells.shape[1] + 2  # + the two question channels
@@ -215,8 +218,8 @@ def test_cli_eval_default_methods_leave_out_a_trained_allocator_that_does_not_fi
 def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(pages, arr, tmp_path, monkeypatch):
     import torch
 
-    from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
     from arr_coc.allocators import methods
+    from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
     from arr_coc.registry import Registry
 
     with pytest.raises(BudgetTooSmallError) as small:
@@ -241,8 +244,15 @@ def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(p
 
 
 def test_every_method_is_a_typed_registry_entry():
-    from arr_coc.allocators.methods import (LEARNED_METHODS, METHODS as REGISTRY, SCORER_FREE, LearnedMethod,
-                                            SamplerMethod, SquaresMethod, methods_for)
+    from arr_coc.allocators.methods import (
+        LEARNED_METHODS,
+        SCORER_FREE,
+        LearnedMethod,
+        SamplerMethod,
+        SquaresMethod,
+        methods_for,
+    )
+    from arr_coc.allocators.methods import METHODS as REGISTRY
     from arr_coc.eval.run import METHODS
     from arr_coc.samplers import SAMPLERS
 

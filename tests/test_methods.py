@@ -4,8 +4,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from arr_coc.allocators.methods import (METHODS, MethodInputs, build_samplers, cell_mask, make_plan, methods_for,
-                                        square_sizes)
+from arr_coc.allocators.methods import (
+    METHODS,
+    MethodInputs,
+    build_samplers,
+    cell_mask,
+    make_plan,
+    methods_for,
+    square_sizes,
+)
 from arr_coc.allocators.patching import PATCHERS, render_patches
 from arr_coc.budget import split_budget
 from arr_coc.canvas import make_canvas

@@ -17,12 +17,12 @@ from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
 from arr_coc.eval.harness import refuse_leakage
-from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.store import RowStore
 from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.vlm import load_vlm
+
 
 def read_rows(path: Path) -> list[dict]:
     """The rows of an evaluation folder's records.jsonl."""
@@ -190,7 +190,7 @@ def test_batched_answers_equal_one_at_a_time(tmp_path, adapter, arr):
     batched = run(records, arr, adapter, tmp_path / "b4", batch_size=4)
     single = run(records, arr, adapter, tmp_path / "b1", batch_size=1)
     assert [r["batch"] for r in batched] == [4, 4, 4, 4, 2, 2] and {r["batch"] for r in single} == {1}
-    key = lambda r: (r["record_id"], r["method"], r["budget"])  # noqa: E731
+    key = lambda r: (r["record_id"], r["method"], r["budget"])
     assert sorted((key(r), r["prediction"], r["tokens"]) for r in batched) == \
         sorted((key(r), r["prediction"], r["tokens"]) for r in single)
 
@@ -205,7 +205,7 @@ def test_a_rerun_skips_what_is_done_and_a_dead_rank_loses_nothing(tmp_path, adap
     rest = [r for r in first if (r["record_id"], r["method"]) != (kept["record_id"], kept["method"])]
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [kept, *rest[:2], rest[0]]) + '{"reco')
     again = run(records, arr, adapter, out)
-    key = lambda r: (r["record_id"], r["method"], r["budget"])  # noqa: E731
+    key = lambda r: (r["record_id"], r["method"], r["budget"])
     assert len(again) == len({key(r) for r in again}) == 6
     expected = {key(r): r["prediction"] for r in first} | {key(kept): "ANSWERED BEFORE"}  # not answered twice
     assert {key(r): r["prediction"] for r in again} == expected  # the rest answered again, the same
@@ -286,7 +286,7 @@ def test_torchrun_with_two_processes_answers_what_one_process_answers(tmp_path):
     two = read_rows(out / "records.jsonl")
     assert [p.name for p in out.glob("records*")] == ["records.jsonl"]  # both ranks wrote into one store
     assert done.stdout.count("| budget | method |") == 1  # one table, from rank 0
-    key = lambda r: (r["record_id"], r["method"], r["budget"])  # noqa: E731
+    key = lambda r: (r["record_id"], r["method"], r["budget"])
     assert len(two) == len(one) == 8 and len({key(r) for r in two}) == 8
     assert sorted((key(r), r["prediction"], r["tokens"], r["score"]) for r in two) == \
         sorted((key(r), r["prediction"], r["tokens"], r["score"]) for r in one)

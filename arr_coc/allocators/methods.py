@@ -29,7 +29,12 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError, Patches, edge_density
+from arr_coc.allocators.patching import (
+    PATCHERS,
+    BudgetTooSmallError,
+    Patches,
+    edge_density,
+)
 from arr_coc.budget import split_budget
 from arr_coc.plan import Plan
 from arr_coc.registry import Registry

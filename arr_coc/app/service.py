@@ -18,18 +18,23 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
+from arr_coc.app import views
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import load_image
-from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
-                            TextureConfig)
+from arr_coc.config import (
+    DEFAULT_BUDGET,
+    PIPELINE_CHANNELS,
+    ARRConfig,
+    CanvasConfig,
+    SamplerConfig,
+    ScorerConfig,
+    TextureConfig,
+)
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
-from arr_coc.texture import channel_layout
 from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
-
-from arr_coc.app import views
 
 MAX_UPLOAD_PIXELS = 40_000_000  # 40 MP: any camera photo or A4 scan at 600 dpi; more is a decompression bomb
 MAX_QUESTION_CHARS = 500  # a question, not a document

@@ -27,13 +27,17 @@ from PIL import Image
 from rapidfuzz.distance import Levenshtein
 from torch import Tensor
 
+from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: eval.run maps boxes with it)
 from arr_coc.imageops import to_hwc_uint8
-from arr_coc.plan import Plan
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
+from arr_coc.plan import Plan
 from arr_coc.registry import Registry
-from arr_coc.views import downsampled_grid, downsampled_view, foveated_view, gestalt_view  # noqa: F401 (re-exported)
-
-from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
+from arr_coc.views import (
+    downsampled_grid,
+    downsampled_view,
+    foveated_view,
+    gestalt_view,
+)
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "

@@ -14,7 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from arr_coc.allocators.methods import METHODS as REGISTRY, methods_for
+from arr_coc.allocators.methods import METHODS as REGISTRY
+from arr_coc.allocators.methods import methods_for
 from arr_coc.eval.store import RowStore
 from arr_coc.samplers import SAMPLERS
 

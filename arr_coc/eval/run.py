@@ -25,14 +25,28 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from arr_coc.allocators.methods import METHODS as REGISTRY, MethodInputs, build_samplers, cell_mask, make_plan, \
-    methods_for, square_sizes
+from arr_coc.allocators.methods import METHODS as REGISTRY
+from arr_coc.allocators.methods import (
+    MethodInputs,
+    build_samplers,
+    cell_mask,
+    make_plan,
+    methods_for,
+    square_sizes,
+)
 from arr_coc.budget import budget_tokens
 from arr_coc.config import check_float, check_int
 from arr_coc.data.datasets import Record
 from arr_coc.eval.harness import load_learned_methods, weights_digest
 from arr_coc.eval.metrics import allocation_metrics, box_mask
-from arr_coc.eval.reading import READERS, contains_score, read_region, render, rendered_tokens, scale_boxes
+from arr_coc.eval.reading import (
+    READERS,
+    contains_score,
+    read_region,
+    render,
+    rendered_tokens,
+    scale_boxes,
+)
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.pipeline import ARR
 from arr_coc.plan import Plan

@@ -47,7 +47,13 @@ import torch.distributed as dist
 from PIL import Image
 from tqdm import tqdm
 
-from arr_coc.allocators.methods import METHODS, MethodInputs, build_samplers, make_plan, methods_for
+from arr_coc.allocators.methods import (
+    METHODS,
+    MethodInputs,
+    build_samplers,
+    make_plan,
+    methods_for,
+)
 from arr_coc.budget import budget_tokens
 from arr_coc.data.datasets import Record
 from arr_coc.eval.harness import load_learned_methods
