@@ -203,7 +203,7 @@ METHODS: Registry[Method] = Registry("allocation method")
 for _name, _method in (
         ("full", FullResolution()), ("uniform_image", NativeDownscale()), ("native_budget", NativeDownscale()),
         ("random", SamplerMethod("random", uses_scorer=False)), ("topk", SamplerMethod("topk")),
-        ("arr", SamplerMethod()), ("vlm", SamplerMethod(source="vlm", readers=("vlm",))),
+        ("arr", SamplerMethod()), ("vlm", SamplerMethod(source="vlm", uses_scorer=False, readers=("vlm",))),
         ("slice", SamplerMethod(encoding="slice", readers=("vlm",))),
         ("uniform", SamplerMethod("uniform", uses_scorer=False)), ("nms", SamplerMethod("nms")), ("stratified", SamplerMethod("stratified")),
         ("adaptive_stratified", SamplerMethod("adaptive_stratified")), ("log_polar", SamplerMethod("log_polar")),
