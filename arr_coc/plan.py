@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from torch import Tensor
 
 PLAN_KINDS = ("full", "native", "cells", "squares")
-PLAN_ENCODINGS = ("sparse", "slice")
+# how a VLM encodes a plan's cells: only them through the tower (sparse), the whole grid then the sent
+# cells kept (slice), or every cell scaled by its relevance (weighted, a "full" plan)
+PLAN_ENCODINGS = ("sparse", "slice", "weighted")
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,6 @@ class Plan:
         (2, 64, 66, 600)
         >>> Plan("full", "full", (20, 30)).tokens
         600
-        >>> Plan("slice", "cells", (20, 30), gestalt=(8, 8), cells=torch.tensor([[3, 4]]), encoding="slice").tokens
-        65
     """
 
     method: str  # the registry name that made it
@@ -49,15 +49,13 @@ class Plan:
     squares: Tensor | None = None  # [K, 3] (y, x, side) cells, int64, one token each (kind "squares")
     native: int | None = None  # kind "native": the most tokens the downscaled image may use
     scores: Tensor | None = None  # [K] the relevance (or allocator score) of each saccade, descending
-    encoding: str = "sparse"  # how a VLM encodes a cells plan: "sparse" (only the chosen cells through its
-    # vision tower) or "slice" (the whole image through the tower, the chosen cells' tokens kept)
+    encoding: str = "sparse"  # one of PLAN_ENCODINGS: how a VLM reader encodes the plan
 
     def __post_init__(self) -> None:
         if self.kind not in PLAN_KINDS:
             raise ValueError(f"unknown plan kind {self.kind!r}; choose one of {', '.join(PLAN_KINDS)}")
-        if self.encoding not in PLAN_ENCODINGS or (self.encoding == "slice" and self.kind != "cells"):
-            raise ValueError(f"encoding {self.encoding!r} does not apply to a {self.kind!r} plan; "
-                             f"choose one of {', '.join(PLAN_ENCODINGS)} (slice: cells plans only)")
+        if self.encoding not in PLAN_ENCODINGS:
+            raise ValueError(f"unknown plan encoding {self.encoding!r}; choose one of {', '.join(PLAN_ENCODINGS)}")
         need = {"cells": self.cells, "squares": self.squares, "native": self.native}.get(self.kind, 0)
         if need is None:
             raise ValueError(f"a {self.kind!r} plan needs its {self.kind!r} field")

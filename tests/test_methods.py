@@ -105,8 +105,3 @@ def test_the_ocr_reader_renders_each_plan_kind_as_its_view(inputs):
     tree = make_plan("quadtree", inputs, 100)  # leaves tile the page: most of it seen through larger squares
     sizes = square_sizes(tree)
     assert torch.equal(cell_mask(tree), sizes == 1) and bool((sizes > 0).all()) and int((sizes == 1).sum()) < 280
-
-
-def test_a_slice_encoding_belongs_to_cells_plans_only():
-    with pytest.raises(ValueError, match="encoding 'slice' does not apply to a 'squares' plan"):
-        Plan("x", "squares", (4, 4), gestalt=(1, 1), squares=torch.tensor([[0, 0, 2]]), encoding="slice")

@@ -55,7 +55,7 @@ from arr_coc.allocators.methods import (
     methods_for,
 )
 from arr_coc.budget import budget_tokens
-from arr_coc.data.datasets import Record
+from arr_coc.data.datasets import SHORT_ANSWER_PROMPT, Record
 from arr_coc.eval.harness import load_learned_methods
 from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.run import learned_maps, record_seed
@@ -67,8 +67,7 @@ from arr_coc.vlm.base import assemble, generate, synchronize
 VLM_METHODS = methods_for("vlm")  # in table order
 DEFAULT_METHODS = ("full", "native_budget", "arr", "slice")
 DEFAULT_BUDGETS = ("256", "529", "1024")  # 256 = 8x8 gestalt + 192 saccades; 529 = 16x16 + 273; 1024 = 16x16 + 768
-# the short-answer instruction the field's evaluations give Qwen-VL on DocVQA, InfoVQA, TextVQA and ChartQA
-PROMPT = "{question}\nAnswer the question using a single word or phrase."
+PROMPT = SHORT_ANSWER_PROMPT  # every dataset's default template (DatasetSpec.prompt)
 
 
 @dataclass
