@@ -27,6 +27,7 @@ from PIL import Image
 from torch import Tensor
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: eval.run maps boxes with it)
+from arr_coc.eval.metrics import anls, contains_score, normalize_text  # noqa: F401  (re-exported: the reading scores)
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 from arr_coc.plan import Plan
@@ -37,7 +38,6 @@ from arr_coc.views import (
     foveated_view,
     gestalt_view,
 )
-from arr_coc.eval.metrics import anls, contains_score, normalize_text  # noqa: F401  (re-exported: the reading scores)
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "

@@ -61,6 +61,7 @@ from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.run import learned_maps, record_seed
 from arr_coc.eval.store import RowStore
 from arr_coc.plan import Plan
+from arr_coc.vlm import encode as encode_plans
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.base import assemble, generate, synchronize
 
@@ -207,8 +208,9 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: VLMEvalSetti
                 if photo is None:
                     with Image.open(record.image) as im:
                         photo = im.convert("RGB")
-                cap = arr.config.canvas.max_tokens if plan.kind == "full" else plan.native
-                visual, vision_ms = _timed_encode(adapter, adapter.encode_processed, [photo], cap)
+                if plan.kind == "full":  # every token the processor gives the photo within the canvas's cap
+                    plan = Plan(method, "native", plan.grid, native=arr.config.canvas.max_tokens)
+                visual, vision_ms = _timed_encode(adapter, encode_plans, adapter, [plan], [pixels], sources=[photo])
                 yield Job(record, method, spec, visual, full, 0.0, vision_ms)
                 continue
             select_ms = (time.perf_counter() - start) * 1e3
@@ -217,12 +219,8 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: VLMEvalSetti
 
 
 def _encode_plan(adapter: Any, plan: Plan, pixels: Any, layout: str, **kwargs: Any) -> tuple[Any, float]:
-    """A cells or squares plan through the vision tower: (visual tokens, vision ms)."""
-    if plan.kind == "squares":
-        return _timed_encode(adapter, adapter.encode_patches, [pixels], [plan.squares], gestalt=[plan.gestalt],
-                             layout=layout, **kwargs)
-    return _timed_encode(adapter, adapter.encode, [pixels], [plan.cells], mode=plan.encoding, gestalt=[plan.gestalt],
-                         layout=layout, **kwargs)
+    """A cells or squares plan through the staged path's encoder (:func:`arr_coc.vlm.encode`): (tokens, ms)."""
+    return _timed_encode(adapter, encode_plans, adapter, [plan], [pixels], layout=layout, **kwargs)
 
 
 def _first_look_job(record: Record, spec: str, adapter: Any, settings: VLMEvalSettings, inputs: MethodInputs,
