@@ -21,7 +21,7 @@ from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries, encoder_name
 from arr_coc.relevance import SCORERS, Relevance
-from arr_coc.samplers import SAMPLERS, Selection
+from arr_coc.samplers import SAMPLERS, Selection, select
 from arr_coc.cache import ImageCache
 from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
@@ -294,8 +294,7 @@ class ARR(nn.Module):
         The selection step of :meth:`forward`, seeded with the config's seed: ``arr-coc eval``'s ``arr``
         method calls it, so the method is what ``look``, ``ask`` and ``ARR()`` send.
         """
-        generator = torch.Generator().manual_seed(self.config.seed)
-        return self.sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
+        return select(self.sampler, relevance, k, valid=valid, query_emb=query_emb, seed=self.config.seed)
 
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
                 saccades: int | None = None,

@@ -418,6 +418,22 @@ def random_cells(
     return select_cells(relevance, chosen, k)
 
 
+def select(sampler: nn.Module, relevance: Tensor, k: int, *, valid: Tensor | None = None,
+           query_emb: Tensor | None = None, seed: int | None = None) -> Selection:
+    """The one way a sampler is called: ``sampler`` on a detached relevance map [B, Hc, Wc], K cells each.
+
+    ``ARR.forward``, every allocation method of :mod:`arr_coc.allocators.methods` and the VLM path
+    call samplers through here, so a sampler sees the same arguments wherever it runs. ``seed``
+    seeds a fresh CPU generator (the stochastic samplers draw from it; None: torch's global one).
+
+    Example:
+        >>> select(TopKSampler(), torch.tensor([[[0.1, 0.9], [0.5, 0.3]]]), 2).positions.tolist()
+        [[[0, 1], [1, 0]]]
+    """
+    generator = None if seed is None else torch.Generator().manual_seed(seed)
+    return sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
+
+
 # ----------------------------------------------------------------------------- registered modules
 
 

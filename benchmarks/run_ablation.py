@@ -12,14 +12,11 @@ the default runs with the hand-set scorer, since the shipped weights fit the def
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # this checkout's arr_coc, not an installed one
 RESULTS = ROOT / "benchmarks" / "results"
 METHODS = ("topk", "stratified")
 BUDGETS = ("10%", "25%")
@@ -51,18 +48,19 @@ def run(config: str, dataset: str, limit: int, split: str = "test") -> Path:
 
 def table(limit: int) -> str:
     """Every channel set on the same records: the ones all runs of a dataset have finished."""
-    from arr_coc.eval.harness import summarize
+    from arr_coc.eval.report import summarize
+    from arr_coc.eval.store import RowStore
 
     lines = ["| dataset | channels | n | budget | method | coverage | hit rate | reading (ANLS) |",
              "|---|---|---:|---|---|---:|---:|---:|"]
     runs = [(c, RESULTS / "ablation" / c.lstrip("+")) for c in CONFIGS]
-    fmt = lambda v: "—" if v != v else f"{v:.3f}"  # noqa: E731
+    fmt = lambda v: "—" if v != v else f"{v:.3f}"
     for dataset in ("funsd", "sroie", "coco"):
         found = {}
         for name, folder in runs:
             path = folder / dataset / "records.jsonl"
             if dataset in CONFIGS[name][1] and path.exists():
-                rows = [json.loads(x) for x in path.read_text().splitlines()]
+                rows = RowStore(path.parent).rows()
                 found[name] = [r for r in rows if r["method"] in METHODS and r["budget"] in BUDGETS]
         if not found:
             continue

@@ -19,16 +19,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from arr_coc.data.datasets import load_dataset  # noqa: E402
-from arr_coc.eval.harness import EvalSettings, METHODS, evaluate, pivot_table, summarize, write_reports  # noqa: E402
+from arr_coc.eval.report import pivot_table, summarize, write_reports  # noqa: E402
+from arr_coc.eval.run import METHODS, EvalSettings, evaluate  # noqa: E402
+from arr_coc.eval.store import RowStore  # noqa: E402
 from arr_coc.pipeline import ARR  # noqa: E402
 from arr_coc.weights import PACKAGED  # noqa: E402
 from arr_coc.train.loop import TrainConfig, train  # noqa: E402
@@ -59,8 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     for name in DATASETS:
         records = load_dataset(name, limit=args.limit, split="test")
         jsonl = evaluate(records, arr, OUT / name, settings)
-        write_reports(jsonl)
-        summaries[name] = summarize([json.loads(line) for line in jsonl.read_text().splitlines() if line.strip()])
+        write_reports(jsonl, made_by="python benchmarks/run_allocators.py " + " ".join(argv or sys.argv[1:]))
+        summaries[name] = summarize(RowStore(jsonl.parent).rows())
     report = report_tables(summaries)
     (OUT / "report.md").write_text(report)
     plot(summaries, OUT / "allocators.png")

@@ -12,14 +12,11 @@ token pruner, and the uniformly downsampled image. Rows go to benchmarks/results
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # this checkout's arr_coc, not an installed one
 
 OUT = ROOT / "benchmarks" / "results" / "defaults" / "val"
 CANDIDATES = ("topk", "stratified", "nms", "pruner")
@@ -77,11 +74,12 @@ def main() -> None:
         with ProcessPoolExecutor(args.jobs) as pool:
             for fut in [pool.submit(run, d, args.limit, tuple(args.candidates)) for d in DATASETS]:
                 fut.result()
-    from arr_coc.eval.harness import pivot_table, summarize
+    from arr_coc.eval.report import pivot_table, summarize
+    from arr_coc.eval.store import RowStore
 
     summaries, parts = {}, []
     for d, column in DATASETS.items():
-        rows = [json.loads(x) for x in (OUT / d / "records.jsonl").read_text().splitlines() if x.strip()]
+        rows = RowStore(OUT / d).rows()
         summaries[d] = summarize(rows)
         n = max(s["n"] for s in summaries[d])
         parts.append(f"### {d}: {column} ({n} validation questions)\n\n{pivot_table(summaries[d], column)}")

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # this checkout's arr_coc, not an installed one
 DATASETS = ("funsd", "sroie", "coco")
 
 
@@ -30,11 +28,10 @@ def run_one(name: str, limit: int, out: Path, split: str, extra: list[str]) -> s
     code = main(["eval", name, "--limit", str(limit), "--split", split, "--out", str(out), *reader, *extra])
     if code:
         raise SystemExit(f"eval {name} failed with code {code}")
-    import json
+    from arr_coc.eval.report import pivot_table, summarize
+    from arr_coc.eval.store import RowStore
 
-    from arr_coc.eval.harness import pivot_table, summarize
-
-    summary = summarize([json.loads(x) for x in (out / name / "records.jsonl").read_text().splitlines()])
+    summary = summarize(RowStore(out / name).rows())
     tables = [f"{col} (mean over records)\n\n{pivot_table(summary, col)}" for col in ("reading", "coverage")
               if any(s[col] == s[col] for s in summary if s["method"] != "full")]
     return "\n\n".join(tables)

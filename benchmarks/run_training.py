@@ -17,25 +17,24 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 from arr_coc.canvas import make_canvas  # noqa: E402
 from arr_coc.config import ARRConfig, ScorerConfig  # noqa: E402
 from arr_coc.data.datasets import load_dataset, split_of  # noqa: E402
-from arr_coc.eval.harness import (EvalSettings, _done_keys, allocation_rows, markdown_table, pivot_table,  # noqa: E402
-                              plot_summary, summarize)
+from arr_coc.allocators.methods import build_samplers  # noqa: E402
+from arr_coc.eval.report import markdown_table, pivot_table, plot_summary, summarize  # noqa: E402
+from arr_coc.eval.run import EvalSettings, allocation_rows  # noqa: E402
+from arr_coc.eval.store import RowStore  # noqa: E402
 from arr_coc.train.features import build_examples, collate  # noqa: E402
 from arr_coc.pipeline import ARR  # noqa: E402
 from arr_coc.weights import PACKAGED  # noqa: E402
 from arr_coc.eval.reading import READERS  # noqa: E402
-from arr_coc.samplers import SAMPLERS  # noqa: E402
 from arr_coc.train.loop import TrainConfig, hard_metrics, train  # noqa: E402
 
 DATASETS = ("funsd", "sroie", "coco")
@@ -74,15 +73,14 @@ def main(argv: list[str] | None = None) -> None:
         return
     by_id = {(e.dataset, e.record_id): e for e in examples}
     settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), budgets=args.budgets)
-    samplers = {m: SAMPLERS.get(m)() for m in ("random", "topk", "stratified")}
+    samplers = build_samplers(settings.methods)
     reader = READERS.get("tesseract")()
     report = []
     for name in DATASETS:
         test = load_dataset(name, limit=args.test_limit, split="test")
-        path = OUT / "eval" / name / "records.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        done = _done_keys(path)
-        with path.open("a") as sink, torch.no_grad():
+        store = RowStore(OUT / "eval" / name)
+        done = store.done()
+        with torch.no_grad():
             for record in tqdm(test, desc=f"reading {name}"):
                 e = by_id[(record.dataset, record.record_id)]
                 canvas = make_canvas(record.image, cell=config.canvas.cell, min_pixels=config.canvas.min_pixels,
@@ -92,12 +90,10 @@ def main(argv: list[str] | None = None) -> None:
                 batch = collate([e])
                 for arr, suffix in ((hand, ""), (learned, "@learned")):
                     rel = arr.scorer(batch["cells"], batch["query"], batch["gestalt"], batch["valid"]).map
-                    for row in allocation_rows(record, canvas, rel, batch["query"], samplers, reader, settings,
-                                               done, suffix):
-                        sink.write(json.dumps(row) + "\n")
-                sink.flush()
-        summary = summarize([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
-        plot_summary(summary, path.parent / "summary.png")
+                    store.append(allocation_rows(record, canvas, rel, batch["query"], samplers, reader, settings,
+                                                 done, suffix))
+        summary = summarize(store.rows())
+        plot_summary(summary, store.folder / "summary.png")
         report.append(f"## {name} (test images)\n\n" + markdown_table(summary))
         for column in ("reading", "coverage", "iou"):
             if any(r.get(column) == r.get(column) and r.get(column) is not None for r in summary):

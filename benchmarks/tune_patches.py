@@ -14,21 +14,19 @@ Rows go to benchmarks/results/patching/tune/records.jsonl (resumable), the table
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from arr_coc.data.datasets import load_dataset
+from arr_coc.eval.reading import READERS
+from arr_coc.eval.run import EvalSettings, allocation_rows
+from arr_coc.eval.store import RowStore
+from arr_coc.pipeline import ARR
 
-from arr_coc.data.datasets import load_dataset  # noqa: E402
-from arr_coc.eval.harness import EvalSettings, _done_keys, allocation_rows  # noqa: E402
-from arr_coc.pipeline import ARR  # noqa: E402
-from arr_coc.eval.reading import READERS  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 OUT = ROOT / "benchmarks" / "results" / "patching" / "tune"
 METHODS = ("patches", "patches_edges")
@@ -41,24 +39,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
     p.add_argument("--datasets", nargs="+", default=["funsd", "sroie"])
     args = p.parse_args(argv)
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / "records.jsonl"
-    done = _done_keys(path)
+    store = RowStore(OUT)
+    done = store.done()
     arr = ARR().eval()
     reader = READERS.get("tesseract")()
     records = [r for name in args.datasets for r in load_dataset(name, limit=args.limit, split="val")]
-    with path.open("a") as sink, torch.no_grad():
+    with torch.no_grad():
         for record in tqdm(records, desc="val records"):
             scene = arr.see(record.image)
             relevance, query = arr.score(scene, [record.question], arr.gestalt(scene, 1).vector)
             for alpha in args.priors:
                 settings = EvalSettings(methods=METHODS, budgets=args.budgets,
                                         patch_options={"size_prior": alpha})
-                for row in allocation_rows(record, scene.canvas, relevance.map, query, {}, reader, settings, done,
-                                           suffix=f"@{alpha:g}"):
-                    sink.write(json.dumps(row) + "\n")
-            sink.flush()
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
+                store.append(allocation_rows(record, scene.canvas, relevance.map, query, {}, reader, settings, done,
+                                             suffix=f"@{alpha:g}"))
+    rows = store.rows()
     table, best = report(rows, args.priors)
     (OUT / "tune.md").write_text(table + "\n")
     plot(rows, args.priors, OUT / "tune.png")

@@ -116,7 +116,7 @@ def test_saccade_view_keeps_chosen_cells_and_dims_the_rest(page):
 
 def test_patch_allocators_send_squares_and_say_so_in_the_json(scope, page, tmp_path):
     result = scope.run(read_upload(page), "What is the total due?",
-                       Settings(saccades=40, method="saliency", channels=MVP_CHANNELS))
+                       Settings(saccades=40, method="patches", channels=MVP_CHANNELS))
     assert result.sent.shape[1] == 3 and 0 < len(result.sent) <= 40
     d = render(result, tmp_path).json_path.read_text()
     assert json.loads(d)["boxes"] == result.sent.tolist()

@@ -1,4 +1,4 @@
-"""The evaluation harness on generated pages: rows, budgets, reading, resume after interruption, reports."""
+"""The OCR evaluation (methods -> plans -> rows -> reports) on generated pages: rows, budgets, reading, resume after interruption, reports."""
 import json
 from pathlib import Path
 
@@ -6,11 +6,12 @@ import matplotlib
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
+from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import load_dataset
-from arr_coc.budget import budget_tokens, split_budget
-from arr_coc.eval.harness import EvalSettings, evaluate, summarize, write_reports
+from arr_coc.eval.report import summarize, write_reports
+from arr_coc.eval.run import EvalSettings, evaluate
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 
@@ -90,13 +91,14 @@ def test_rerun_skips_done_work_and_an_interrupted_line_is_redone(pages, arr, tmp
 def test_reports_and_summary_values(pages, arr, tmp_path):
     records = load_dataset("jsonl", pages)[:2]
     path = evaluate(records, arr, tmp_path, SETTINGS, progress=False)
-    csv_path, md_path, png_path = write_reports(path)
+    csv_path, md_path, png_path = write_reports(path, made_by="arr-coc eval jsonl --limit 2")
     summary = summarize(read_rows(path))
     assert [(s["method"], s["budget"]) for s in summary[:3]] == [("full", "full"), ("uniform_image", "10%"),
                                                                   ("random", "10%")]
     top = next(s for s in summary if s["method"] == "topk" and s["budget"] == "60%")
     rows = [r for r in read_rows(path) if r["method"] == "topk" and r["budget"] == "60%"]
     assert top["n"] == 2 and top["coverage"] == pytest.approx(sum(r["coverage"] for r in rows) / 2)
+    assert md_path.read_text().startswith("made by: arr-coc eval jsonl --limit 2\n\n| budget | method |")
     assert "| 60% | topk |" in md_path.read_text() and csv_path.read_text().startswith("dataset,method,budget")
     assert Image.open(png_path).size[0] > 500
 
@@ -106,6 +108,9 @@ def test_cli_eval_on_jsonl(pages, tmp_path, capsys):
                  "--limit", "2", "--query-encoder", "hashing", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| 25% | stratified |" in out and (tmp_path / "jsonl" / "summary.png").exists()
+    made_by = (tmp_path / "jsonl" / "summary.md").read_text().splitlines()[0]
+    assert made_by == (f"made by: arr-coc eval jsonl --data {pages} --methods full stratified --tokens 25% --limit 2 "
+                       f"--query-encoder hashing --out {tmp_path}")
 
 
 def test_budget_arithmetic():
@@ -162,10 +167,11 @@ def test_patches_with_a_steep_size_prior_are_exactly_top_k(pages, arr, tmp_path)
 def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr, tmp_path):
     import torch
 
-    from arr_coc.eval.harness import learned_maps, load_learned_methods
-    from arr_coc.eval.metrics import allocation_metrics
     from arr_coc.allocators.pruning import PatchSelector, TokenPruner, save_learned
+    from arr_coc.eval.harness import load_learned_methods
+    from arr_coc.eval.metrics import allocation_metrics
     from arr_coc.eval.reading import scale_boxes
+    from arr_coc.eval.run import learned_maps
     from arr_coc.samplers import topk_cells
 
     dim = arr.see(load_dataset("jsonl", pages)[0].image).cell_texture.shape[1] + 2  # + the two question channels
@@ -212,8 +218,9 @@ def test_cli_eval_default_methods_leave_out_a_trained_allocator_that_does_not_fi
 def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(pages, arr, tmp_path, monkeypatch):
     import torch
 
+    from arr_coc.allocators import methods
     from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
-    from arr_coc.eval import harness
+    from arr_coc.registry import Registry
 
     with pytest.raises(BudgetTooSmallError) as small:
         PATCHERS.get("quadtree")(torch.rand(1, 30, 20), 1)  # the 560x840 page's 30x20 cells
@@ -229,22 +236,38 @@ def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(p
     def other_error(*args, **kwargs):  # a ValueError that only mentions the budget is still an error
         raise ValueError("budget K=1 is below the 4 starting squares")
 
-    monkeypatch.setattr(harness, "_patch_view", other_error)
+    failing = Registry("patcher")
+    failing.register("quadtree")(other_error)
+    monkeypatch.setattr(methods, "PATCHERS", failing)
     with pytest.raises(ValueError, match="starting squares"):
         evaluate(records, arr, tmp_path / "b", settings, progress=False)
 
 
 def test_every_method_is_a_typed_registry_entry():
-    from arr_coc.eval.harness import EVAL_METHODS, LEARNED_METHODS, METHODS, LearnedMethod, PatchMethod, SamplerMethod
+    from arr_coc.allocators.methods import (
+        LEARNED_METHODS,
+        SCORER_FREE,
+        LearnedMethod,
+        SamplerMethod,
+        SquaresMethod,
+        methods_for,
+    )
+    from arr_coc.allocators.methods import METHODS as REGISTRY
+    from arr_coc.eval.run import METHODS
     from arr_coc.samplers import SAMPLERS
 
-    assert METHODS == tuple(EVAL_METHODS.names()) and METHODS[0] == "full"
-    assert LEARNED_METHODS == ("selector", "pruner")
-    assert all(EVAL_METHODS.get(m).name in SAMPLERS for m in METHODS if isinstance(EVAL_METHODS.get(m), SamplerMethod))
-    assert {m: EVAL_METHODS.get(m) for m in ("patches_edges", "quadtree")} == {
-        "patches_edges": PatchMethod("saliency", "edges"), "quadtree": PatchMethod("quadtree")}
-    assert [m for m in METHODS if not EVAL_METHODS.get(m).uses_scorer] == ["full", "uniform_image", "random"]
-    assert isinstance(EVAL_METHODS.get("pruner"), LearnedMethod)
+    assert METHODS == methods_for("ocr") and METHODS[0] == "full" and set(METHODS) < set(REGISTRY.names())
+    assert not {"vlm", "slice", "native_budget"} & set(METHODS)  # the OCR reader has no model to look or slice
+    assert LEARNED_METHODS == ("selector", "pruner") and SCORER_FREE == ("full", "uniform_image", "native_budget")
+    assert all(REGISTRY.get(m).sampler in SAMPLERS for m in METHODS
+               if isinstance(REGISTRY.get(m), SamplerMethod) and m != "arr")
+    assert REGISTRY.get("arr").sampler is None  # the ARR's own sampler
+    assert {m: REGISTRY.get(m) for m in ("patches_edges", "quadtree")} == {
+        "patches_edges": SquaresMethod("saliency", "edges"), "quadtree": SquaresMethod("quadtree")}
+    assert [m for m in METHODS if not REGISTRY.get(m).uses_scorer] == ["full", "uniform_image", "random", "uniform"]
+    assert isinstance(REGISTRY.get("pruner"), LearnedMethod)
+    assert REGISTRY.get("native_budget") == REGISTRY.get("uniform_image")  # one method, two names
+    assert REGISTRY.get("vlm").source == "vlm" and REGISTRY.get("slice").encoding == "slice"
 
 
 def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):

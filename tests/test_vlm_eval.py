@@ -17,11 +17,17 @@ from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
 from arr_coc.eval.harness import refuse_leakage
-from arr_coc.eval.metrics import answer_score
-from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, merge_rows, read_rows, shard
+from arr_coc.eval.store import RowStore
+from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.vlm import load_vlm
+
+
+def read_rows(path: Path) -> list[dict]:
+    """The rows of an evaluation folder's records.jsonl."""
+    return RowStore(path.parent).rows()
+
 
 CHANNELS = ("rgb", "edges")  # cheap texture: these tests are about the reader, not the channels
 
@@ -184,7 +190,7 @@ def test_batched_answers_equal_one_at_a_time(tmp_path, adapter, arr):
     batched = run(records, arr, adapter, tmp_path / "b4", batch_size=4)
     single = run(records, arr, adapter, tmp_path / "b1", batch_size=1)
     assert [r["batch"] for r in batched] == [4, 4, 4, 4, 2, 2] and {r["batch"] for r in single} == {1}
-    key = lambda r: (r["record_id"], r["method"], r["budget"])  # noqa: E731
+    key = lambda r: (r["record_id"], r["method"], r["budget"])
     assert sorted((key(r), r["prediction"], r["tokens"]) for r in batched) == \
         sorted((key(r), r["prediction"], r["tokens"]) for r in single)
 
@@ -193,18 +199,16 @@ def test_a_rerun_skips_what_is_done_and_a_dead_rank_loses_nothing(tmp_path, adap
     records = load_dataset("chartqa", make_dataset("chartqa", tmp_path / "c"), split="test")
     out = tmp_path / "out"
     first = run(records, arr, adapter, out)
-    assert len(first) == 6 and not list(out.glob("records.part-*"))
-    # a rank died: its part holds one finished row (marked), a duplicate of a merged row and a cut line
+    assert len(first) == 6 and [p.name for p in out.glob("records*")] == ["records.jsonl"]
+    # a rank died: the folder holds three finished rows (one marked), a duplicate of one and a cut line
     kept = dict(first[0], prediction="ANSWERED BEFORE")
-    merged = [r for r in first if (r["record_id"], r["method"]) != (kept["record_id"], kept["method"])]
-    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in merged[:3]))
-    (out / "records.part-1.jsonl").write_text(json.dumps(kept) + "\n" + json.dumps(merged[0]) + "\n" + '{"reco')
+    rest = [r for r in first if (r["record_id"], r["method"]) != (kept["record_id"], kept["method"])]
+    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in [kept, *rest[:2], rest[0]]) + '{"reco')
     again = run(records, arr, adapter, out)
-    key = lambda r: (r["record_id"], r["method"], r["budget"])  # noqa: E731
-    assert len(again) == len({key(r) for r in again}) == 6 and not list(out.glob("records.part-*"))
+    key = lambda r: (r["record_id"], r["method"], r["budget"])
+    assert len(again) == len({key(r) for r in again}) == 6
     expected = {key(r): r["prediction"] for r in first} | {key(kept): "ANSWERED BEFORE"}  # not answered twice
     assert {key(r): r["prediction"] for r in again} == expected  # the rest answered again, the same
-    assert merge_rows(out) == out / "records.jsonl" and len(read_rows(out / "records.jsonl")) == 6
 
 
 def test_shards_split_images_not_questions_and_cover_every_record(tmp_path):
@@ -244,7 +248,9 @@ def test_cli_errors_say_what_to_do(tmp_path, capsys):
     cli("docvqa", data, tmp_path / "o")
     assert main(["eval", "docvqa", "--data", str(data), "--split", "val", "--out", str(tmp_path / "o"), *COMMON,
                  "--methods", "full", "--prompt", "Q: {question}"]) == 2
-    assert "holds answers made with other settings (prompt)" in capsys.readouterr().err
+    assert "holds rows made with other settings (prompt: " in capsys.readouterr().err
+    assert main(["eval", "docvqa", "--data", str(data), "--split", "val", "--out", str(tmp_path / "o"), *COMMON,
+                 "--methods", "full", "--prompt", "Q: {question}", "--fresh"]) == 0  # replaced
 
 
 def test_cli_refuses_the_shipped_scorer_on_its_training_data(tmp_path, capsys):
@@ -278,9 +284,9 @@ def test_torchrun_with_two_processes_answers_what_one_process_answers(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "two" / "textvqa" / "tiny_qwen2_5_vl"
     two = read_rows(out / "records.jsonl")
-    assert not list(out.glob("records.part-*"))  # merged by rank 0
+    assert [p.name for p in out.glob("records*")] == ["records.jsonl"]  # both ranks wrote into one store
     assert done.stdout.count("| budget | method |") == 1  # one table, from rank 0
-    key = lambda r: (r["record_id"], r["method"], r["budget"])  # noqa: E731
+    key = lambda r: (r["record_id"], r["method"], r["budget"])
     assert len(two) == len(one) == 8 and len({key(r) for r in two}) == 8
     assert sorted((key(r), r["prediction"], r["tokens"], r["score"]) for r in two) == \
         sorted((key(r), r["prediction"], r["tokens"], r["score"]) for r in one)

@@ -17,19 +17,25 @@ import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
-from arr_coc.allocators.patching import PATCHERS
+from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
+from arr_coc.app import views
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import load_image
-from arr_coc.config import (DEFAULT_SACCADES, MAX_NEW_TOKENS, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig,
-                            ScorerConfig, TextureConfig)
-from arr_coc.eval.reading import foveated_view, gestalt_view
+from arr_coc.config import (
+    DEFAULT_SACCADES,
+    MAX_NEW_TOKENS,
+    PIPELINE_CHANNELS,
+    ARRConfig,
+    CanvasConfig,
+    SamplerConfig,
+    ScorerConfig,
+    TextureConfig,
+)
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
-from arr_coc.samplers import SAMPLERS
+from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
-
-from arr_coc.app import views
 
 MAX_UPLOAD_PIXELS = 40_000_000  # 40 MP: any camera photo or A4 scan at 600 dpi; more is a decompression bomb
 MAX_QUESTION_CHARS = 500  # a question, not a document
@@ -44,8 +50,24 @@ SCORER_WEIGHTS = {"shipped": "auto", "hand-set": "none"}  # the third choice is 
 
 
 def methods() -> tuple[str, ...]:
-    """What can place the saccades: every registered sampler, then every patch allocator."""
-    return (*SAMPLERS.names(), *PATCHERS.names())
+    """What can place the saccades here: the registry's methods (:mod:`arr_coc.allocators.methods`) that run a
+    sampler of their own on the scorer's relevance, then those placing variable squares on it.
+
+    >>> methods()[:2], "patches" in methods(), "arr" in methods()
+    (('random', 'topk'), True, False)
+    """
+    def shown(name: str, kind: type) -> bool:
+        entry = METHODS.get(name)
+        return isinstance(entry, kind) and entry.source == "scorer" and getattr(entry, "sampler", "") is not None
+
+    return (*(n for n in METHODS.names() if shown(n, SamplerMethod)),
+            *(n for n in METHODS.names() if shown(n, SquaresMethod)))
+
+
+def _patcher(method: str) -> str | None:
+    """The patch allocator a squares method runs, None for a sampler."""
+    entry = METHODS.get(method)
+    return entry.patcher if isinstance(entry, SquaresMethod) else None
 
 
 @dataclass(frozen=True)
@@ -53,15 +75,15 @@ class Settings:
     """One configuration of the microscope (the page's controls)."""
 
     saccades: int = DEFAULT_SACCADES  # saccade tokens K (a patch allocator: at most K squares)
-    method: str = SamplerConfig.name  # a sampler (one-cell saccades) or a patch allocator (variable squares)
+    method: str = SamplerConfig.name  # a method of methods(): a sampler (one-cell saccades) or variable squares
     channels: tuple[str, ...] = PIPELINE_CHANNELS
     weights: str = "auto"  # scorer weights: "auto" (shipped), "none" (hand-set) or a file from `arr-coc train`
     part_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)  # 1 = as trained, 0 = that part off
     cell: int = CanvasConfig.cell  # token cell in px: the VLM's (28 Qwen2/2.5-VL, 32 Qwen3-VL)
 
     def config(self) -> ARRConfig:
-        """The ARR configuration; a patch allocator scores with the default sampler's ARR (only relevance counts)."""
-        sampler = self.method if self.method in SAMPLERS.names() else SamplerConfig.name
+        """The ARR configuration; a squares method scores with the default sampler's ARR (only relevance counts)."""
+        sampler = SamplerConfig.name if _patcher(self.method) else METHODS.get(self.method).sampler
         return ARRConfig(canvas=CanvasConfig(cell=self.cell), texture=TextureConfig(channels=tuple(self.channels)),
                          scorer=ScorerConfig(weights=self.weights, part_scale=tuple(self.part_scale)),
                          sampler=SamplerConfig(name=sampler, saccades=self.saccades))
@@ -185,11 +207,12 @@ class Microscope:
         scene, cached = self.scene(arr, image, t)
         alloc = arr.allocate(scene, [question], saccades=settings.saccades, timings=t)
         sent = alloc.positions[0]
-        if settings.method in PATCHERS.names():
+        patcher = _patcher(settings.method)
+        if patcher:
             from arr_coc.vlm.stages import patch_squares
 
             start = time.perf_counter()
-            sent = patch_squares(settings.method, alloc.relevance.map, alloc.canvas, settings.saccades)[0]
+            sent = patch_squares(patcher, alloc.relevance.map, alloc.canvas, settings.saccades)[0]
             t["patches"] = (time.perf_counter() - start) * 1e3
         h, w = (s // scene.canvas.cell for s in scene.canvas.sizes[0])
         texture = alloc.cell_texture[0, :, :h, :w]  # [C, h, w]
@@ -197,7 +220,7 @@ class Microscope:
         if self.vlm is not None:
             from arr_coc.vlm import ask
 
-            allocator = settings.method if settings.method in PATCHERS.names() else "arr"
+            allocator = patcher or "arr"
             start = time.perf_counter()
             result.answer = ask(self.vlm, [image], [question], arr=arr, saccades=settings.saccades,
                                 max_new_tokens=self.max_new_tokens, allocator=allocator)[0].text

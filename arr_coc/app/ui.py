@@ -71,7 +71,7 @@ def build(scope: Microscope) -> gr.Blocks:
     def controls(suffix: str, method: str = SamplerConfig.name) -> list[gr.components.Component]:
         with gr.Group():
             m = gr.Dropdown(list(methods()), value=method, label=f"sampler or allocator {suffix}",
-                            info="samplers place one-cell saccades; saliency / quadtree place variable squares")
+                            info="samplers place one-cell saccades; patches / quadtree place variable squares")
             ch = gr.CheckboxGroup(list(CHOOSABLE), value=list(PIPELINE_CHANNELS), label=f"texture channels {suffix}")
             wt = gr.Radio(["shipped", "hand-set", "checkpoint"], value="shipped", label=f"scorer weights {suffix}",
                           info="shipped: trained, when it fits the channels; checkpoint: a file from `arr-coc train`")

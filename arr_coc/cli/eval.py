@@ -14,7 +14,7 @@ HELP = "answers or OCR reading of the answer at equal total tokens, per method"
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import SamplerConfig
     from arr_coc.eval import vlm_reader
-    from arr_coc.eval.harness import DEFAULT_BUDGETS, MARGIN_PX, METHODS
+    from arr_coc.eval.run import DEFAULT_BUDGETS, DEFAULT_METHODS, MARGIN_PX, METHODS
 
     p = command("eval", [opt.data(), opt.pipeline(), opt.vlm(required=False)], help=HELP,
                 description="Evaluate allocation methods on a dataset at equal total tokens (each method "
@@ -24,7 +24,8 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                             "model answers every method (rows in OUT/DATASET/MODEL/); multi-process: "
                             "torchrun --nproc_per_node N -m arr_coc.cli eval ... --reader vlm")
     p.add_argument("--methods", nargs="+", default=None,
-                   help="OCR readers, default all of " + ", ".join(METHODS) + "; --reader vlm: any of "
+                   help="OCR readers: any of " + ", ".join(METHODS) + ", default " + " ".join(DEFAULT_METHODS)
+                        + "; --reader vlm: any of "
                         + ", ".join(vlm_reader.VLM_METHODS) + ", default " + " ".join(vlm_reader.DEFAULT_METHODS))
     p.add_argument("--tokens", nargs="+", default=None, metavar="T",
                    help=opt.TOKENS_HELP + f"; several, one row per method and T; default {' '.join(DEFAULT_BUDGETS)} "
@@ -56,8 +57,10 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.eval.harness import (DEFAULT_BUDGETS, LEARNED_METHODS, METHODS, EvalSettings, evaluate as run_eval,
-                                      load_learned_methods, refuse_leakage, write_reports)
+    from arr_coc.allocators.methods import LEARNED_METHODS
+    from arr_coc.eval.harness import load_learned_methods, refuse_leakage
+    from arr_coc.eval.report import write_reports
+    from arr_coc.eval.run import DEFAULT_BUDGETS, DEFAULT_METHODS, EvalSettings, evaluate as run_eval
     from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
 
@@ -75,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     if not all(r.boxes_px for r in records):
         raise ValueError(f"{args.dataset} records have no answer boxes, which the OCR readers and the coverage "
                          f"metrics need; let the model answer: --reader vlm --model PATH_OR_ID")
-    methods = list(args.methods or METHODS)
+    methods = list(args.methods or DEFAULT_METHODS)
     if args.methods is None:  # the default list: leave out trained allocators whose weights do not fit
         for m in LEARNED_METHODS:
             try:
@@ -90,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
                             patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
                             fresh=args.fresh)
     jsonl = run_eval(records, arr, args.out / args.dataset, settings)
-    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets))
+    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets),
+                                                made_by=opt.command_line(args))
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0
@@ -103,15 +107,15 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     from dataclasses import replace
 
     from arr_coc.eval.harness import refuse_leakage
-    from arr_coc.eval.vlm_reader import (DEFAULT_BUDGETS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device,
-                                         write_reports)
+    from arr_coc.eval.report import write_reports
+    from arr_coc.eval.vlm_reader import DEFAULT_BUDGETS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
 
     methods = tuple(args.methods or DEFAULT_METHODS)
     settings = VLMEvalSettings(methods=methods, budgets=tuple(args.tokens or DEFAULT_BUDGETS),
                                batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
-                               seed=args.seed, model=args.model, learned=learned,
+                               seed=args.seed, model=args.model, learned=learned, fresh=args.fresh,
                                patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
     refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before the model loads
     device = rank_device(args.device)
@@ -123,7 +127,7 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     jsonl = evaluate_vlm(records, arr, adapter, out, settings)
     if int(os.environ.get("RANK", "0")):  # rank 0 reports
         return 0
-    csv_path, md_path, png_path = write_reports(jsonl)
+    csv_path, md_path, png_path = write_reports(jsonl, made_by=opt.command_line(args), reader="vlm")
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0

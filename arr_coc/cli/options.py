@@ -291,3 +291,10 @@ def defaults_table() -> str:
     rows.append(f"| `config.MAX_NEW_TOKENS` | `--max-new-tokens` | `{MAX_NEW_TOKENS}` | "
                 f"answer length limit of ask, eval --reader vlm and serve |")
     return "\n".join(rows)
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command as typed (what a report says made it)."""
+    import shlex
+
+    return "arr-coc " + shlex.join(args.argv)

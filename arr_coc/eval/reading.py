@@ -1,15 +1,12 @@
-"""Reading: what the VLM would see (gestalt, foveated, downsampled views) and a real OCR engine reading it.
+"""Reading: what the VLM would see of a token plan, and a real OCR engine reading it.
 
-Shapes used throughout this module (canvas convention, see ``arr_coc.canvas``):
-    pixels     [3, H, W] or [B, 3, H, W] float in [0, 1], H, W multiples of ``cell``
-    positions  [K, 2] or [B, K, 2] (y, x) integer cells (saccades)
-    box_px     (y0, x0, y1, x1) in canvas pixels (``scale_boxes`` maps original-image boxes there)
+Shapes (canvas convention, see ``arr_coc.canvas``): pixels [3, H, W] float in [0, 1], H, W multiples
+of ``cell``; box_px (y0, x0, y1, x1) in canvas pixels (``scale_boxes`` maps original-image boxes there).
 
-Views render, at canvas size, exactly the information a VLM receives for a given token count, so
-an OCR engine run on a view says whether the answer survived the allocation:
-    ``gestalt_view``      the canvas at grid[0] x grid[1] tokens, upsampled back to H x W
-    ``foveated_view``     the gestalt with every saccade cell pasted back at full resolution
-    ``downsampled_view``  the field's baseline: one uniformly downsampled image within a token budget
+:func:`render` turns a :class:`arr_coc.plan.Plan` into the pixels a VLM receives, at canvas size (the
+views of :mod:`arr_coc.views`: the full canvas, the downsampled image, the foveated view, or the
+gestalt with variable-size squares pasted in), so an OCR engine run on it says whether the answer
+survived the allocation.
 
 Readers (``READERS``): ``tesseract`` (the Debian binary, one subprocess per crop) and ``rapidocr`` (PP-OCR ONNX models, offline).
 Scores: ``anls`` (ST-VQA / DocVQA) and ``contains_score`` (ANLS against the best word window of the
@@ -22,20 +19,25 @@ import math
 import os
 import shutil
 import subprocess
-from typing import Optional, Protocol, Sequence, Union, runtime_checkable
+from typing import Protocol, Sequence, Union, runtime_checkable
 
 import numpy as np
-import torch
+import torch  # noqa: F401  (the doctests use it)
 from PIL import Image
 from torch import Tensor
 
-from arr_coc.extract import extract_gather, paste_patches
-from arr_coc.imageops import resize, to_hwc_uint8
-from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
-from arr_coc.registry import Registry
-
-from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
+from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: eval.run maps boxes with it)
 from arr_coc.eval.metrics import anls, contains_score, normalize_text  # noqa: F401  (re-exported: the reading scores)
+from arr_coc.imageops import to_hwc_uint8
+from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
+from arr_coc.plan import Plan
+from arr_coc.registry import Registry
+from arr_coc.views import (
+    downsampled_grid,
+    downsampled_view,
+    foveated_view,
+    gestalt_view,
+)
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "
@@ -43,153 +45,42 @@ _INSTALL_TESSERACT = (
 )
 
 
-# ----------------------------------------------------------------------------- views
-def _as_batch(pixels: Tensor, cell: int, fn: str) -> tuple[Tensor, bool]:
-    """[3, H, W] or [B, 3, H, W] -> ([B, 3, H, W], was_single) with H, W multiples of cell."""
-    if isinstance(cell, bool) or not isinstance(cell, int) or cell < 1:
-        raise ValueError(f"{fn}: cell must be a positive int (pixels per token cell), got {cell!r}")
-    if not isinstance(pixels, Tensor) or pixels.ndim not in (3, 4) or pixels.shape[-3] != 3:
-        shape = tuple(pixels.shape) if isinstance(pixels, Tensor) else type(pixels).__name__
-        raise ValueError(f"{fn}: pixels must be a [3, H, W] or [B, 3, H, W] tensor, got {shape}")
-    if not pixels.is_floating_point():
-        raise TypeError(f"{fn}: pixels must be float in [0, 1], got dtype {pixels.dtype}; divide uint8 by 255")
-    H, W = pixels.shape[-2:]
-    if H % cell or W % cell or H == 0 or W == 0:
-        raise ValueError(
-            f"{fn}: pixels H={H}, W={W} are not positive multiples of cell={cell}; build the canvas "
-            f"with arr_coc.canvas.make_canvas first"
-        )
-    single = pixels.ndim == 3
-    return (pixels[None] if single else pixels), single
+# ----------------------------------------------------------------------------- plans
 
 
-def _check_grid(grid: Sequence[int], fn: str) -> tuple[int, int]:
-    if len(grid) != 2 or any(isinstance(g, bool) or int(g) != g or g < 1 for g in grid):
-        raise ValueError(f"{fn}: grid must be (rows, cols) positive ints (token cells), got {grid!r}")
-    return int(grid[0]), int(grid[1])
+def render(plan: Plan, pixels: Tensor, cell: int) -> Tensor:
+    """The pixels a VLM receives for ``plan``, at the size of ``pixels`` [3, hc * cell, wc * cell].
 
-
-def _grid_view(x: Tensor, cell: int, grid: tuple[int, int]) -> Tensor:
-    """[B, 3, H, W] -> the same size after a round trip through grid[0]*cell x grid[1]*cell px."""
-    H, W = x.shape[-2:]
-    small = resize(x, (grid[0] * cell, grid[1] * cell))  # [B, 3, rows*cell, cols*cell]: what the VLM sees
-    out = resize(small, (H, W))  # [B, 3, H, W]; upsampling, so antialias has no effect here
-    return out.clone() if out is x else out  # a view is a new image, never the caller's tensor
-
-
-def gestalt_view(pixels: Tensor, cell: int, grid: Sequence[int]) -> Tensor:
-    """The canvas as a VLM sees it with grid[0] x grid[1] tokens, upsampled back to canvas size.
-
-    The canvas is resized (bilinear, antialiased) to (grid[0]*cell, grid[1]*cell) px, exactly the
-    image a VLM would encode into grid[0]*grid[1] tokens, then upsampled (bilinear) to H x W so it
-    lines up pixel for pixel with the canvas and with answer boxes in canvas pixels.
-
-    Args:
-        pixels: [3, H, W] or [B, 3, H, W] float in [0, 1], H, W multiples of ``cell``.
-        cell: token cell side in pixels.
-        grid: (rows, cols) gestalt tokens, e.g. (16, 16).
-
-    Returns:
-        Same shape as ``pixels``; equal to ``pixels`` when grid is the canvas's own cell grid.
-
-    Example:
-        >>> px = torch.rand(3, 56, 84)
-        >>> v = gestalt_view(px, 28, (1, 1))  # one token: the page shrunk to 28x28 px and blown up again
-        >>> tuple(v.shape), torch.equal(v, px), torch.equal(gestalt_view(px, 28, (2, 3)), px)
-        ((3, 56, 84), False, True)
-    """
-    x, single = _as_batch(pixels, cell, "gestalt_view")
-    out = _grid_view(x, cell, _check_grid(grid, "gestalt_view"))
-    return out[0] if single else out
-
-
-def foveated_view(pixels: Tensor, positions: Tensor, cell: int, grid: Sequence[int]) -> Tensor:
-    """The gestalt view with every saccade cell pasted back at full resolution: what arr-coc sends.
-
-    Args:
-        pixels: [3, H, W] (positions [K, 2]) or [B, 3, H, W] (positions [B, K, 2]), float in [0, 1].
-        positions: (y, x) integer cells of the saccades; K may be 0.
-        cell: token cell side in pixels.
-        grid: (rows, cols) gestalt tokens.
-
-    Returns:
-        Same shape as ``pixels``: saccade cells bit-exact from ``pixels``, the rest from ``gestalt_view``.
+    full -> the pixels; native -> :func:`downsampled_view`; cells -> :func:`foveated_view`; squares ->
+    the gestalt view with each square pasted in, shrunk to one cell (what its one token carries).
 
     Example:
         >>> px = torch.rand(3, 56, 56)
-        >>> v = foveated_view(px, torch.tensor([[1, 0]]), 28, (1, 1))
-        >>> torch.equal(v[:, 28:, :28], px[:, 28:, :28]), torch.equal(v[:, :28], px[:, :28])
-        (True, False)
+        >>> v = render(Plan("topk", "cells", (2, 2), gestalt=(1, 1), cells=torch.tensor([[1, 0]])), px, 28)
+        >>> torch.equal(v[:, 28:, :28], px[:, 28:, :28]), torch.equal(render(Plan("full", "full", (2, 2)), px, 28), px)
+        (True, True)
     """
-    x, single = _as_batch(pixels, cell, "foveated_view")
-    want = 2 if single else 3
-    if not isinstance(positions, Tensor) or positions.ndim != want or positions.shape[-1] != 2:
-        shape = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
-        form = "[K, 2] for a [3, H, W] image" if single else "[B, K, 2] for a [B, 3, H, W] batch"
-        raise ValueError(f"foveated_view: positions must be {form} (y, x) cells, got {shape}")
-    pos = positions[None] if single else positions  # [B, K, 2] (y, x) cells
-    gestalt = _grid_view(x, cell, _check_grid(grid, "foveated_view"))  # [B, 3, H, W]
-    patches = extract_gather(x, pos, cell)  # [B, K, 3, cell, cell] full resolution
-    out = paste_patches(gestalt, patches, pos, cell)  # [B, 3, H, W]
-    return out[0] if single else out
+    from arr_coc.allocators.patching import render_patches
+
+    if plan.kind == "full":
+        return pixels
+    if plan.kind == "native":
+        return downsampled_view(pixels, plan.native, cell)[0]
+    if plan.kind == "cells":
+        return foveated_view(pixels, plan.cells, cell, plan.gestalt)
+    return render_patches(pixels, plan.squares, cell, gestalt_view(pixels, cell, plan.gestalt))
 
 
-def downsampled_grid(hc: int, wc: int, tokens: int) -> tuple[int, int]:
-    """The (rows, cols) token grid of the uniform baseline: canvas aspect, as many tokens as fit.
+def rendered_tokens(plan: Plan) -> int:
+    """Tokens the rendered plan holds: a native plan's downsampled grid may use fewer than its cap.
 
-    Rule: if ``tokens >= hc * wc`` the canvas's own grid (full resolution). Otherwise start from the
-    largest grid of the canvas's exact aspect, ``floor(hc * s) x floor(wc * s)`` with
-    ``s = sqrt(tokens / (hc * wc))`` (each side at least 1, rows at most ``tokens``, cols cut so rows * cols <= tokens), then
-    repeatedly add one row or one column, whichever keeps rows / cols closer to hc / wc in log ratio
-    (a row on a tie), while rows * cols <= tokens, rows <= hc and cols <= wc. The result keeps the
-    aspect to within one cell per side and uses all but a few percent of the budget.
-
-    Example:
-        >>> downsampled_grid(36, 27, 529)  # FUNSD-sized canvas, 256 + 273 tokens: 26x19 then one column
-        (26, 20)
-        >>> downsampled_grid(10, 10, 50), downsampled_grid(4, 40, 8), downsampled_grid(6, 8, 1000)
-        ((7, 7), (1, 8), (6, 8))
+    >>> rendered_tokens(Plan("uniform_image", "native", (36, 27), native=529))
+    520
     """
-    if any(isinstance(v, bool) or int(v) != v or v < 1 for v in (hc, wc, tokens)):
-        raise ValueError(f"downsampled_grid needs positive ints, got hc={hc!r}, wc={wc!r}, tokens={tokens!r}")
-    if tokens >= hc * wc:
-        return hc, wc
-    s = math.sqrt(tokens / (hc * wc))
-    rows = min(hc, tokens, max(1, math.floor(hc * s)))  # a very tall canvas can ask for more rows than tokens
-    cols = min(wc, max(1, math.floor(wc * s)), tokens // rows)
-    target = math.log(hc / wc)
-    while True:
-        options = [(r, c) for r, c in ((rows + 1, cols), (rows, cols + 1)) if r * c <= tokens and r <= hc and c <= wc]
-        if not options:
-            return rows, cols
-        rows, cols = min(options, key=lambda rc: abs(math.log(rc[0] / rc[1]) - target))  # row first on ties
-
-
-def downsampled_view(pixels: Tensor, tokens: int, cell: int) -> tuple[Tensor, int]:
-    """The field's baseline: the whole canvas uniformly downsampled to at most ``tokens`` tokens.
-
-    The grid comes from ``downsampled_grid`` (canvas aspect, as many tokens as fit); the canvas is
-    resized to (rows*cell, cols*cell) px, antialiased, and upsampled back to H x W.
-
-    Args:
-        pixels: [3, H, W] or [B, 3, H, W] float in [0, 1], H, W multiples of ``cell``.
-        tokens: token budget (>= 1), e.g. gestalt + K of the method it is compared with.
-        cell: token cell side in pixels.
-
-    Returns:
-        (view with the shape of ``pixels``, tokens_used = rows * cols <= tokens).
-
-    Example:
-        >>> view, used = downsampled_view(torch.rand(3, 280, 280), 50, 28)
-        >>> tuple(view.shape), used
-        ((3, 280, 280), 49)
-    """
-    x, single = _as_batch(pixels, cell, "downsampled_view")
-    if isinstance(tokens, bool) or int(tokens) != tokens or tokens < 1:
-        raise ValueError(f"downsampled_view: tokens must be a positive int, got {tokens!r}")
-    rows, cols = downsampled_grid(x.shape[-2] // cell, x.shape[-1] // cell, int(tokens))
-    out = _grid_view(x, cell, (rows, cols))
-    return (out[0] if single else out), rows * cols
+    if plan.kind == "native":
+        rows, cols = downsampled_grid(*plan.grid, plan.native)
+        return rows * cols
+    return plan.tokens
 
 
 # ----------------------------------------------------------------------------- boxes and crops

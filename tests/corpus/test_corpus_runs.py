@@ -12,7 +12,8 @@ from PIL import Image, ImageDraw
 
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
-from arr_coc.eval.harness import EvalSettings, evaluate, write_reports
+from arr_coc.eval.report import write_reports
+from arr_coc.eval.run import EvalSettings, evaluate
 from arr_coc.eval.store import RowStore, requested
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
@@ -83,7 +84,9 @@ def test_the_summary_covers_exactly_the_records_methods_and_budgets_asked(pages,
     path = evaluate(records, arr(), tmp_path, SETTINGS, progress=False)  # 12 records x 2 methods x 2 budgets
     asked = EvalSettings(methods=("topk",), budgets=("25%",), reader=None)
     evaluate(records[:3], arr(), tmp_path, asked, progress=False)
-    csv_path, _, _ = write_reports(path, keys=requested(records[:3], asked.methods, asked.budgets))
+    csv_path, md_path, _ = write_reports(path, keys=requested(records[:3], asked.methods, asked.budgets),
+                                         made_by="arr-coc eval jsonl --methods topk")
+    assert md_path.read_text().splitlines()[0] == "made by: arr-coc eval jsonl --methods topk"
     lines = csv_path.read_text().splitlines()
     assert len(lines) == 2 and ",topk,25%,3," in lines[1]
 

@@ -1,0 +1,224 @@
+"""Reports of an evaluation folder, for both readers: summary rows, CSV, markdown tables, plots.
+
+``write_reports`` turns ``records.jsonl`` into ``summary.csv``, ``summary.md`` (its first line names the
+command that made it) and ``summary.png``: for the OCR readers (``reader="ocr"``) answer coverage and
+reading accuracy against the share of full-resolution tokens; for the VLM reader (``reader="vlm"``)
+the benchmark's score and what each answer cost (allocation, vision, prefill, decode time, FLOPs).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from collections import defaultdict
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from arr_coc.allocators.methods import METHODS as REGISTRY
+from arr_coc.allocators.methods import methods_for
+from arr_coc.eval.store import RowStore
+from arr_coc.samplers import SAMPLERS
+
+COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "seen", "reading")  # seen: variable-size allocators
+COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")  # the VLM reader's
+READERS = ("ocr", "vlm")
+
+
+def _mean(values: list) -> float:
+    vals = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
+              methods: Sequence[str] | None = None) -> list[dict]:
+    """Mean of every metric in ``columns`` per (dataset, method, budget), in table order (``methods``' order,
+    default the registry's)."""
+    methods = list(REGISTRY.names()) if methods is None else list(methods)
+    groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
+    for r in rows:
+        groups[(r["dataset"], r["method"], r["budget"])].append(r)
+
+    def order(key):
+        dataset, method, budget = key
+        b = -1.0 if budget == "full" else (float(budget[:-1]) if budget.endswith("%") else 1e9 + float(budget))
+        return dataset, b, methods.index(method) if method in methods else len(methods)
+
+    out = []
+    for key in sorted(groups, key=order):
+        g = groups[key]
+        share = _mean([r["tokens"] / r["full_tokens"] for r in g])
+        out.append({"dataset": key[0], "method": key[1], "budget": key[2], "n": len(g),
+                    "tokens": _mean([r["tokens"] for r in g]), "share": share,
+                    **{c: _mean([r.get(c) for r in g]) for c in columns}})
+    return out
+
+
+@lru_cache(maxsize=None)
+def method_label(method: str) -> str:
+    """A method's name in tables: samplers with learnable parameters run untrained here, and say so.
+
+    >>> method_label("topk"), method_label("log_polar"), method_label("adaptive_stratified@learned")
+    ('topk', 'log_polar (untrained)', 'adaptive_stratified@learned (untrained)')
+    """
+    base = method.split("@")[0]
+    if base in SAMPLERS.names() and any(True for _ in SAMPLERS.get(base)().parameters()):
+        return f"{method} (untrained)"
+    return method
+
+
+def fmt(v: float, pct: bool = False) -> str:
+    """A table cell: a share as a percentage, a mean to three decimals, a missing value as a dash.
+
+    >>> fmt(0.25, pct=True), fmt(0.5), fmt(float("nan"))
+    ('25%', '0.500', '—')
+    """
+    if v != v:
+        return "—"
+    return f"{100 * v:.0f}%" if pct else f"{v:.3f}"
+
+
+def markdown_table(summary: Sequence[dict]) -> str:
+    """The OCR readers' table: allocation metrics and reading accuracy per (budget, method)."""
+    lines = ["| budget | method | tokens (share of full) | n | coverage | hit rate | IoU proxy | secondary "
+             "| peripheral | seen | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        lines.append(f"| {s['budget']} | {method_label(s['method'])} | {s['tokens']:.0f} ({fmt(s['share'], True)}) | "
+                     f"{s['n']} | " + " | ".join(fmt(s[c]) for c in COLUMNS) + " |")
+    return "\n".join(lines)
+
+
+def cost_table(summary: Sequence[dict], metric: str) -> str:
+    """The VLM reader's table: accuracy and cost per (budget, method), to read accuracy against cost from."""
+    lines = [f"| budget | method | tokens (share of full) | n | {metric} | alloc ms | vision ms | prefill ms "
+             "| decode ms | TFLOPs |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} ({fmt(s['share'], True)}) | {s['n']} | "
+                     f"{fmt(s['score'])} | {s['alloc_ms']:.1f} | {s['vision_ms']:.1f} | {s['prefill_ms']:.1f} | "
+                     f"{s['decode_ms']:.1f} | {s['flops'] / 1e12:.4g} |")
+    return "\n".join(lines)
+
+
+def pivot_table(summary: Sequence[dict], column: str) -> str:
+    """One metric as methods x budgets (the mean tokens sent in each header), for READMEs.
+
+    >>> rows = [{"method": "topk", "budget": "25%", "tokens": 247.0, "share": 0.25, "reading": 0.5},
+    ...         {"method": "full", "budget": "full", "tokens": 989.0, "share": 1.0, "reading": 0.8}]
+    >>> print(pivot_table(rows, "reading"))
+    | method | full (989 tok) | 25% (247 tok) |
+    |---|---:|---:|
+    | full | 0.800 |  |
+    | topk |  | 0.500 |
+    """
+    budgets = list(dict.fromkeys(s["budget"] for s in sorted(
+        summary, key=lambda s: s["share"] * (s["budget"] != "full") - (s["budget"] == "full"))))
+    tokens = {b: sum(s["tokens"] for s in summary if s["budget"] == b) / sum(1 for s in summary if s["budget"] == b)
+              for b in budgets}
+    seen = list(dict.fromkeys(s["method"] for s in summary))
+    known = REGISTRY.names()
+    methods = [m for m in known if m in seen] + [m for m in seen if m not in known]  # e.g. topk@learned
+    cell = {(s["method"], s["budget"]): s[column] for s in summary}
+    lines = ["| method | " + " | ".join(f"{b} ({tokens[b]:.0f} tok)" for b in budgets) + " |",
+             "|---|" + "---:|" * len(budgets)]
+    for m in methods:
+        lines.append(f"| {method_label(m)} | "
+                     + " | ".join(fmt(cell[(m, b)]) if (m, b) in cell else "" for b in budgets) + " |")
+    return "\n".join(lines)
+
+
+def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple[str, str, str]] | None = None, *,
+                  made_by: str, reader: str = "ocr") -> tuple[Path, Path, Path]:
+    """records.jsonl -> summary.csv, summary.md and summary.png beside it (or in ``out_dir``).
+
+    Args:
+        jsonl: an evaluation folder's ``records.jsonl``.
+        out_dir: where the reports go (default: beside ``jsonl``).
+        keys: (record_id, method, budget), e.g. :func:`arr_coc.eval.store.requested` for a run: the tables
+            hold exactly those rows; without it every row of the folder counts once.
+        made_by: the command that made the rows, written as the first line of summary.md.
+        reader: ``ocr`` (the OCR readers' rows) or ``vlm`` (the model's answers and their cost).
+
+    Raises:
+        ValueError: no rows for ``keys``, or an unknown ``reader``.
+    """
+    if reader not in READERS:
+        raise ValueError(f"unknown reader {reader!r}; choose one of {', '.join(READERS)}")
+    rows = RowStore(jsonl.parent).rows(keys)
+    if not rows:
+        raise ValueError(f"{jsonl} holds no rows for the records, methods and budgets asked for")
+    if reader == "ocr":
+        summary = summarize(rows)
+        table = markdown_table(summary)
+    else:
+        summary = summarize(rows, columns=COST_COLUMNS)
+        table = cost_table(summary, rows[0]["metric"])
+    out_dir = out_dir or jsonl.parent
+    csv_path, md_path, png_path = out_dir / "summary.csv", out_dir / "summary.md", out_dir / "summary.png"
+    with csv_path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(summary[0]))
+        w.writeheader()
+        w.writerows(summary)
+    md_path.write_text(f"made by: {made_by}\n\n{table}\n")
+    if reader == "ocr":
+        plot_summary(summary, png_path)
+    else:
+        plot_costs(summary, png_path, rows[0]["metric"], rows[0].get("model", ""))
+    return csv_path, md_path, png_path
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    return fig, fig.subplots(1, 2), matplotlib.colormaps["tab20"]
+
+
+def plot_summary(summary: Sequence[dict], path: Path) -> Path:
+    """Reading accuracy and answer coverage vs share of full-resolution tokens, one line per method."""
+    fig, axes, colours = _figure()
+    dataset = summary[0]["dataset"] if summary else ""
+    for ax, col, label in ((axes[0], "reading", "reading accuracy (ANLS of OCR)"),
+                           (axes[1], "coverage", "answer-box coverage")):
+        for i, method in enumerate(methods_for("ocr")):  # one colour per method in both panels
+            pts = sorted((s["share"], s[col]) for s in summary if s["method"] == method and s[col] == s[col])
+            if not pts:
+                continue
+            if method == "full":
+                ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
+                continue
+            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=colours(i),
+                    ls=":" if method in ("uniform_image", "random") else "-", label=method_label(method))
+        ax.set_xlabel("tokens sent (% of full resolution)")
+        ax.set_ylabel(label)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[int(not axes[0].get_lines())].legend(fontsize=8)  # COCO has no reading panel to hold it
+    fig.suptitle(f"{dataset}: what survives at equal token budgets")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_costs(summary: Sequence[dict], path: Path, metric: str, model: str = "") -> Path:
+    """The VLM's score vs visual tokens sent and vs estimated TFLOPs per answer, one line per method."""
+    fig, axes, colours = _figure()
+    for i, method in enumerate(methods_for("vlm")):
+        pts = sorted((s["tokens"], s["flops"] / 1e12, s["score"]) for s in summary if s["method"] == method)
+        if not pts:
+            continue
+        for ax, x in ((axes[0], 0), (axes[1], 1)):
+            if method == "full":
+                ax.axhline(pts[0][2], color="k", ls="--", lw=1, label="full resolution")
+            else:
+                ax.plot([p[x] for p in pts], [p[2] for p in pts], marker="o", color=colours(i), label=method,
+                        ls=":" if method == "native_budget" else "-")
+    for ax, label in ((axes[0], "visual tokens sent"), (axes[1], "estimated TFLOPs per answer")):
+        ax.set_xlabel(label)
+        ax.set_ylabel(metric)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{summary[0]['dataset'] if summary else ''}: {model} answering at equal visual tokens")
+    fig.savefig(path, dpi=110)
+    return path
