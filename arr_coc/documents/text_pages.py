@@ -147,6 +147,8 @@ def render_text(text: str, layout: TextLayout = TextLayout(), source: str = "<te
                     new_line()
                     pen = None
                 if pen is None:
+                    if left_edge + indent + rgt - lft > right_edge:
+                        indent = 0
                     pen = left_edge + indent - lft  # ink reaching left of the pen still starts in the column
                     indent = 0
                     breaks[-1].append(len(pages[-1]))
