@@ -188,12 +188,13 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float]) -> tuple[lis
             continue
         left, bottom, right, top = tp.get_charbox(i)
         if right > left and top > bottom:  # accents and generated characters can have no extent
-            box = to_px(left, bottom, right, top)
-            if prev is not None and _starts_new_line(prev, box):
+            # Lines are found in the page's own frame (before its display rotation), where text runs left to right.
+            flat: Box = (-top, left, -bottom, right)
+            if prev is not None and _starts_new_line(prev, flat):
                 end_word()
                 new_line = True
-            prev = box
-            boxes.append(box)
+            prev = flat
+            boxes.append(to_px(left, bottom, right, top))
             # TeX fonts report a size of 1 and scale by the text matrix: the loose box (ascent to descent)
             # is the size as drawn.
             _, lb, _, lt = tp.get_charbox(i, loose=True)
