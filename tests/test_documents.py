@@ -1,6 +1,7 @@
 """Documents as pages with their words: PDF text layers, rendered text, the corpus split, the questions."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -279,3 +280,17 @@ def test_next_words_quote_another_line_and_never_their_answer():
     assert [q.answers for q in questions(twice, kinds=["next_words"])] == []
     with pytest.raises(ValueError, match=r"unknown question kind\(s\) \['table'\]"):
         questions(Context([], "x"), kinds=["table"])
+
+
+def test_page_numbers_are_lone_numbers_that_run_with_the_pages():
+    layout = TextLayout(size=16, width=600, height=300, margin=20)
+    folios = ["1", "2", "7", "4", "ix"]  # page 3 ends in a stray number (a code line's, say)
+    pages = [replace(render_text(f"Some body text on this page\n\n\n\n{f}", layout, "doc").pages[0], index=i)
+             for i, f in enumerate(folios)]
+    pages.append(replace(render_text("Body text\n\n\n\n6 of them", layout, "doc").pages[0], index=5))  # not lone
+    qs = questions(Context(pages, "doc"), kinds=["page_number"])
+    assert [(q.page, q.answers[0]) for q in qs] == [(0, "1"), (1, "2"), (3, "4"), (4, "ix")]
+    assert all(q.question == "What is the page number?" for q in qs)
+    assert qs[0].boxes[0] == pages[0].words[-1].box
+    # Alone, the stray page cannot be checked against others: its number is taken.
+    assert [q.answers[0] for q in questions(Context(pages[2:3], "doc"), kinds=["page_number"])] == ["7"]

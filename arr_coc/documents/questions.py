@@ -4,7 +4,9 @@ Three kinds, each read off the words and lines of a :class:`~arr_coc.documents.p
 
 - ``page_number``: "What is the page number?" The answer is the printed folio: a line holding
   only a number (arabic, or lower-case roman as front matter uses) that is the topmost or the
-  bottommost line of the page, with nothing else beside it. Its box is that line's box.
+  bottommost line of the page, with nothing else beside it. Its box is that line's box. Over a
+  context of 3+ such pages, an arabic folio counts only where folio minus page index is the
+  context's most common offset (page numbers run with the pages; a stray code-line number does not).
 - ``section_title``: "What is the title of section 3.2?" From numbered headings: a line whose
   first word is a section number (``3``, ``3.2``, ``3.2.1``) followed by words with a letter, set
   larger than the document's body text (the median line size, weighted by words), starting at the
@@ -89,6 +91,20 @@ def _folio(page: Page) -> tuple[str, Box] | None:
         if not beside:  # a number sharing its row with a running head is a header, not a lone folio
             return text, boxes[i]
     return None
+
+
+def _consistent_folios(ctx: Context) -> dict[int, tuple[str, Box]]:
+    """Each page's folio, keeping arabic ones only where folio - page index agrees with most pages.
+
+    A lone number at the foot of one page may be a code line's number; printed page numbers run with
+    the pages. With fewer than 3 arabic folios there is nothing to agree with and all are kept.
+    """
+    found = {p.index: f for p in ctx.pages if (f := _folio(p))}
+    offsets = Counter(int(t) - i for i, (t, _) in found.items() if t.isdigit())
+    if sum(offsets.values()) < 3:
+        return found
+    offset = offsets.most_common(1)[0][0]
+    return {i: (t, b) for i, (t, b) in found.items() if not t.isdigit() or int(t) - i == offset}
 
 
 def _headings(page: Page, body: float) -> Iterable[tuple[str, str, Box]]:
@@ -194,12 +210,13 @@ def questions(ctx: Context, kinds: Sequence[str] = KINDS, per_page: int = 1, see
     heads = {p.index: list(_headings(p, body)) for p in ctx.pages} if "section_title" in kinds else {}
     numbers = Counter(num for hs in heads.values() for num, _, _ in hs)
     ngrams = _word_ngrams(ctx, PHRASE_WORDS) if "next_words" in kinds else Counter()
+    folios = _consistent_folios(ctx) if "page_number" in kinds else {}
     out: list[Question] = []
     for page in ctx.pages:
         made: list[Question] = []
         for kind in kinds:
             if kind == "page_number":
-                folio = _folio(page)
+                folio = folios.get(page.index)
                 if folio:
                     made.append(Question(page.source, page.index, "What is the page number?", (folio[0],),
                                          (folio[1],), kind))
