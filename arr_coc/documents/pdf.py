@@ -167,8 +167,7 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float]) -> tuple[lis
                 new_line = False
             words.append(Word("".join(chars), union(boxes)))
             sizes[-1].extend(line_sizes)
-        elif chars and words:  # a word with no extent (e.g. only accents) still has text; keep it readable
-            words[-1] = Word(words[-1].text + "".join(chars), words[-1].box)
+        # A "word" of characters without extent (a lone combining accent) has no place on the page: dropped.
         chars.clear()
         boxes.clear()
         line_sizes.clear()

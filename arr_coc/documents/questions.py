@@ -42,7 +42,8 @@ from arr_coc.documents.page import Box, Context, Page, union
 KINDS = ("page_number", "section_title", "next_words")
 PHRASE_WORDS = 4  # long enough to be unique on a page of prose, short enough to read as a quote
 ANSWER_WORDS = 3
-_FOLIO = re.compile(r"(\d{1,4}|[ivxlc]{1,7})")
+# Arabic folios, or the lower-case roman numerals (i to xxxix) of front matter.
+_FOLIO = re.compile(r"\d{1,4}|(?=[ivx])x{0,3}(?:ix|iv|v?i{0,3})")
 _SECTION = re.compile(r"([1-9]\d?(?:\.\d{1,2}){0,3})")
 # A heading is set this much larger than body text (LaTeX's \subsection is \large: 12 pt over 10 pt).
 HEADING_RATIO = 1.08
@@ -132,7 +133,8 @@ def _headings(page: Page, body: float) -> Iterable[tuple[str, str, Box]]:
         title = " ".join(w.text for w in words[1:])
         if not m or not re.search(r"[A-Za-z]", title) or ". ." in title:
             continue
-        if i + 1 < len(page.lines) and abs(page.lines[i + 1].size - line.size) < 0.05 * line.size:
+        nxt = page.lines[i + 1] if i + 1 < len(page.lines) else None
+        if nxt and abs(nxt.size - line.size) < 0.05 * line.size and not _SECTION.fullmatch(page.words[nxt.words[0]].text):
             continue  # the title may run on to the next line: its answer would be cut
         yield m.group(1), title, union([w.box for w in words[1:]])
 
