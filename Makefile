@@ -15,6 +15,10 @@ $(STAMP): pyproject.toml
 	# headless Chromium and its driver for the microscope's browser test (selenium is told their paths)
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }
+	# real LaTeX manuals with a text layer: the offline document corpus (arr_coc.documents.corpus)
+	test -f /var/lib/dpkg/info/texlive-latex-base-doc.list -a -f /var/lib/dpkg/info/texlive-latex-recommended-doc.list \
+		|| { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq texlive-latex-base-doc texlive-latex-recommended-doc >/dev/null; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
