@@ -185,6 +185,17 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     assert rows[("slice", "16")]["flops_llm"] == rows[("arr", "16")]["flops_llm"]
 
 
+def test_a_model_without_its_own_processor_is_refused_the_native_methods(tmp_path):
+    llava = load_vlm("tiny:llava")  # declares no processor capability
+    records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
+    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=llava.cell), texture=TextureConfig(channels=CHANNELS)),
+              query_encoder=HashingQueryEncoder()).eval()
+    with pytest.raises(ValueError, match=f"{llava.name} has no image processor of its own to resize with; "
+                                         "leave out full and native_budget"):
+        run(records, arr, llava, tmp_path / "o", methods=("arr", "native_budget"))
+    assert {r["method"] for r in run(records, arr, llava, tmp_path / "o", methods=("arr",))} == {"arr"}
+
+
 def test_batched_answers_equal_one_at_a_time(tmp_path, adapter, arr):
     records = load_dataset("textvqa", make_dataset("textvqa", tmp_path / "t"), split="val")
     batched = run(records, arr, adapter, tmp_path / "b4", batch_size=4)

@@ -16,7 +16,8 @@ making a :class:`arr_coc.plan.Plan` that the adapters ``arr-coc ask`` uses encod
 - every sampler by name (``topk``, ``stratified``, ``random``, ...), the variable-size patch
   allocators (``patches``, ``patches_edges``, ``quadtree``) and the trained ``selector`` / ``pruner``.
 
-A budget is the number of visual tokens (``529``) or a share of the full-resolution canvas (``25%``).
+A token spec T is a number of visual tokens (``529``) or a share of the full-resolution canvas (``25%``),
+kept as asked in the row's ``budget`` column.
 Per answer a row records the tokens sent, the allocation time (texture of the image + scoring +
 selection; ``vlm``: the gestalt's encoding and the first look; ``full`` and ``native_budget`` allocate
 nothing), the vision tower's time, the prefill and decode time (batched: the batch's time shared
@@ -66,6 +67,7 @@ from arr_coc.vlm import encode as encode_plans
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.generation import generate, synchronize
 from arr_coc.vlm.processing import assemble
+from arr_coc.vlm.protocol import PROCESSOR
 from arr_coc.vlm.stages import look_at
 
 VLM_METHODS = methods_for("vlm")  # in table order
@@ -303,7 +305,7 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
     settings = settings or VLMEvalSettings()
     if arr.config.canvas.cell != adapter.cell:
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs {adapter.cell} px")
-    if {"full", "native_budget"} & set(settings.methods) and not hasattr(adapter, "encode_processed"):
+    if {"full", "native_budget"} & set(settings.methods) and PROCESSOR not in adapter.capabilities:
         raise ValueError(f"{adapter.name} has no image processor of its own to resize with; "
                          f"leave out full and native_budget")
     rank, world, created = process_group(adapter.visual.device)
