@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.allocators.patching import PATCHERS
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.registry import UnknownNameError

@@ -14,7 +14,7 @@ HELP = "answers or OCR reading of the answer at equal total tokens, per method"
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import SamplerConfig
     from arr_coc.eval import vlm_reader
-    from arr_coc.eval.run import DEFAULT_TOKENS, DEFAULT_METHODS, MARGIN_PX, METHODS
+    from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, MARGIN_PX, METHODS
 
     p = command("eval", [opt.data(), opt.pipeline(), opt.vlm(required=False)], help=HELP,
                 description="Evaluate allocation methods on a dataset at equal total tokens (each method "
@@ -55,12 +55,13 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arr_coc.allocators.methods import LEARNED_METHODS
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.allocators.methods import LEARNED_METHODS
     from arr_coc.eval.harness import load_learned_methods, refuse_leakage
     from arr_coc.eval.report import write_reports
-    from arr_coc.eval.run import DEFAULT_TOKENS, DEFAULT_METHODS, EvalSettings, evaluate as run_eval
+    from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, EvalSettings
+    from arr_coc.eval.run import evaluate as run_eval
     from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
 
@@ -108,7 +109,13 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
 
     from arr_coc.eval.harness import refuse_leakage
     from arr_coc.eval.report import write_reports
-    from arr_coc.eval.vlm_reader import DEFAULT_TOKENS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device
+    from arr_coc.eval.vlm_reader import (
+        DEFAULT_METHODS,
+        DEFAULT_TOKENS,
+        VLMEvalSettings,
+        evaluate_vlm,
+        rank_device,
+    )
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
