@@ -1,6 +1,6 @@
 """Every allocator at equal tokens on held-out images: samplers, variable-size patches, quadtree, learned.
 
-    python benchmarks/run_allocators.py [--limit 40] [--budgets 10% 25%] [--skip-train]
+    python benchmarks/run_allocators.py [--limit 40] [--tokens 10% 25%] [--skip-train]
 
 1. Trains the two learned allocators with ``arr_coc.train.loop`` (defaults: proxy objective at 10%,
    300 steps, training images only) -- ``--learner selector`` (a CNN on the pixels, blind to the
@@ -42,7 +42,7 @@ OUT = ROOT / "benchmarks" / "results" / "allocators"
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--limit", type=int, default=40, help="test records per dataset")
-    p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
+    p.add_argument("--tokens", nargs="+", default=["10%", "25%"], help="total visual tokens per row (counts or shares)")
     p.add_argument("--skip-train", action="store_true", help="ship the weights already in out/train_<learner>")
     args = p.parse_args(argv)
     for learner in ("selector", "pruner"):
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.copyfile(out / "metrics.json", OUT / "train" / f"{learner}_metrics.json")
         shutil.copyfile(out / "loss.png", OUT / "train" / f"{learner}_loss.png")
     arr = ARR().eval()
-    settings = EvalSettings(methods=ALLOCATORS, budgets=args.budgets)
+    settings = EvalSettings(methods=ALLOCATORS, tokens=args.tokens)
     summaries = {}
     for name in DATASETS:
         records = load_dataset(name, limit=args.limit, split="test")

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=TrainConfig.steps)
     p.add_argument("--test-limit", type=int, default=150, help="test records per dataset for the reading table")
-    p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
+    p.add_argument("--tokens", nargs="+", default=["10%", "25%"], help="total visual tokens per row (counts or shares)")
     p.add_argument("--skip-train", action="store_true", help="report the weights already in out/train")
     p.add_argument("--skip-reading", action="store_true", help="only the IoU table")
     args = p.parse_args(argv)
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.skip_reading:
         return
     by_id = {(e.dataset, e.record_id): e for e in examples}
-    settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), budgets=args.budgets)
+    settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), tokens=args.tokens)
     samplers = build_samplers(settings.methods)
     reader = READERS.get("tesseract")()
     report = []

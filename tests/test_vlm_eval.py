@@ -103,7 +103,7 @@ def cli(name: str, data: Path, out: Path, *extra: str) -> list[dict]:
 
 
 def run(records, arr, adapter, out: Path, **kw) -> list[dict]:
-    settings = VLMEvalSettings(**{"methods": ("full", "native_budget", "arr"), "budgets": ("8",),
+    settings = VLMEvalSettings(**{"methods": ("full", "native_budget", "arr"), "tokens": ("8",),
                                   "max_new_tokens": 3, "batch_size": 4, **kw})
     return read_rows(evaluate_vlm(records, arr, adapter, out, settings, progress=False))
 
@@ -171,7 +171,7 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
     methods = ("full", "native_budget", "arr", "vlm", "slice", "topk", "random", "patches", "quadtree")
     rows = {(r["method"], r["budget"]): r for r in run(records, arr, adapter, tmp_path / "o", methods=methods,
-                                                         budgets=("16", "50%"))}
+                                                         tokens=("16", "50%"))}
     full = rows[("full", "full")]["full_tokens"]
     assert full == 24  # 168 x 112 px = 6 x 4 cells
     for (m, b), r in rows.items():
@@ -183,6 +183,17 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     # slice runs the tower over the whole image, sparse over gestalt + saccades only
     assert rows[("slice", "16")]["flops_vision"] > rows[("arr", "16")]["flops_vision"]
     assert rows[("slice", "16")]["flops_llm"] == rows[("arr", "16")]["flops_llm"]
+
+
+def test_a_model_without_its_own_processor_is_refused_the_native_methods(tmp_path):
+    llava = load_vlm("tiny:llava")  # declares no processor capability
+    records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
+    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=llava.cell), texture=TextureConfig(channels=CHANNELS)),
+              query_encoder=HashingQueryEncoder()).eval()
+    with pytest.raises(ValueError, match=f"{llava.name} has no image processor of its own to resize with; "
+                                         "leave out full and native_budget"):
+        run(records, arr, llava, tmp_path / "o", methods=("arr", "native_budget"))
+    assert {r["method"] for r in run(records, arr, llava, tmp_path / "o", methods=("arr",))} == {"arr"}
 
 
 def test_batched_answers_equal_one_at_a_time(tmp_path, adapter, arr):
