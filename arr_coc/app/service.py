@@ -19,7 +19,7 @@ from torch import Tensor
 
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cache import ImageCache
-from arr_coc.canvas import load_image
+from arr_coc.imageio import load_image
 from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
                             TextureConfig)
 from arr_coc.eval.reading import foveated_view, gestalt_view

@@ -5,7 +5,7 @@ Every loader turns a folder into a list of :class:`Record` and is registered in 
 :mod:`arr_coc.data.vqa`, whose records have no boxes); :func:`load_dataset` adds a reproducible subset.
 
 Boxes are ``(y0, x0, y1, x1)`` in original image pixels (float) of the image as displayed, i.e. after its
-EXIF orientation, which is how the pipeline reads it (:func:`arr_coc.canvas.image_size`). Sources that store
+EXIF orientation, which is how the pipeline reads it (:func:`arr_coc.imageio.image_size`). Sources that store
 ``[x0, y0, x1, y1]`` are converted here. Every box is clipped to its image and boxes of zero area
 after clipping are dropped; a record left without boxes is dropped too (a JSONL record raises).
 
@@ -45,7 +45,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from rapidfuzz import fuzz
 
-from arr_coc.canvas import image_size
+from arr_coc.imageio import image_size
 from arr_coc.query import question_problem
 from arr_coc.registry import Registry
 
