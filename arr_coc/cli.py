@@ -268,7 +268,9 @@ def _parser() -> argparse.ArgumentParser:
                 {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainConfig)})
     tr.add_argument("--sampler", default=SamplerConfig.name,
                     help="sampler whose parameters train too, if any (default %(default)s)")
-    tr.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
+    tr.add_argument("--export", default=None, metavar="NAME_OR_PATH",
+                    help="publish the trained weights: a name ships them in arr_coc/weights/ with a registry entry "
+                         "(then loadable by that name), a path gets a copy")
     sv = command("serve", [],
                  help="the microscope: a web page to see and steer the allocation (Gradio)",
                  description="Serve the microscope: upload an image, ask, and see where the saccades go, what each "
@@ -492,10 +494,9 @@ def ask(args: argparse.Namespace) -> int:
 
 
 def train(args: argparse.Namespace) -> int:
-    import shutil
-
     from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
     from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+    from arr_coc.train.checkpoint import export
     from arr_coc.train.loop import TrainConfig, train as run
 
     cfg = from_args(TrainConfig, args, {f.name: f.name for f in fields(TrainConfig)})
@@ -517,9 +518,7 @@ def train(args: argparse.Namespace) -> int:
     out, weights = Path(cfg.out), Path(cfg.out) / f"{cfg.learner}.pt"
     print(f"written       {weights}  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
     if args.export:
-        args.export.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(weights, args.export)
-        print(f"exported      {args.export}")
+        print(f"exported      {export(weights, args.export)}")
     return 0
 
 

@@ -279,7 +279,7 @@ def test_eval_sampler_flag_sends_the_arr_method_through_that_sampler_with_its_tr
     import torch
 
     from arr_coc.config import SamplerConfig, ScorerConfig, TextureConfig
-    from arr_coc.train.loop import TrainConfig, export_weights
+    from arr_coc.train import TrainConfig, export_weights
 
     texture = TextureConfig(channels=("rgb", "edges"))
     trained = ARR(ARRConfig(texture=texture, sampler=SamplerConfig(name="log_polar")),
