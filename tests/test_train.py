@@ -195,13 +195,13 @@ def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys, m
     monkeypatch.setattr(registry, "PACKAGED", shipped)
     assert main(argv[:-2] + ["--resume", "--export", "mine"]) == 0
     assert "shipped as 'mine': --scorer-weights mine loads it" in capsys.readouterr().out
-    assert (shipped / "mine.pt").read_bytes() == (tmp_path / "w.pt").read_bytes()
+    assert (shipped / "mine.pt").read_bytes() == (tmp_path / "run" / "scorer.pt").read_bytes()
     entry = entries()["mine"]
     assert entry.trained_on["datasets"] == ["jsonl"] and entry.settings["train"]["steps"] == 6
     mine = ARR(replace(CONFIG, scorer=ScorerConfig(weights="mine")), query_encoder=HashingQueryEncoder())
     assert mine.weights_source == "trained, shipped: arr_coc/weights/mine.pt"
-    saved = torch.load(shipped / "mine.pt", weights_only=True)
-    assert all(torch.equal(mine.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
+    first = torch.load(tmp_path / "w.pt", weights_only=True)  # resumed at its last step: the same weights
+    assert all(torch.equal(mine.scorer.state_dict()[k], v) for k, v in first["scorer"].items())
     assert main(argv[:-2] + ["--batch-size", "3", "--resume"]) == 2  # changed setting: refused, clearly
     assert "different configuration (batch_size)" in capsys.readouterr().err
 

@@ -1,4 +1,4 @@
-"""Files of a training run: the resumable checkpoint (refused under other settings) and the trained weights it exports."""
+"""Files of a training run: the resumable checkpoint (refused under other settings) and the weights it exports."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""What one training run is: its settings (`TrainConfig`, also the flags of `arr-coc train`) and what it leaves (`Run`)."""
+"""One training run: its settings (`TrainConfig`, also the flags of `arr-coc train`) and what it leaves (`Run`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -77,7 +77,8 @@ def describe(path: str | Path, name: str) -> Entry:
                                 "query_encoder": saved.get("query_encoder", "MiniLMQueryEncoder")}
     if saved["format"] == SCORER_FORMAT:
         kind = "scorer"
-        settings |= {"scorer": saved["scorer_name"], "sampler": saved.get("arr_config", {}).get("sampler", {}).get("name")}
+        sampler = saved.get("arr_config", {}).get("sampler", {}).get("name")  # trained with the scorer, if learnable
+        settings |= {"scorer": saved["scorer_name"], "sampler": sampler}
     else:
         kind = saved["kind"]
         settings["config"] = saved["config"]
