@@ -226,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="weights of the 'pruner' method (default: the packaged ones)")
 
     from arr_coc.vlm import LAYOUTS, MODES
+    from arr_coc.config import MAX_NEW_TOKENS
     from arr_coc.vlm.ask import RELEVANCE_SOURCES, allocators
 
     ask = command("ask", [_image_question(), _vlm(), _saccades(), _pipeline(canvas=("max_pixels",))],
@@ -252,7 +253,8 @@ def _parser() -> argparse.ArgumentParser:
                           "CUDA, arr elsewhere (default %(default)s)")
     ask.add_argument("--json", action="store_true",
                      help="print the answer, tokens sent and full, FLOPs and each stage's time as JSON")
-    ask.add_argument("--max-new-tokens", type=int, default=64, help="answer length limit (default %(default)s)")
+    ask.add_argument("--max-new-tokens", type=int, default=MAX_NEW_TOKENS,
+                     help="answer length limit (default %(default)s)")
 
     from arr_coc.train.loop import TrainConfig
 

@@ -100,6 +100,7 @@ def resolve_device(device: Any) -> Any:
 # The reference budget: a 16x16 gestalt (256) + 273 saccades = 529 tokens, about a quarter of a
 # 1344x1344 page at full resolution (2304 tokens at 28 px).
 DEFAULT_BUDGET = 273
+MAX_NEW_TOKENS = 32  # a VLM's answer length limit: ask, the VLM evaluation, the app and the CLI default to it
 
 
 @dataclass

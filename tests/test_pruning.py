@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from arr_coc.allocators.pruning import PatchSelector, TokenPruner, cells_of, pad_tokens, prune, soft_weights
 from arr_coc.samplers import topk_cells
-from arr_coc.vlm.base import all_cells
+from arr_coc.vlm.processing import all_cells
 
 
 def reference_keep(scores: torch.Tensor, mask: torch.Tensor, k: int) -> list[list[int]]:

@@ -20,8 +20,8 @@ from torch import Tensor
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cache import ImageCache
 from arr_coc.imageio import load_image
-from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
-                            TextureConfig)
+from arr_coc.config import (DEFAULT_BUDGET, MAX_NEW_TOKENS, PIPELINE_CHANNELS, ARRConfig, CanvasConfig,
+                            SamplerConfig, ScorerConfig, TextureConfig)
 from arr_coc.eval.reading import foveated_view, gestalt_view
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
@@ -144,7 +144,7 @@ class Microscope:
         max_new_tokens: answer length limit of the VLM.
     """
 
-    def __init__(self, query_encoder: QueryEncoder | None = None, vlm: Any = None, max_new_tokens: int = 32) -> None:
+    def __init__(self, query_encoder: QueryEncoder | None = None, vlm: Any = None, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
         from arr_coc.query import MiniLMQueryEncoder
 
         self.query_encoder = query_encoder or MiniLMQueryEncoder().load()
@@ -186,10 +186,10 @@ class Microscope:
         alloc = arr.allocate(scene, [question], budget=settings.budget, timings=t)
         sent = alloc.positions[0]
         if settings.method in PATCHERS.names():
-            from arr_coc.vlm.ask import patch_boxes
+            from arr_coc.vlm.stages import patch_squares
 
             start = time.perf_counter()
-            sent = patch_boxes(settings.method, alloc, settings.budget)[0]
+            sent = patch_squares(settings.method, alloc.relevance.map, alloc.canvas, settings.budget)[0]
             t["patches"] = (time.perf_counter() - start) * 1e3
         h, w = (s // scene.canvas.cell for s in scene.canvas.sizes[0])
         cells = alloc.cells[0, :, :h, :w]  # [C, h, w]
@@ -199,7 +199,7 @@ class Microscope:
 
             allocator = settings.method if settings.method in PATCHERS.names() else "arr"
             start = time.perf_counter()
-            result.answer = ask(self.vlm, [image], [question], arr=arr, budget=settings.budget,
+            result.answer = ask(self.vlm, [image], [question], arr=arr, saccades=settings.budget,
                                 max_new_tokens=self.max_new_tokens, allocator=allocator)[0].text
             t["answer"] = (time.perf_counter() - start) * 1e3
         return result

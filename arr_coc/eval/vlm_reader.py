@@ -47,7 +47,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from arr_coc.budget import budget_tokens, split_budget
-from arr_coc.data.datasets import Record
+from arr_coc.data.datasets import SHORT_ANSWER_PROMPT, Record
 from arr_coc.eval.harness import (EVAL_METHODS, PatchMethod, _record_seed, learned_maps, load_learned_methods,
                                   summarize, _fmt)
 from arr_coc.eval.metrics import answer_score
@@ -59,8 +59,7 @@ VLM_METHODS = ("full", "native_budget", "arr", "vlm", "slice", "random", "topk",
                "adaptive_stratified", "log_polar", "patches", "patches_edges", "quadtree", "selector", "pruner")
 DEFAULT_METHODS = ("full", "native_budget", "arr", "slice")
 DEFAULT_BUDGETS = ("256", "529", "1024")  # 256 = 8x8 gestalt + 192 saccades; 529 = 16x16 + 273; 1024 = 16x16 + 768
-# the short-answer instruction the field's evaluations give Qwen-VL on DocVQA, InfoVQA, TextVQA and ChartQA
-PROMPT = "{question}\nAnswer the question using a single word or phrase."
+PROMPT = SHORT_ANSWER_PROMPT  # every dataset's default template (DatasetSpec.prompt)
 COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")
 
 
