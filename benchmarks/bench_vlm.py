@@ -301,11 +301,11 @@ def flop_table(args: argparse.Namespace) -> list[dict[str, Any]]:
             dict(method=METHODS[2], flops=prefill_flops(adapter, sparse, (g * mm, k * mm), len(suf), len(pre) + g))]
     image, times = page(args.size), []
     with torch.inference_mode():
-        arr(page(8 * cell), args.question, budget=16)  # loads the channels' models
+        arr(page(8 * cell), args.question, saccades=16)  # loads the channels' models
         for _ in tqdm(range(args.repeats), desc="arr allocation"):
             arr.cache = ImageCache()
             t = time.perf_counter()
-            alloc = arr(image, args.question, budget=k)
+            alloc = arr(image, args.question, saccades=k)
             times.append((time.perf_counter() - t) * 1e3)
     full = rows[0]["flops"]["total"]
     lines = [f"FLOP estimate (flops_estimate: 2 per weight per token + attention, the tower's window attention "

@@ -321,6 +321,7 @@ def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
         if not (PACKAGED / f"{kind}.pt").exists():
             pytest.fail(f"arr_coc/weights/{kind}.pt is missing: run benchmarks/run_allocators.py")
         net, meta = load_learned(kind, cell=ARRConfig().canvas.cell)
+        # the shipped files were trained before the total was named tokens: their settings say "budget"
         assert meta["train_config"]["learner"] == kind and meta["train_config"]["budget"] == "10%"
         assert meta["query_encoder"] == "MiniLMQueryEncoder"
     pruner, meta = load_learned("pruner", channels=meta["channels"], query_dim=384)

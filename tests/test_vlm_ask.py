@@ -81,7 +81,7 @@ def test_ask_sends_gestalt_plus_exactly_k_saccades_where_arr_chose(saved, receip
     arr = fast_arr(adapter.cell)
     with torch.no_grad():
         answer = ask(adapter, receipt, "What is the total?", arr=arr, saccades=40, mode=mode, max_new_tokens=3)[0]
-        alloc = arr(receipt, "What is the total?", budget=40)
+        alloc = arr(receipt, "What is the total?", saccades=40)
     assert (answer.gestalt_tokens, answer.saccades, answer.full_tokens) == (36, 40, 53 * 35)
     assert answer.cells.tolist() == alloc.positions[0].tolist()  # relevance order, as allocated
     assert 1 <= len(answer.tokens) <= 3 and isinstance(answer.text, str)
@@ -141,7 +141,7 @@ def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny
     arr, img = fast_arr(adapter.cell), small_image(adapter)
     with torch.no_grad():
         a = ask(adapter, img, q, arr=arr, saccades=k, allocator=allocator, max_new_tokens=2)[0]
-        alloc = arr(img, q, budget=k)
+        alloc = arr(img, q, saccades=k)
     patches = PATCHERS.get(allocator)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
     assert int(patches.counts[0]) == sent and a.full_tokens == 48
     assert (a.allocator, a.gestalt_tokens, a.saccades, a.visual_tokens) == (allocator, gestalt, sent, gestalt + sent)
@@ -307,17 +307,17 @@ def test_first_look_channel_mixes_the_vlms_attention_into_arrs_scorer(tiny):
     assert a.relevance == "arr" and {"allocation/first look", "allocation/texture"} <= set(a.timings_ms)
     look = first_look(adapter, adapter.encode_gestalt([img], [(2, 2)]), [(2, 2)], [q])
     fl = look.relevance_map([(6, 8)], (6, 8))[:, None]  # [1, 1, Hc, Wc]
-    alloc = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": fl})
+    alloc = arr(img, q, saccades=k, coupled=lambda canvas, qs: {"first_look": fl})
     assert a.cells.tolist() == alloc.positions[0].tolist()
     # hand-set participatory head: the coupled channel enters with its fixed weight 3, at its absolute level
     torch.testing.assert_close(alloc.relevance.parts[0, 2], 3.0 * fl[0, 0])
     # negative control: a flat first look leaves other cells on top
-    flat = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": torch.full_like(fl, 0.5)})
+    flat = arr(img, q, saccades=k, coupled=lambda canvas, qs: {"first_look": torch.full_like(fl, 0.5)})
     assert flat.positions[0].tolist() != alloc.positions[0].tolist()
     with pytest.raises(ValueError, match="'first_look' channel is read from a VLM's attention, not from pixels"):
-        arr(img, q, budget=k)
+        arr(img, q, saccades=k)
     with pytest.raises(ValueError, match="given channels \\['clip'\\] are not question-coupled channels"):
-        arr(img, q, budget=k, coupled=lambda canvas, qs: {"clip": fl})
+        arr(img, q, saccades=k, coupled=lambda canvas, qs: {"clip": fl})
 
 
 def test_arr_texture_runs_where_the_arr_was_moved():
@@ -327,9 +327,9 @@ def test_arr_texture_runs_where_the_arr_was_moved():
     img = torch.rand(3, 112, 140, generator=torch.Generator().manual_seed(0))
     cpu = arr.see(img)
     meta = arr.to("meta").see(img)
-    assert cpu.cells.device.type == "cpu"
-    assert meta.cells.device.type == meta.canvas.pixels.device.type == meta.canvas.valid.device.type == "meta"
-    assert meta.cells.shape == cpu.cells.shape == (1, 6, 4, 5)
+    assert cpu.cell_texture.device.type == "cpu"
+    assert meta.cell_texture.device.type == meta.canvas.pixels.device.type == meta.canvas.valid.device.type == "meta"
+    assert meta.cell_texture.shape == cpu.cell_texture.shape == (1, 6, 4, 5)
 
 
 def test_tiny_models_leave_the_callers_random_state_alone():

@@ -48,6 +48,8 @@ from tqdm import tqdm
 
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.data.datasets import SHORT_ANSWER_PROMPT, Record
+from arr_coc.config import MAX_NEW_TOKENS
+from arr_coc.data.datasets import Record
 from arr_coc.eval.harness import (EVAL_METHODS, PatchMethod, _record_seed, learned_maps, load_learned_methods,
                                   summarize, _fmt)
 from arr_coc.eval.metrics import answer_score
@@ -68,7 +70,7 @@ class VLMEvalSettings:
     methods: Sequence[str] = DEFAULT_METHODS
     budgets: Sequence[str | int] = DEFAULT_BUDGETS
     batch_size: int = 8  # answers generated together (left-padded prompts)
-    max_new_tokens: int = 32  # short answers; a longer answer is cut, and scored as cut
+    max_new_tokens: int = MAX_NEW_TOKENS  # short answers; a longer answer is cut, and scored as cut
     prompt: str = PROMPT  # "{question}" is replaced by the record's question
     layout: str = "scaled"  # saccade positions (arr_coc.vlm.LAYOUTS)
     seed: int = 0  # the random sampler's seed (per record)

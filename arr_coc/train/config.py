@@ -23,7 +23,7 @@ class TrainConfig:
     data: str | None = field(default=None, metadata={
         "help": "datasets' root folder (default ../shared/data or $ARR_COC_DATA)"})
     limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
-    budget: str = field(default="10%", metadata={
+    tokens: str = field(default="10%", metadata={
         "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
                 "a token count (529) or a share of full resolution (10%)"})
     objective: str = field(default="proxy", metadata={
@@ -80,7 +80,7 @@ class TrainConfig:
             DATASETS.get(name)
         if self.limit is not None:
             self.limit = check_int("limit", self.limit)
-        budget_tokens(self.budget, 10**9)  # '25%' or a token count
+        budget_tokens(self.tokens, 10**9)  # '25%' or a token count
         self.temperature = check_float("temperature", self.temperature)
         self.coverage_weight = check_float("coverage_weight", self.coverage_weight, strict=False)
         self.lr = check_float("lr", self.lr)

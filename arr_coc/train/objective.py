@@ -144,7 +144,7 @@ class Objective(nn.Module):
         if self.cfg.relaxation == "candidates":
             cells = [top_cells(rel[b, :e.grid[0], :e.grid[1]], self.cfg.candidates * k)
                      for b, (e, k) in enumerate(zip(examples, ks))]
-        gestalt = [split_budget(budget_tokens(self.cfg.budget, e.grid[0] * e.grid[1]), e.grid)[0] for e in examples]
+        gestalt = [split_budget(budget_tokens(self.cfg.tokens, e.grid[0] * e.grid[1]), e.grid)[0] for e in examples]
         device = self.vlm.model.device
         with torch.autocast(device.type, dtype=DTYPES[self.cfg.dtype], enabled=self.cfg.dtype != "float32"):
             loss = answer_loss(self.vlm, images, [e.question for e in examples], [e.answer for e in examples],

@@ -154,7 +154,7 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
         questions: one per image.
         arr: an ARR whose canvas cell equals ``adapter.cell``; built from ``config`` when None. Its
             canvas, gestalt rule and sampler serve both relevance sources.
-        saccades: K per image (default: the config's sampler budget); a patch allocator's K
+        saccades: K per image (default: the config's sampler saccades); a patch allocator's K
             (quadtree: at most K, and at least its starting tiling).
         mode: ``sparse`` (the tower encodes only the saccades), ``slice`` (the full grid, saccades
             kept) or ``weighted`` (every cell, scaled by relevance); patch allocators need ``sparse``.
@@ -189,7 +189,7 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
     if relevance == "vlm":
         check_look(adapter, mode, gestalt, "relevance 'vlm'")
     arr = arr_for(adapter, arr, config)
-    k = saccades if saccades is not None else arr.config.sampler.budget
+    k = saccades if saccades is not None else arr.config.sampler.saccades
     t: dict[str, float] = {}
     planned = allocate(adapter, images, questions, saccades=k, arr=arr, relevance=relevance, allocator=allocator,
                        encoding=mode, gestalt=gestalt, look_layers=look_layers, timings=t)

@@ -238,7 +238,7 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
                 grids = [(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes]
                 return {"first_look": seen.relevance_map(grids, canvas.grid)[:, None]}
 
-        alloc = arr(images, questions, budget=k, coupled=coupled)
+        alloc = arr(images, questions, saccades=k, coupled=coupled)
         t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
         canvas, queries = alloc.canvas, alloc.queries
         sent = patch_squares(allocator, alloc.relevance.map, canvas, k) if squares else \
