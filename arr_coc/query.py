@@ -15,6 +15,7 @@ from typing import Protocol, Sequence, runtime_checkable
 import torch
 
 from arr_coc.errors import MissingDependencyError
+from arr_coc.weights import encoder_name  # noqa: F401  (what trained weights record; re-exported here)
 
 MINILM_DIM = 384  # all-MiniLM-L6-v2 sentence embedding width
 
@@ -46,15 +47,6 @@ def check_queries(queries: str | Sequence[str], batch_size: int) -> list[str]:
         if problem:
             raise ValueError(f"question {i} {problem}")
     return queries
-
-
-def encoder_name(encoder: object) -> str:
-    """What trained weights record about the questions' encoder, and are checked against when loaded.
-
-    >>> encoder_name(HashingQueryEncoder())
-    'HashingQueryEncoder'
-    """
-    return type(encoder).__name__
 
 
 def question_problem(text: str) -> str | None:

@@ -172,7 +172,7 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
     import torch
 
     from arr_coc.allocators.pruning import PatchSelector, TokenPruner, save_learned
-    from arr_coc.eval.harness import load_learned_methods
+    from arr_coc.weights import load_learned_methods
     from arr_coc.eval.metrics import allocation_metrics
     from arr_coc.eval.reading import scale_boxes
     from arr_coc.eval.run import learned_maps
@@ -306,7 +306,7 @@ def test_eval_sampler_flag_sends_the_arr_method_through_that_sampler_with_its_tr
     import torch
 
     from arr_coc.config import SamplerConfig, ScorerConfig, TextureConfig
-    from arr_coc.train.loop import TrainConfig, export_weights
+    from arr_coc.train import TrainConfig, export_weights
 
     texture = TextureConfig(channels=("rgb", "edges"))
     trained = ARR(ARRConfig(texture=texture, sampler=SamplerConfig(name="log_polar")),

@@ -16,7 +16,7 @@ from PIL import Image, ImageDraw
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
-from arr_coc.eval.harness import refuse_leakage
+from arr_coc.weights import refuse_leakage
 from arr_coc.eval.store import RowStore
 from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
 from arr_coc.pipeline import ARR

@@ -20,7 +20,7 @@ from torch import Tensor
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
 from arr_coc.app import views
 from arr_coc.cache import ImageCache
-from arr_coc.canvas import load_image
+from arr_coc.imageio import load_image
 from arr_coc.config import (
     DEFAULT_SACCADES,
     MAX_NEW_TOKENS,

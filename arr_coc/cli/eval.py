@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from arr_coc.allocators.methods import LEARNED_METHODS
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.eval.harness import load_learned_methods, refuse_leakage
+    from arr_coc.weights import load_learned_methods, refuse_leakage
     from arr_coc.eval.report import write_reports
     from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, EvalSettings
     from arr_coc.eval.run import evaluate as run_eval
@@ -107,7 +107,7 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     import re
     from dataclasses import replace
 
-    from arr_coc.eval.harness import refuse_leakage
+    from arr_coc.weights import refuse_leakage
     from arr_coc.eval.report import write_reports
     from arr_coc.eval.vlm_reader import (
         DEFAULT_METHODS,

@@ -37,7 +37,7 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import budget_tokens
 from arr_coc.config import check_float, check_int
 from arr_coc.data.datasets import Record
-from arr_coc.eval.harness import load_learned_methods, weights_digest
+from arr_coc.weights import load_learned_methods, weights_digest
 from arr_coc.eval.metrics import allocation_metrics, box_mask
 from arr_coc.eval.reading import (
     READERS,

@@ -13,7 +13,8 @@ import pytest
 import torch
 from PIL import Image
 
-from arr_coc.canvas import MAX_IMAGE_PIXELS, image_size, load_image, make_canvas
+from arr_coc.canvas import make_canvas
+from arr_coc.imageio import MAX_IMAGE_PIXELS, image_size, load_image
 from corpus_checks import outcome
 
 MODES = ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV", "I", "F", "I;16", "I;16B", "I;16L", "LA",

@@ -19,7 +19,8 @@ from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train.features import build_examples, cache_file
-from arr_coc.train.loop import CHECKPOINT_FORMAT, TrainConfig, load_checkpoint
+from arr_coc.train import TrainConfig, load_checkpoint
+from arr_coc.train.checkpoint import CHECKPOINT_FORMAT
 from corpus_checks import assert_cli_outcome, outcome, run_cli
 
 MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
