@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
+from arr_coc.cache import ImageCache
 from arr_coc.canvas import Canvas, make_canvas
 from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.extract import extract_gather
@@ -21,10 +22,8 @@ from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection, select
-from arr_coc.cache import ImageCache
-from arr_coc.weights import SCORER_FORMAT, load_scorer_weights  # noqa: F401  (the scorer files' tag, re-exported)
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
-
+from arr_coc.weights import SCORER_FORMAT, load_scorer_weights  # noqa: F401  (the scorer files' tag, re-exported)
 
 
 @dataclass

@@ -58,12 +58,12 @@ def run(args: argparse.Namespace) -> int:
     from arr_coc.allocators.methods import LEARNED_METHODS
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.weights import load_learned_methods, refuse_leakage
     from arr_coc.eval.report import write_reports
     from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, EvalSettings
     from arr_coc.eval.run import evaluate as run_eval
     from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
+    from arr_coc.weights import load_learned_methods, refuse_leakage
 
     if args.reader == "vlm" and not args.model:
         raise ValueError("--reader vlm needs --model PATH_OR_ID (a Qwen2/2.5/3-VL checkpoint, or tiny:qwen2_5_vl)")
@@ -107,7 +107,6 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     import re
     from dataclasses import replace
 
-    from arr_coc.weights import refuse_leakage
     from arr_coc.eval.report import write_reports
     from arr_coc.eval.vlm_reader import (
         DEFAULT_METHODS,
@@ -118,6 +117,7 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     )
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
+    from arr_coc.weights import refuse_leakage
 
     methods = tuple(args.methods or DEFAULT_METHODS)
     settings = VLMEvalSettings(methods=methods, tokens=tuple(args.tokens or DEFAULT_TOKENS),

@@ -37,7 +37,6 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import budget_tokens
 from arr_coc.config import check_float, check_int
 from arr_coc.data.datasets import Record
-from arr_coc.weights import load_learned_methods, weights_digest
 from arr_coc.eval.metrics import allocation_metrics, box_mask
 from arr_coc.eval.reading import (
     READERS,
@@ -50,6 +49,7 @@ from arr_coc.eval.reading import (
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.pipeline import ARR
 from arr_coc.plan import Plan
+from arr_coc.weights import load_learned_methods, weights_digest
 
 DEFAULT_TOKENS = ("5%", "10%", "25%", "50%")  # total visual tokens per row: shares of the full canvas
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field

@@ -58,7 +58,6 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import budget_tokens
 from arr_coc.config import MAX_NEW_TOKENS
 from arr_coc.data.datasets import SHORT_ANSWER_PROMPT, Record
-from arr_coc.weights import load_learned_methods
 from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.run import learned_maps, record_seed
 from arr_coc.eval.store import RowStore
@@ -69,6 +68,7 @@ from arr_coc.vlm.generation import generate, synchronize
 from arr_coc.vlm.processing import assemble
 from arr_coc.vlm.protocol import PROCESSOR
 from arr_coc.vlm.stages import look_at
+from arr_coc.weights import load_learned_methods
 
 VLM_METHODS = methods_for("vlm")  # in table order
 DEFAULT_METHODS = ("full", "native_budget", "arr", "slice")

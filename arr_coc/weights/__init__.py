@@ -7,12 +7,29 @@
 """
 from __future__ import annotations
 
-from arr_coc.weights.files import (LEARNED_FORMAT, LEARNED_KINDS, SCORER_FORMAT, atomic_save, file_sha256, load_file,
-                                   weights_digest)
+from arr_coc.weights.files import (
+                                   LEARNED_FORMAT,
+                                   LEARNED_KINDS,
+                                   SCORER_FORMAT,
+                                   atomic_save,
+                                   file_sha256,
+                                   load_file,
+                                   weights_digest,
+)
 from arr_coc.weights.leakage import SCORER_FREE, refuse_leakage, trained_on
 from arr_coc.weights.loaders import encoder_name, load_learned, load_learned_methods, load_scorer_weights
-from arr_coc.weights.registry import (PACKAGED, SHIPPED, Entry, describe, entries, entry, entry_of, is_name, publish,
-                                      resolve)
+from arr_coc.weights.registry import (
+                                   PACKAGED,
+                                   SHIPPED,
+                                   Entry,
+                                   describe,
+                                   entries,
+                                   entry,
+                                   entry_of,
+                                   is_name,
+                                   publish,
+                                   resolve,
+)
 
 __all__ = ["LEARNED_FORMAT", "LEARNED_KINDS", "PACKAGED", "SCORER_FORMAT", "SCORER_FREE", "SHIPPED", "Entry",
            "atomic_save", "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "is_name",

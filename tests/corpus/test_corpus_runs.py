@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from corpus_checks import assert_cli_outcome, outcome, run_cli
 from PIL import Image, ImageDraw
 
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
@@ -18,10 +19,9 @@ from arr_coc.eval.store import RowStore, requested
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
-from arr_coc.train.features import build_examples, cache_file
 from arr_coc.train import TrainConfig, load_checkpoint
 from arr_coc.train.checkpoint import CHECKPOINT_FORMAT
-from corpus_checks import assert_cli_outcome, outcome, run_cli
+from arr_coc.train.features import build_examples, cache_file
 
 MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 SETTINGS = EvalSettings(methods=("topk", "random"), tokens=("25%", "50%"), reader=None)

@@ -13,15 +13,15 @@ import pytest
 import torch
 from PIL import Image
 
-from arr_coc.train import features as feats
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset, split_of
-from arr_coc.train.features import build_examples, cell_target
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train import TrainConfig, batch_indices, load_checkpoint, train
+from arr_coc.train import features as feats
+from arr_coc.train.features import build_examples, cell_target
 
 CONFIG = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 
@@ -282,8 +282,8 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
 
 @pytest.mark.parametrize("learner", ["pruner", "selector"])
 def test_patch_selector_and_token_pruner_train_export_and_reload(examples, tmp_path, learner):
-    from arr_coc.weights import load_learned
     from arr_coc.train import Learner, hard_metrics
+    from arr_coc.weights import load_learned
 
     run = train(cfg(tmp_path, learner=learner, steps=60), CONFIG, examples=examples)
     m = run.metrics
@@ -334,7 +334,8 @@ def test_vqa_jsonl_without_boxes_trains_the_answer_objective_and_refuses_the_pro
 def batch_gradient(examples, accumulate, **kw):
     """The scorer's gradient and the loss of one training batch taken in ``accumulate`` micro-batches."""
     from arr_coc.train import Learner, Objective
-    from arr_coc.train.loop import _frozen_vlm, accumulate as take
+    from arr_coc.train.loop import _frozen_vlm
+    from arr_coc.train.loop import accumulate as take
 
     c = vlm_cfg(Path("unused"), accumulate=accumulate, **kw)
     arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())

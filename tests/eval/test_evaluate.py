@@ -172,11 +172,11 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
     import torch
 
     from arr_coc.allocators.pruning import PatchSelector, TokenPruner, save_learned
-    from arr_coc.weights import load_learned_methods
     from arr_coc.eval.metrics import allocation_metrics
     from arr_coc.eval.reading import scale_boxes
     from arr_coc.eval.run import learned_maps
     from arr_coc.samplers import topk_cells
+    from arr_coc.weights import load_learned_methods
 
     dim = arr.see(load_dataset("jsonl", pages)[0].image).cell_texture.shape[1] + 2  # + the two question channels
     save_learned(tmp_path / "pruner.pt", "pruner", TokenPruner(dim, query_dim=arr.query_encoder.dim), arr.channels)
@@ -281,7 +281,7 @@ def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
     from arr_coc.config import DEFAULT_SACCADES, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import Record
 
-    receipt = Path(__file__).resolve().parents[1] / "examples" / "receipt.jpg"
+    receipt = Path(__file__).resolve().parents[2] / "examples" / "receipt.jpg"
     question = "What is the total?"
     arr = ARR().eval()  # no options: the default channels, trained scorer and sampler
     with torch.no_grad():

@@ -16,12 +16,12 @@ from PIL import Image, ImageDraw
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
-from arr_coc.weights import refuse_leakage
 from arr_coc.eval.store import RowStore
 from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.vlm import load_vlm
+from arr_coc.weights import refuse_leakage
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -291,7 +291,7 @@ def test_torchrun_with_two_processes_answers_what_one_process_answers(tmp_path):
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29533",
            "-m", "arr_coc.cli", "eval", "textvqa", "--data", str(data), "--split", "val", "--out", str(tmp_path / "two"),
            *COMMON, "--methods", "full", "native_budget", "arr", "vlm", "--tokens", "8"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=Path(__file__).parents[1])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "two" / "textvqa" / "tiny_qwen2_5_vl"
     two = read_rows(out / "records.jsonl")

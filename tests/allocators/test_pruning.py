@@ -314,8 +314,7 @@ def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
 def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
     from arr_coc.config import ARRConfig
     from arr_coc.pipeline import PIPELINE_CHANNELS
-    from arr_coc.weights import load_learned
-    from arr_coc.weights import PACKAGED
+    from arr_coc.weights import PACKAGED, load_learned
 
     for kind in ("selector", "pruner"):
         if not (PACKAGED / f"{kind}.pt").exists():

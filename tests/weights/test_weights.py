@@ -117,7 +117,8 @@ def test_the_registry_is_read_from_where_it_is_published(tmp_path, monkeypatch):
 
 
 def test_leakage_check_and_method_registry_agree_on_what_the_scorer_plays_no_part_in():
-    from arr_coc.allocators.methods import METHODS, SCORER_FREE as from_registry
+    from arr_coc.allocators.methods import METHODS
+    from arr_coc.allocators.methods import SCORER_FREE as from_registry
     from arr_coc.weights import SCORER_FREE
 
     assert set(SCORER_FREE) == set(from_registry)
