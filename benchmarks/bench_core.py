@@ -13,23 +13,19 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
+from seed_loops import nms_seed_loop, stratified_seed_loop, texture_seed_loop  # beside this script
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's arr_coc, not an installed one
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seed_loops import nms_seed_loop, stratified_seed_loop, texture_seed_loop  # noqa: E402
-
-from arr_coc.canvas import make_canvas  # noqa: E402
-from arr_coc.extract import extract_gather, extract_grid_sample, extract_loop  # noqa: E402
-from arr_coc.query import HashingQueryEncoder  # noqa: E402
-from arr_coc.relevance import ContextualScorer  # noqa: E402
-from arr_coc.samplers import nms_cells, stratified_cells, topk_cells  # noqa: E402
-from arr_coc.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells  # noqa: E402
+from arr_coc.canvas import make_canvas
+from arr_coc.extract import extract_gather, extract_grid_sample, extract_loop
+from arr_coc.query import HashingQueryEncoder
+from arr_coc.relevance import ContextualScorer
+from arr_coc.samplers import nms_cells, stratified_cells, topk_cells
+from arr_coc.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 
