@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -112,7 +114,7 @@ def main() -> None:
     head = (f"Batch {args.batch} x {args.size}x{args.size} px -> canvas {pixels.shape[-2]}x{pixels.shape[-1]} "
             f"({hc}x{wc} cells of {cell} px), K = {k}; median of {args.repeats} interleaved runs, "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}.")
-    lines = [head, "", "| stage | what | arr_coc batched (ms) | per-image loop (ms) | speed-up |",
+    lines = [f"made by: `python benchmarks/bench_core.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`", "", head, "", "| stage | what | arr_coc batched (ms) | per-image loop (ms) | speed-up |",
              "|---|---|---:|---:|---:|"]
     for stage, what, a, s in rows:
         lines.append(f"| {stage} | {what} | {a:.1f} | {s:.1f} | {s / a:.1f}x |")

@@ -15,6 +15,7 @@ import argparse
 import math
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -103,7 +104,8 @@ def main() -> None:
                f"(floor: `python -c pass` started from this script reads {floor:.0f} MB)")
     out = ROOT / "benchmarks" / "results" / "memory.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"`python benchmarks/bench_memory.py`\n\n{table}\n\n{verdict}\n")
+    made_by = f"made by: `python benchmarks/bench_memory.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`"
+    out.write_text(f"{made_by}\n\n{table}\n\n{verdict}\n")
     print(f"\n{table}\n\n{verdict}\nwritten {out}")
 
 
