@@ -2,7 +2,7 @@
 
 Each image runs in its own process; its peak resident set (RSS high-water mark) comes from ``os.wait4``
 for that process. Linux counts in it the memory of the process that started it, so this script stays small
-(no torch; every test image is drawn in a process of its own) and reports that floor beside the table. The largest legal image is a square of ``arr_coc.canvas.MAX_IMAGE_PIXELS``
+(no torch; every test image is drawn in a process of its own) and reports that floor beside the table. The largest legal image is a square of ``MAX_IMAGE_PIXELS``
 pixels (13377 x 13377); one more row is refused from the header. Writes the table to
 ``benchmarks/results/memory.md`` and prints it.
 
@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import shlex
 import subprocess
 import sys
@@ -25,9 +24,9 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[1]
-# read from the source, not imported: importing arr_coc loads torch into this (measuring) process
-MAX_IMAGE_PIXELS = eval(re.search(r"^MAX_IMAGE_PIXELS = (.+)$", (ROOT / "arr_coc" / "canvas.py").read_text(),
-                                  re.M).group(1))
+# asked of a child process: importing arr_coc here would load torch into this (measuring) process
+MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.canvas import MAX_IMAGE_PIXELS as m; print(m)"],
+                                      capture_output=True, text=True, check=True).stdout)
 
 LIMIT_MB = 2048  # what `look` may take on any image it accepts
 SIDE = math.isqrt(MAX_IMAGE_PIXELS)  # 13377: the largest legal square
