@@ -1,4 +1,10 @@
-"""Configuration dataclasses, one per component; each default carries its reason."""
+"""Configuration dataclasses, one per component; each default carries its reason.
+
+A leaf: it imports no stage (only the token arithmetic of :mod:`arr_coc.budget`). Names (scorers,
+samplers, channels) are checked against their registries where they are used: when an ``ARR`` is
+built. Every field's ``metadata["help"]`` is its command-line help (``arr_coc.cli.options`` makes the
+flags from it) and its line in the defaults table of docs/glossary.md.
+"""
 from __future__ import annotations
 
 import math
@@ -6,11 +12,8 @@ import operator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from arr_coc import learned_samplers  # noqa: F401  (registers its samplers, so names check against all of them)
 from arr_coc.budget import gestalt_grid
-from arr_coc.relevance import SCORERS
-from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import MVP_CHANNELS
+
 
 def check_int(name: str, value: Any, low: int = 1) -> int:
     """``value`` as an int of at least ``low``, or a one-line error naming the option.
@@ -18,12 +21,12 @@ def check_int(name: str, value: Any, low: int = 1) -> int:
     Every option is checked where it enters the library (the configs' ``__post_init__``, the functions
     the CLI calls), so the API and the command line refuse the same values with the same message.
 
-    >>> check_int("budget", 16)
+    >>> check_int("saccades", 16)
     16
-    >>> check_int("budget", "16")
+    >>> check_int("saccades", "16")
     Traceback (most recent call last):
     ...
-    TypeError: budget must be an integer >= 1, got '16' (str)
+    TypeError: saccades must be an integer >= 1, got '16' (str)
     """
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an integer >= {low}, got {value!r} (bool)")
@@ -97,9 +100,18 @@ def resolve_device(device: Any) -> Any:
     return d
 
 
-# The reference budget: a 16x16 gestalt (256) + 273 saccades = 529 tokens, about a quarter of a
+# The reference allocation: a 16x16 gestalt (256) + 273 saccades = 529 tokens, about a quarter of a
 # 1344x1344 page at full resolution (2304 tokens at 28 px).
-DEFAULT_BUDGET = 273
+DEFAULT_SACCADES = 273
+
+# Answers to the datasets' questions are a few words (a total, a date, a name); 32 new tokens hold any
+# of them, and generation stops at the end-of-answer token anyway. ask, eval and serve share it.
+MAX_NEW_TOKENS = 32
+
+# The 11 query-blind channel groups (13 channels) of the MVP texture (arr_coc.texture registers them).
+MVP_CHANNELS: tuple[str, ...] = (
+    "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
+)
 
 
 @dataclass
@@ -130,15 +142,21 @@ PIPELINE_CHANNELS = MVP_CHANNELS + ("text_match", "key_value", "learned_saliency
 
 @dataclass
 class TextureConfig:
-    # None = PIPELINE_CHANNELS; arr_coc.texture.MVP_CHANNELS is the query-blind 13-channel MVP
-    channels: tuple[str, ...] | None = None
+    # None = PIPELINE_CHANNELS; MVP_CHANNELS is the query-blind 13-channel MVP
+    channels: tuple[str, ...] | None = field(default=None, metadata={
+        "help": "texture channels; 'mvp' = the 13-channel MVP, 'default' = mvp + text_match key_value "
+                "learned_saliency (the default), e.g. --channels mvp objects (see the list below)",
+        "metavar": "NAME"})
     # per-channel settings, e.g. {"clip": {"model": "/path/to/clip"}}
-    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict, metadata={
+        "help": 'per-channel settings, e.g. {"clip": {"model": PATH}} (the CLI: --clip-model)'})
 
 
 @dataclass
 class GestaltConfig:
-    grid: tuple[int, int] | None = None  # (rows, cols) of gestalt tokens; None: arr_coc.budget's rule
+    grid: tuple[int, int] | None = field(default=None, metadata={
+        "help": "(rows, cols) of gestalt tokens, clamped to the image's cell grid; none: the rule under "
+                "saccades (the CLI: --gestalt N for N x N)"})
 
     def __post_init__(self) -> None:
         if self.grid is not None:
@@ -146,23 +164,25 @@ class GestaltConfig:
                 raise ValueError(f"gestalt grid must be (rows, cols), got {self.grid!r}")
             self.grid = (check_int("gestalt rows", self.grid[0]), check_int("gestalt cols", self.grid[1]))
 
-    def grid_for(self, budget: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
-        """Gestalt grid sent with ``budget`` saccades on an image of ``cells_hw`` token cells.
+    def grid_for(self, saccades: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
+        """Gestalt grid sent with ``saccades`` saccade tokens on an image of ``cells_hw`` token cells.
 
         >>> GestaltConfig().grid_for(273, (48, 48)), GestaltConfig(grid=(4, 6)).grid_for(64, (48, 48))
         ((16, 16), (4, 6))
         """
         if self.grid is None:
-            return gestalt_grid(budget, cells_hw)
+            return gestalt_grid(saccades, cells_hw)
         return min(self.grid[0], cells_hw[0]), min(self.grid[1], cells_hw[1])
 
 
 @dataclass
 class ScorerConfig:
     # the three-way scorer (relevance.py); "mvp" is the 86-weight baseline scorer
-    name: str = field(default="contextual", metadata={"help": "relevance scorer"})
-    query_dim: int = 384  # all-MiniLM-L6-v2
-    hidden: int = 64  # context-weight MLP width: 3 outputs need little
+    name: str = field(default="contextual", metadata={"help": "relevance scorer (see the list below)"})
+    query_dim: int = field(default=384, metadata={  # all-MiniLM-L6-v2
+        "help": "width of the question embedding (the query encoder's; 384 for all-MiniLM-L6-v2)"})
+    hidden: int = field(default=64, metadata={  # 3 outputs need little
+        "help": "width of the context-weight MLP"})
     weights: str = field(default="auto", metadata={
         "help": "auto: the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel "
                 "set (else hand-set); none: always hand-set; or a file from `arr-coc train`"})
@@ -172,7 +192,6 @@ class ScorerConfig:
         "help": "scale of the propositional, perspectival and participatory parts: 1 = as trained, 0 = off"})
 
     def __post_init__(self) -> None:
-        SCORERS.get(self.name)  # an unknown name lists the known ones
         self.query_dim, self.hidden = check_int("query_dim", self.query_dim), check_int("hidden", self.hidden)
         if not isinstance(self.weights, str):
             raise TypeError(f"scorer weights must be 'auto', 'none' or a file path, got {self.weights!r}")
@@ -186,17 +205,17 @@ class SamplerConfig:
     # stratified, NMS and the uniformly downsampled image (docs/defaults.md); stratified, which reserves
     # tokens for every region, read worse than the uniform image on receipts
     name: str = field(default="topk", metadata={"help": "sampler name (see the list below)"})
-    budget: int = field(default=DEFAULT_BUDGET, metadata={
+    saccades: int = field(default=DEFAULT_SACCADES, metadata={
         "help": "K saccades: full-resolution tokens sent besides the gestalt, whose tokens come on top: a square "
                 "gestalt, the largest side of 16, 12, 8, 6, 4, 2, 1 with side*side <= K (273 -> 16x16, 529 in all; "
                 "128 -> 8x8), each side clamped to the image's cell grid (a 10x40-cell image gets a 10x16 "
                 "gestalt); an image with fewer than K cells is refused with its count",
         "metavar": "K"})
-    kwargs: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict, metadata={
+        "help": "the sampler's own settings, e.g. {\"min_distance\": 3} for nms"})
 
     def __post_init__(self) -> None:
-        SAMPLERS.get(self.name)
-        self.budget = check_int("budget", self.budget)
+        self.saccades = check_int("saccades", self.saccades)
 
 
 @dataclass
@@ -206,7 +225,8 @@ class ARRConfig:
     gestalt: GestaltConfig = field(default_factory=GestaltConfig)
     scorer: ScorerConfig = field(default_factory=ScorerConfig)
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    seed: int = 0  # initialises learnable parts and random samplers: same seed, same allocation
+    # same seed, same allocation
+    seed: int = field(default=0, metadata={"help": "seed of the learnable parts' initialisation and of random samplers"})
 
     def __post_init__(self) -> None:
         self.seed = check_int("seed", self.seed, 0)
@@ -218,18 +238,22 @@ class ARRConfig:
     def from_dict(cls, d: dict[str, Any]) -> "ARRConfig":
         """Rebuild from :meth:`to_dict` output (e.g. a checkpoint's saved config).
 
-        >>> c = ARRConfig(sampler=SamplerConfig(budget=64), scorer=ScorerConfig(part_scale=(1.0, 0.0, 1.0)))
+        >>> c = ARRConfig(sampler=SamplerConfig(saccades=64), scorer=ScorerConfig(part_scale=(1.0, 0.0, 1.0)))
         >>> ARRConfig.from_dict(c.to_dict()) == c
         True
         """
         def tup(v):
             return tuple(v) if isinstance(v, list) else v
 
+        sampler = dict(d.get("sampler", {}))
+        if "budget" in sampler:  # files written before K was named saccades
+            sampler["saccades"] = sampler.pop("budget")
+
         return cls(
             canvas=CanvasConfig(**d.get("canvas", {})),
             texture=TextureConfig(**{k: tup(v) for k, v in d.get("texture", {}).items()}),
             gestalt=GestaltConfig(**{k: tup(v) for k, v in d.get("gestalt", {}).items()}),
             scorer=ScorerConfig(**{k: tup(v) for k, v in d.get("scorer", {}).items()}),
-            sampler=SamplerConfig(**d.get("sampler", {})),
+            sampler=SamplerConfig(**sampler),
             seed=d.get("seed", 0),
         )

@@ -348,7 +348,7 @@ def _loss_inputs(relevance: Tensor, valid: Tensor, target: Tensor, k: int | Sequ
         check_budget(relevance[:0], kb)  # K an int >= 1 (an empty batch has no cells to count)
         if kb > n:
             raise ValueError(f"budget K={kb} exceeds the {n} valid cells of image {b}; "
-                             "lower --budget or raise the canvas size")
+                             "lower --saccades or raise the canvas size")
     target = torch.where(valid, target, 0.0)  # padding cannot be selected
     return relevance.detach(), valid, target, ks, target.flatten(1).sum(1) > 0
 

@@ -1,4 +1,4 @@
-"""The pipeline: images + questions -> an exact budget of ordered saccades (an :class:`Allocation`).
+"""The pipeline: images + questions -> exactly K ordered saccades and a gestalt (an :class:`Allocation`).
 
     canvas -> texture -> gestalt -> query -> relevance -> sampler -> extract
 
@@ -6,7 +6,6 @@ Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell``
 """
 from __future__ import annotations
 
-import pickle
 import time
 from pathlib import Path
 from contextlib import contextmanager
@@ -41,7 +40,7 @@ class Allocation:
     patches: Tensor  # [B, K, 3, cell, cell] full-resolution pixels of each saccade
     gestalt: Gestalt
     timings_ms: dict[str, float] = field(default_factory=dict)
-    cells: Tensor | None = field(default=None, repr=False)  # [B, C, Hc, Wc] the cell texture the scorer read
+    cell_texture: Tensor | None = field(default=None, repr=False)  # [B, C, Hc, Wc] the texture the scorer read
 
     @property
     def positions(self) -> Tensor:
@@ -52,13 +51,14 @@ class Allocation:
         return self.selection.scores  # [B, K]
 
     @property
-    def budget(self) -> int:
+    def saccades(self) -> int:
+        """K, the saccade tokens sent per image."""
         return self.positions.shape[1]
 
     @property
     def tokens_sent(self) -> int:
         """Gestalt + saccade tokens, the same for every image of the batch."""
-        return self.gestalt.num_tokens + self.budget
+        return self.gestalt.num_tokens + self.saccades
 
     def to_json(self, i: int = 0) -> dict[str, Any]:
         """Image ``i``'s allocation as plain JSON-able data (cells are (y, x); ``cell`` is in px)."""
@@ -71,7 +71,7 @@ class Allocation:
             "grid": [c.sizes[i][0] // c.cell, c.sizes[i][1] // c.cell],
             "tokens": {
                 "gestalt": self.gestalt.num_tokens,
-                "saccades": self.budget,
+                "saccades": self.saccades,
                 "sent": self.tokens_sent,
                 "full_resolution": c.full_tokens[i],
             },
@@ -118,7 +118,7 @@ class Scene:
     """What the images alone determine: the canvas and the texture pooled to cells."""
 
     canvas: Canvas
-    cells: Tensor  # [B, C_image, Hc, Wc] question-free texture per token cell, zero on padding
+    cell_texture: Tensor  # [B, C_image, Hc, Wc] question-free texture per token cell, zero on padding
 
     @property
     def extents(self) -> list[tuple[int, int]]:
@@ -168,7 +168,7 @@ def load_scorer_weights(arr: "ARR", spec: str) -> str:
 
 
 class ARR(nn.Module):
-    """Query-aware allocation of a fixed token budget: ``ARR(config)(images, questions)``.
+    """Query-aware allocation of K saccades plus a gestalt: ``ARR(config)(images, questions)``.
 
     Args:
         config: :class:`ARRConfig`; the defaults give 256 gestalt + 273 saccade tokens.
@@ -208,7 +208,7 @@ class ARR(nn.Module):
         self.weights_source = load_scorer_weights(self, config.scorer.weights)
 
     def see(self, images: Any, *, prev: Any = None, timings: dict[str, float] | None = None) -> Scene:
-        """Canvas and cell texture: what the images alone determine, reusable across questions and budgets."""
+        """Canvas and cell texture: what the images alone determine, reusable across questions and token counts."""
         cfg, t = self.config.canvas, {} if timings is None else timings
         with _timed(t, "canvas"):
             canvas = make_canvas(images, cell=cfg.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
@@ -219,15 +219,15 @@ class ARR(nn.Module):
                 canvas = replace(canvas, pixels=canvas.pixels.to(device), valid=canvas.valid.to(device))
                 prev_pixels = None if prev_pixels is None else prev_pixels.to(device)
         with _timed(t, "texture"):
-            cells = cell_texture(canvas, self.image_channels, prev=prev_pixels, cache=self.cache,
-                                 options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
-        return Scene(canvas=canvas, cells=cells)
+            texture = cell_texture(canvas, self.image_channels, prev=prev_pixels, cache=self.cache,
+                                   options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
+        return Scene(canvas=canvas, cell_texture=texture)
 
-    def gestalt(self, scene: Scene, budget: int) -> Gestalt:
-        """The gestalt for a saccade budget (16x16, or 8x8 for small budgets; clamped to the smallest image)."""
+    def gestalt(self, scene: Scene, saccades: int) -> Gestalt:
+        """The gestalt sent with K saccades (16x16, or smaller for small K; clamped to the smallest image)."""
         ext = scene.extents
-        grid = self.config.gestalt.grid_for(budget, (min(e[0] for e in ext), min(e[1] for e in ext)))
-        return self.gestalt_encoder(scene.cells, ext, grid)
+        grid = self.config.gestalt.grid_for(saccades, (min(e[0] for e in ext), min(e[1] for e in ext)))
+        return self.gestalt_encoder(scene.cell_texture, ext, grid)
 
     def score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
               timings: dict[str, float] | None = None,
@@ -246,8 +246,8 @@ class ARR(nn.Module):
         t = {} if timings is None else timings
         queries = check_queries(queries, scene.canvas.batch_size)
         with _timed(t, "query"):
-            query_emb = self.query_encoder.encode(queries).to(scene.cells)  # [B, Dq]
-        cells = scene.cells
+            query_emb = self.query_encoder.encode(queries).to(scene.cell_texture)  # [B, Dq]
+        cells = scene.cell_texture
         if self.query_channels:
             with _timed(t, "coupling"):
                 cells = self.cell_stack(scene, queries, timings=t, given=given)  # [B, C, Hc, Wc]
@@ -266,7 +266,7 @@ class ARR(nn.Module):
         ``first_look``, which a VLM reads from its own attention (``arr_coc.vlm.ask``).
         """
         if not self.query_channels:
-            return scene.cells
+            return scene.cell_texture
         given = dict(given or {})
         unknown = sorted(set(given) - set(self.query_channels))
         if unknown:
@@ -276,8 +276,9 @@ class ARR(nn.Module):
         computed = cell_texture(scene.canvas, todo, queries=list(queries), query_encoder=self.query_encoder,
                                 cache=self.cache, options=self.config.texture.options, timings=timings) if todo else None
         layout = channel_layout(todo) if todo else {}
-        parts = [given[c].to(scene.cells) if c in given else computed[:, layout[c]] for c in self.query_channels]
-        return self._in_channel_order(scene.cells, torch.cat(parts, 1))
+        parts = [given[c].to(scene.cell_texture) if c in given else computed[:, layout[c]]
+                 for c in self.query_channels]
+        return self._in_channel_order(scene.cell_texture, torch.cat(parts, 1))
 
     def _in_channel_order(self, image_cells: Tensor, coupled_cells: Tensor) -> Tensor:
         """Interleave image and question-coupled cell textures into the configured channel order."""
@@ -297,26 +298,26 @@ class ARR(nn.Module):
         return self.sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
 
     def forward(self, images: Any, queries: str | Sequence[str], *, prev: Any = None,
-                budget: int | None = None, coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None
-                ) -> Allocation:
-        """Allocate ``budget`` (default: the config's) saccades per image for its question.
+                saccades: int | None = None,
+                coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None) -> Allocation:
+        """Allocate ``saccades`` (K; default: the config's) saccades per image for its question.
 
         ``coupled(canvas, queries)`` may supply question-coupled channels per cell that are not
         computed from pixels (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's attention to its gestalt).
         """
         t: dict[str, float] = {}
         scene = self.see(images, prev=prev, timings=t)
-        return self.allocate(scene, queries, budget=budget, timings=t, coupled=coupled)
+        return self.allocate(scene, queries, saccades=saccades, timings=t, coupled=coupled)
 
-    def allocate(self, scene: Scene, queries: str | Sequence[str], *, budget: int | None = None,
+    def allocate(self, scene: Scene, queries: str | Sequence[str], *, saccades: int | None = None,
                  timings: dict[str, float] | None = None,
                  coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None) -> Allocation:
-        """Allocate on a :meth:`see` result: several questions or budgets on one image pay for its texture once.
+        """Allocate on a :meth:`see` result: several questions or values of K on one image pay for its texture once.
 
         ``coupled``: as in :meth:`forward`.
         """
         t = {} if timings is None else timings
-        k = self.config.sampler.budget if budget is None else check_int("budget", budget)
+        k = self.config.sampler.saccades if saccades is None else check_int("saccades", saccades)
         canvas = scene.canvas
         queries = check_queries(queries, canvas.batch_size)
         given = coupled(canvas, queries) if coupled is not None else None
@@ -328,7 +329,7 @@ class ARR(nn.Module):
         with _timed(t, "extraction"):
             patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
         return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,
-                          patches=patches, gestalt=gestalt, timings_ms=t, cells=cells)
+                          patches=patches, gestalt=gestalt, timings_ms=t, cell_texture=cells)
 
     def _prev_canvas(self, prev: Any, canvas: Canvas) -> Tensor:
         """The previous frame(s) on the same canvas as the current ones, for the motion channel."""

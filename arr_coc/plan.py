@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from torch import Tensor
 
 PLAN_KINDS = ("full", "native", "cells", "squares")
+# how a VLM encodes a plan's cells: only them through the tower (sparse), the whole grid then the sent
+# cells kept (slice), or every cell scaled by its relevance (weighted, a "full" plan)
+PLAN_ENCODINGS = ("sparse", "slice", "weighted")
 
 
 @dataclass(frozen=True)
@@ -46,10 +49,13 @@ class Plan:
     squares: Tensor | None = None  # [K, 3] (y, x, side) cells, int64, one token each (kind "squares")
     native: int | None = None  # kind "native": the most tokens the downscaled image may use
     scores: Tensor | None = None  # [K] the relevance (or allocator score) of each saccade, descending
+    encoding: str = "sparse"  # one of PLAN_ENCODINGS: how a VLM reader encodes the plan
 
     def __post_init__(self) -> None:
         if self.kind not in PLAN_KINDS:
             raise ValueError(f"unknown plan kind {self.kind!r}; choose one of {', '.join(PLAN_KINDS)}")
+        if self.encoding not in PLAN_ENCODINGS:
+            raise ValueError(f"unknown plan encoding {self.encoding!r}; choose one of {', '.join(PLAN_ENCODINGS)}")
         need = {"cells": self.cells, "squares": self.squares, "native": self.native}.get(self.kind, 0)
         if need is None:
             raise ValueError(f"a {self.kind!r} plan needs its {self.kind!r} field")

@@ -82,7 +82,7 @@ def check_budget(relevance: Tensor, k: int, valid: Tensor | None = None) -> Tens
         b = int(short[0])
         raise ValueError(
             f"budget K={k} exceeds the {int(counts[b])} valid cells of image {b}; "
-            "lower --budget or raise the canvas size"
+            "lower --saccades or raise the canvas size"
         )
     return valid
 

@@ -30,6 +30,7 @@ from kornia.filters import box_blur, gaussian_blur2d, laplacian, sobel
 from torch import Tensor, nn
 
 from arr_coc.cache import ImageCache
+from arr_coc.config import MVP_CHANNELS  # noqa: F401  (the default set, defined with the other defaults; named here too)
 from arr_coc.registry import Registry
 
 # A per-image value range below this counts as flat and normalises to 0 instead of stretching float noise to [0, 1].
@@ -304,11 +305,6 @@ def _distance(inputs: TextureInputs) -> Tensor:
         dist = dist[..., :height, :width] * ~strong  # interpolation must not lift the edges themselves off 0
     has_edge = strong.amax(dim=(-2, -1), keepdim=True)  # [B, 1, 1, 1]
     return torch.where(has_edge, normalize_per_image(dist), torch.ones_like(dist))
-
-
-MVP_CHANNELS: tuple[str, ...] = (
-    "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
-)
 
 
 def _specs(channels: Sequence[str]) -> list[ChannelSpec]:

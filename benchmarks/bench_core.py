@@ -1,6 +1,6 @@
 """Stage timings of the batched pipeline next to the design seeds' per-item loops.
 
-A batch of 8 images of 1024x1024 px (a rendered receipt, photos and noise, resized), budget K = 273:
+A batch of 8 images of 1024x1024 px (a rendered receipt, photos and noise, resized), K = 273 saccades:
 the median wall time of each stage, arr_coc's batched version and a per-image loop measured side by
 side (interleaved, same process), and their ratio. The loops do the same work one image at a time:
 the seeds' texture (with arr_coc's distance transform), the same scorer called per image on the same
@@ -62,14 +62,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--budget", type=int, default=273)
+    ap.add_argument("--saccades", type=int, default=273)
     ap.add_argument("--cell", type=int, default=28)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     torch.manual_seed(0)
 
     canvas = make_canvas(images(args.batch, args.size), cell=args.cell)
-    pixels, cell, k = canvas.pixels, canvas.cell, args.budget
+    pixels, cell, k = canvas.pixels, canvas.cell, args.saccades
     layout = channel_layout(MVP_CHANNELS)
     with torch.no_grad():
         texture = compute_texture(pixels)  # [B, C, H, W]

@@ -8,13 +8,13 @@ each, and ``--maps`` random relevance maps per page: the answer cross-entropy of
   ``--temperature``, the training default);
 * candidates -- only the top 2K cells encoded sparse, scaled by the same soft weights,
 
-all with the gestalt of the evaluation's budget split first (:func:`arr_coc.vlm.objective.relaxation_gap`).
+all with the gestalt of the evaluation's split of the tokens first (:func:`arr_coc.vlm.objective.relaxation_gap`).
 Reported: mean gap (relaxation - exact), mean |gap|, and the Pearson correlation of relaxation and
 exact losses across the maps of one page (averaged over pages): a relaxation trains the scorer
 well when it ranks relevance maps as the exact path does. Random weights: the figures show how the
 relaxations differ structurally, not how a trained model's losses would.
 
-    python benchmarks/bench_relaxation_gap.py [--images 8] [--maps 12] [--budget 25%]
+    python benchmarks/bench_relaxation_gap.py [--images 8] [--maps 12] [--tokens 25%]
 """
 from __future__ import annotations
 
@@ -39,11 +39,11 @@ def pearson(a: Sequence[float], b: Sequence[float]) -> float:
     return float(torch.corrcoef(torch.tensor([list(a), list(b)], dtype=torch.float64))[0, 1])
 
 
-def measure(family: str, images: int, maps: int, budget: str, temperature: float, seed: int) -> dict[str, Any]:
+def measure(family: str, images: int, maps: int, tokens: str, temperature: float, seed: int) -> dict[str, Any]:
     adapter = load_vlm(f"tiny:{family}")
     adapter.model.requires_grad_(False).eval()
     grid = (6, 8)
-    gestalt, k = split_budget(budget_tokens(budget, grid[0] * grid[1]), grid)
+    gestalt, k = split_budget(budget_tokens(tokens, grid[0] * grid[1]), grid)
     g = torch.Generator().manual_seed(seed)
     gaps: dict[str, list[float]] = {"weighted": [], "candidates": []}
     corr: dict[str, list[float]] = {"weighted": [], "candidates": []}
@@ -68,15 +68,15 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=8)
     ap.add_argument("--maps", type=int, default=12, help="random relevance maps per page")
-    ap.add_argument("--budget", default="25%")
+    ap.add_argument("--tokens", default="25%", help="visual tokens per page (gestalt + saccades): a count or a share")
     ap.add_argument("--temperature", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    rows = [measure(f, args.images, args.maps, args.budget, args.temperature, args.seed) for f in FAMILIES]
+    rows = [measure(f, args.images, args.maps, args.tokens, args.temperature, args.seed) for f in FAMILIES]
     r0 = rows[0]
     lines = [f"Tiny random-weight VLMs, {args.images} random 6x8-cell pages x {args.maps} random relevance maps, "
-             f"budget {args.budget} = gestalt {r0['gestalt'][0]}x{r0['gestalt'][1]} + K = {r0['k']}, soft top-K "
+             f"{args.tokens} tokens = gestalt {r0['gestalt'][0]}x{r0['gestalt'][1]} + K = {r0['k']}, soft top-K "
              f"temperature {args.temperature}; gap = relaxation loss - exact sparse loss (nats per answer token); "
              f"corr = Pearson correlation with the exact loss across one page's maps, mean over pages.", "",
              "| family | exact loss | weighted: mean gap | mean abs gap | corr | candidates (2K): mean gap | "

@@ -2,7 +2,7 @@
 
 One step of the answer objective (:func:`arr_coc.vlm.objective.answer_loss`) as ``arr-coc train
 --objective vlm`` takes it: a learnable relevance map over one ``--size`` px page (1344 px = 48 x 48
-cells = 2304 full-resolution tokens), z-scored and soft-top-K'd at the ``--budget`` (the
+cells = 2304 full-resolution tokens), z-scored and soft-top-K'd at ``--tokens`` (the
 evaluation's gestalt + K split), the tokens scaled by those weights, the answer's cross-entropy,
 backward to the relevance. Weights are bfloat16, the step runs under bfloat16 autocast on this
 CPU. Settings: checkpointing off / on, relaxation ``weighted`` (every cell encoded) / ``candidates``
@@ -23,7 +23,7 @@ block. ``--full-depth`` also runs every 3B setting at its real depth (36 LLM lay
 32-block tower): measured, not extrapolated, which checks the extrapolation (needs ~20 GiB free
 without checkpointing). One repeat per setting.
 
-    python benchmarks/bench_train_memory.py [--size 1344] [--budget 10%] [--llm-layers 2 4]
+    python benchmarks/bench_train_memory.py [--size 1344] [--tokens 10%] [--llm-layers 2 4]
                                             [--models 3b 7b] [--full-depth] [--out benchmarks/results]
 """
 from __future__ import annotations
@@ -79,7 +79,7 @@ def rss_gib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
 
 
-def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: int, budget: str,
+def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: int, tokens: str,
           tower_blocks: int = TOWER_BLOCKS) -> dict[str, Any]:
     """One training step in this process; what it measured."""
     from arr_coc.budget import budget_tokens, split_budget
@@ -98,7 +98,7 @@ def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: in
     built = rss_gib()
     image = page(size)
     grid = (size // adapter.cell, size // adapter.cell)
-    gestalt, k = split_budget(budget_tokens(budget, grid[0] * grid[1]), grid)
+    gestalt, k = split_budget(budget_tokens(tokens, grid[0] * grid[1]), grid)
     relevance = torch.nn.Parameter(torch.randn(grid, generator=torch.Generator().manual_seed(0)))
     saved, tower = [0], []
     adapter.visual.register_forward_pre_hook(lambda *a: tower.append(time.perf_counter()))
@@ -138,7 +138,8 @@ def fit(xs: Sequence[float], ys: Sequence[float], at: float) -> tuple[float, flo
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=1344, help="page side in px, a multiple of 28")
-    ap.add_argument("--budget", default="10%", help="token budget, as for arr-coc train (default %(default)s)")
+    ap.add_argument("--tokens", default="10%",
+                    help="visual tokens per page (gestalt + saccades), as for arr-coc train (default %(default)s)")
     ap.add_argument("--llm-layers", type=int, nargs="+", default=[2, 4], help="measured LLM depths")
     ap.add_argument("--models", nargs="+", choices=sorted(ARCHS), default=["3b", "7b"])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
     if args.child:
         arch, layers, ck, relax, tower = args.child
-        print(json.dumps(child(arch, int(layers), ck == "1", relax, args.size, args.budget, int(tower))))
+        print(json.dumps(child(arch, int(layers), ck == "1", relax, args.size, args.tokens, int(tower))))
         return []
     from tqdm import tqdm
 
@@ -167,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
                  if s[0] == "3b"]
     start = time.perf_counter()
     for (m, ck, relax), layers, tower in tqdm(jobs, desc="settings"):
-        cmd = [sys.executable, __file__, "--size", str(args.size), "--budget", args.budget,
+        cmd = [sys.executable, __file__, "--size", str(args.size), "--tokens", args.tokens,
                "--child", m, str(layers), "1" if ck else "0", relax, str(tower)]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if done.returncode:
@@ -196,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     first = rows[0]["measured"][0]
     lines = [
         f"One training step of the answer objective, batch 1, one {args.size}x{args.size} px page "
-        f"({(args.size // 28) ** 2} cells of 28 px), budget {args.budget} = gestalt {first['gestalt'][0]}x"
+        f"({(args.size // 28) ** 2} cells of 28 px), {args.tokens} tokens = gestalt {first['gestalt'][0]}x"
         f"{first['gestalt'][1]} + K = {first['k']} saccades, random weights in bfloat16, bfloat16 autocast, "
         f"torch {torch.__version__} on this CPU ({torch.get_num_threads()} threads, shared), one repeat per "
         f"setting, each in a fresh process. Measured with {' and '.join(map(str, args.llm_layers))} LLM layers and "

@@ -4,23 +4,24 @@ The real-size Qwen2.5-VL-3B-Instruct architecture (its public config.json, writt
 random weights: timing needs the shapes, not trained values. One page of ``--size`` px (the bundled
 receipt resized; 1344 px = 48 x 48 cells of 28 px = 2304 visual tokens), batch 1, a fixed ~30-token
 chat prompt around the image. Three methods, interleaved in every repeat (same process, same load),
-each timed as allocation + vision + prefill:
+each timed as allocation + vision + prefill, each run through the public stages of
+:mod:`arr_coc.vlm.stages` (``allocate``, ``encode``, ``prefill``, ``decode`` of one token):
 
-* full resolution -- ``adapter.encode_native``: every cell through the tower, 2304 tokens to the LLM;
+* full resolution -- a ``full`` plan: every cell through the tower, 2304 tokens to the LLM;
 * sparse, ``arr`` allocation -- ARR as ``arr-coc ask`` runs it (default channels: OCR, texture,
   learned saliency; MiniLM) actually run on the page, then the tower encodes the gestalt and the K
   cells ARR chose, and the LLM prefills prefix, gestalt, saccades, question;
 * sparse, ``vlm`` relevance -- the tower encodes the gestalt; the LLM prefills prefix + gestalt and
   reads the question over it (the first look, :mod:`arr_coc.vlm.look`); ARR's sampler picks K cells
   on that attention map; the tower encodes them and the LLM continues its cache with saccades +
-  question. Its allocation is only the extra work: the question's forward, the attention read, the
-  map and the sampler.
+  question. Its allocation is only the extra work: making the canvas, the question's forward, the
+  attention read, the map and the sampler.
 
 Medians of ``--repeats`` under ``torch.inference_mode()`` at torch's default thread count, beside
-the FLOP estimate of :func:`arr_coc.vlm.base.flops_estimate`. Writes a markdown table and a PNG
+the FLOP estimate of :func:`arr_coc.vlm.cost.flops_estimate`. Writes a markdown table and a PNG
 under ``--out``.
 
-    python benchmarks/bench_vlm.py [--size 1344] [--budget 273] [--repeats 3]
+    python benchmarks/bench_vlm.py [--size 1344] [--saccades 273] [--repeats 3]
                                    [--dtype auto|float32|bfloat16] [--tiny] [--channels ...]
 """
 from __future__ import annotations
@@ -36,8 +37,10 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
-from arr_coc.vlm.ask import prefill_flops
-from arr_coc.vlm.base import assemble
+from arr_coc.plan import Plan
+from arr_coc.vlm import VLMAdapter, allocate, decode, encode, prefill
+from arr_coc.vlm.cost import prefill_flops
+from arr_coc.vlm.generation import stage_ms, timed
 from arr_coc.vlm.qwen import Qwen25VLAdapter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -204,72 +207,48 @@ def arr_allocator(cell: int, size: int, channels: Sequence[str] | None, query_en
     return ARR(config, query_encoder=encoder).eval()
 
 
-def forward(adapter: Any, pf: Any, cache: Any = None, past_mask: torch.Tensor | None = None) -> torch.Tensor:
-    """One LLM forward over a prefill (continuing ``cache`` when given): the timed prefill."""
-    mask = pf.attention_mask if past_mask is None else torch.cat([past_mask, pf.attention_mask], 1)
-    return adapter.language_model(dict(inputs_embeds=pf.inputs_embeds, attention_mask=mask,
-                                       position_ids=pf.position_ids, past_key_values=cache,
-                                       visual_mask=pf.visual_mask, deepstack=pf.deepstack))
+def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str, pre: list[int], suf: list[int],
+              saccades: int, layers: Sequence[int] | None) -> dict[str, Any]:
+    """Per method, a call that answers ``image`` up to the prefill -> (stage ms, detail ms, visual tokens, prompt
+    length, first logits, first-look work or None), through the public stages of :mod:`arr_coc.vlm.stages`.
 
-
-def make_runs(adapter: Any, arr: Any, image: torch.Tensor, question: str, pre: list[int], suf: list[int],
-              budget: int, layers: Sequence[int] | None) -> dict[str, Any]:
-    """Per method, a call that answers ``image`` up to the prefill -> (stage ms, visual tokens, prompt length, hidden).
-
-    Stages: ``allocation`` (choosing the saccades), ``vision`` (tower calls), ``prefill`` (LLM
-    forwards that a single pass makes too). ``detail`` holds the allocation's own stages.
+    Stages (:func:`arr_coc.vlm.generation.stage_ms`): ``allocation`` (choosing the saccades), ``vision``
+    (tower calls), ``prefill`` (LLM forwards that a single pass makes too, the first token's logits
+    included). ``detail`` holds the allocation's own stages.
     """
     from arr_coc.cache import ImageCache
-    from arr_coc.vlm.base import timed
-    from arr_coc.vlm.look import first_look, second_pass_prefill
 
-    cell = adapter.cell
-    grid = (image.shape[1] // cell, image.shape[2] // cell)
-    gestalt = arr.config.gestalt.grid_for(budget, grid)
+    grid = (image.shape[1] // adapter.cell, image.shape[2] // adapter.cell)
+
+    def answer_prefill(t: dict[str, float], visual: list, prompts: list, look: Any = None) -> tuple:
+        prompt = prefill(adapter, visual, prompts, look=look)
+        _, logits = decode(adapter, prompt, max_new_tokens=1, timings=t)
+        t.pop("decode", None)  # one token: its decoding is the prefill's last step
+        return prompt, logits
 
     def full() -> tuple:
         t: dict[str, float] = {}
         with timed(t, "vision"):
-            vis = adapter.encode_native([image])
-        pf = assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows)
-        with timed(t, "prefill"):
-            hidden = forward(adapter, pf)
-        return t, {}, vis[0], pf.inputs_embeds.shape[1], hidden, None
+            vis = encode(adapter, [Plan("full", "full", grid)], [image])
+        prompt, logits = answer_prefill(t, vis, [(pre, suf)])
+        return stage_ms(t), {}, vis[0], prompt.prefill.inputs_embeds.shape[1], logits, None
 
-    def sparse_arr() -> tuple:
-        arr.cache = ImageCache()  # the OCR and every other image-only channel run again, as on a new page
-        t: dict[str, float] = {}
-        with timed(t, "allocation"):
-            alloc = arr(image, question, budget=budget)
-        with timed(t, "vision"):
-            vis = adapter.encode([image], [alloc.positions[0]], mode="sparse", gestalt=[gestalt], layout="scaled")
-        pf = assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows)
-        with timed(t, "prefill"):
-            hidden = forward(adapter, pf)
-        detail = {k: v for k, v in alloc.timings_ms.items()}
-        return t, detail, vis[0], pf.inputs_embeds.shape[1], hidden, None
+    def sparse(relevance: str) -> Any:
+        def run() -> tuple:
+            arr.cache = ImageCache()  # the OCR and every other image-only channel run again, as on a new page
+            t: dict[str, float] = {}
+            planned = allocate(adapter, [image], [question], saccades=saccades, arr=arr, relevance=relevance,
+                               look_layers=layers, prompts=[(pre, suf)], timings=t)
+            with timed(t, "vision"):
+                vis = encode(adapter, planned.plans, planned.images, encoded=planned.gestalt_tokens)
+            prompt, logits = answer_prefill(t, vis, planned.prompts, planned.look)
+            detail = {k.split("/", 1)[1]: v for k, v in t.items() if k.startswith("allocation/")}
+            cached = 0 if planned.look is None else planned.look.attention_mask.shape[1]
+            look = prompt.look_work(0, vis[0]) if planned.look is not None else None
+            return stage_ms(t), detail, vis[0], cached + prompt.prefill.inputs_embeds.shape[1], logits, look
+        return run
 
-    def sparse_vlm() -> tuple:
-        t: dict[str, float] = {}
-        look_t: dict[str, float] = {}
-        with timed(t, "vision"):
-            seen = adapter.encode_gestalt([image], [gestalt])
-        look = first_look(adapter, seen, [gestalt], prompts=[(pre, suf)], layers=layers, timings=look_t)
-        t["prefill"] = look_t["prefill/gestalt"]
-        t["allocation"] = look_t["allocation/first look"]
-        with timed(t, "allocation"), timed(look_t, "relevance + selection"):
-            rel = look.relevance_map([grid], grid)
-            cells = arr.sampler(rel, budget, valid=torch.ones(1, *grid, dtype=torch.bool, device=rel.device)).positions[0]
-        with timed(t, "vision"):
-            vis = adapter.encode([image], [cells], mode="sparse", gestalt=[gestalt], layout="scaled", encoded=seen)
-        pf = second_pass_prefill(adapter, look, vis)
-        with timed(t, "prefill"):
-            hidden = forward(adapter, pf, look.cache, look.attention_mask)
-        detail = {"first look": look_t["allocation/first look"], "relevance + selection": look_t["relevance + selection"]}
-        prompt = look.attention_mask.shape[1] + pf.inputs_embeds.shape[1]
-        return t, detail, vis[0], prompt, hidden, (len(suf), len(pre) + len(seen[0]))
-
-    return {METHODS[0]: full, METHODS[1]: sparse_arr, METHODS[2]: sparse_vlm}
+    return {METHODS[0]: full, METHODS[1]: sparse("arr"), METHODS[2]: sparse("vlm")}
 
 
 def peak_rss_gib() -> float:
@@ -279,7 +258,7 @@ def peak_rss_gib() -> float:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=1344, help="page side in px, a multiple of the 28 px cell")
-    ap.add_argument("--budget", type=int, default=273, help="saccades K (the gestalt follows arr-coc's rule)")
+    ap.add_argument("--saccades", type=int, default=273, help="saccades K (the gestalt follows arr-coc's rule)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=0,
                     help="untimed passes of every method on the full page (after one on a small page)")
@@ -312,9 +291,9 @@ def flop_table(args: argparse.Namespace) -> list[dict[str, Any]]:
     cell = adapter.cell
     grid = (args.size // cell, args.size // cell)
     arr = arr_allocator(cell, args.size, args.channels, args.query_encoder)
-    gestalt = arr.config.gestalt.grid_for(args.budget, grid)
+    gestalt = arr.config.gestalt.grid_for(args.saccades, grid)
     pre, suf = prompt_ids(config, args.seed)
-    mm, g, k = adapter.merge ** 2, gestalt[0] * gestalt[1], args.budget
+    mm, g, k = adapter.merge ** 2, gestalt[0] * gestalt[1], args.saccades
     sparse = len(pre) + g + k + len(suf)
     rows = [dict(method=METHODS[0], flops=prefill_flops(adapter, len(pre) + grid[0] * grid[1] + len(suf),
                                                        (grid[0] * grid[1] * mm,))),
@@ -322,11 +301,11 @@ def flop_table(args: argparse.Namespace) -> list[dict[str, Any]]:
             dict(method=METHODS[2], flops=prefill_flops(adapter, sparse, (g * mm, k * mm), len(suf), len(pre) + g))]
     image, times = page(args.size), []
     with torch.inference_mode():
-        arr(page(8 * cell), args.question, budget=16)  # loads the channels' models
+        arr(page(8 * cell), args.question, saccades=16)  # loads the channels' models
         for _ in tqdm(range(args.repeats), desc="arr allocation"):
             arr.cache = ImageCache()
             t = time.perf_counter()
-            alloc = arr(image, args.question, budget=k)
+            alloc = arr(image, args.question, saccades=k)
             times.append((time.perf_counter() - t) * 1e3)
     full = rows[0]["flops"]["total"]
     lines = [f"FLOP estimate (flops_estimate: 2 per weight per token + attention, the tower's window attention "
@@ -380,12 +359,12 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     if args.size % cell:
         raise SystemExit(f"--size must be a multiple of the {cell} px cell, got {args.size}")
     grid = (args.size // cell, args.size // cell)
-    if args.budget > grid[0] * grid[1]:
-        raise SystemExit(f"--budget {args.budget} exceeds the {grid[0] * grid[1]} cells of the page")
+    if args.saccades > grid[0] * grid[1]:
+        raise SystemExit(f"--saccades {args.saccades} exceeds the {grid[0] * grid[1]} cells of the page")
     arr = arr_allocator(cell, args.size, args.channels, args.query_encoder)
-    gestalt = arr.config.gestalt.grid_for(args.budget, grid)
+    gestalt = arr.config.gestalt.grid_for(args.saccades, grid)
     pre, suf = prompt_ids(config, args.seed)
-    runs = make_runs(adapter, arr, page(args.size), args.question, pre, suf, args.budget, args.layers)
+    runs = make_runs(adapter, arr, page(args.size), args.question, pre, suf, args.saccades, args.layers)
     # a first untimed pass on a small page (8x8 cells) loads the channels' models and wakes up kernels cheaply
     side = min(grid[0], 8)
     warm = make_runs(adapter, arr, page(side * cell), args.question, pre, suf, side * side // 4, args.layers)
@@ -403,16 +382,16 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
             for method in order:
                 bar.set_postfix_str(f"{'warm-up' if rep < args.warmup else f'repeat {rep - args.warmup + 1}'}: "
                                     f"{method}")
-                stages, detail, vis, prompt, hidden, look = runs[method]()
+                stages, detail, vis, prompt, logits, look = runs[method]()
                 bar.update()
-                finite &= bool(torch.isfinite(hidden).all())
+                finite &= bool(torch.isfinite(logits).all())
                 seen[method] = (len(vis), prompt, vis.vision_segments, look)
                 if rep >= args.warmup:
                     for k, v in stages.items():
                         times[method].setdefault(k, []).append(v)
                     for k, v in detail.items():
                         details[method].setdefault(k, []).append(v)
-                del hidden
+                del logits
 
     rows = []
     for method in METHODS:
@@ -435,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     head = (
         f"{name} with random weights ({n_all / 1e9:.2f} B parameters, {n_vit / 1e6:.0f} M in the vision tower), "
         f"batch 1: one {args.size}x{args.size} px page (the bundled receipt, resized) = {grid[0]}x{grid[1]} cells of "
-        f"{cell} px; gestalt {gestalt[0]}x{gestalt[1]} + K = {args.budget} saccades; {text_tokens} text tokens around "
+        f"{cell} px; gestalt {gestalt[0]}x{gestalt[1]} + K = {args.saccades} saccades; {text_tokens} text tokens around "
         f"the image. `arr` allocation: ARR with channels {list(arr.channels)} and the {args.query_encoder} query "
         f"encoder, its image cache emptied before every repeat (OCR runs each time), on the CPU. `vlm` relevance: "
         f"the first look reads decoder layers {list(args.layers) if args.layers else 'of the middle half'}; its "
@@ -445,8 +424,8 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         f"dtype {dtype_note}; torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}. "
         f"Model built in {build_s:.1f} s; peak RSS {peak_rss_gib():.1f} GiB; whole run {run_s / 60:.1f} min. "
         "Vision = tower calls; prefill = LLM forwards a single pass makes too (for `vlm`: prefix + gestalt, then "
-        "saccades + question on its cache), no decoding; total = median of the per-repeat sums of allocation + "
-        "vision + prefill; speed-up = full resolution's total / the method's; est. TFLOP = flops_estimate "
+        "saccades + question on its cache; the first token's logits, no further decoding); total = median of the "
+        "per-repeat sums of allocation + vision + prefill; speed-up = full resolution's total / the method's; est. TFLOP = flops_estimate "
         "(2 per weight per token + attention; the tower's window attention counted per window) for tower + "
         "prefill + the VLM work of the allocation (the `arr` allocation's OCR and texture are not counted)."
         + ("" if finite else " WARNING: non-finite LLM outputs."))
@@ -476,7 +455,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "bench_vlm.md").write_text(table + "\n")
     plot(rows, args.out / "bench_vlm.png", f"{name}, {args.size}x{args.size} px page, "
-                                           f"gestalt {gestalt[0]}x{gestalt[1]} + K = {args.budget}, {dtype}")
+                                           f"gestalt {gestalt[0]}x{gestalt[1]} + K = {args.saccades}, {dtype}")
     print(f"wrote {args.out / 'bench_vlm.md'} and {args.out / 'bench_vlm.png'}")
     return rows
 

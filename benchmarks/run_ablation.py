@@ -43,7 +43,7 @@ def run(config: str, dataset: str, limit: int, split: str = "test") -> Path:
     out = RESULTS / "ablation" / config.lstrip("+")
     reader = ["--reader", "none"] if dataset == "coco" else []
     code = main(["eval", dataset, "--limit", str(limit), "--split", split, "--out", str(out), "--methods", *METHODS,
-                 "--budgets", *BUDGETS, "--channels", *channels, *reader])
+                 "--tokens", *BUDGETS, "--channels", *channels, *reader])
     if code:
         raise SystemExit(f"{config} {dataset} failed ({code})")
     return out / dataset / "records.jsonl"

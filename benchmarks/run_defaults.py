@@ -39,7 +39,7 @@ def run(dataset: str, limit: int, candidates: tuple[str, ...] = CANDIDATES) -> P
     # chosen, which is what the validation images are for (they were never trained on)
     weights = ["--scorer-weights", str(PACKAGED / "contextual.pt"), "--pruner-weights", str(PACKAGED / "pruner.pt")]
     code = main(["eval", dataset, "--split", "val", "--methods", "full", "uniform_image", *candidates,
-                 "--budgets", *BUDGETS, "--out", str(OUT), *weights, *extra])
+                 "--tokens", *BUDGETS, "--out", str(OUT), *weights, *extra])
     if code:
         raise SystemExit(f"eval {dataset} failed ({code})")
     return OUT / dataset / "records.jsonl"

@@ -24,8 +24,9 @@ def run_one(name: str, limit: int, out: Path, split: str, extra: list[str]) -> s
 
     torch.set_num_threads(1)  # one core per dataset process
     from arr_coc.cli import main
+    from arr_coc.data.datasets import DATASETS as SPECS
 
-    reader = ["--reader", "none"] if name == "coco" else []  # COCO has boxes, no text to read
+    reader = [] if SPECS.get(name).reader else ["--reader", "none"]  # the spec's reader: COCO has no text to read
     code = main(["eval", name, "--limit", str(limit), "--split", split, "--out", str(out), *reader, *extra])
     if code:
         raise SystemExit(f"eval {name} failed with code {code}")

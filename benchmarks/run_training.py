@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     hand = ARR(config).eval()
     records = [r for name in DATASETS for r in load_dataset(name)]
     examples = build_examples(hand, records, ROOT / "out" / "features")
-    cfg = TrainConfig(datasets=DATASETS, budget="10%", steps=args.steps, out=str(ROOT / "out" / "train"))
+    cfg = TrainConfig(datasets=DATASETS, tokens="10%", steps=args.steps, out=str(ROOT / "out" / "train"))
     weights = Path(cfg.out) / "scorer.pt"
     if not args.skip_train:
         run = train(cfg, config, examples=examples, query_encoder=hand.query_encoder)

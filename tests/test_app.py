@@ -63,7 +63,7 @@ def test_check_question_refuses_empty_and_overlong_questions(q, message):
 
 def test_a_second_question_reuses_the_texture_and_ocr_and_equals_the_plain_pipeline(scope, page):
     image = read_upload(page)
-    settings = Settings(budget=40, channels=CHANNELS, weights="none")
+    settings = Settings(saccades=40, channels=CHANNELS, weights="none")
     first = scope.run(image, "What is the invoice date?", settings)
     hits = scope.channel_cache.hits
     second = scope.run(image, "What is the total due?", settings)
@@ -71,7 +71,7 @@ def test_a_second_question_reuses_the_texture_and_ocr_and_equals_the_plain_pipel
     assert scope.channel_cache.hits > hits  # the OCR lines came from the cache
     assert "texture" in first.timings_ms and second.timings_ms["texture"] == 0.0
     arr = ARR(ARRConfig(texture=TextureConfig(channels=CHANNELS), scorer=ScorerConfig(weights="none"),
-                        sampler=SamplerConfig(budget=40)), query_encoder=HashingQueryEncoder())
+                        sampler=SamplerConfig(saccades=40)), query_encoder=HashingQueryEncoder())
     for result, q in ((first, "What is the invoice date?"), (second, "What is the total due?")):
         plain = arr(image, q)
         assert torch.equal(result.sent, plain.positions[0])
@@ -82,8 +82,8 @@ def test_a_second_question_reuses_the_texture_and_ocr_and_equals_the_plain_pipel
 
 def test_sliders_scale_the_parts_and_presets_name_real_settings(scope, page):
     image = read_upload(page)
-    base = scope.run(image, "What is the total due?", Settings(budget=40, channels=CHANNELS))
-    only = scope.run(image, "What is the total due?", Settings(budget=40, channels=CHANNELS,
+    base = scope.run(image, "What is the total due?", Settings(saccades=40, channels=CHANNELS))
+    only = scope.run(image, "What is the total due?", Settings(saccades=40, channels=CHANNELS,
                                                                part_scale=PRESETS["only participatory"]["part_scale"]))
     rel, w = base.allocation.relevance, base.allocation.relevance.weights
     torch.testing.assert_close(only.allocation.relevance.map, rel.parts[:, 2] * w[:, 2, None, None])
@@ -92,7 +92,7 @@ def test_sliders_scale_the_parts_and_presets_name_real_settings(scope, page):
 
 
 def test_json_download_keeps_the_look_json_schema_and_the_png_is_written(scope, page, tmp_path):
-    result = scope.run(read_upload(page), "What is the total due?", Settings(budget=40, channels=MVP_CHANNELS))
+    result = scope.run(read_upload(page), "What is the total due?", Settings(saccades=40, channels=MVP_CHANNELS))
     v = render(result, tmp_path)
     d = json.loads(v.json_path.read_text())
     look_keys = set(result.allocation.to_json(0))
@@ -116,14 +116,14 @@ def test_saccade_view_keeps_chosen_cells_and_dims_the_rest(page):
 
 def test_patch_allocators_send_squares_and_say_so_in_the_json(scope, page, tmp_path):
     result = scope.run(read_upload(page), "What is the total due?",
-                       Settings(budget=40, method="saliency", channels=MVP_CHANNELS))
+                       Settings(saccades=40, method="saliency", channels=MVP_CHANNELS))
     assert result.sent.shape[1] == 3 and 0 < len(result.sent) <= 40
     d = render(result, tmp_path).json_path.read_text()
     assert json.loads(d)["boxes"] == result.sent.tolist()
 
 
 @pytest.mark.parametrize("settings, message", [
-    (Settings(budget=300, channels=MVP_CHANNELS), "budget K=300 exceeds the 192 valid cells"),
+    (Settings(saccades=300, channels=MVP_CHANNELS), "budget K=300 exceeds the 192 valid cells"),
     (Settings(method="nope", channels=MVP_CHANNELS), "unknown sampler or allocator 'nope'"),
 ])
 def test_bad_settings_raise_a_readable_error(scope, page, settings, message):
@@ -145,7 +145,7 @@ def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp
     vlm = load_vlm("tiny:qwen2_5_vl")
     scope = Microscope(query_encoder=HashingQueryEncoder(), vlm=vlm, max_new_tokens=3)
     result = scope.run(read_upload(page), "What is the total due?",
-                       Settings(budget=40, channels=MVP_CHANNELS, cell=32))
+                       Settings(saccades=40, channels=MVP_CHANNELS, cell=32))
     assert result.settings.cell == vlm.cell == result.allocation.canvas.cell  # the model's cell wins
     assert isinstance(result.answer, str) and "answer" in result.timings_ms
     d = json.loads(render(result, tmp_path).json_path.read_text())

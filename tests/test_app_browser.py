@@ -80,7 +80,7 @@ def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
         page = Page(driver, url)
         page.upload(page_file)
         page.fill("question", "What is the total due?")
-        page.fill("budget", 64)
+        page.fill("saccades", 64)
         assert page.run().startswith("Done")
         # 64 saccades come with an 8x8 gestalt: 128 tokens of the page's 192
         assert "tokens sent 128 = 64 gestalt (8x8) + 64 saccades" in page.text("summary")
@@ -103,10 +103,10 @@ def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
         page.fill("question", "   ")
         assert "the question is empty" in page.run()
         page.fill("question", "Where is the invoice date?")
-        page.fill("budget", 500)
+        page.fill("saccades", 500)
         assert "budget K=500 exceeds the 192 valid cells" in page.run()
 
-        page.fill("budget", 32)
+        page.fill("saccades", 32)
         status = page.run()
         assert status.startswith("Done"), status
         assert "tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in page.text("summary")

@@ -26,8 +26,8 @@ def table_rows(text: str, header: str) -> list[list[str]]:
 
 def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
     bench = load_bench()
-    size, budget = 448, 40  # 16 x 16 cells of 28 px; arr-coc's gestalt for K = 40 is 6 x 6
-    rows = bench.main(["--tiny", "--repeats", "1", "--size", str(size), "--budget", str(budget), "--dtype", "float32",
+    size, k = 448, 40  # 16 x 16 cells of 28 px; arr-coc's gestalt for K = 40 is 6 x 6
+    rows = bench.main(["--tiny", "--repeats", "1", "--size", str(size), "--saccades", str(k), "--dtype", "float32",
                        "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)])
     md = (tmp_path / "bench_vlm.md").read_text()
     assert md.strip() in capsys.readouterr().out  # the table is printed as written
@@ -39,7 +39,7 @@ def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
     full, arr, vlm = table[1:]
     cells, gestalt = (size // 28) ** 2, 6 * 6
     assert int(full[1]) == cells == 256
-    assert int(arr[1]) == int(vlm[1]) == gestalt + budget == 76
+    assert int(arr[1]) == int(vlm[1]) == gestalt + k == 76
     assert full[2] == "0" and full[6] == "0.0%" and full[7] == "1.00x"
     for r in table[1:]:
         alloc, vision, prefill, total = (float(x) for x in r[2:6])
@@ -51,19 +51,19 @@ def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
     by = {r["method"]: r for r in rows}
     assert by[bench.METHODS[0]]["vision_segments"] == (cells * 4,)
     assert by[bench.METHODS[1]]["vision_segments"] == by[bench.METHODS[2]]["vision_segments"] == (gestalt * 4,
-                                                                                                    budget * 4)
+                                                                                                    k * 4)
     text = by[bench.METHODS[0]]["prompt_tokens"] - cells
     assert by[bench.METHODS[1]]["prompt_tokens"] == by[bench.METHODS[2]]["prompt_tokens"] == text + 76
     # FLOPs: the first look adds the question's tokens once more; arr's allocation adds no VLM work
     f_full, f_arr, f_vlm = (by[m]["flops"] for m in bench.METHODS)
     assert f_arr["allocation"] == 0 and f_vlm["allocation"] > 0
     assert f_vlm["total"] == f_arr["total"] + f_vlm["allocation"] < f_full["total"]
-    assert set(by[bench.METHODS[2]]["detail"]) == {"first look", "relevance + selection"}
+    assert set(by[bench.METHODS[2]]["detail"]) == {"canvas", "first look", "relevance", "selection"}
     assert "channel/edges" in by[bench.METHODS[1]]["detail"]
 
     stages = table_rows(md, "| method | prompt tokens |")
     assert [r[0] for r in stages[1:]] == list(bench.METHODS)
-    assert stages[1][2] == str(cells * 4) and stages[2][2] == f"{gestalt * 4} + {budget * 4}"
+    assert stages[1][2] == str(cells * 4) and stages[2][2] == f"{gestalt * 4} + {k * 4}"
     assert "Goals: `vlm` allocation = " in md
 
 
@@ -111,7 +111,7 @@ def test_meta_built_model_equals_a_normally_built_one_with_its_weights():
 
 def test_flops_only_counts_the_first_look_and_windows_without_running_the_model(tmp_path):
     bench = load_bench()
-    rows = bench.main(["--flops-only", "--tiny", "--repeats", "1", "--size", "448", "--budget", "40",
+    rows = bench.main(["--flops-only", "--tiny", "--repeats", "1", "--size", "448", "--saccades", "40",
                        "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)])
     full, arr, vlm = (r["flops"] for r in rows)
     assert arr["allocation"] == 0 < vlm["allocation"]

@@ -180,7 +180,7 @@ def test_missing_onnxruntime_says_what_to_install(monkeypatch):
 @pytest.mark.slow
 def test_pipeline_with_objects_puts_the_top_saccade_on_what_the_question_names(scene, minilm):
     config = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + ("objects",)),
-                       sampler=SamplerConfig(name="topk", budget=8))
+                       sampler=SamplerConfig(name="topk", saccades=8))
     arr = ARR(config, query_encoder=minilm)
     cell = arr.config.canvas.cell
     tops = {}

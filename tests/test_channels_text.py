@@ -203,7 +203,7 @@ def test_sharpen_keeps_weak_matches_off_the_page():
 def test_pipeline_puts_the_first_saccade_on_the_total_line(receipt_page, receipt_maps, encoder):
     pixels, boxes = receipt_page
     config = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + CHANNELS),
-                       sampler=SamplerConfig(name="topk", budget=4))
+                       sampler=SamplerConfig(name="topk", saccades=4))
     arr = ARR(config, query_encoder=encoder)
     arr.cache = receipt_maps[1]  # the page's lines were read above; the canvas keeps its 560 x 784 px
     out = arr(pixels, "What is the total?")

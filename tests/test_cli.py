@@ -1,8 +1,10 @@
 import argparse
 import json
+import inspect
 import subprocess
 import sys
 from dataclasses import fields
+from unittest.mock import ANY
 
 import pytest
 from PIL import Image
@@ -25,7 +27,7 @@ def test_help_lists_registered_samplers_and_channels(capsys):
 
 
 def test_look_json_has_sizes_positions_scores_and_token_counts(receipt, capsys):
-    assert main(["look", str(receipt), "What is the total?", "--budget", "40", "--json",
+    assert main(["look", str(receipt), "What is the total?", "--saccades", "40", "--json",
                  "--query-encoder", "hashing"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["image_size"] == [1484, 992] and d["canvas"] == [1484, 980] and d["cell"] == 28
@@ -50,7 +52,9 @@ def test_look_prints_a_summary_and_writes_the_picture(receipt, tmp_path, capsys)
     (["look", "{tmp}/bad.png", "q"], "bad.png"),
     (["look", "{receipt}", "q", "--sampler", "magic"], "unknown sampler 'magic'; known: "),
     (["look", "{receipt}", "  "], "question 0 is empty"),
-    (["look", "{receipt}", "q", "--budget", "99999"], "exceeds"),
+    (["look", "{receipt}", "q", "--saccades", "99999"], "exceeds"),
+    (["look", "{receipt}", "q", "--tokens", "1"], "at least 2 (one gestalt, one saccade)"),
+    (["look", "{receipt}", "q", "--tokens", "64", "--gestalt", "4"], "--tokens T sets the gestalt"),
 ])
 def test_look_errors_are_one_clear_line_and_exit_2(argv, message, receipt, tmp_path, capsys):
     (tmp_path / "bad.png").write_bytes(b"not a png")
@@ -104,21 +108,40 @@ def test_train_flags_are_the_train_config_fields_with_their_help():
         == TrainConfig()
 
 
-def test_look_and_ask_take_k_saccades_and_keep_the_budget_spelling():
+def test_look_and_ask_take_k_saccades_or_t_tokens():
     for argv in (["look", "a.png", "q"], ["ask", "a.png", "q", "--model", "tiny:llava"]):
-        for flag in ("--saccades", "--budget"):
-            args = _parser().parse_args(argv + [flag, "7", "--sampler", "nms"])
-            assert from_args(SamplerConfig, args, SAMPLER_OPTIONS) == SamplerConfig(name="nms", budget=7)
+        args = _parser().parse_args(argv + ["--saccades", "7", "--sampler", "nms"])
+        assert from_args(SamplerConfig, args, SAMPLER_OPTIONS) == SamplerConfig(name="nms", saccades=7)
         assert from_args(SamplerConfig, _parser().parse_args(argv), SAMPLER_OPTIONS) == SamplerConfig()
-    helps = {a.dest: a.help for a in _subcommand("eval")._actions}
-    assert helps["budgets"].startswith("total visual tokens per image (gestalt + saccades)")
+        assert _parser().parse_args(argv + ["--tokens", "25%"]).tokens == "25%"
+    for name in ("look", "ask", "eval"):
+        helps = {a.dest: a.help for a in _subcommand(name)._actions}
+        assert helps["tokens"].startswith("T total visual tokens (gestalt + saccades)"), name
     assert "K saccades" in {a.dest: a.help for a in _subcommand("look")._actions}["saccades"]
+    assert _parser().parse_args(["eval", "funsd", "--tokens", "5%", "192"]).tokens == ["5%", "192"]
+    assert _parser().parse_args(["train", "--tokens", "192"]).tokens == "192"
+
+
+@pytest.mark.parametrize("argv, old, new", [
+    (["look", "a.png", "q"], "--budget", "--saccades K (or --tokens T for a total)"),
+    (["ask", "a.png", "q", "--model", "tiny:llava"], "--budget", "--saccades K (or --tokens T for a total)"),
+    (["eval", "funsd"], "--budgets", "--tokens"),
+    (["train"], "--budget", "--tokens"),
+])
+def test_an_old_flag_exits_with_one_line_naming_the_new_one(argv, old, new, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv + [old, "5%", "40"])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"arr-coc: error: {old} was renamed; use {new}\n"
+    shown = [a for a in _subcommand(argv[0])._actions if a.help != argparse.SUPPRESS]
+    assert old not in {o for a in shown for o in a.option_strings}  # hidden from --help
+    assert not any(old in (a.help or "") for a in shown)  # and no help names it
 
 
 @pytest.mark.slow
 def test_console_script_with_the_packaged_minilm(receipt):
     exe = [sys.executable, "-m", "arr_coc.cli"]
-    r = subprocess.run(exe + ["look", str(receipt), "What is the total?", "--json", "--budget", "16"],
+    r = subprocess.run(exe + ["look", str(receipt), "What is the total?", "--json", "--saccades", "16"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
@@ -126,7 +149,7 @@ def test_console_script_with_the_packaged_minilm(receipt):
 
 
 def test_look_and_ask_help_state_the_token_rule_and_the_default_sampler(capsys):
-    """The --budget help names the rule arr_coc.budget applies, and the sampler default is the config's."""
+    """The --saccades help names the rule arr_coc.budget applies, and the sampler default is the config's."""
     from arr_coc.budget import GESTALT_SIDES, gestalt_grid
     from arr_coc.config import SamplerConfig
 
@@ -143,3 +166,76 @@ def test_look_and_ask_help_state_the_token_rule_and_the_default_sampler(capsys):
 def test_serve_refuses_a_thread_count_below_one_in_one_line(capsys):
     assert main(["serve", "--threads", "0", "--query-encoder", "hashing"]) == 2
     assert capsys.readouterr().err.strip() == "arr-coc: error: --threads must be an integer >= 1, got 0"
+
+
+def _look_json(receipt, capsys, *flags):
+    assert main(["look", str(receipt), "What is the total?", "--json", "--query-encoder", "hashing",
+                 "--channels", "mvp", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_look_tokens_t_is_split_as_eval_splits_it(receipt, capsys):
+    """--tokens T sends exactly T (split_budget on the image's 53x35 cells); --saccades K sends K + its gestalt."""
+    from arr_coc.budget import split_budget
+
+    assert split_budget(100, (53, 35)) == ((6, 6), 64) and split_budget(464, (53, 35)) == ((12, 12), 320)
+    by_tokens = _look_json(receipt, capsys, "--tokens", "100")
+    assert by_tokens["tokens"] == {"gestalt": 36, "saccades": 64, "sent": 100, "full_resolution": 1855}
+    assert by_tokens["gestalt_grid"] == [6, 6]
+    by_k = _look_json(receipt, capsys, "--saccades", "64")  # the same K comes with its own, larger gestalt
+    assert by_k["tokens"]["sent"] == 64 + 64 and by_k["gestalt_grid"] == [8, 8]
+    assert by_k["positions"] == by_tokens["positions"]  # the gestalt does not move the saccades of top-K
+    share = _look_json(receipt, capsys, "--tokens", "25%")  # round(0.25 * 1855) = 464
+    assert share["tokens"] == {"gestalt": 144, "saccades": 320, "sent": 464, "full_resolution": 1855}
+    # where the rule's gestalt for K equals the split's, the two spellings send the same thing
+    assert _look_json(receipt, capsys, "--tokens", "192") == _look_json(receipt, capsys, "--saccades", "128") \
+        | {"timings_ms": ANY, "channel_ms": ANY}
+
+
+def test_max_new_tokens_has_one_default_in_ask_eval_and_serve():
+    from arr_coc.app.service import Microscope
+    from arr_coc.config import MAX_NEW_TOKENS
+    from arr_coc.eval.vlm_reader import VLMEvalSettings
+    from arr_coc.vlm.ask import ask
+
+    assert MAX_NEW_TOKENS == 32
+    for name, argv in (("ask", ["ask", "a.png", "q", "--model", "m"]), ("eval", ["eval", "funsd"]),
+                       ("serve", ["serve"])):
+        assert _parser().parse_args(argv).max_new_tokens == MAX_NEW_TOKENS, name
+    assert VLMEvalSettings.max_new_tokens == MAX_NEW_TOKENS
+    for fn in (ask, Microscope.__init__):
+        assert inspect.signature(fn).parameters["max_new_tokens"].default == MAX_NEW_TOKENS
+    assert _parser().parse_args(["serve", "--max-new-tokens", "5"]).max_new_tokens == 5
+
+
+def test_the_glossary_holds_the_defaults_table_the_code_generates():
+    from pathlib import Path
+
+    from arr_coc.cli.options import defaults_table
+
+    doc = (Path(__file__).parents[1] / "docs" / "glossary.md").read_text()
+    begin, end = "<!-- defaults table: begin -->\n", "\n<!-- defaults table: end -->"
+    assert doc[doc.index(begin) + len(begin):doc.index(end)] == defaults_table(), \
+        "docs/glossary.md is stale: paste `python -m arr_coc.cli.options` between its markers"
+    table = defaults_table()
+    assert "| `SamplerConfig.saccades` | `--saccades` | `273` |" in table
+    assert "| `TrainConfig.tokens` | `--tokens` | `10%` |" in table
+    assert "| `TrainConfig.progress` | `--no-progress` | `True` |" in table
+    assert "| `config.MAX_NEW_TOKENS` | `--max-new-tokens` | `32` |" in table
+
+
+def test_every_config_field_has_help_and_config_imports_no_stage():
+    import ast
+    from pathlib import Path
+
+    import arr_coc.config as config
+
+    for cls in (config.CanvasConfig, config.TextureConfig, config.GestaltConfig, config.ScorerConfig,
+                config.SamplerConfig, config.ARRConfig, TrainConfig):
+        for f in fields(cls):
+            if cls is not config.ARRConfig or f.name == "seed":  # ARRConfig's others are the configs above
+                assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
+    tree = ast.parse(Path(config.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | \
+        {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    assert {m for m in imported if m.startswith("arr_coc")} == {"arr_coc.budget"}  # token arithmetic, no stage

@@ -8,19 +8,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from arr_coc.data.datasets import (
-    DATASETS,
-    Record,
-    SroieReport,
-    default_root,
-    jsonl_format_help,
-    load_coco,
-    load_dataset,
-    load_funsd,
-    load_jsonl,
-    load_sroie,
-    match_sroie_value,
-)
+from arr_coc.data.coco import load_coco
+from arr_coc.data.datasets import DATASETS, SPLITS, DatasetSpec, Record, default_root, load_dataset, register, split_of
+from arr_coc.data.funsd import load_funsd
+from arr_coc.data.jsonl import jsonl_format_help, load_jsonl
+from arr_coc.data.sroie import SroieReport, load_sroie, match_sroie_value
+from arr_coc.eval.metrics import ANSWER_METRICS
+from arr_coc.eval.reading import READERS
 from arr_coc.registry import UnknownNameError
 
 
@@ -289,6 +283,44 @@ def test_registry_holds_every_loader_and_unknown_names_list_them() -> None:
     assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "docvqa", "infovqa", "textvqa", "chartqa"]
     with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, docvqa"):
         load_dataset("vqav2")
+
+
+@pytest.mark.parametrize("name", DATASETS.names())
+def test_every_spec_names_a_known_metric_reader_and_a_prompt_with_the_question(name: str) -> None:
+    spec = DATASETS.get(name)
+    assert spec.name == name and spec.title and spec.metric in ANSWER_METRICS
+    assert spec.reader in (None, "vlm", *READERS.names()) and spec.splits in ("hash", "official")
+    assert spec.prompt.format(question="What is the total?").startswith("What is the total?\n")
+
+
+def test_specs_say_how_each_dataset_is_read_split_and_scored() -> None:
+    table = {n: (s.title, s.splits, s.metric, s.reader, s.folder) for n, s in ((n, DATASETS.get(n)) for n in DATASETS)}
+    assert table == {
+        "funsd": ("FUNSD", "hash", "anls", "tesseract", "funsd"),
+        "sroie": ("SROIE", "hash", "anls", "tesseract", "sroie"),
+        "coco": ("COCO128", "hash", "anls", None, "coco128"),  # boxes, no text: coverage only
+        "jsonl": ("JSONL", "hash", "anls", "tesseract", None),
+        "docvqa": ("DocVQA", "official", "anls", "vlm", None),
+        "infovqa": ("InfoVQA", "official", "anls", "vlm", None),
+        "textvqa": ("TextVQA", "official", "vqa_accuracy", "vlm", None),
+        "chartqa": ("ChartQA", "official", "relaxed_accuracy", "vlm", None),
+    }
+
+
+def test_a_spec_loads_unregistered_splits_by_image_and_refuses_bad_fields(jsonl: Path) -> None:
+    mine = DatasetSpec("mine", "Mine", lambda root: load_jsonl(jsonl))
+    assert load_dataset(mine) == load_jsonl(jsonl) and "mine" not in DATASETS
+    for split in SPLITS:  # the hash split by image: every record of an image lands in the same split
+        want = [r for r in load_jsonl(jsonl) if split_of(r.image_id, "jsonl") == split]
+        assert load_dataset(mine, split=split) == want
+    with pytest.raises(ValueError, match=r"unknown split 'dev'; choose one of train, val, test"):
+        load_dataset(mine, split="dev")
+    with pytest.raises(ValueError, match=r"dataset 'x': splits must be 'hash' or 'official', got 'random'"):
+        DatasetSpec("x", "X", load_jsonl, splits="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"dataset 'x': the prompt must hold \{question\}, got 'Answer.'"):
+        DatasetSpec("x", "X", load_jsonl, prompt="Answer.")
+    with pytest.raises(ValueError, match=r"dataset 'funsd' is already registered"):
+        register(DatasetSpec("funsd", "FUNSD again", load_jsonl))
 
 
 def test_default_root_follows_arr_coc_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -102,7 +102,7 @@ def test_reports_and_summary_values(pages, arr, tmp_path):
 
 
 def test_cli_eval_on_jsonl(pages, tmp_path, capsys):
-    assert main(["eval", "jsonl", "--data", str(pages), "--methods", "full", "stratified", "--budgets", "25%",
+    assert main(["eval", "jsonl", "--data", str(pages), "--methods", "full", "stratified", "--tokens", "25%",
                  "--limit", "2", "--query-encoder", "hashing", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "| 25% | stratified |" in out and (tmp_path / "jsonl" / "summary.png").exists()
@@ -168,7 +168,7 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
     from arr_coc.eval.reading import scale_boxes
     from arr_coc.samplers import topk_cells
 
-    dim = arr.see(load_dataset("jsonl", pages)[0].image).cells.shape[1] + 2  # + the two question channels
+    dim = arr.see(load_dataset("jsonl", pages)[0].image).cell_texture.shape[1] + 2  # + the two question channels
     save_learned(tmp_path / "pruner.pt", "pruner", TokenPruner(dim, query_dim=arr.query_encoder.dim), arr.channels)
     save_learned(tmp_path / "selector.pt", "selector", PatchSelector(cell=28, seed=3), arr.channels)
     paths = {m: tmp_path / f"{m}.pt" for m in ("pruner", "selector")}
@@ -195,7 +195,7 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
 
 def test_cli_eval_default_methods_leave_out_a_trained_allocator_that_does_not_fit(pages, tmp_path, capsys):
     # the packaged pruner reads MiniLM question embeddings; the hashing encoder makes others
-    assert main(["eval", "jsonl", "--data", str(pages), "--budgets", "25%", "--limit", "1", "--reader", "none",
+    assert main(["eval", "jsonl", "--data", str(pages), "--tokens", "25%", "--limit", "1", "--reader", "none",
                  "--query-encoder", "hashing", "--size-prior", "3", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err
     assert "leaving out method pruner:" in err and "embedded by MiniLMQueryEncoder, this ARR uses Hashing" in err
@@ -251,7 +251,7 @@ def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
     """`arr` at the default budget (a 16x16 gestalt + 273 saccades) = ARR()(image, question) on the receipt."""
     import torch
 
-    from arr_coc.config import DEFAULT_BUDGET, SamplerConfig, ScorerConfig
+    from arr_coc.config import DEFAULT_SACCADES, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import Record
 
     receipt = Path(__file__).resolve().parents[1] / "examples" / "receipt.jpg"
@@ -259,10 +259,10 @@ def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
     arr = ARR().eval()  # no options: the default channels, trained scorer and sampler
     with torch.no_grad():
         expected = arr(str(receipt), question).positions[0].tolist()
-    assert len(expected) == DEFAULT_BUDGET == 273
+    assert len(expected) == DEFAULT_SACCADES == 273
     record = Record("jsonl", "receipt-total", receipt, "receipt", question, "", ((1000.0, 300.0, 1100.0, 700.0),))
     other = next(m for m in ("stratified", "topk") if m != SamplerConfig.name)
-    settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_BUDGET,), reader=None, keep_cells=True)
+    settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_SACCADES,), reader=None, keep_cells=True)
     rows = {r["method"]: r for r in read_rows(evaluate([record], arr, tmp_path / "default", settings, progress=False))}
     assert rows["arr"]["tokens"] == 529 and rows["arr"]["cells"] == expected
     # negative controls: another sampler, and the default sampler on the hand-set scorer, pick other cells
@@ -290,7 +290,7 @@ def test_eval_sampler_flag_sends_the_arr_method_through_that_sampler_with_its_tr
             p.add_(torch.linspace(-2.0, 3.0, p.numel()).view_as(p))
     weights = export_weights(tmp_path / "w.pt", trained, TrainConfig(datasets=("funsd",)), {})
 
-    common = ["eval", "jsonl", "--data", str(pages), "--reader", "none", "--budgets", "10%", "--methods", "arr",
+    common = ["eval", "jsonl", "--data", str(pages), "--reader", "none", "--tokens", "10%", "--methods", "arr",
               "--channels", "rgb", "edges", "--query-encoder", "hashing"]
     assert main(common + ["--out", str(tmp_path / "o"), "--sampler", "log_polar", "--scorer-weights", str(weights)]) == 0
     settings = json.loads((tmp_path / "o" / "jsonl" / "settings.json").read_text())

@@ -66,7 +66,7 @@ def test_batch_of_different_sizes_equals_each_image_alone(receipt, tmp_path):
 @pytest.mark.parametrize("name", SAMPLERS.names())
 def test_every_sampler_runs_in_the_pipeline(name, receipt):
     with torch.no_grad():
-        out = make_arr(sampler=SamplerConfig(name=name, budget=64))(receipt, "Date:")
+        out = make_arr(sampler=SamplerConfig(name=name, saccades=64))(receipt, "Date:")
     check_allocation(out, 64)
     assert out.gestalt.grid == (8, 8) and out.tokens_sent == 128
 
@@ -82,7 +82,7 @@ def test_motion_channel_sees_the_previous_frame():
     frame = torch.zeros(3, 224, 224)
     moved = frame.clone()
     moved[:, 100:130, 150:180] = 1.0
-    arr = make_arr(sampler=SamplerConfig(name="topk", budget=4))
+    arr = make_arr(sampler=SamplerConfig(name="topk", saccades=4))
     with torch.no_grad():
         out = arr(moved, "what moved?", prev=frame)
     cells = {tuple(p) for p in out.positions[0].tolist()}
@@ -93,12 +93,12 @@ def test_motion_channel_sees_the_previous_frame():
 
 def test_budget_larger_than_the_image_raises_clearly():
     with pytest.raises(ValueError, match="exceeds"):
-        make_arr()(torch.rand(3, 112, 112), "anything", budget=17)
+        make_arr()(torch.rand(3, 112, 112), "anything", saccades=17)
 
 
 def test_to_json_carries_what_scripts_need(receipt):
     with torch.no_grad():
-        d = make_arr(sampler=SamplerConfig(budget=32))(receipt, "Date?").to_json(0)
+        d = make_arr(sampler=SamplerConfig(saccades=32))(receipt, "Date?").to_json(0)
     assert d["image_size"] == [1484, 992] and d["canvas"] == [1484, 980] and d["cell"] == 28
     assert len(d["positions"]) == len(d["scores"]) == 32
     assert d["tokens"] == {"gestalt": 16, "saccades": 32, "sent": 48, "full_resolution": 1855}

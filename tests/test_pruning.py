@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from arr_coc.allocators.pruning import PatchSelector, TokenPruner, cells_of, pad_tokens, prune, soft_weights
 from arr_coc.samplers import topk_cells
-from arr_coc.vlm.base import all_cells
+from arr_coc.vlm.processing import all_cells
 
 
 def reference_keep(scores: torch.Tensor, mask: torch.Tensor, k: int) -> list[list[int]]:
@@ -319,6 +319,7 @@ def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
         if not (PACKAGED / f"{kind}.pt").exists():
             pytest.fail(f"arr_coc/weights/{kind}.pt is missing: run benchmarks/run_allocators.py")
         net, meta = load_learned(kind, cell=ARRConfig().canvas.cell)
+        # the shipped files were trained before the total was named tokens: their settings say "budget"
         assert meta["train_config"]["learner"] == kind and meta["train_config"]["budget"] == "10%"
         assert meta["query_encoder"] == "MiniLMQueryEncoder"
     pruner, meta = load_learned("pruner", channels=meta["channels"], query_dim=384)

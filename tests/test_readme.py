@@ -79,7 +79,7 @@ def load_make_architecture():
 def test_architecture_picture_follows_the_layers(tmp_path: Path):
     arch = load_make_architecture()
     layers = arch.read_layers(ROOT / "pyproject.toml")
-    assert layers[0] == ["cli"] and layers[-1] == ["errors"]
+    assert layers[0] == ["cli"] and "errors" in layers[-1]
     names = {name for layer in layers for name in layer}
     text = (ROOT / "docs" / "architecture.md").read_text()
     for name in names:

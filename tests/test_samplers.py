@@ -89,7 +89,7 @@ def test_every_sampler_rejects_a_budget_above_the_valid_cells(name):
     valid = torch.ones(2, 16, 20, dtype=torch.bool)
     valid[1, :, 16:] = False  # image 1 has 256 valid cells
     rel, query = torch.rand(2, 16, 20), torch.randn(2, QUERY_DIM)
-    msg = "budget K=300 exceeds the 256 valid cells of image 1; lower --budget or raise the canvas size"
+    msg = "budget K=300 exceeds the 256 valid cells of image 1; lower --saccades or raise the canvas size"
     with pytest.raises(ValueError, match=msg):
         call(name, rel, 300, valid, query)
     with pytest.raises(ValueError, match="K=0"):

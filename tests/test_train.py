@@ -68,7 +68,7 @@ def answered_examples(answered, tmp_path_factory):
 
 
 def cfg(tmp_path, **kw):
-    base = dict(datasets=("jsonl",), budget="25%", steps=40, batch_size=4, lr=0.05, eval_every=10,
+    base = dict(datasets=("jsonl",), tokens="25%", steps=40, batch_size=4, lr=0.05, eval_every=10,
                 out=str(tmp_path / "run"), features=str(tmp_path / "features"), progress=False)
     return TrainConfig(**{**base, **kw})
 
@@ -180,7 +180,7 @@ def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_
 
 def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys):
     argv = ["train", "--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder",
-            "hashing", "--steps", "6", "--eval-every", "3", "--batch-size", "4", "--budget", "25%",
+            "hashing", "--steps", "6", "--eval-every", "3", "--batch-size", "4", "--tokens", "25%",
             "--out", str(tmp_path / "run"), "--features", str(tmp_path / "f"), "--no-progress",
             "--export", str(tmp_path / "w.pt")]
     assert main(argv) == 0
@@ -197,7 +197,7 @@ def test_torchrun_with_two_processes_takes_the_steps_of_one(dataset, answered, t
     assert shutil.which("torchrun", path=str(Path(sys.executable).parent)), "torchrun (part of torch) is missing"
     data = dataset if objective == "proxy" else answered
     common = ["--datasets", "jsonl", "--data", str(data), "--channels", "mvp", "--query-encoder", "hashing",
-              "--steps", "4", "--eval-every", "2", "--batch-size", "4", "--budget", "25%", "--estimator", "gumbel",
+              "--steps", "4", "--eval-every", "2", "--batch-size", "4", "--tokens", "25%", "--estimator", "gumbel",
               "--features", str(tmp_path / "f"), "--no-progress"]
     if objective == "vlm":  # the answer objective, each rank's two examples as two accumulated micro-batches
         common += ["--objective", "vlm", "--vlm", "tiny:qwen2_5_vl", "--accumulate", "2", "--lr", "0.1"]

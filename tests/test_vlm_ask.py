@@ -13,7 +13,7 @@ from arr_coc.registry import UnknownNameError
 from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, ask, load_vlm
 from arr_coc.vlm.ask import allocators
-from arr_coc.vlm.base import all_cells
+from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
 
 
@@ -80,8 +80,8 @@ def test_ask_sends_gestalt_plus_exactly_k_saccades_where_arr_chose(saved, receip
     adapter = load_vlm(str(saved["qwen2_5_vl"]))
     arr = fast_arr(adapter.cell)
     with torch.no_grad():
-        answer = ask(adapter, receipt, "What is the total?", arr=arr, budget=40, mode=mode, max_new_tokens=3)[0]
-        alloc = arr(receipt, "What is the total?", budget=40)
+        answer = ask(adapter, receipt, "What is the total?", arr=arr, saccades=40, mode=mode, max_new_tokens=3)[0]
+        alloc = arr(receipt, "What is the total?", saccades=40)
     assert (answer.gestalt_tokens, answer.saccades, answer.full_tokens) == (36, 40, 53 * 35)
     assert answer.cells.tolist() == alloc.positions[0].tolist()  # relevance order, as allocated
     assert 1 <= len(answer.tokens) <= 3 and isinstance(answer.text, str)
@@ -94,8 +94,8 @@ def test_ask_weighted_sends_every_cell_and_the_answer_is_deterministic(saved, re
     adapter = load_vlm(str(saved["qwen3_vl"]))
     arr = fast_arr(adapter.cell)
     with torch.no_grad():
-        a = ask(adapter, receipt, "Date?", arr=arr, budget=16, mode="weighted", max_new_tokens=2)[0]
-        b = ask(adapter, receipt, "Date?", arr=arr, budget=16, mode="weighted", max_new_tokens=2)[0]
+        a = ask(adapter, receipt, "Date?", arr=arr, saccades=16, mode="weighted", max_new_tokens=2)[0]
+        b = ask(adapter, receipt, "Date?", arr=arr, saccades=16, mode="weighted", max_new_tokens=2)[0]
     assert a.gestalt_tokens == 0 and a.saccades == a.full_tokens == 46 * 31
     assert a.tokens == b.tokens
 
@@ -113,11 +113,11 @@ def test_ask_weighted_with_unit_weights_is_the_native_encoding(saved):
 def test_ask_refuses_an_arr_with_the_wrong_cell(saved, receipt):
     adapter = load_vlm(str(saved["qwen3_vl"]))
     with pytest.raises(ValueError, match="canvas cell is 28 px but qwen3_vl needs 32 px"):
-        ask(adapter, receipt, "Date?", arr=fast_arr(28), budget=8)
+        ask(adapter, receipt, "Date?", arr=fast_arr(28), saccades=8)
 
 
 def test_cli_ask_prints_answer_tokens_and_flops(saved, receipt, capsys):
-    argv = ["ask", str(receipt), "What is the total?", "--model", str(saved["qwen2_5_vl"]), "--budget", "40",
+    argv = ["ask", str(receipt), "What is the total?", "--model", str(saved["qwen2_5_vl"]), "--saccades", "40",
             "--query-encoder", "hashing", "--channels", "mvp", "--max-new-tokens", "2"]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -140,16 +140,17 @@ def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny
     adapter, q, k = tiny[family], "What is the total?", 11
     arr, img = fast_arr(adapter.cell), small_image(adapter)
     with torch.no_grad():
-        a = ask(adapter, img, q, arr=arr, budget=k, allocator=allocator, max_new_tokens=2)[0]
-        alloc = arr(img, q, budget=k)
+        a = ask(adapter, img, q, arr=arr, saccades=k, allocator=allocator, max_new_tokens=2)[0]
+        alloc = arr(img, q, saccades=k)
     patches = PATCHERS.get(allocator)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
     assert int(patches.counts[0]) == sent and a.full_tokens == 48
     assert (a.allocator, a.gestalt_tokens, a.saccades, a.visual_tokens) == (allocator, gestalt, sent, gestalt + sent)
-    assert a.cells.tolist() == patches.boxes[0, :sent].tolist()  # [K, 3] (y, x, size), as allocated
+    assert a.squares.tolist() == patches.boxes[0, :sent].tolist() and a.cells is None  # [K, 3] (y, x, side)
+    assert a.plan.kind == "squares" and a.plan.saccades == sent
     assert 1 <= len(a.tokens) <= 2 and isinstance(a.text, str)
     # negative control: the sampler spends all 11 tokens on one-cell saccades
-    arr_answer = ask(adapter, img, q, arr=arr, budget=k, max_new_tokens=2)[0]
-    assert arr_answer.cells.shape == (k, 2) and arr_answer.saccades == k
+    arr_answer = ask(adapter, img, q, arr=arr, saccades=k, max_new_tokens=2)[0]
+    assert arr_answer.cells.shape == (k, 2) and arr_answer.saccades == k and arr_answer.squares is None
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "llava"])
@@ -157,7 +158,7 @@ def test_allocator_arr_is_the_call_without_it(tiny, family):
     adapter = tiny[family]
     arr, img = fast_arr(adapter.cell), small_image(adapter, seed=1)
     with torch.no_grad():
-        a, b = (ask(adapter, img, "Date?", arr=arr, budget=5, max_new_tokens=3, **kw)[0]
+        a, b = (ask(adapter, img, "Date?", arr=arr, saccades=5, max_new_tokens=3, **kw)[0]
                 for kw in ({}, {"allocator": "arr"}))
     assert (a.text, a.tokens, a.gestalt_tokens, a.saccades, a.flops, a.allocator) == \
         (b.text, b.tokens, b.gestalt_tokens, b.saccades, b.flops, b.allocator)
@@ -169,42 +170,42 @@ def test_allocator_arr_is_the_call_without_it(tiny, family):
     (dict(allocator="quadtree", mode="slice"),
      "allocator 'quadtree' sends variable-size patches, which only mode='sparse' encodes \\(got mode='slice'\\)"),
     (dict(allocator="saliency", mode="weighted"), "use mode='sparse' or allocator='arr'"),
-    (dict(allocator="quadtree", budget=5), "'quadtree' needs a larger budget: budget K=5 is below the 6 starting "
-                                           "squares .*; raise --budget"),
+    (dict(allocator="quadtree", saccades=5), "'quadtree' needs more saccades: budget K=5 is below the 6 starting "
+                                             "squares .*; raise --saccades \\(saccades=\\) to at least 6"),
 ])
 def test_ask_refuses_what_a_patch_allocator_cannot_do(tiny, kwargs, message):
     adapter = tiny["llava"]
-    kwargs = {"budget": 11, **kwargs}
+    kwargs = {"saccades": 11, **kwargs}
     with pytest.raises(ValueError, match=message):
         ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), max_new_tokens=1, **kwargs)
 
 
-def test_cli_ask_with_a_quadtree_reports_its_tokens_or_asks_for_a_larger_budget(tmp_path, capsys):
+def test_cli_ask_with_a_quadtree_reports_its_tokens_or_asks_for_more_saccades(tmp_path, capsys):
     from PIL import Image
 
     path = tmp_path / "page.png"
     Image.fromarray((small_image(load_vlm("tiny:llava")) * 255).byte().permute(1, 2, 0).numpy()).save(path)
     argv = ["ask", str(path), "What is the total?", "--model", "tiny:llava", "--allocator", "quadtree",
             "--query-encoder", "hashing", "--channels", "mvp", "--max-new-tokens", "1"]
-    assert main(argv + ["--budget", "11"]) == 0
+    assert main(argv + ["--saccades", "11"]) == 0
     out = capsys.readouterr().out
     assert "allocator quadtree" in out
     assert "visual tokens sent 25 = 16 gestalt + 9 saccades  |  full resolution 48  (52%)" in out
-    assert main(argv + ["--budget", "5"]) == 2
+    assert main(argv + ["--saccades", "5"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("arr-coc: error: allocator 'quadtree' needs a larger budget") and "raise --budget" in err
+    assert err.startswith("arr-coc: error: allocator 'quadtree' needs more saccades") and "raise --saccades" in err
 
 
 # ----------------------------------------------------------------------------- relevance from the VLM's first look
 
 
 def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_one_pass(tiny):
-    from arr_coc.vlm.base import assemble, generate
+    from arr_coc.vlm import assemble, generate
     from arr_coc.vlm.look import first_look
 
     adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 11
     arr, img = fast_arr(adapter.cell), small_image(adapter, seed=2)
-    a = ask(adapter, img, q, arr=arr, budget=k, relevance="vlm", max_new_tokens=4)[0]
+    a = ask(adapter, img, q, arr=arr, saccades=k, relevance="vlm", max_new_tokens=4)[0]
     assert (a.relevance, a.gestalt_tokens, a.saccades, a.full_tokens) == ("vlm", 4, k, 48)
     # the same first look by hand: its map spread over the 6x8 cells, ARR's sampler on it
     gestalt = adapter.encode_gestalt([img], [(2, 2)])
@@ -220,7 +221,7 @@ def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_o
     stop = tokens[0].tolist()
     assert a.tokens == stop[:len(a.tokens)] and len(a.tokens) >= 1
     # negative control: ARR's texture relevance picks other cells
-    b = ask(adapter, img, q, arr=arr, budget=k, relevance="arr", max_new_tokens=1)[0]
+    b = ask(adapter, img, q, arr=arr, saccades=k, relevance="arr", max_new_tokens=1)[0]
     assert b.relevance == "arr" and b.cells.tolist() != a.cells.tolist()
     # stage times and FLOPs: the first look is allocation, its LLM work is the question once more
     stages = a.stage_ms()
@@ -236,9 +237,9 @@ def test_ask_vlm_a_batch_of_different_sizes_equals_each_image_alone(tiny):
     arr = fast_arr(adapter.cell)
     imgs = [small_image(adapter, 6, 8, seed=3), small_image(adapter, 5, 4, seed=4)]
     qs = ["What is the total?", "Date?"]
-    both = ask(adapter, imgs, qs, arr=arr, budget=6, relevance="vlm", max_new_tokens=3)
+    both = ask(adapter, imgs, qs, arr=arr, saccades=6, relevance="vlm", max_new_tokens=3)
     for b in range(2):
-        one = ask(adapter, imgs[b], qs[b], arr=arr, budget=6, relevance="vlm", max_new_tokens=3)[0]
+        one = ask(adapter, imgs[b], qs[b], arr=arr, saccades=6, relevance="vlm", max_new_tokens=3)[0]
         assert one.cells.tolist() == both[b].cells.tolist()
         assert one.tokens == both[b].tokens and one.gestalt_tokens == both[b].gestalt_tokens
 
@@ -251,17 +252,17 @@ def test_ask_vlm_a_batch_of_different_sizes_equals_each_image_alone(tiny):
 def test_ask_refuses_a_relevance_source_it_cannot_use(tiny, kwargs, message):
     adapter = tiny["qwen2_5_vl"]
     with pytest.raises(ValueError, match=message):
-        ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), budget=4, max_new_tokens=1, **kwargs)
+        ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), saccades=4, max_new_tokens=1, **kwargs)
 
 
 def test_ask_vlm_on_llava_names_what_it_needs(tiny):
     adapter = tiny["llava"]
     with pytest.raises(ValueError, match="relevance 'vlm' needs an adapter that encodes the gestalt alone"):
-        ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), budget=4, relevance="vlm")
+        ask(adapter, small_image(adapter), "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="vlm")
 
 
 def test_flops_count_qwen25_window_attention_per_window(tiny):
-    from arr_coc.vlm.ask import prefill_flops
+    from arr_coc.vlm.cost import prefill_flops
 
     adapter = tiny["qwen2_5_vl"]  # 2 tower layers, the last one full; windows of 56 px = 4 x 4 patches
     vc = adapter.model.config.vision_config
@@ -302,21 +303,21 @@ def test_first_look_channel_mixes_the_vlms_attention_into_arrs_scorer(tiny):
     arr = ARR(ARRConfig(canvas=CanvasConfig(cell=adapter.cell),
                         texture=TextureConfig(channels=MVP_CHANNELS + ("first_look",))),
               query_encoder=HashingQueryEncoder()).eval()
-    a = ask(adapter, img, q, arr=arr, budget=k, relevance="arr", max_new_tokens=2)[0]
+    a = ask(adapter, img, q, arr=arr, saccades=k, relevance="arr", max_new_tokens=2)[0]
     assert a.relevance == "arr" and {"allocation/first look", "allocation/texture"} <= set(a.timings_ms)
     look = first_look(adapter, adapter.encode_gestalt([img], [(2, 2)]), [(2, 2)], [q])
     fl = look.relevance_map([(6, 8)], (6, 8))[:, None]  # [1, 1, Hc, Wc]
-    alloc = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": fl})
+    alloc = arr(img, q, saccades=k, coupled=lambda canvas, qs: {"first_look": fl})
     assert a.cells.tolist() == alloc.positions[0].tolist()
     # hand-set participatory head: the coupled channel enters with its fixed weight 3, at its absolute level
     torch.testing.assert_close(alloc.relevance.parts[0, 2], 3.0 * fl[0, 0])
     # negative control: a flat first look leaves other cells on top
-    flat = arr(img, q, budget=k, coupled=lambda canvas, qs: {"first_look": torch.full_like(fl, 0.5)})
+    flat = arr(img, q, saccades=k, coupled=lambda canvas, qs: {"first_look": torch.full_like(fl, 0.5)})
     assert flat.positions[0].tolist() != alloc.positions[0].tolist()
     with pytest.raises(ValueError, match="'first_look' channel is read from a VLM's attention, not from pixels"):
-        arr(img, q, budget=k)
+        arr(img, q, saccades=k)
     with pytest.raises(ValueError, match="given channels \\['clip'\\] are not question-coupled channels"):
-        arr(img, q, budget=k, coupled=lambda canvas, qs: {"clip": fl})
+        arr(img, q, saccades=k, coupled=lambda canvas, qs: {"clip": fl})
 
 
 def test_arr_texture_runs_where_the_arr_was_moved():
@@ -326,9 +327,9 @@ def test_arr_texture_runs_where_the_arr_was_moved():
     img = torch.rand(3, 112, 140, generator=torch.Generator().manual_seed(0))
     cpu = arr.see(img)
     meta = arr.to("meta").see(img)
-    assert cpu.cells.device.type == "cpu"
-    assert meta.cells.device.type == meta.canvas.pixels.device.type == meta.canvas.valid.device.type == "meta"
-    assert meta.cells.shape == cpu.cells.shape == (1, 6, 4, 5)
+    assert cpu.cell_texture.device.type == "cpu"
+    assert meta.cell_texture.device.type == meta.canvas.pixels.device.type == meta.canvas.valid.device.type == "meta"
+    assert meta.cell_texture.shape == cpu.cell_texture.shape == (1, 6, 4, 5)
 
 
 def test_tiny_models_leave_the_callers_random_state_alone():

@@ -91,7 +91,7 @@ COMMON = ["--reader", "vlm", "--model", "tiny:qwen2_5_vl", "--channels", *CHANNE
 def cli(name: str, data: Path, out: Path, *extra: str) -> list[dict]:
     """``arr-coc eval NAME --reader vlm --model tiny:qwen2_5_vl`` (full, native_budget, arr at 8 tokens) -> its rows."""
     argv = ["eval", name, "--data", str(data), "--split", SPLIT[name], "--out", str(out), *COMMON,
-            "--methods", "full", "native_budget", "arr", "--budgets", "8", *extra]
+            "--methods", "full", "native_budget", "arr", "--tokens", "8", *extra]
     assert main(argv) == 0
     return read_rows(out / name / "tiny_qwen2_5_vl" / "records.jsonl")
 
@@ -255,7 +255,7 @@ def test_cli_refuses_the_shipped_scorer_on_its_training_data(tmp_path, capsys):
         {"id": 1, "label": "answer", "text": "12/03", "box": [50, 2, 90, 12], "words": [], "linking": [[0, 1]]}]})
     # the default channels and query encoder: the shipped scorer, trained on FUNSD's train images (refused
     # before any question is encoded)
-    argv = ["eval", "funsd", "--data", str(tmp_path / "funsd"), "--budgets", "8", "--out", str(tmp_path / "o")]
+    argv = ["eval", "funsd", "--data", str(tmp_path / "funsd"), "--tokens", "8", "--out", str(tmp_path / "o")]
     assert main(argv + ["--reader", "vlm", "--model", "tiny:qwen2_5_vl", "--methods", "arr"]) == 2
     assert "were trained on the train images of funsd, sroie, coco" in capsys.readouterr().err
     assert main(argv + ["--reader", "none", "--methods", "topk", "--split", "val"]) == 2
@@ -273,7 +273,7 @@ def test_torchrun_with_two_processes_answers_what_one_process_answers(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29533",
            "-m", "arr_coc.cli", "eval", "textvqa", "--data", str(data), "--split", "val", "--out", str(tmp_path / "two"),
-           *COMMON, "--methods", "full", "native_budget", "arr", "vlm", "--budgets", "8"]
+           *COMMON, "--methods", "full", "native_budget", "arr", "vlm", "--tokens", "8"]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "two" / "textvqa" / "tiny_qwen2_5_vl"

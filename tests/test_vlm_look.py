@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from arr_coc.vlm import ADAPTERS, assemble, generate
-from arr_coc.vlm.look import first_look, question_attention, second_pass, second_pass_prefill
+from arr_coc.vlm.look import first_look, question_attention, second_pass_prefill
+from arr_coc.vlm.stages import decode, prefill
 from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
 
 PROB_ATOL = 1e-5  # attention probabilities, the issue's bound
@@ -121,6 +122,11 @@ def two_pass_setup(adapter, hws, grids, cells, questions, layout="scaled", seeds
     return imgs, gestalt, look, visuals
 
 
+def second_pass(adapter, look, visuals, max_new_tokens):
+    """The answer stages on top of a first look: the prefill continues its cache, then greedy decoding."""
+    return decode(adapter, prefill(adapter, visuals, [], look=look), max_new_tokens=max_new_tokens)
+
+
 def test_second_pass_equals_one_fresh_prefill_of_the_same_sequence(pair):
     fast, _ = pair
     hws, grids, qs = [(6, 5)], [(3, 3)], ["What is the date?"]
@@ -132,7 +138,7 @@ def test_second_pass_equals_one_fresh_prefill_of_the_same_sequence(pair):
     assert visuals[0].positions.tolist() == fresh[0].positions.tolist()
     pre, suf = fast.prompt_ids(qs[0])
     single = assemble(fast.embed_tokens, [pre], visuals, [suf], fast.rope_rows)
-    ref_tokens, ref_logits = generate(fast, single, max_new_tokens=4)
+    ref_tokens, ref_logits = generate(fast, single, max_new_tokens=4, eos_token_id=fast.text_config.eos_token_id)
     tokens, logits = second_pass(fast, look, visuals, max_new_tokens=4)
     assert tokens.tolist() == ref_tokens.tolist()
     torch.testing.assert_close(logits, ref_logits, atol=ATOL, rtol=0)

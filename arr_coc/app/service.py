@@ -2,7 +2,7 @@
 
 What an image alone determines (canvas, question-free texture) is cached per image content, and the
 slow image part of the question-coupled channels (OCR lines) sits in one :class:`ImageCache` shared
-by every configuration, so a second question, budget, sampler or scorer on the same image skips both.
+by every configuration, so a second question, K, sampler or scorer on the same image skips both.
 Bad input raises ``ValueError`` with a message the page shows as it is.
 """
 from __future__ import annotations
@@ -20,14 +20,13 @@ from torch import Tensor
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import load_image
-from arr_coc.config import (DEFAULT_BUDGET, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig,
-                            TextureConfig)
+from arr_coc.config import (DEFAULT_SACCADES, MAX_NEW_TOKENS, PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig,
+                            ScorerConfig, TextureConfig)
 from arr_coc.eval.reading import foveated_view, gestalt_view
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
 from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import channel_layout
 from arr_coc.viz import tokens_per_region
 
 from arr_coc.app import views
@@ -53,7 +52,7 @@ def methods() -> tuple[str, ...]:
 class Settings:
     """One configuration of the microscope (the page's controls)."""
 
-    budget: int = DEFAULT_BUDGET  # saccade tokens K (a patch allocator: at most K squares)
+    saccades: int = DEFAULT_SACCADES  # saccade tokens K (a patch allocator: at most K squares)
     method: str = SamplerConfig.name  # a sampler (one-cell saccades) or a patch allocator (variable squares)
     channels: tuple[str, ...] = PIPELINE_CHANNELS
     weights: str = "auto"  # scorer weights: "auto" (shipped), "none" (hand-set) or a file from `arr-coc train`
@@ -65,7 +64,7 @@ class Settings:
         sampler = self.method if self.method in SAMPLERS.names() else SamplerConfig.name
         return ARRConfig(canvas=CanvasConfig(cell=self.cell), texture=TextureConfig(channels=tuple(self.channels)),
                          scorer=ScorerConfig(weights=self.weights, part_scale=tuple(self.part_scale)),
-                         sampler=SamplerConfig(name=sampler, budget=self.budget))
+                         sampler=SamplerConfig(name=sampler, saccades=self.saccades))
 
 
 @dataclass
@@ -75,7 +74,7 @@ class Result:
     settings: Settings
     allocation: Allocation
     sent: Tensor  # [K, 2] (y, x) saccade cells, or [K, 3] (y, x, size) squares of a patch allocator
-    cells: Tensor  # [C, h, w] every channel of the image's valid cells (question-coupled ones for this question)
+    cell_texture: Tensor  # [C, h, w] every channel of the image's valid cells (question-coupled ones for this question)
     layout: dict[str, slice]
     weights_source: str
     scene_cached: bool
@@ -144,7 +143,8 @@ class Microscope:
         max_new_tokens: answer length limit of the VLM.
     """
 
-    def __init__(self, query_encoder: QueryEncoder | None = None, vlm: Any = None, max_new_tokens: int = 32) -> None:
+    def __init__(self, query_encoder: QueryEncoder | None = None, vlm: Any = None,
+                 max_new_tokens: int = MAX_NEW_TOKENS) -> None:
         from arr_coc.query import MiniLMQueryEncoder
 
         self.query_encoder = query_encoder or MiniLMQueryEncoder().load()
@@ -183,23 +183,23 @@ class Microscope:
         arr = self.arr(settings)
         t: dict[str, float] = {}
         scene, cached = self.scene(arr, image, t)
-        alloc = arr.allocate(scene, [question], budget=settings.budget, timings=t)
+        alloc = arr.allocate(scene, [question], saccades=settings.saccades, timings=t)
         sent = alloc.positions[0]
         if settings.method in PATCHERS.names():
-            from arr_coc.vlm.ask import patch_boxes
+            from arr_coc.vlm.stages import patch_squares
 
             start = time.perf_counter()
-            sent = patch_boxes(settings.method, alloc, settings.budget)[0]
+            sent = patch_squares(settings.method, alloc.relevance.map, alloc.canvas, settings.saccades)[0]
             t["patches"] = (time.perf_counter() - start) * 1e3
         h, w = (s // scene.canvas.cell for s in scene.canvas.sizes[0])
-        cells = alloc.cells[0, :, :h, :w]  # [C, h, w]
-        result = Result(settings, alloc, sent, cells, dict(arr.layout), arr.weights_source, cached, timings_ms=t)
+        texture = alloc.cell_texture[0, :, :h, :w]  # [C, h, w]
+        result = Result(settings, alloc, sent, texture, dict(arr.layout), arr.weights_source, cached, timings_ms=t)
         if self.vlm is not None:
             from arr_coc.vlm import ask
 
             allocator = settings.method if settings.method in PATCHERS.names() else "arr"
             start = time.perf_counter()
-            result.answer = ask(self.vlm, [image], [question], arr=arr, budget=settings.budget,
+            result.answer = ask(self.vlm, [image], [question], arr=arr, saccades=settings.saccades,
                                 max_new_tokens=self.max_new_tokens, allocator=allocator)[0].text
             t["answer"] = (time.perf_counter() - start) * 1e3
         return result
@@ -274,6 +274,6 @@ def render(result: Result, out_dir: Path) -> Rendered:
     picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                                         f"tokens per region: {tok['sent']} sent"])
     picture.save(png_path, compress_level=1)  # fast: the download is written on every request
-    return Rendered(sacc, heat, parts, views.channels_view(result.cells, result.layout),
+    return Rendered(sacc, heat, parts, views.channels_view(result.cell_texture, result.layout),
                     Image.fromarray(to_hwc_uint8(gview)), Image.fromarray(to_hwc_uint8(fview)), tokens,
                     result.answer, summary, "\n".join(rows), json_path, png_path)

@@ -17,14 +17,14 @@ import gradio as gr
 
 from arr_coc.app.service import (PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload,
                                  render)
-from arr_coc.config import DEFAULT_BUDGET, PIPELINE_CHANNELS, SamplerConfig
+from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.texture import CHANNELS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is the date of the request?",
                      "photo.jpg": "Where is the cat?"}
 MAX_FILE_SIZE = "25mb"  # a phone photo or a scanned page; larger uploads are refused before they reach Python
-MAX_BUDGET = 4096  # the canvas holds at most 4096 cells at 28 px (CanvasConfig.max_pixels)
+MAX_SACCADES = 4096  # the canvas holds at most 4096 cells at 28 px (CanvasConfig.max_pixels)
 QUEUE_SIZE = 32  # waiting requests beyond this are turned away with a "queue full" message
 # B's sampler at first: the one that keeps a token in every region, next to the default's plain ranking
 COMPARE_WITH = "stratified" if SamplerConfig.name != "stratified" else "topk"
@@ -33,10 +33,10 @@ KEEP_DOWNLOADS = 16  # requests whose JSON and PNG stay on disk (Gradio serves i
 CHOOSABLE = tuple(n for n in CHANNELS.names() if n != "clip")
 
 
-def _settings(budget: Any, method: str, channels: list[str], weights: str, checkpoint: str | None,
+def _settings(saccades: Any, method: str, channels: list[str], weights: str, checkpoint: str | None,
               p0: float, p1: float, p2: float, cell: int) -> Settings:
-    if budget is None or int(budget) != budget or budget < 1 or budget > MAX_BUDGET:
-        raise ValueError(f"the budget must be a whole number of saccade tokens from 1 to {MAX_BUDGET}, got {budget}")
+    if saccades is None or int(saccades) != saccades or saccades < 1 or saccades > MAX_SACCADES:
+        raise ValueError(f"the saccades K must be a whole number of tokens from 1 to {MAX_SACCADES}, got {saccades}")
     if not channels:
         raise ValueError("choose at least one texture channel")
     if weights == "checkpoint":
@@ -49,7 +49,7 @@ def _settings(budget: Any, method: str, channels: list[str], weights: str, check
     # the pipeline's order first, so the default set matches the shipped weights whatever the clicks; then the rest
     ordered = tuple(n for n in (*PIPELINE_CHANNELS, *CHANNELS.names()) if n in channels)
     ordered = tuple(dict.fromkeys(ordered))
-    return Settings(budget=int(budget), method=method, channels=ordered, weights=spec,
+    return Settings(saccades=int(saccades), method=method, channels=ordered, weights=spec,
                     part_scale=(float(p0), float(p1), float(p2)), cell=cell)
 
 
@@ -88,7 +88,7 @@ def build(scope: Microscope) -> gr.Blocks:
         return [m, ch, wt, ck, *sliders]
 
     with gr.Blocks(title="arr-coc microscope", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
-        gr.Markdown("## arr-coc microscope: where does the token budget go?\n"
+        gr.Markdown("## arr-coc microscope: where do the saccades go?\n"
                     "Upload an image, ask a question, and see which full-resolution cells (saccades) "
                     "arr-coc sends a VLM next to a low-resolution gestalt of the whole image.")
         with gr.Row():
@@ -97,8 +97,8 @@ def build(scope: Microscope) -> gr.Blocks:
                 question = gr.Textbox(label="question", value="What is the total?", elem_id="question")
                 if examples:
                     gr.Examples(examples, [upload, question], label="bundled examples")
-                budget = gr.Number(value=DEFAULT_BUDGET, label="saccade budget K (tokens)", precision=0,
-                                   minimum=1, maximum=MAX_BUDGET, elem_id="budget")
+                saccades = gr.Number(value=DEFAULT_SACCADES, label="saccades K (full-resolution tokens)",
+                                     precision=0, minimum=1, maximum=MAX_SACCADES, elem_id="saccades")
                 ctl_a = controls("")
                 run = gr.Button("Run", variant="primary", elem_id="run")
             with gr.Column(scale=2):
@@ -126,7 +126,7 @@ def build(scope: Microscope) -> gr.Blocks:
                         tokens = gr.Image(label="tokens per region", format="jpeg", interactive=False)
                         timings = gr.Markdown()
                     with gr.Tab("Compare"):
-                        gr.Markdown("A second configuration on the same image, question and budget.")
+                        gr.Markdown("A second configuration on the same image, question and K.")
                         with gr.Row():
                             with gr.Column():
                                 ctl_b = controls("(B)", method=COMPARE_WITH)
@@ -169,9 +169,9 @@ def build(scope: Microscope) -> gr.Blocks:
 
         outputs = [status, answer, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings,
                    get_json, get_png]
-        run.click(analyse, [upload, question, budget, *ctl_a], outputs, api_name="analyse")
-        question.submit(analyse, [upload, question, budget, *ctl_a], outputs)
-        compare.click(both, [upload, question, budget, *ctl_a, *ctl_b], [status, sum_a, img_a, sum_b, img_b],
+        run.click(analyse, [upload, question, saccades, *ctl_a], outputs, api_name="analyse")
+        question.submit(analyse, [upload, question, saccades, *ctl_a], outputs)
+        compare.click(both, [upload, question, saccades, *ctl_a, *ctl_b], [status, sum_a, img_a, sum_b, img_b],
                       api_name="compare")
     return demo
 

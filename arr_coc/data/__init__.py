@@ -1,6 +1,11 @@
-"""Question-answer records (FUNSD, SROIE, COCO, JSONL with answer boxes; DocVQA, InfoVQA, TextVQA, ChartQA
-without) and box geometry.
+"""Question-answer records and the datasets that make them, one module per family; box geometry.
 
 Training and evaluation both read records; neither imports the other, so the records live here, below both.
+:mod:`arr_coc.data.datasets` says what a dataset is and how to add one.
 """
-from arr_coc.data import datasets, vqa  # noqa: F401  (registers the loaders)
+# isort: off
+# importing a family registers its specs; this order is the order ``DATASETS.names()`` lists them in
+from arr_coc.data import datasets  # noqa: F401  (first: the registry)
+from arr_coc.data import funsd, sroie, coco, jsonl  # noqa: F401
+from arr_coc.data import docvqa, textvqa, chartqa  # noqa: F401
+# isort: on

@@ -1,12 +1,29 @@
-"""Answer boxes: ``(y0, x0, y1, x1)`` in pixels, mapped between images and rasterised exactly."""
+"""Answer boxes ``(y0, x0, y1, x1)`` in pixels: clipped to their image, mapped between images, rasterised exactly."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import torch
 from torch import Tensor
 
 Box = tuple[float, float, float, float]  # (y0, x0, y1, x1)
+
+
+def clip_boxes(boxes: Iterable[Box], size: tuple[int, int]) -> tuple[Box, ...]:
+    """Clip (y0, x0, y1, x1) boxes to an image of ``size=(width, height)`` and drop empty ones.
+
+    Example:
+        >>> clip_boxes([(-5, 10, 20, 900), (30, 30, 30, 40)], (640, 480))
+        ((0.0, 10.0, 20.0, 640.0),)
+    """
+    w, h = float(size[0]), float(size[1])
+    out = []
+    for y0, x0, y1, x1 in boxes:
+        b = (min(max(y0, 0.0), h), min(max(x0, 0.0), w), min(max(y1, 0.0), h), min(max(x1, 0.0), w))
+        if b[2] > b[0] and b[3] > b[1]:
+            out.append((float(b[0]), float(b[1]), float(b[2]), float(b[3])))
+    return tuple(out)
+
 
 def scale_boxes(boxes_px: Sequence[Box], scale_yx: tuple[float, float]) -> list[Box]:
     """Maps (y0, x0, y1, x1) boxes by (sy, sx), e.g. original pixels -> canvas pixels (``Canvas.scales``).

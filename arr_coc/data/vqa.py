@@ -1,8 +1,10 @@
-"""Document and scene-text VQA benchmarks in their own formats: DocVQA, InfoVQA, TextVQA, ChartQA.
+"""Reading the official VQA benchmarks' files: annotation JSON or parquet exports, split choice, image lookup.
 
-Each loader reads the benchmark as its authors distribute it, or the Hugging Face ``datasets``
-parquet export of it, from a local path (nothing is downloaded). Records carry every reference
-answer (``Record.answers``) and the benchmark's metric (``Record.metric``: ``anls``,
+The loaders of DocVQA, InfoVQA (:mod:`arr_coc.data.docvqa`), TextVQA (:mod:`arr_coc.data.textvqa`)
+and ChartQA (:mod:`arr_coc.data.chartqa`) read the benchmark as its authors distribute it, or the
+Hugging Face ``datasets`` parquet export of it, from a local path (nothing is downloaded), through
+:func:`read_benchmark`; each module holds only its JSON layout. Records carry every reference
+answer (``Record.answers``) and the benchmark's metric (``Record.metric``, from its spec: ``anls``,
 ``vqa_accuracy``, ``relaxed_accuracy``); they have no answer boxes (the VLM reader needs none).
 
 ``root`` is one annotation file, or a folder searched for the file of the requested official
@@ -35,21 +37,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from arr_coc.data.datasets import DATASETS, SPLITS, Record, _finish, _read_json
+from arr_coc.data.datasets import SPLITS, DatasetSpec, Record
+from arr_coc.data.loading import finish, read_json
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp")
-PARQUET_SPLITS = {"train": "train", "validation": "val", "val": "val", "test": "test"}  # file prefix -> split
-METRICS = {"docvqa": "anls", "infovqa": "anls", "textvqa": "vqa_accuracy", "chartqa": "relaxed_accuracy"}
-_TITLES = {"docvqa": "DocVQA", "infovqa": "InfoVQA", "textvqa": "TextVQA", "chartqa": "ChartQA"}
-# which JSON files under a folder are annotation files of the benchmark (the split is checked apart)
-_ANNOTATION = {"docvqa": r"(?!.*infographic).*v1\.0.*\.json", "infovqa": r"infographic.*\.json",
-               "textvqa": r"textvqa_[\d.]+_\w+\.json", "chartqa": r".*_(human|augmented)\.json"}
-
-
-def official(loader: Callable[..., list[Record]]) -> Callable[..., list[Record]]:
-    """Mark a loader that selects the benchmark's own ``split`` (instead of :func:`split_of`'s hash split)."""
-    loader.official_splits = True  # type: ignore[attr-defined]
-    return loader
 
 
 def image_cache_dir() -> Path:
@@ -68,9 +59,8 @@ def _split_token(name: str, split: str) -> bool:
     return split in words or (split == "val" and "validation" in words)
 
 
-def _files(name: str, root: Path, split: str | None, suffix: str) -> list[Path]:
-    """The annotation files (``.json``) or parquet shards of ``split`` under ``root`` (or ``root`` itself)."""
-    title = _TITLES[name]
+def _files(title: str, annotation: str, root: Path, split: str | None, suffix: str) -> list[Path]:
+    """The annotation files (``.json``, names matching ``annotation``) or parquet shards of ``split`` under ``root``."""
     if not root.exists():
         raise FileNotFoundError(f"{title} path {root} not found; pass --data FILE_OR_DIR")
     if split is not None and split not in SPLITS:
@@ -80,7 +70,7 @@ def _files(name: str, root: Path, split: str | None, suffix: str) -> list[Path]:
             raise ValueError(f"{root.name} is not the {split} split of {title}; pass that split's file, "
                              f"or its folder with --split {split}")
         return [root]
-    pattern = re.compile(_ANNOTATION[name], re.I) if suffix == ".json" else re.compile(r".*\.parquet", re.I)
+    pattern = re.compile(annotation, re.I) if suffix == ".json" else re.compile(r".*\.parquet", re.I)
     found = sorted(p for p in root.rglob(f"*{suffix}") if pattern.fullmatch(p.name))
     if split is not None:
         found = [p for p in found if _split_token(p.name, split) or _split_token(p.parent.name, split)]
@@ -94,7 +84,8 @@ def _files(name: str, root: Path, split: str | None, suffix: str) -> list[Path]:
     return found
 
 
-def _as_answers(value: Any) -> tuple[str, ...]:
+def as_answers(value: Any) -> tuple[str, ...]:
+    """An annotation's answers as a tuple of strings: one string, a list, or None (a hidden test answer)."""
     if value is None:
         return ()
     if isinstance(value, str):
@@ -102,16 +93,18 @@ def _as_answers(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value if v is not None)
 
 
-def _record(name: str, rid: str, image: Path, image_id: str, question: Any, answers: tuple[str, ...],
-            where: str) -> Record:
+def benchmark_record(spec: DatasetSpec, rid: str, image: Path, image_id: str, question: Any,
+                     answers: tuple[str, ...], where: str) -> Record:
+    """One question with every reference answer, scored by the spec's metric; no boxes."""
     if not isinstance(question, str) or not question.strip():
         raise ValueError(f"{where}: question {rid!r} is empty or not a string")
     # the answer shown and trained on: the most frequent reference (TextVQA's 10 annotators disagree)
     top = Counter(answers).most_common(1)[0][0] if answers else ""
-    return Record(name, rid, image, image_id, question.strip(), top, (), answers=answers, metric=METRICS[name])
+    return Record(spec.name, rid, image, image_id, question.strip(), top, (), answers=answers,
+                  metric=spec.metric)
 
 
-class _ImageFinder:
+class ImageFinder:
     """Resolves an annotation's image name: against given folders first, then by file name under ``root``."""
 
     def __init__(self, root: Path) -> None:
@@ -136,106 +129,46 @@ class _ImageFinder:
         raise FileNotFoundError(f"{where}: image {name} not found beside the annotations or under {self.root}")
 
 
-def _answered(name: str, records: list[Record], source: Path) -> list[Record]:
+def _answered(title: str, records: list[Record], source: Path) -> list[Record]:
     if records and not any(r.answers for r in records):
-        raise ValueError(f"{source} has no answers (an official test split is scored by the {_TITLES[name]} "
+        raise ValueError(f"{source} has no answers (an official test split is scored by the {title} "
                          f"server); evaluate on val")
     return [r for r in records if r.answers]
 
 
-def _load(name: str, root: Path | None, split: str | None, read_json: Callable[..., list[Record]]) -> list[Record]:
+def read_benchmark(spec: DatasetSpec, root: Path | None, split: str | None, annotation: str,
+                   read_json_file: Callable[[Path, ImageFinder], list[Record]]) -> list[Record]:
+    """The records of ``split`` under ``root``: its annotation JSON files or its parquet shards.
+
+    Args:
+        spec: the benchmark (title in messages, name and metric of the records).
+        root: an annotation file, a parquet file, or a folder searched for them.
+        split: the official split (``train``, ``val``, ``test``); None when ``root`` holds one split.
+        annotation: regular expression a JSON file name matches when it is an annotation file.
+        read_json_file: ``(file, finder) -> records`` of one annotation file (the benchmark's layout).
+    """
     if root is None:
-        raise ValueError(f"{_TITLES[name]} has no default folder; pass --data FILE_OR_DIR (see arr_coc.data.vqa)")
+        raise ValueError(f"{spec.title} has no default folder; pass --data FILE_OR_DIR (see arr_coc.data.vqa)")
     root = Path(root)
     parquet = root.suffix == ".parquet" or (root.is_dir() and any(root.rglob("*.parquet")))
-    files = _files(name, root, split, ".parquet" if parquet else ".json")
+    files = _files(spec.title, annotation, root, split, ".parquet" if parquet else ".json")
     if not files:
         which = f" for split {split}" if split else ""
-        raise ValueError(f"no {_TITLES[name]} annotation files{which} under {root}")
-    finder = _ImageFinder(root if root.is_dir() else root.parent.parent)
+        raise ValueError(f"no {spec.title} annotation files{which} under {root}")
+    finder = ImageFinder(root if root.is_dir() else root.parent.parent)
     records: list[Record] = []
     for f in files:
-        records += _answered(name, _parquet_records(name, f) if parquet else read_json(f, finder), f)
-    return _finish(name, root, records)
+        records += _answered(spec.title, _parquet_records(spec, f) if parquet else read_json_file(f, finder), f)
+    return finish(spec.title, root, records)
 
 
-def _data(path: Path) -> list[dict]:
-    data = _read_json(path)
+def json_items(path: Path) -> list[dict]:
+    """The question objects of an annotation file: its ``data`` list, or the file's top-level list."""
+    data = read_json(path)
     items = data.get("data") if isinstance(data, dict) else data
     if not isinstance(items, list) or not all(isinstance(d, dict) for d in items):
         raise ValueError(f"{path}: expected {{\"data\": [{{...}}, ...]}} or a list of objects")
     return items
-
-
-def _docvqa_json(name: str, path: Path, finder: _ImageFinder) -> list[Record]:
-    records = []
-    for n, d in enumerate(_data(path)):
-        where = f"{path}: item {n}"
-        image = d.get("image") or d.get("image_local_name")
-        if not isinstance(image, str):
-            raise ValueError(f"{where}: no 'image' (DocVQA) or 'image_local_name' (InfoVQA) file name")
-        rid = str(d.get("questionId", n))
-        img = finder.find(image, (path.parent, path.parent.parent), where)
-        records.append(_record(name, rid, img, Path(image).stem, d.get("question"), _as_answers(d.get("answers")),
-                               where))
-    return records
-
-
-@DATASETS.register("docvqa")
-@official
-def load_docvqa(root: Path | None = None, *, split: str | None = None) -> list[Record]:
-    """DocVQA (single page): official JSON + document images, or its parquet export; metric ANLS."""
-    return _load("docvqa", root, split, lambda f, finder: _docvqa_json("docvqa", f, finder))
-
-
-@DATASETS.register("infovqa")
-@official
-def load_infovqa(root: Path | None = None, *, split: str | None = None) -> list[Record]:
-    """InfographicVQA: official JSON + infographics, or its parquet export; metric ANLS."""
-    return _load("infovqa", root, split, lambda f, finder: _docvqa_json("infovqa", f, finder))
-
-
-def _textvqa_json(path: Path, finder: _ImageFinder) -> list[Record]:
-    records = []
-    for n, d in enumerate(_data(path)):
-        where = f"{path}: item {n}"
-        if "image_id" not in d:
-            raise ValueError(f"{where}: no 'image_id'")
-        image_id = str(d["image_id"])
-        bases = [path.parent / "train_images", path.parent / "test_images", path.parent]
-        img = finder.find(f"{image_id}.jpg", bases, where)
-        records.append(_record("textvqa", str(d.get("question_id", n)), img, image_id, d.get("question"),
-                               _as_answers(d.get("answers")), where))
-    return records
-
-
-@DATASETS.register("textvqa")
-@official
-def load_textvqa(root: Path | None = None, *, split: str | None = None) -> list[Record]:
-    """TextVQA: official JSON (10 answers per question) + images, or its parquet export; metric VQA accuracy."""
-    return _load("textvqa", root, split, _textvqa_json)
-
-
-def _chartqa_json(path: Path, finder: _ImageFinder) -> list[Record]:
-    part = path.stem.rsplit("_", 1)[-1]  # human | augmented: their ids may repeat across the two files
-    records = []
-    for n, d in enumerate(_data(path)):
-        where = f"{path}: item {n}"
-        if not isinstance(d.get("imgname"), str):
-            raise ValueError(f"{where}: no 'imgname'")
-        png = path.parent / "png" / d["imgname"]
-        if not png.is_file():
-            raise FileNotFoundError(f"{where}: image {png} not found (ChartQA keeps them in png/ beside the JSON)")
-        records.append(_record("chartqa", f"{part}:{n}", png, Path(d["imgname"]).stem, d.get("query"),
-                               _as_answers(d.get("label")), where))
-    return records
-
-
-@DATASETS.register("chartqa")
-@official
-def load_chartqa(root: Path | None = None, *, split: str | None = None) -> list[Record]:
-    """ChartQA: official JSON (human + augmented) + PNGs, or its parquet export; metric relaxed accuracy."""
-    return _load("chartqa", root, split, _chartqa_json)
 
 
 # ----------------------------------------------------------------------------------------- parquet
@@ -264,16 +197,16 @@ def _cached_image(image: Any, where: str) -> Path:
     return out
 
 
-def _parquet_records(name: str, path: Path) -> list[Record]:
+def _parquet_records(spec: DatasetSpec, path: Path) -> list[Record]:
     records = []
     for n, row in enumerate(_rows(path)):
         where = f"{path}: row {n}"
         question = row.get("question", row.get("query"))
-        answers = next((_as_answers(row[k]) for k in ("answers", "label", "answer") if k in row), None)
+        answers = next((as_answers(row[k]) for k in ("answers", "label", "answer") if k in row), None)
         if answers is None or "image" not in row:
             raise ValueError(f"{where}: expected columns question (or query), answers (or label / answer) and image; "
                              f"got {', '.join(row)}")
         img = _cached_image(row["image"], where)
         rid = str(row.get("questionId", row.get("question_id", f"{path.stem}:{n}")))
-        records.append(_record(name, rid, img, img.stem, question, answers, where))
+        records.append(benchmark_record(spec, rid, img, img.stem, question, answers, where))
     return records

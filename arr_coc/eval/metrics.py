@@ -1,7 +1,9 @@
-"""Where did the saccades land, and was the answer right? Box coverage metrics and the benchmarks' answer metrics.
+"""Every metric of the evaluation: where the saccades landed (box coverage) and whether the answer was right.
 
-Answer metrics (``ANSWER_METRICS``, named by ``Record.metric``): ``anls`` (DocVQA, InfoVQA),
-``vqa_accuracy`` (TextVQA: 10 annotators, the VQA normalisation) and ``relaxed_accuracy`` (ChartQA).
+Answer metrics (``ANSWER_METRICS``, named by ``Record.metric`` and ``DatasetSpec.metric``; one entry
+point, :func:`answer_score`): ``anls`` (DocVQA, InfoVQA; FUNSD, SROIE, JSONL answers),
+``contains`` (ANLS against the best word window: the OCR reading score, whose crop holds neighbouring
+words), ``vqa_accuracy`` (TextVQA: 10 annotators, the VQA normalisation) and ``relaxed_accuracy`` (ChartQA).
 
 Boxes are ``(y0, x0, y1, x1)`` in canvas pixels (``arr_coc.data.boxes.scale_boxes`` with ``Canvas.scales``); ``chosen`` is a
 ``[Hc, Wc]`` bool map of the full-resolution saccade cells. Areas are measured exactly: a box
@@ -12,15 +14,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Callable, Sequence
+from typing import Callable, Sequence, Union
 
 import torch
+from rapidfuzz.distance import Levenshtein
 from torch import Tensor
 
 from arr_coc.data.boxes import Box, box_mask
-from arr_coc.eval.reading import anls
-
-
 
 
 def cells_to_pixels(chosen: Tensor, cell: int) -> Tensor:
@@ -79,6 +79,81 @@ def allocation_metrics(chosen: Tensor, cell: int, target: Sequence[Box], others:
 
 
 # ----------------------------------------------------------------------------- answer metrics
+def normalize_text(s: str) -> str:
+    """Casefolds, collapses runs of whitespace to one space and strips.
+
+    Example:
+        >>> normalize_text("  Total\\n  42.00 ")
+        'total 42.00'
+    """
+    return " ".join(s.casefold().split())
+
+
+def _nls(prediction: str, answer: str, tau: float) -> float:
+    """1 - normalised Levenshtein distance of already-normalised strings, 0 when it reaches tau."""
+    longest = max(len(prediction), len(answer))
+    if longest == 0:
+        return 1.0  # both empty: nothing to read and nothing read
+    nl = Levenshtein.distance(prediction, answer) / longest
+    return 1.0 - nl if nl < tau else 0.0
+
+
+def anls(prediction: str, answers: Union[str, Sequence[str]], tau: float = 0.5) -> float:
+    """Average Normalized Levenshtein Similarity of one prediction (Biten et al. 2019, ST-VQA / DocVQA).
+
+    After ``normalize_text``, NL = Levenshtein distance / max(len(prediction), len(answer)); the score
+    is max over answers of 1 - NL if NL < tau else 0. Averaging over questions is the caller's.
+    Edge cases: both empty -> 1.0; empty prediction vs a non-empty answer (and the reverse) -> 0.0.
+
+    Example:
+        >>> anls("TOTAL", "total"), anls("42.0O", "42.00"), anls("4", "42.00"), anls("", "")
+        (1.0, 0.8, 0.0, 1.0)
+        >>> anls("21/11/2026", ["21/11/26", "21/11/2026"])
+        1.0
+    """
+    answers = [answers] if isinstance(answers, str) else list(answers)
+    if not answers:
+        raise ValueError("anls needs at least one ground-truth answer")
+    p = normalize_text(prediction)
+    return max(_nls(p, normalize_text(a), tau) for a in answers)
+
+
+def contains_score(prediction: str, answer: Union[str, Sequence[str]], tau: float = 0.5) -> float:
+    """ANLS of the answer against the best contiguous word window of the prediction (the reading score).
+
+    An OCR crop holds the answer region plus a margin, so the reading may contain neighbouring
+    words ("Date: 21/11/2026" for the answer "21/11/2026"). The score is the best ``anls`` of the
+    answer against every window of n - 1, n or n + 1 consecutive words of the prediction (n = words in
+    the answer; the +-1 absorbs OCR splitting or merging a token) and against the whole prediction,
+    so it is never below ``anls(prediction, answer)``. The evaluation harness reports this as the
+    reading score; plain ``anls`` stays available. An empty answer falls back to plain ``anls``.
+    With several answers the best counts.
+
+    Example:
+        >>> contains_score("Date: 21/11/2026", "21/11/2026"), anls("Date: 21/11/2026", "21/11/2026")
+        (1.0, 0.625)
+        >>> contains_score("TOTAL 42.0O due", "42.00"), contains_score("the TOTAL 42.00 due", "total 42.00")
+        (0.8, 1.0)
+        >>> contains_score("", "42.00"), contains_score("Total: 9.00", ["9,00", "9.00"])
+        (0.0, 1.0)
+    """
+    if not isinstance(answer, str):
+        answers = list(answer)
+        if not answers:
+            raise ValueError("contains_score needs at least one ground-truth answer")
+        return max(contains_score(prediction, a, tau) for a in answers)
+    a = normalize_text(answer)
+    words = normalize_text(prediction).split()
+    n = len(a.split())
+    best = anls(prediction, answer, tau)
+    if n == 0:
+        return best
+    for m in range(max(1, n - 1), min(n + 1, len(words)) + 1):
+        for i in range(len(words) - m + 1):
+            best = max(best, _nls(" ".join(words[i : i + m]), a, tau))
+    return best
+
+
 # The VQA evaluation's answer normalisation (Antol et al. 2015, vqaEval.py), used by TextVQA.
 _VQA_CONTRACTIONS = {
     "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
@@ -193,7 +268,7 @@ def relaxed_accuracy(prediction: str, answers: str | Sequence[str], tolerance: f
 
 
 ANSWER_METRICS: dict[str, Callable[[str, Sequence[str]], float]] = {
-    "anls": anls, "vqa_accuracy": vqa_accuracy, "relaxed_accuracy": relaxed_accuracy}
+    "anls": anls, "contains": contains_score, "vqa_accuracy": vqa_accuracy, "relaxed_accuracy": relaxed_accuracy}
 
 
 def answer_score(metric: str, prediction: str, answers: Sequence[str]) -> float:
@@ -201,6 +276,8 @@ def answer_score(metric: str, prediction: str, answers: Sequence[str]) -> float:
 
     >>> answer_score("anls", "Total", ["total"]), answer_score("relaxed_accuracy", "51", ["50"])
     (1.0, 1.0)
+    >>> answer_score("contains", "Total: 9.00", ["9.00"]), answer_score("anls", "Total: 9.00", ["9.00"])
+    (1.0, 0.0)
     """
     if metric not in ANSWER_METRICS:
         raise ValueError(f"unknown answer metric {metric!r}; known: {', '.join(ANSWER_METRICS)}")

@@ -27,7 +27,6 @@ from typing import Optional, Protocol, Sequence, Union, runtime_checkable
 import numpy as np
 import torch
 from PIL import Image
-from rapidfuzz.distance import Levenshtein
 from torch import Tensor
 
 from arr_coc.extract import extract_gather, paste_patches
@@ -36,6 +35,7 @@ from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 from arr_coc.registry import Registry
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: the harness maps boxes with it)
+from arr_coc.eval.metrics import anls, contains_score, normalize_text  # noqa: F401  (re-exported: the reading scores)
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "
@@ -392,73 +392,3 @@ def read_region(
     if not isinstance(reader, Reader):
         raise TypeError(f"reader must have a read(image) -> str method or be one of {READERS.names()}, got {reader!r}")
     return reader.read(crop_px(view, union_box(boxes_px), margin_px))
-
-
-# ----------------------------------------------------------------------------- scores
-def normalize_text(s: str) -> str:
-    """Casefolds, collapses runs of whitespace to one space and strips.
-
-    Example:
-        >>> normalize_text("  Total\\n  42.00 ")
-        'total 42.00'
-    """
-    return " ".join(s.casefold().split())
-
-
-def _nls(prediction: str, answer: str, tau: float) -> float:
-    """1 - normalised Levenshtein distance of already-normalised strings, 0 when it reaches tau."""
-    longest = max(len(prediction), len(answer))
-    if longest == 0:
-        return 1.0  # both empty: nothing to read and nothing read
-    nl = Levenshtein.distance(prediction, answer) / longest
-    return 1.0 - nl if nl < tau else 0.0
-
-
-def anls(prediction: str, answers: Union[str, Sequence[str]], tau: float = 0.5) -> float:
-    """Average Normalized Levenshtein Similarity of one prediction (Biten et al. 2019, ST-VQA / DocVQA).
-
-    After ``normalize_text``, NL = Levenshtein distance / max(len(prediction), len(answer)); the score
-    is max over answers of 1 - NL if NL < tau else 0. Averaging over questions is the caller's.
-    Edge cases: both empty -> 1.0; empty prediction vs a non-empty answer (and the reverse) -> 0.0.
-
-    Example:
-        >>> anls("TOTAL", "total"), anls("42.0O", "42.00"), anls("4", "42.00"), anls("", "")
-        (1.0, 0.8, 0.0, 1.0)
-        >>> anls("21/11/2026", ["21/11/26", "21/11/2026"])
-        1.0
-    """
-    answers = [answers] if isinstance(answers, str) else list(answers)
-    if not answers:
-        raise ValueError("anls needs at least one ground-truth answer")
-    p = normalize_text(prediction)
-    return max(_nls(p, normalize_text(a), tau) for a in answers)
-
-
-def contains_score(prediction: str, answer: str, tau: float = 0.5) -> float:
-    """ANLS of the answer against the best contiguous word window of the prediction (the reading score).
-
-    An OCR crop holds the answer region plus a margin, so the reading may contain neighbouring
-    words ("Date: 21/11/2026" for the answer "21/11/2026"). The score is the best ``anls`` of the
-    answer against every window of n - 1, n or n + 1 consecutive words of the prediction (n = words in
-    the answer; the +-1 absorbs OCR splitting or merging a token) and against the whole prediction,
-    so it is never below ``anls(prediction, answer)``. The evaluation harness reports this as the
-    reading score; plain ``anls`` stays available. An empty answer falls back to plain ``anls``.
-
-    Example:
-        >>> contains_score("Date: 21/11/2026", "21/11/2026"), anls("Date: 21/11/2026", "21/11/2026")
-        (1.0, 0.625)
-        >>> contains_score("TOTAL 42.0O due", "42.00"), contains_score("the TOTAL 42.00 due", "total 42.00")
-        (0.8, 1.0)
-        >>> contains_score("", "42.00")
-        0.0
-    """
-    a = normalize_text(answer)
-    words = normalize_text(prediction).split()
-    n = len(a.split())
-    best = anls(prediction, answer, tau)
-    if n == 0:
-        return best
-    for m in range(max(1, n - 1), min(n + 1, len(words)) + 1):
-        for i in range(len(words) - m + 1):
-            best = max(best, _nls(" ".join(words[i : i + m]), a, tau))
-    return best

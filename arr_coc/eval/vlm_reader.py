@@ -47,6 +47,8 @@ from PIL import Image
 from tqdm import tqdm
 
 from arr_coc.budget import budget_tokens, split_budget
+from arr_coc.data.datasets import SHORT_ANSWER_PROMPT, Record
+from arr_coc.config import MAX_NEW_TOKENS
 from arr_coc.data.datasets import Record
 from arr_coc.eval.harness import (EVAL_METHODS, PatchMethod, _record_seed, learned_maps, load_learned_methods,
                                   summarize, _fmt)
@@ -59,8 +61,7 @@ VLM_METHODS = ("full", "native_budget", "arr", "vlm", "slice", "random", "topk",
                "adaptive_stratified", "log_polar", "patches", "patches_edges", "quadtree", "selector", "pruner")
 DEFAULT_METHODS = ("full", "native_budget", "arr", "slice")
 DEFAULT_BUDGETS = ("256", "529", "1024")  # 256 = 8x8 gestalt + 192 saccades; 529 = 16x16 + 273; 1024 = 16x16 + 768
-# the short-answer instruction the field's evaluations give Qwen-VL on DocVQA, InfoVQA, TextVQA and ChartQA
-PROMPT = "{question}\nAnswer the question using a single word or phrase."
+PROMPT = SHORT_ANSWER_PROMPT  # every dataset's default template (DatasetSpec.prompt)
 COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")
 
 
@@ -69,7 +70,7 @@ class VLMEvalSettings:
     methods: Sequence[str] = DEFAULT_METHODS
     budgets: Sequence[str | int] = DEFAULT_BUDGETS
     batch_size: int = 8  # answers generated together (left-padded prompts)
-    max_new_tokens: int = 32  # short answers; a longer answer is cut, and scored as cut
+    max_new_tokens: int = MAX_NEW_TOKENS  # short answers; a longer answer is cut, and scored as cut
     prompt: str = PROMPT  # "{question}" is replaced by the record's question
     layout: str = "scaled"  # saccade positions (arr_coc.vlm.LAYOUTS)
     seed: int = 0  # the random sampler's seed (per record)

@@ -77,7 +77,7 @@ def image_features(arr, records: Sequence[Record]) -> dict:
     scene = arr.see(records[0].image)
     canvas, (hc, wc) = scene.canvas, scene.extents[0]
     vector = arr.gestalt(scene, 1).vector[0]
-    out = {"format": FEATURES_FORMAT, "image_cells": scene.cells[0, :, :hc, :wc].half(), "gestalt": vector.float(),
+    out = {"format": FEATURES_FORMAT, "image_cells": scene.cell_texture[0, :, :hc, :wc].half(), "gestalt": vector.float(),
            "records": {}}
     for r in records:
         if r.image_id != records[0].image_id:

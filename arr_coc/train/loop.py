@@ -55,7 +55,7 @@ class TrainConfig:
     data: str | None = field(default=None, metadata={
         "help": "datasets' root folder (default ../shared/data or $ARR_COC_DATA)"})
     limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
-    budget: str = field(default="10%", metadata={
+    tokens: str = field(default="10%", metadata={
         "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
                 "a token count (529) or a share of full resolution (10%)"})
     objective: str = field(default="proxy", metadata={
@@ -112,7 +112,7 @@ class TrainConfig:
             DATASETS.get(name)
         if self.limit is not None:
             self.limit = check_int("limit", self.limit)
-        budget_tokens(self.budget, 10**9)  # '25%' or a token count
+        budget_tokens(self.tokens, 10**9)  # '25%' or a token count
         self.temperature = check_float("temperature", self.temperature)
         self.coverage_weight = check_float("coverage_weight", self.coverage_weight, strict=False)
         self.lr = check_float("lr", self.lr)
@@ -267,7 +267,7 @@ class Objective(nn.Module):
         if self.cfg.relaxation == "candidates":
             cells = [top_cells(rel[b, :e.grid[0], :e.grid[1]], self.cfg.candidates * k)
                      for b, (e, k) in enumerate(zip(examples, ks))]
-        gestalt = [split_budget(budget_tokens(self.cfg.budget, e.grid[0] * e.grid[1]), e.grid)[0] for e in examples]
+        gestalt = [split_budget(budget_tokens(self.cfg.tokens, e.grid[0] * e.grid[1]), e.grid)[0] for e in examples]
         device = self.vlm.model.device
         with torch.autocast(device.type, dtype=DTYPES[self.cfg.dtype], enabled=self.cfg.dtype != "float32"):
             loss = answer_loss(self.vlm, images, [e.question for e in examples], [e.answer for e in examples],
@@ -407,7 +407,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     if world > 1:
         model = nn.parallel.DistributedDataParallel(objective)
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
-    initial = {s: hard_metrics(learner, split[s], cfg.budget) for s in ("val", "test")}
+    initial = {s: hard_metrics(learner, split[s], cfg.tokens) for s in ("val", "test")}
     history, start = [], 0
     ckpt_path = out / "checkpoint.pt"
     if cfg.resume and ckpt_path.exists():
@@ -427,7 +427,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
             value /= world
         row = {"step": step + 1, "loss": float(value), **parts}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            row["val"] = hard_metrics(learner, split["val"], cfg.budget)
+            row["val"] = hard_metrics(learner, split["val"], cfg.tokens)
             if rank == 0:
                 save_checkpoint(ckpt_path, step + 1, objective, optimizer, history + [row], cfg, arr_config,
                                 encoder_name(arr.query_encoder))
@@ -436,9 +436,9 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     run = Run(history, seconds=time.perf_counter() - began)
     if rank == 0:
         run.metrics = {
-            "budget": cfg.budget, "examples": {s: len(v) for s, v in split.items()},
-            "initial": initial, "learned": {s: hard_metrics(learner, split[s], cfg.budget) for s in ("val", "test")},
-            "random": {s: hard_metrics(learner, split[s], cfg.budget, random_seed=cfg.seed) for s in ("val", "test")},
+            "tokens": cfg.tokens, "examples": {s: len(v) for s, v in split.items()},
+            "initial": initial, "learned": {s: hard_metrics(learner, split[s], cfg.tokens) for s in ("val", "test")},
+            "random": {s: hard_metrics(learner, split[s], cfg.tokens, random_seed=cfg.seed) for s in ("val", "test")},
             "train_seconds": run.seconds, "processes": world,
         }
         if cfg.learner == "scorer":
@@ -473,7 +473,7 @@ def accumulate(model: nn.Module, chunk: Sequence[Example], cfg: TrainConfig, ste
         seeds = [_seed(cfg.seed, step, e.record_id) for e in micro]
         sync = world == 1 or j == cfg.accumulate - 1
         with nullcontext() if sync else model.no_sync():
-            loss, p = model({**collate(micro), "examples": micro}, [budget_k(e, cfg.budget) for e in micro], seeds)
+            loss, p = model({**collate(micro), "examples": micro}, [budget_k(e, cfg.tokens) for e in micro], seeds)
             (loss * (size / len(chunk))).backward()
         total += loss.detach() * (size / len(chunk))
         for k, v in p.items():

@@ -20,9 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import resize, shrink_squares
-from arr_coc.vlm.base import (ADAPTERS, box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN, CLIP_STD,
-                              image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps, VisualTokens)
-
+from arr_coc.vlm.processing import (box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN, CLIP_STD,
+                                    image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps,
+                                    VisualTokens)
+from arr_coc.vlm.protocol import ADAPTERS, FIRST_LOOK, VLMAdapter
 
 
 def to_tiles(image: Tensor, size: int) -> Tensor:
@@ -83,12 +84,17 @@ class Plan:
 
 
 @ADAPTERS.register("llava")
-class LlavaAdapter:
-    """LLaVA (CLIP tower, MLP projector, 1-D RoPE LLM): gestalt + saccades through the frozen model."""
+class LlavaAdapter(VLMAdapter):
+    """LLaVA (CLIP tower, MLP projector, 1-D RoPE LLM): gestalt + saccades through the frozen model.
+
+    No first look (its gestalt is the tower's fixed S x S view, encoded with the tiles) and no
+    processor view; one layout: the 1-D RoPE sends tokens in sequence.
+    """
 
     name = "llava"
     rope_rows = 1
     merge = 1  # one patch per LLM token
+    layouts = ("scaled",)
 
     def __init__(self, model: Any, tokenizer: Any = None, *, processor: Any = None,
                  image_mean: Sequence[float] | None = None, image_std: Sequence[float] | None = None) -> None:
@@ -174,7 +180,8 @@ class LlavaAdapter:
     @torch.no_grad()
     def encode(self, images: Sequence[Tensor], cells: Sequence[Tensor | None], *, mode: str = "sparse",
                gestalt: Sequence[Any] | None = None, layout: str = "scaled",
-               weights: Sequence[Tensor | None] | None = None) -> list[VisualTokens]:
+               weights: Sequence[Tensor | None] | None = None,
+               encoded: Sequence[VisualTokens | None] | None = None) -> list[VisualTokens]:
         """Gestalt + saccade tokens per image.
 
         Args:
@@ -186,9 +193,12 @@ class LlavaAdapter:
                 scaled by ``weights`` [Hc, Wc].
             gestalt: per image, any non-None value sends LLaVA's own S x S encoding first (its grid
                 is fixed by the tower), None sends none.
-            layout: accepted for the protocol; a 1-D RoPE has one layout, tokens in sequence.
+            layout: ``scaled`` only: a 1-D RoPE has one layout, tokens in sequence.
+            encoded: must be None: LLaVA has no first look whose gestalt it could reuse.
         """
-        check_options(mode, layout)
+        check_options(mode)
+        self.check_layout(layout)
+        self.refuse_encoded(encoded)
         cells, gestalt, weights = per_image(len(images), cells=cells, gestalt=gestalt, weights=weights)
         batch: list[Tensor] = []  # S x S inputs of one native tower call, shared by every image
         plans = []
@@ -220,7 +230,8 @@ class LlavaAdapter:
 
     @torch.no_grad()
     def encode_patches(self, images: Sequence[Tensor], boxes: Sequence[Tensor], *,
-                       gestalt: Sequence[Any] | None = None, layout: str = "scaled") -> list[VisualTokens]:
+                       gestalt: Sequence[Any] | None = None, layout: str = "scaled",
+                       encoded: Sequence[VisualTokens | None] | None = None) -> list[VisualTokens]:
         """Variable-size patches (``arr_coc.allocators.patching``): each square shrunk to one token at its centre.
 
         Each (y, x, size) square of cells is resized to one 14 px cell (bilinear, antialiased; a
@@ -234,10 +245,11 @@ class LlavaAdapter:
             images: each [3, H, W] in [0, 1], sides multiples of ``cell``.
             boxes: each a non-empty [K, 3] (y, x, size) in cells, in the order the tokens are sent;
                 drop the size-0 padding rows of ``Patches.boxes`` first (keep ``counts[b]`` rows).
-            gestalt, layout: as in :meth:`encode` (LLaVA's own S x S view first for any non-None
-                gestalt; one 1-D layout, tokens in sequence).
+            gestalt, layout, encoded: as in :meth:`encode` (LLaVA's own S x S view first for any non-None
+                gestalt; one 1-D layout, tokens in sequence; nothing encoded to reuse).
         """
-        check_options(layout=layout)
+        self.check_layout(layout)
+        self.refuse_encoded(encoded)
         boxes, gestalt = per_image(len(images), boxes=boxes, gestalt=gestalt)
         batch: list[Tensor] = []
         plans = []
@@ -253,6 +265,11 @@ class LlavaAdapter:
             plans.append(plan)
         feats = self.tile_features(torch.stack(batch)) if batch else None
         return [self.collect(p, feats) for p in plans]
+
+    def refuse_encoded(self, encoded: Sequence[VisualTokens | None] | None) -> None:
+        """LLaVA encodes its gestalt with the tiles: an already encoded one cannot be reused."""
+        if encoded is not None and any(e is not None for e in encoded):
+            self.require(FIRST_LOOK, "reusing an encoded gestalt")
 
     def add_gestalt(self, plan: Plan, image: Tensor, gestalt: Any, batch: list[Tensor]) -> None:
         """Queue LLaVA's own S x S view of ``image`` [3, H, W] in the shared tower batch unless gestalt is None."""
@@ -304,10 +321,6 @@ class LlavaAdapter:
             ids = [bos] + ids
         return split_at_image(ids, self.image_token_id)
 
-    def embed_tokens(self, ids: Tensor) -> Tensor:
-        """Token embeddings of the LLM: [B, L] -> [B, L, D]."""
-        return self.lm.embed_tokens(ids)
-
     def language_model(self, x: dict) -> Tensor:
         """Final hidden states [B, L, D] for ``inputs_embeds``, mask, [1, B, L] positions and cache."""
         pos = x["position_ids"]
@@ -319,10 +332,6 @@ class LlavaAdapter:
         out = self.lm(inputs_embeds=x["inputs_embeds"], attention_mask=x["attention_mask"], position_ids=ids,
                       past_key_values=x.get("past_key_values"), use_cache=x.get("past_key_values") is not None)
         return out.last_hidden_state
-
-    def logits(self, hidden: Tensor) -> Tensor:
-        """LM head: [B, L, D] -> [B, L, V]."""
-        return self.head(hidden)
 
     def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
         """Inputs for the model's own forward (placeholder expanded, S x S pixels): the reference."""

@@ -10,22 +10,25 @@ the text after the image (the question's tokens), ``G`` gestalt tokens of one im
    the layer's own norm, query/key projections and the model's own rotary tables: no
    ``output_attentions``, so the model may run under SDPA or FlashAttention. The question is then
    cut from the cache again.
-2. :func:`second_pass` appends the saccades and the question to that cache and decodes. The prompt
-   is the sequence a single pass builds (prefix, gestalt, saccades, question; ``base.assemble``),
-   so the answer is the single pass's; the extra LLM work is the question prefilled twice.
+2. :func:`second_pass_prefill` lays out the saccades and the question that continue that cache
+   (:func:`arr_coc.vlm.stages.prefill`, then ``decode``). The prompt is the sequence a single pass
+   builds (prefix, gestalt, saccades, question; ``processing.assemble``), so the answer is the single
+   pass's; the extra LLM work is the question prefilled twice.
 
 Everything stays on the model's device: the maps are computed where the LLM runs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import Prefill, VisualTokens, assemble, generate, left_pad_rows, timed
+from arr_coc.vlm.generation import timed
+from arr_coc.vlm.processing import Prefill, VisualTokens, assemble, left_pad_rows
+from arr_coc.vlm.protocol import VLMAdapter
 
 
 @dataclass
@@ -84,14 +87,14 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat([-b, a], dim=-1)
 
 
-def layer_positions(adapter: Any, position_ids: Tensor) -> Tensor:
+def layer_positions(adapter: VLMAdapter, position_ids: Tensor) -> Tensor:
     """The positions the adapter's LLM takes: M-RoPE [3, B, L] float as is; 1-D RoPE [B, L] long."""
     if adapter.rope_rows == 1:
         return position_ids[0].round().long()
     return position_ids
 
 
-def question_attention(adapter: Any, layer: int, hidden: Tensor, position_ids: Tensor, attention_mask: Tensor,
+def question_attention(adapter: VLMAdapter, layer: int, hidden: Tensor, position_ids: Tensor, attention_mask: Tensor,
                        n_queries: int) -> Tensor:
     """Attention probabilities of the last ``n_queries`` tokens over every token, in decoder layer ``layer``.
 
@@ -146,7 +149,7 @@ class LayerInputs:
             h.remove()
 
 
-def chunk(embed_tokens: Any, visuals: Sequence[Tensor], positions: Sequence[Tensor], texts: Sequence[Sequence[int]],
+def chunk(embed_tokens: Callable[[Tensor], Tensor], visuals: Sequence[Tensor], positions: Sequence[Tensor], texts: Sequence[Sequence[int]],
           text_starts: Sequence[float], rope_rows: int, deepstack: Sequence[Sequence[Tensor]] = ()
           ) -> Prefill:
     """Visual tokens then text per prompt, left-padded: one piece of a longer sequence.
@@ -176,7 +179,7 @@ def chunk(embed_tokens: Any, visuals: Sequence[Tensor], positions: Sequence[Tens
 
 
 @torch.no_grad()
-def first_look(adapter: Any, gestalt: Sequence[VisualTokens], grids: Sequence[tuple[int, int]],
+def first_look(adapter: VLMAdapter, gestalt: Sequence[VisualTokens], grids: Sequence[tuple[int, int]],
                questions: Sequence[str] | None = None, *, layers: Sequence[int] | None = None,
                prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
                timings: dict[str, float] | None = None) -> FirstLook:
@@ -241,7 +244,7 @@ def first_look(adapter: Any, gestalt: Sequence[VisualTokens], grids: Sequence[tu
                      attention, layers)
 
 
-def second_pass_prefill(adapter: Any, look: FirstLook, visuals: Sequence[VisualTokens]) -> Prefill:
+def second_pass_prefill(adapter: VLMAdapter, look: FirstLook, visuals: Sequence[VisualTokens]) -> Prefill:
     """The saccades and the question of each prompt, to run on top of ``look.cache``.
 
     ``visuals[b]`` is the image's full visual set (gestalt first, then saccades, with the positions
@@ -259,22 +262,3 @@ def second_pass_prefill(adapter: Any, look: FirstLook, visuals: Sequence[VisualT
         starts.append(float(len(pre) + vis.extent))
         deep.append([d[n:] for d in vis.deepstack])
     return chunk(adapter.embed_tokens, sacc, pos, look.suffixes, starts, adapter.rope_rows, deep)
-
-
-@torch.no_grad()
-def second_pass(adapter: Any, look: FirstLook, visuals: Sequence[VisualTokens], *, max_new_tokens: int = 32,
-                eos_token_id: int | Sequence[int] | None = None, timings: dict[str, float] | None = None
-                ) -> tuple[Tensor, Tensor]:
-    """Append saccades + question to the first look's cache and decode greedily: (tokens [B, T], logits [B, T, V]).
-
-    The cache is consumed: a first look answers once. ``timings`` collects ``prefill`` (saccades +
-    question on the cache) and ``decode``, in milliseconds.
-    """
-    pf = second_pass_prefill(adapter, look, visuals)
-    g: dict[str, float] = {}
-    out = generate(adapter, pf, max_new_tokens=max_new_tokens, eos_token_id=eos_token_id,
-                   cache=look.cache, past_mask=look.attention_mask, timings=g if timings is not None else None)
-    if timings is not None:
-        timings["prefill"] = timings.get("prefill", 0.0) + g["prefill_ms"]
-        timings["decode"] = timings.get("decode", 0.0) + g["decode_ms"]
-    return out

@@ -28,18 +28,19 @@ model that would collect gradients or run in training mode (dropout) is refused.
 from __future__ import annotations
 
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterator, Sequence
+from typing import Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.base import VisualTokens, all_cells, assemble
+from arr_coc.vlm.processing import VisualTokens, assemble
+from arr_coc.vlm.protocol import VLMAdapter
 
 REDUCTIONS = ("mean", "none")
 
 
-def check_frozen(adapter: Any) -> None:
+def check_frozen(adapter: VLMAdapter) -> None:
     """Raise unless the adapter's model is frozen: no parameter requires grad and it is in eval mode.
 
     Checking rather than toggling ``requires_grad`` keeps the caller's model untouched: a backward
@@ -57,7 +58,7 @@ def check_frozen(adapter: Any) -> None:
         raise ValueError("the VLM is in training mode; call adapter.model.eval() so dropout stays off")
 
 
-def eos_token_id(adapter: Any) -> int | None:
+def eos_token_id(adapter: VLMAdapter) -> int | None:
     """The token that ends an answer: the LLM config's eos (the first of a list), else the tokenizer's."""
     eos = getattr(adapter.text_config, "eos_token_id", None)
     if isinstance(eos, (list, tuple)):
@@ -67,7 +68,7 @@ def eos_token_id(adapter: Any) -> int | None:
     return None if eos is None else int(eos)
 
 
-def answer_ids(adapter: Any, answer: str) -> list[int]:
+def answer_ids(adapter: VLMAdapter, answer: str) -> list[int]:
     """Target ids of one answer: its tokens as they follow the prompt, then eos (when the model has one)."""
     if adapter.tokenizer is None:
         raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
@@ -121,7 +122,7 @@ def activation_checkpointing(model: torch.nn.Module) -> Iterator[int]:
             m.training = flag
 
 
-def check_inputs(adapter: Any, images: Sequence[Tensor], questions: Sequence[str], answers: Sequence[str],
+def check_inputs(adapter: VLMAdapter, images: Sequence[Tensor], questions: Sequence[str], answers: Sequence[str],
                  weights: Sequence[Tensor], reduction: str, cells: Sequence[Tensor] | None = None) -> None:
     """Raise a ValueError naming the first input that does not fit the others."""
     if reduction not in REDUCTIONS:
@@ -144,7 +145,7 @@ def check_inputs(adapter: Any, images: Sequence[Tensor], questions: Sequence[str
         raise ValueError(f"need one cell set per image, got {len(cells)} for {n} images")
 
 
-def answer_loss(adapter: Any, images: Sequence[Tensor], questions: Sequence[str], answers: Sequence[str],
+def answer_loss(adapter: VLMAdapter, images: Sequence[Tensor], questions: Sequence[str], answers: Sequence[str],
                 weights: Sequence[Tensor], *, reduction: str = "mean", cells: Sequence[Tensor] | None = None,
                 gestalt: Sequence[tuple[int, int] | None] | None = None, checkpointing: bool = False) -> Tensor:
     """Cross-entropy of each reference answer (+ eos) given its image's weighted visual tokens and question.
@@ -217,7 +218,7 @@ def top_cells(relevance: Tensor, m: int) -> Tensor:
     return torch.stack([idx // relevance.shape[1], idx % relevance.shape[1]], 1)
 
 
-def relaxation_gap(adapter: Any, images: Sequence[Tensor], questions: Sequence[str], answers: Sequence[str],
+def relaxation_gap(adapter: VLMAdapter, images: Sequence[Tensor], questions: Sequence[str], answers: Sequence[str],
                    relevance: Sequence[Tensor], ks: Sequence[int], *, temperature: float = 0.5,
                    candidates: int = 2, gestalt: Sequence[tuple[int, int] | None] | None = None,
                    straight_through: bool = False) -> dict[str, Tensor]:

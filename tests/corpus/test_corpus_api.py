@@ -1,7 +1,7 @@
-"""Corpus: property-based fuzzing of the API boundary, ``ARR()(image, question, budget=...)``.
+"""Corpus: property-based fuzzing of the API boundary, ``ARR()(image, question, saccades=...)``.
 
 Whatever arrives -- arrays of any dtype, shape and values (NaN, inf, out of range), tensors, PIL images,
-any text (invisible, surrogates), any budget (strings, floats, bools, negatives, huge) -- the call returns
+any text (invisible, surrogates), any K (strings, floats, bools, negatives, huge) -- the call returns
 exactly K distinct in-bounds saccades, or raises one line a user can act on.
 """
 from __future__ import annotations
@@ -63,16 +63,16 @@ images = st.one_of(
 )
 questions = st.one_of(st.text(max_size=40), st.text(st.characters(codec=None, categories=None), max_size=8),
                       st.sampled_from(["\u200b", " \t", "What is the total?", "\udcff"]), st.none(), st.integers())
-budgets = st.one_of(st.none(), st.integers(-3, 400), st.sampled_from(["16", 16.0, True, 2**70, float("nan")]))
+saccades_values = st.one_of(st.none(), st.integers(-3, 400), st.sampled_from(["16", 16.0, True, 2**70, float("nan")]))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(image=images, question=questions, budget=budgets)
-def test_any_input_gives_exactly_k_cells_or_one_line(arr, image, question, budget):
-    kind, result = outcome(lambda: arr(image, question, budget=budget))
+@given(image=images, question=questions, saccades=saccades_values)
+def test_any_input_gives_exactly_k_cells_or_one_line(arr, image, question, saccades):
+    kind, result = outcome(lambda: arr(image, question, saccades=saccades))
     if kind == "error":
         return
-    k = arr.config.sampler.budget if budget is None else budget
+    k = arr.config.sampler.saccades if saccades is None else saccades
     pos = result.positions  # [B, K, 2] (y, x) cells
     assert pos.shape[1] == k and result.scores.shape == pos.shape[:2]
     for b, (h, w) in enumerate(result.canvas.sizes):
@@ -83,10 +83,10 @@ def test_any_input_gives_exactly_k_cells_or_one_line(arr, image, question, budge
 
 
 @settings(max_examples=EXAMPLES // 3, deadline=None)
-@given(h=st.integers(28, 400), w=st.integers(28, 400), budget=st.integers(1, 40))
-def test_any_legal_size_and_budget_is_served_exactly(arr, h, w, budget):
-    kind, result = outcome(lambda: arr(np.zeros((h, w, 3), np.uint8), "Where?", budget=budget))
-    if kind == "error":  # only an aspect beyond the limit or a budget beyond the image's cells
+@given(h=st.integers(28, 400), w=st.integers(28, 400), saccades=st.integers(1, 40))
+def test_any_legal_size_and_k_is_served_exactly(arr, h, w, saccades):
+    kind, result = outcome(lambda: arr(np.zeros((h, w, 3), np.uint8), "Where?", saccades=saccades))
+    if kind == "error":  # only an aspect beyond the limit or a K beyond the image's cells
         assert "aspect ratio" in result or "exceeds" in result, result
         return
-    assert result.positions.shape == (1, budget, 2)
+    assert result.positions.shape == (1, saccades, 2)

@@ -77,7 +77,7 @@ def base(command: str, data: dict[str, Path], tmp: Path) -> list[str]:
                 "--saccades", "4", "--max-new-tokens", "1"]
     if command == "eval":
         return ["eval", "jsonl", "--data", str(data["jsonl"]), *fast, "--reader", "none", "--methods", "topk",
-                "--budgets", "50%", "--limit", "2", "--out", str(tmp / "eval"), "--fresh"]
+                "--tokens", "50%", "--limit", "2", "--out", str(tmp / "eval"), "--fresh"]
     return ["train", "--datasets", "jsonl", "--data", str(data["jsonl"]), *fast[:4], "--steps", "2",
             "--eval-every", "1", "--batch-size", "2", "--out", str(tmp / "train"),
             "--features", str(data["folder"] / "features"), "--no-progress"]
@@ -116,8 +116,10 @@ def test_the_walk_covers_every_subcommand_and_option():
     (["serve", "--port", "70000"], "--port must be a TCP port in 1..65535, got 70000"),
     (["serve", "--threads", "0"], "--threads must be an integer >= 1, got 0"),
     (["serve", "--threads", "99999999999999999999"], "--threads must be below 2**63"),
-    (["eval", "jsonl", "--data", "{jsonl}", "--methods", "topk", "--budgets", "abc"],
-     "budget 'abc' is neither a token count"),
+    (["eval", "jsonl", "--data", "{jsonl}", "--methods", "topk", "--tokens", "abc"],
+     "tokens 'abc' is neither a token count"),
+    (["look", "{image}", "q", "--tokens", "abc"], "tokens 'abc' is neither a token count"),
+    (["train", "--tokens", "abc"], "tokens 'abc' is neither a token count"),
 ])
 def test_the_reported_option_values_are_one_clear_line(argv, message, data):
     argv = [a.format(image=data["image"], jsonl=data["jsonl"]) for a in argv]

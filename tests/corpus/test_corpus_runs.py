@@ -90,7 +90,7 @@ def test_the_summary_covers_exactly_the_records_methods_and_budgets_asked(pages,
 
 def test_ctrl_c_during_eval_is_one_line_and_the_rerun_completes(pages, tmp_path):
     argv = ["eval", "jsonl", "--data", str(pages), "--channels", "mvp", "--query-encoder", "hashing",
-            "--scorer-weights", "none", "--reader", "none", "--methods", "topk", "random", "--budgets", "25%",
+            "--scorer-weights", "none", "--reader", "none", "--methods", "topk", "random", "--tokens", "25%",
             "--out", str(tmp_path)]
     previous = signal.signal(signal.SIGALRM, signal.default_int_handler)  # SIGALRM raises KeyboardInterrupt
     try:

@@ -1,0 +1,58 @@
+"""The ``arr-coc`` command line: ``arr-coc look IMAGE "QUESTION"`` and friends, one module per command.
+
+``look``, ``ask``, ``eval``, ``train`` and ``serve`` each live in their own module (an ``add_parser``
+and a ``run``); their options come from the config dataclasses through :mod:`arr_coc.cli.options`.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Sequence
+
+from arr_coc import __version__
+from arr_coc.cli import ask, eval as evaluate, look, options, serve, train
+from arr_coc.cli.options import SAMPLER_OPTIONS, add_options, from_args, texture_config
+from arr_coc.errors import UserError
+
+__all__ = ["COMMANDS", "SAMPLER_OPTIONS", "USER_ERRORS", "add_options", "from_args", "main", "texture_config"]
+
+COMMANDS = {"look": look, "eval": evaluate, "ask": ask, "train": train, "serve": serve}
+
+# What a user fixes by changing the command or its files: the project's own UserError types (unknown
+# names, missing extras), and the ValueError / OSError the library raises for a bad value or an
+# unreadable file. Anything else (TypeError, KeyError, RuntimeError, ...) is a bug: it keeps its traceback.
+USER_ERRORS = (UserError, ValueError, OSError)
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    epilog = options.registered()
+    p = argparse.ArgumentParser(prog="arr-coc", formatter_class=fmt, epilog=epilog,
+                                description="Query-aware visual token allocation: a gestalt of the whole image "
+                                            "plus K full-resolution saccades where the question needs them.")
+    p.add_argument("--version", action="version", version=f"arr-coc {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def command(name: str, parents: list[argparse.ArgumentParser], **kw: Any) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, parents=parents, formatter_class=fmt, epilog=epilog, **kw)
+        options.add_renamed(parser, name)
+        return parser
+
+    for module in COMMANDS.values():
+        module.add_parser(command)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command].run(args)
+    except USER_ERRORS as err:
+        print(f"arr-coc: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        # eval keeps every finished record's rows, train its last checkpoint: the same command resumes
+        kept = {"eval": "the rows of finished records are kept: rerun the same command to go on",
+                "train": "the last checkpoint is kept: rerun with --resume to go on"}
+        print(f"arr-coc: interrupted; {kept.get(args.command, 'nothing to resume')}", file=sys.stderr)
+        return 130

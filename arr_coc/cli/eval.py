@@ -1,0 +1,129 @@
+"""``arr-coc eval DATASET``: every method at equal total tokens, read by OCR or answered by a VLM."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from arr_coc.cli import options as opt
+
+HELP = "answers or OCR reading of the answer at equal total tokens, per method"
+
+
+def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
+    from arr_coc.config import SamplerConfig
+    from arr_coc.eval import vlm_reader
+    from arr_coc.eval.harness import DEFAULT_BUDGETS, MARGIN_PX, METHODS
+
+    p = command("eval", [opt.data(), opt.pipeline(), opt.vlm(required=False)], help=HELP,
+                description="Evaluate allocation methods on a dataset at equal total tokens (each method "
+                            "spends the same number of visual tokens; for gestalt + saccades that total is split "
+                            "between them); rows go to OUT/DATASET/records.jsonl as they come (a rerun skips "
+                            "what is done), then summary.csv, summary.md and summary.png. With --reader vlm the "
+                            "model answers every method (rows in OUT/DATASET/MODEL/); multi-process: "
+                            "torchrun --nproc_per_node N -m arr_coc.cli eval ... --reader vlm")
+    p.add_argument("--methods", nargs="+", default=None,
+                   help="OCR readers, default all of " + ", ".join(METHODS) + "; --reader vlm: any of "
+                        + ", ".join(vlm_reader.VLM_METHODS) + ", default " + " ".join(vlm_reader.DEFAULT_METHODS))
+    p.add_argument("--tokens", nargs="+", default=None, metavar="T",
+                   help=opt.TOKENS_HELP + f"; several, one row per method and T; default {' '.join(DEFAULT_BUDGETS)} "
+                        f"(--reader vlm: {' '.join(vlm_reader.DEFAULT_BUDGETS)})".replace("%", "%%"))
+    opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # what the method arr sends
+    p.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
+    p.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
+                   help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "
+                        "model (--model) answers the question; none: allocation metrics only (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=vlm_reader.VLMEvalSettings.batch_size,
+                   help="--reader vlm: answers generated together (default %(default)s)")
+    opt.max_new_tokens_option(p, vlm_reader.VLMEvalSettings.max_new_tokens)
+    p.add_argument("--prompt", default=vlm_reader.PROMPT,
+                   help="--reader vlm: the text sent with the image, {question} replaced (default: %(default)r)")
+    p.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
+    p.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
+    p.add_argument("--fresh", action="store_true",
+                   help="OUT/DATASET holds rows made with other settings (channels, scorer weights, query "
+                        "encoder, reader, ...): replace them (without it such a run is refused)")
+    p.add_argument("--size-prior", type=float, default=None, metavar="ALPHA",
+                   help="variable-size patches score a square by relevance mass / side**ALPHA "
+                        "(default: arr_coc.allocators.patching.SIZE_PRIOR, chosen on validation images)")
+    p.add_argument("--selector-weights", default="auto", metavar="PATH",
+                   help="weights of the 'selector' method (default: the packaged ones)")
+    p.add_argument("--pruner-weights", default="auto", metavar="PATH",
+                   help="weights of the 'pruner' method (default: the packaged ones)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
+    from arr_coc.data.datasets import load_dataset
+    from arr_coc.eval.harness import (DEFAULT_BUDGETS, LEARNED_METHODS, METHODS, EvalSettings, evaluate as run_eval,
+                                      load_learned_methods, refuse_leakage, write_reports)
+    from arr_coc.eval.store import requested
+    from arr_coc.pipeline import ARR
+
+    if args.reader == "vlm" and not args.model:
+        raise ValueError("--reader vlm needs --model PATH_OR_ID (a Qwen2/2.5/3-VL checkpoint, or tiny:qwen2_5_vl)")
+    records = load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed, split=args.split)
+    config = ARRConfig(canvas=opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS),
+                       texture=opt.texture_config(args.channels, args.clip_model),
+                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
+                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=args.seed)
+    arr = ARR(config, query_encoder=opt.query_encoder(args, load=False)).eval()
+    learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
+    if args.reader == "vlm":
+        return _evaluate_vlm(args, records, config, arr, learned)
+    if not all(r.boxes_px for r in records):
+        raise ValueError(f"{args.dataset} records have no answer boxes, which the OCR readers and the coverage "
+                         f"metrics need; let the model answer: --reader vlm --model PATH_OR_ID")
+    methods = list(args.methods or METHODS)
+    if args.methods is None:  # the default list: leave out trained allocators whose weights do not fit
+        for m in LEARNED_METHODS:
+            try:
+                load_learned_methods(arr, EvalSettings(methods=(m,), reader=None, learned=learned))
+            except ValueError as err:
+                print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
+                methods.remove(m)
+    refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before any work, with the reason
+    settings = EvalSettings(methods=methods, budgets=args.tokens or DEFAULT_BUDGETS, seed=args.seed,
+                            margin_px=args.margin, reader=None if args.reader == "none" else args.reader,
+                            learned=learned,
+                            patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
+                            fresh=args.fresh)
+    jsonl = run_eval(records, arr, args.out / args.dataset, settings)
+    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets))
+    print(md_path.read_text())
+    print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
+    return 0
+
+
+def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any, learned: dict) -> int:
+    """``eval --reader vlm``: the model answers every method x T (one process, or this rank's share)."""
+    import os
+    import re
+    from dataclasses import replace
+
+    from arr_coc.eval.harness import refuse_leakage
+    from arr_coc.eval.vlm_reader import (DEFAULT_BUDGETS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device,
+                                         write_reports)
+    from arr_coc.pipeline import ARR
+    from arr_coc.vlm import load_vlm
+
+    methods = tuple(args.methods or DEFAULT_METHODS)
+    settings = VLMEvalSettings(methods=methods, budgets=tuple(args.tokens or DEFAULT_BUDGETS),
+                               batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
+                               seed=args.seed, model=args.model, learned=learned,
+                               patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
+    refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before the model loads
+    device = rank_device(args.device)
+    adapter = load_vlm(args.model, dtype=args.dtype, device=device)
+    if adapter.cell != config.canvas.cell:  # the canvas is built on the model's token cell
+        arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)), query_encoder=arr.query_encoder)
+    arr = arr.eval().to(device) if device else arr.eval()
+    out = args.out / args.dataset / re.sub(r"[^A-Za-z0-9._-]+", "_", args.model.strip("/"))
+    jsonl = evaluate_vlm(records, arr, adapter, out, settings)
+    if int(os.environ.get("RANK", "0")):  # rank 0 reports
+        return 0
+    csv_path, md_path, png_path = write_reports(jsonl)
+    print(md_path.read_text())
+    print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
+    return 0

@@ -1,0 +1,63 @@
+"""``arr-coc train``: fit the relevance scorer, patch selector or token pruner (texture and VLM frozen)."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+from pathlib import Path
+from typing import Callable
+
+from arr_coc.cli import options as opt
+
+HELP = "train the relevance scorer, patch selector or token pruner (texture and VLM frozen); runs under torchrun too"
+
+
+def train_options() -> opt.Options:
+    """Every TrainConfig field is a flag of the same name (``--tokens T``, ``--batch-size N``, ...)."""
+    from arr_coc.train.loop import TrainConfig
+
+    return {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainConfig)}
+
+
+def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
+    from arr_coc.config import SamplerConfig
+    from arr_coc.train.loop import TrainConfig
+
+    p = command("train", [opt.pipeline(canvas=())], help=HELP,
+                description="Train the scorer (or --learner selector|pruner) on dataset records split by image "
+                            "(train / val / test), evaluate on held-out images every --eval-every steps, "
+                            "checkpoint to OUT/checkpoint.pt (--resume continues exactly), write OUT/<learner>.pt, "
+                            "OUT/metrics.json and OUT/loss.png. Multi-process: "
+                            "torchrun --nproc_per_node N -m arr_coc.cli train ...")
+    opt.add_options(p.add_argument_group("training"), TrainConfig, train_options())
+    opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # its parameters train too, if it has any
+    p.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
+
+
+def run(args: argparse.Namespace) -> int:
+    import shutil
+
+    from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
+    from arr_coc.train.loop import TrainConfig, train
+
+    cfg = opt.from_args(TrainConfig, args, train_options())
+    config = ARRConfig(texture=opt.texture_config(args.channels, args.clip_model),
+                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
+                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=cfg.seed)
+    result = train(cfg, config, query_encoder=opt.query_encoder(args, load=False))
+    if not result.metrics:  # not rank 0
+        return 0
+    m = result.metrics
+    print(f"examples      {m['examples']}  (split by image; test images never trained on)")
+    print(f"tokens        {m['tokens']} of full resolution per example; {m['processes']} process(es); "
+          f"{m['train_seconds']:.0f} s")
+    for split in ("val", "test"):
+        print(f"{split:<5} IoU    initial {m['initial'][split]['iou']:.3f}  learned {m['learned'][split]['iou']:.3f}  "
+              f"random {m['random'][split]['iou']:.3f}  |  answer coverage initial "
+              f"{m['initial'][split]['coverage']:.3f}  learned {m['learned'][split]['coverage']:.3f}")
+    out, weights = Path(cfg.out), Path(cfg.out) / f"{cfg.learner}.pt"
+    print(f"written       {weights}  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
+    if args.export:
+        args.export.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(weights, args.export)
+        print(f"exported      {args.export}")
+    return 0

@@ -1,0 +1,370 @@
+"""The staged VLM path: allocate (one Plan per image), encode (Plans -> visual tokens), prefill, decode.
+
+:func:`arr_coc.vlm.ask` is these four calls in a row; the VLM evaluation and ``benchmarks/bench_vlm.py``
+call them too, timing or swapping one stage at a time.
+
+* :func:`look_at` -- the VLM's first look at the gestalt, a relevance source of its own.
+* :func:`allocate` -- relevance from ARR's scorer (``relevance="arr"``; with ARR's ``first_look``
+  channel the VLM's first look feeds that scorer) or from the VLM's first look alone (``"vlm"``,
+  :mod:`arr_coc.vlm.look`), then saccades from a sampler (:func:`sample_cells`) or squares from a
+  patch allocator (:data:`arr_coc.allocators.patching.PATCHERS`): one :class:`arr_coc.plan.Plan`
+  per image, in a :class:`Planned` batch that carries the first look on.
+* :func:`encode` -- cells through ``adapter.encode``, squares through ``encode_patches``, full
+  through every cell, native through the model's own processor (``encode_processed``); a gestalt
+  the first look encoded is reused.
+* :func:`prefill` -- the prompts around the visual tokens, or their continuation of the first
+  look's cache.
+* :func:`decode` -- greedy decoding.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+from torch import Tensor
+
+from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
+from arr_coc.config import MAX_NEW_TOKENS, ARRConfig
+from arr_coc.plan import Plan
+from arr_coc.samplers import SAMPLERS, Sampler, shift_nonnegative
+from arr_coc.vlm.generation import generate, timed
+from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
+from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble
+from arr_coc.vlm.protocol import FIRST_LOOK, PROCESSOR, VLMAdapter
+
+if TYPE_CHECKING:
+    from arr_coc.pipeline import ARR
+
+RELEVANCE_SOURCES = ("arr", "vlm")
+WEIGHT_FLOOR = 0.5  # weighted encoding: the least relevant token keeps half its embedding, none vanishes
+
+
+def allocators() -> tuple[str, ...]:
+    """What places saccades: ``"arr"`` (a sampler, one cell each), then every patch allocator (squares).
+
+    >>> allocators()[0], {"saliency", "quadtree"} <= set(allocators())
+    ('arr', True)
+    """
+    return ("arr", *PATCHERS.names())
+
+
+def default_relevance(adapter: VLMAdapter) -> str:
+    """``"vlm"`` where the model runs on CUDA and has a first look, else ``"arr"``.
+
+    On a GPU the first look costs the question's tokens once more, milliseconds, while ARR's
+    default channels run OCR on the CPU for about a second: longer than the VLM's whole answer.
+    On the CPU both are small next to the sparse path (benchmarks/bench_vlm.py: 8 % and 4 % on
+    Qwen2.5-VL-3B), and ARR's relevance is the one whose quality has been measured.
+    """
+    return "vlm" if adapter.device.type == "cuda" and FIRST_LOOK in adapter.capabilities else "arr"
+
+
+@dataclass
+class Planned:
+    """What :func:`allocate` decided for a batch: one Plan per image, and what the later stages need."""
+
+    plans: list[Plan]
+    images: list[Tensor]  # per image [3, H, W] in [0, 1] as the canvas holds it (sides multiples of the cell)
+    queries: list[str]
+    prompts: list[tuple[list[int], list[int]]]  # per image the token ids before and after the image
+    relevance: str  # "arr" (ARR's scorer) or "vlm" (the VLM's first look)
+    look: FirstLook | None = None  # the first look, when one ran: prefill continues its cache
+    weights: list[Tensor] | None = None  # weighted encoding: per image [Hc, Wc] relevance weights
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def gestalt_tokens(self) -> list[VisualTokens] | None:
+        """The gestalt tokens the first look encoded (encode reuses them), or None."""
+        return None if self.look is None else self.look.gestalt
+
+
+def relevance_weights(relevance: Tensor, valid: Tensor, floor: float = WEIGHT_FLOOR) -> Tensor:
+    """Weighted encoding (seed Option C): relevance min-max scaled per image into [floor, 1]; [B, Hc, Wc].
+
+    >>> relevance_weights(torch.tensor([[[0., 2.], [4., 9.]]]), torch.tensor([[[True, True], [True, False]]]))
+    tensor([[[0.5000, 0.7500],
+             [1.0000, 0.5000]]])
+    """
+    shifted, span = shift_nonnegative(relevance, valid)  # [B, Hc, Wc], [B, 1, 1]
+    unit = (shifted / span.clamp_min(1e-12)).clamp(0, 1)
+    return (floor + (1 - floor) * unit).masked_fill(~valid, floor)
+
+
+def sample_cells(sampler: str | Sampler, relevance: Tensor, saccades: int, valid: Tensor, seed: int,
+                 query_emb: Tensor | None = None) -> list[Tensor]:
+    """The VLM path's one sampler call: per image the [K, 2] (y, x) cells ``sampler`` (a SAMPLERS name with its
+    default parameters, or an instance) picks on ``relevance`` [B, Hc, Wc], drawing from a generator seeded
+    with ``seed`` (``query_emb``: for a sampler that reads the question)."""
+    if isinstance(sampler, str):
+        sampler = SAMPLERS.get(sampler)()
+    chosen = sampler(relevance, saccades, valid=valid, query_emb=query_emb,
+                     generator=torch.Generator().manual_seed(seed))
+    return [chosen.positions[b] for b in range(relevance.shape[0])]
+
+
+def patch_squares(name: str, relevance: Tensor, canvas: Any, saccades: int) -> list[Tensor]:
+    """Per image the [K_b, 3] (y, x, side) squares of patch allocator ``name`` on a relevance map (K_b <= saccades).
+
+    The allocator gets ``relevance`` [B, Hc, Wc] with the canvas's valid cells and pixels;
+    padding rows (side 0) are dropped, so K_b counts the tokens image b really sends.
+    """
+    valid = canvas.valid.to(relevance.device)
+    try:
+        patches = PATCHERS.get(name)(relevance.detach(), saccades, valid=valid,
+                                     pixels=canvas.pixels.to(relevance.device))
+    except BudgetTooSmallError as err:  # a quadtree cannot start below its first tiling
+        raise BudgetTooSmallError(f"allocator {name!r} needs more saccades: {err}; raise --saccades (saccades=) "
+                                  f"to at least {err.minimum}", err.k, err.minimum) from err
+    return [patches.boxes[b, :n] for b, n in enumerate(patches.counts.tolist())]
+
+
+def check_look(adapter: VLMAdapter, encoding: str, gestalt: bool, why: str) -> None:
+    """Refuse in one line what a first look cannot do: no gestalt to look at, or a family without one."""
+    if encoding == "weighted" or not gestalt:
+        raise ValueError(f"{why} reads the VLM's look at the gestalt, which "
+                         f"{'mode weighted' if gestalt else 'no gestalt'} does not send; use mode 'sparse' or "
+                         "'slice' with the gestalt, or relevance 'arr'")
+    adapter.require(FIRST_LOOK, why)
+
+
+def arr_for(adapter: VLMAdapter, arr: ARR | None = None, config: ARRConfig | None = None) -> ARR:
+    """``arr`` checked against the adapter's cell, or an ARR built from ``config`` on that cell."""
+    if arr is None:
+        from arr_coc.pipeline import ARR
+
+        config = config or ARRConfig()
+        arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)))
+    if arr.config.canvas.cell != adapter.cell:
+        raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs "
+                         f"{adapter.cell} px; build ARRConfig(canvas=CanvasConfig(cell={adapter.cell}))")
+    return arr
+
+
+def look_at(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tuple[int, int]],
+            questions: Sequence[str] | None = None, *,
+            prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None, layers: Sequence[int] | None = None,
+            timings: dict[str, float] | None = None) -> FirstLook:
+    """The VLM's first look: each image's gestalt (``gestalts[b]`` grid) encoded alone, then the question read
+    over it (:func:`arr_coc.vlm.look.first_look`; ``prompts`` instead of chat-templated ``questions``).
+
+    Its ``cell_maps`` are the relevance; its ``gestalt`` tokens and cache serve :func:`encode` and
+    :func:`prefill`.
+    ``timings`` collects ``vision/gestalt``, ``prefill/gestalt`` and ``allocation/first look``.
+    """
+    check_look(adapter, "sparse", True, "the first look")
+    device = adapter.device
+    with timed(timings, "vision/gestalt", device):
+        seen = adapter.encode_gestalt([img.to(device) for img in images], gestalts)
+    if prompts is None:
+        return first_look(adapter, seen, gestalts, list(questions or ()), layers=layers, timings=timings)
+    return first_look(adapter, seen, gestalts, prompts=prompts, layers=layers, timings=timings)
+
+
+def _look(adapter: VLMAdapter, canvas: Any, queries: Sequence[str], prompts: Any, arr: ARR, k: int, layers: Any,
+          t: dict[str, float]) -> FirstLook:
+    """The first look at every image of a canvas (gestalt grids by ARR's rule for ``k`` saccades)."""
+    cell = adapter.cell
+    imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
+    gestalts = [arr.config.gestalt.grid_for(k, (h // cell, w // cell)) for h, w in canvas.sizes]
+    return look_at(adapter, imgs, gestalts, queries, prompts=prompts, layers=layers, timings=t)
+
+
+def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, saccades: int, arr: ARR | None = None,
+             relevance: str = "arr", allocator: str | Sampler = "arr", encoding: str = "sparse",
+             gestalt: bool = True, look_layers: Sequence[int] | None = None,
+             prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
+             timings: dict[str, float] | None = None) -> Planned:
+    """One :class:`arr_coc.plan.Plan` per image: where the ``saccades`` go, and the gestalt sent before them.
+
+    Args:
+        adapter: the VLM (its cell is the canvas cell).
+        images, questions: what :class:`arr_coc.ARR` accepts, one question per image.
+        saccades: K per image (a patch allocator: at most K squares).
+        arr: an ARR on the adapter's cell (:func:`arr_for`); its canvas, gestalt rule and seed serve
+            both relevance sources, its sampler the ``arr`` one.
+        relevance: ``"arr"``: ARR's scorer (the VLM's first look feeds it when ARR has the ``first_look``
+            channel); ``"vlm"``: the VLM's first look alone.
+        allocator: ``"arr"``: one-cell saccades from ARR's sampler; a SAMPLERS name or a Sampler: that
+            sampler on the first look (``relevance="vlm"``); a PATCHERS name: squares on the relevance.
+        encoding: ``sparse``, ``slice`` (cells plans) or ``weighted`` (every cell, a full plan scaled by
+            the relevance; no gestalt).
+        gestalt: send the gestalt (ARR's grid for K) before the saccades.
+        look_layers: decoder layers the first look reads (default: the middle half).
+        prompts: per image the token ids (before, after) the image, instead of chat-templating ``questions``.
+        timings: collects wall milliseconds per stage ("allocation/...", "vision/gestalt", "prefill/gestalt").
+    """
+    from arr_coc.canvas import make_canvas
+    from arr_coc.query import check_queries
+
+    t = {} if timings is None else timings
+    squares = isinstance(allocator, str) and allocator in PATCHERS.names()
+    if relevance not in RELEVANCE_SOURCES:
+        raise ValueError(f"unknown relevance source {relevance!r}; choose one of auto, {', '.join(RELEVANCE_SOURCES)}")
+    if squares and encoding != "sparse":
+        raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
+                         f"(got mode={encoding!r}); use mode='sparse' or allocator='arr'")
+    if relevance == "arr" and not squares and allocator != "arr":
+        raise ValueError(f"sampler {allocator!r} runs on the first look (relevance 'vlm'); with relevance 'arr' "
+                         "ARR samples with its own (ARRConfig(sampler=SamplerConfig(name=...)))")
+    arr, k = arr_for(adapter, arr), saccades
+    seen: FirstLook | None = None  # the first look, when one runs
+    if relevance == "vlm":
+        check_look(adapter, encoding, gestalt, "relevance 'vlm'")
+        cfg = arr.config.canvas
+        with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
+            canvas = make_canvas(images, cell=adapter.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
+            queries = check_queries(questions, canvas.batch_size)
+        seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
+        device = adapter.device
+        with timed(t, "allocation/relevance", device):
+            rel = seen.relevance_map([(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes],
+                                     canvas.grid)  # [B, Hc, Wc]
+            valid = canvas.valid.to(device)
+        with timed(t, "allocation/selection", device):
+            if squares:
+                sent = patch_squares(allocator, rel, canvas, k)
+            else:
+                sent = sample_cells(arr.sampler if allocator == "arr" else allocator, rel, k, valid, arr.config.seed)
+        weights = None
+    else:
+        coupled = None
+        if "first_look" in arr.query_channels:
+            check_look(adapter, encoding, gestalt, "the first_look channel")
+
+            def coupled(canvas: Any, queries: list[str]) -> dict[str, Tensor]:
+                nonlocal seen
+                seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
+                grids = [(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes]
+                return {"first_look": seen.relevance_map(grids, canvas.grid)[:, None]}
+
+        alloc = arr(images, questions, saccades=k, coupled=coupled)
+        t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
+        canvas, queries = alloc.canvas, alloc.queries
+        sent = patch_squares(allocator, alloc.relevance.map, canvas, k) if squares else \
+            [alloc.positions[b] for b in range(canvas.batch_size)]
+        weights = None
+        if encoding == "weighted":
+            w = relevance_weights(alloc.relevance.map, canvas.valid)
+            weights = [w[b, :h // adapter.cell, :wd // adapter.cell] for b, (h, wd) in enumerate(canvas.sizes)]
+    imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
+    plans = []
+    method = allocator if isinstance(allocator, str) else type(allocator).__name__
+    for b, (h, w) in enumerate(canvas.sizes):
+        grid = (h // adapter.cell, w // adapter.cell)
+        # weighted encoding already sends every cell of the image: a gestalt would repeat it
+        g = arr.config.gestalt.grid_for(k, grid) if gestalt and encoding != "weighted" else None
+        if squares:
+            plans.append(Plan(method, "squares", grid, gestalt=g, squares=sent[b]))
+        elif encoding == "weighted":
+            plans.append(Plan(method, "full", grid, cells=sent[b], encoding="weighted"))
+        else:
+            plans.append(Plan(method, "cells", grid, gestalt=g, cells=sent[b], encoding=encoding))
+    if seen is not None:
+        prompts = list(zip(seen.prefixes, seen.suffixes))
+    elif prompts is None:
+        prompts = [adapter.prompt_ids(q) for q in queries]
+    return Planned(plans, imgs, list(queries), [(list(p), list(s)) for p, s in prompts], relevance, seen, weights, t)
+
+
+def encode(adapter: VLMAdapter, plans: Sequence[Plan], images: Sequence[Tensor], *, layout: str = "scaled",
+           weights: Sequence[Tensor | None] | None = None, encoded: Sequence[VisualTokens] | None = None,
+           sources: Sequence[Any] | None = None) -> list[VisualTokens]:
+    """The visual tokens of each image's plan, in plan order; plans of one kind and encoding share a tower call.
+
+    Args:
+        plans, images: per image its Plan and its pixels [3, H, W] in [0, 1] (sides multiples of the cell).
+        layout: saccade positions relative to the gestalt (``adapter.layouts``).
+        weights: per image [Hc, Wc] for a ``weighted`` full plan.
+        encoded: per image the gestalt tokens the first look encoded, reused (capability ``first_look``).
+        sources: per image what the model's own processor resizes for a ``native`` plan (a PIL image;
+            default: the pixels as a PIL image).
+    """
+    adapter.check_layout(layout)
+    if not (len(plans) == len(images)) or (weights is not None and len(weights) != len(plans)) \
+            or (encoded is not None and len(encoded) != len(plans)):
+        raise ValueError(f"need one plan, image (and weight map, encoded gestalt) per image, got {len(plans)} plans "
+                         f"and {len(images)} images")
+    if encoded is not None:
+        adapter.require(FIRST_LOOK, "reusing the first look's gestalt")
+    groups: dict[tuple[str, str], list[int]] = {}
+    for b, p in enumerate(plans):
+        groups.setdefault((p.kind, p.encoding), []).append(b)
+    out: list[VisualTokens | None] = [None] * len(plans)
+    for (kind, encoding), idx in groups.items():
+        imgs, ps = [images[b] for b in idx], [plans[b] for b in idx]
+        reuse = {} if encoded is None else {"encoded": [encoded[b] for b in idx]}
+        if kind == "cells":
+            vis = adapter.encode(imgs, [p.cells for p in ps], mode=encoding, gestalt=[p.gestalt for p in ps],
+                                 layout=layout, **reuse)
+        elif kind == "squares":
+            vis = adapter.encode_patches(imgs, [p.squares for p in ps], gestalt=[p.gestalt for p in ps],
+                                         layout=layout, **reuse)
+        elif kind == "full" and encoding == "weighted":
+            if weights is None:
+                raise ValueError("a weighted plan needs weights= (a [Hc, Wc] map per image)")
+            vis = adapter.encode(imgs, [p.cells for p in ps], mode="weighted", gestalt=[None] * len(ps),
+                                 layout=layout, weights=[weights[b] for b in idx])
+        elif kind == "full":
+            vis = adapter.encode(imgs, [all_cells(*p.grid) for p in ps], mode="slice")
+        else:  # native: the model's own processor at the plan's token cap, one call per image
+            adapter.require(PROCESSOR, "a native plan")
+            vis = [adapter.encode_processed([_source(sources, b, images[b])], plans[b].native)[0] for b in idx]
+        for b, v in zip(idx, vis):
+            out[b] = v
+    return out  # type: ignore[return-value]  (every index is filled by its group)
+
+
+def _source(sources: Sequence[Any] | None, b: int, image: Tensor) -> Any:
+    """What the model's processor reads for image b: the given source, else the pixels as a PIL image."""
+    if sources is not None:
+        return sources[b]
+    from PIL import Image
+
+    return Image.fromarray((image.float().clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy())
+
+
+@dataclass
+class Prompt:
+    """A batch of prompts ready to decode: the prefill inputs, and the first look's cache they continue."""
+
+    prefill: Prefill
+    prompts: list[tuple[list[int], list[int]]]  # per prompt the ids before and after the image
+    look: FirstLook | None = None
+
+    def look_work(self, b: int, visual: VisualTokens) -> tuple[int, int]:
+        """Prompt b's first-look work for the FLOP estimate: (question tokens read again, cached tokens under them)."""
+        if self.look is None:
+            return 0, 0
+        pre, suf = self.prompts[b]
+        return len(suf), len(pre) + visual.n_gestalt
+
+
+def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
+            prompts: Sequence[tuple[Sequence[int], Sequence[int]]], *, look: FirstLook | None = None) -> Prompt:
+    """Each image's visual tokens between its prompt's ids before and after, left-padded (:func:`assemble`);
+    with ``look``, the saccades and the question that continue its cache (whose prompts they are)."""
+    if look is not None:
+        return Prompt(second_pass_prefill(adapter, look, visuals), list(zip(look.prefixes, look.suffixes)), look)
+    prompts = [(list(p), list(s)) for p, s in prompts]
+    pf = assemble(adapter.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], adapter.rope_rows)
+    return Prompt(pf, prompts)
+
+
+def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW_TOKENS,
+           timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor]:
+    """Greedy answers (tokens [B, T], logits [B, T, V]) up to the model's end of sequence.
+
+    ``timings`` collects ``prefill`` (the prompt's forward) and ``decode`` milliseconds. A first
+    look's cache is consumed: it answers once.
+    """
+    g: dict[str, float] = {}
+    look = prompt.look
+    out = generate(adapter, prompt.prefill, max_new_tokens=max_new_tokens,
+                   eos_token_id=adapter.text_config.eos_token_id,
+                   cache=None if look is None else look.cache, past_mask=None if look is None else look.attention_mask,
+                   timings=g if timings is not None else None)
+    if timings is not None:
+        timings["prefill"] = timings.get("prefill", 0.0) + g["prefill_ms"]
+        timings["decode"] = timings.get("decode", 0.0) + g["decode_ms"]
+    return out

@@ -1,0 +1,296 @@
+"""The VLM adapter contract, run over every registered adapter: a new family is tested here for free.
+
+Each adapter runs on its tiny random-weight model (``load_vlm("tiny:<name>")``). Every exactness
+test carries a negative control: the same comparison with deliberately wrong positions or masks
+must fail, so a test cannot pass because the model ignores them. Family-specific behaviour (Qwen's
+patch rows and windows, LLaVA's tiles) stays in test_vlm_qwen.py and test_vlm_llava.py.
+"""
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import check_batch_equals_singles
+from PIL import Image
+
+from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
+from arr_coc.pipeline import ARR
+from arr_coc.plan import Plan
+from arr_coc.query import HashingQueryEncoder
+from arr_coc.texture import MVP_CHANNELS
+from arr_coc.vlm import ADAPTERS, LAYOUTS, assemble, ask, encode, generate, load_vlm
+from arr_coc.vlm.processing import all_cells
+from arr_coc.vlm.protocol import CAPABILITIES, FIRST_LOOK, PROCESSOR, VLMAdapter
+
+WRONG = 1e-2  # a wrong position must move some logit by more than this
+ATOL = {"llava": 1e-5}  # one float32 model, the same kernels on both paths; Qwen: sums reordered, 1e-4
+# the grid whose every cell the model's own forward sees at full resolution (LLaVA: exactly one S x S tile)
+NATIVE_GRID = {"llava": (4, 4)}
+
+
+@pytest.fixture(scope="module", params=ADAPTERS.names())
+def adapter(request) -> VLMAdapter:
+    return load_vlm(f"tiny:{request.param}")
+
+
+def atol(adapter):
+    return ATOL.get(adapter.name, 1e-4)
+
+
+def image(adapter, hc, wc, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(3, hc * adapter.cell, wc * adapter.cell, generator=g)
+
+
+def prefill_for(adapter, questions, visuals):
+    prompts = [adapter.prompt_ids(q) for q in questions]
+    return assemble(adapter.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], adapter.rope_rows)
+
+
+def run_llm(adapter, pf, position_ids=None):
+    x = dict(inputs_embeds=pf.inputs_embeds, attention_mask=pf.attention_mask, visual_mask=pf.visual_mask,
+             position_ids=pf.position_ids if position_ids is None else position_ids, deepstack=pf.deepstack)
+    with torch.no_grad():
+        return adapter.logits(adapter.language_model(x))
+
+
+def native_logits(adapter, images, questions):
+    with torch.no_grad():
+        return adapter.model(**adapter.native_inputs(images, questions)).logits
+
+
+def far(a, b):
+    return (a - b).abs().max().item() > WRONG
+
+
+def reversed_visual_positions(pf):
+    """The prefill's positions with its visual tokens' positions in reverse order (a negative control)."""
+    wrong = pf.position_ids.clone()
+    vis = pf.visual_mask[0]
+    wrong[:, 0, vis] = wrong[:, 0, vis].flip(-1)
+    return wrong
+
+
+# ----------------------------------------------------------------------------- the declaration itself
+
+
+def test_capabilities_and_layouts_are_declared_from_the_known_sets(adapter):
+    assert isinstance(adapter, VLMAdapter) and ADAPTERS.get(adapter.name) is type(adapter)
+    assert adapter.capabilities <= set(CAPABILITIES) and set(adapter.layouts) <= set(LAYOUTS)
+    assert "scaled" in adapter.layouts
+    # a declared capability is implemented (overridden), an undeclared one is the protocol's refusal
+    for capability, method in ((FIRST_LOOK, "encode_gestalt"), (PROCESSOR, "encode_processed")):
+        overridden = getattr(type(adapter), method) is not getattr(VLMAdapter, method)
+        assert overridden == (capability in adapter.capabilities)
+
+
+# ----------------------------------------------------------------------------- exactness
+
+
+@pytest.mark.parametrize("mode", ["sparse", "slice", "weighted"])
+def test_every_cell_reproduces_the_native_forward(adapter, mode):
+    hc, wc = NATIVE_GRID.get(adapter.name, (5, 7))
+    img, q = image(adapter, hc, wc), "What is the total?"
+    ref = native_logits(adapter, [img], [q])
+    weights = [torch.ones(hc, wc)] if mode == "weighted" else None
+    vis = adapter.encode([img], [all_cells(hc, wc)], mode=mode, weights=weights)
+    assert len(vis[0]) == hc * wc and vis[0].n_gestalt == 0
+    pf = prefill_for(adapter, [q], vis)
+    torch.testing.assert_close(run_llm(adapter, pf), ref, atol=atol(adapter), rtol=0)
+    # the stages' full plan is the same encoding
+    staged = encode(adapter, [Plan("full", "full", (hc, wc))], [img])
+    torch.testing.assert_close(staged[0].embeds, adapter.encode_native([img])[0].embeds, atol=atol(adapter), rtol=0)
+    # negative control: the same tokens with their positions reversed
+    assert far(run_llm(adapter, pf, reversed_visual_positions(pf)), ref)
+    if adapter.rope_rows == 3:  # M-RoPE: and with h and w swapped
+        wrong = pf.position_ids.clone()
+        wrong[1:, :, pf.visual_mask[0]] = wrong[[2, 1]][:, :, pf.visual_mask[0]]
+        assert far(run_llm(adapter, pf, wrong), ref)
+
+
+def test_sparse_subset_is_order_free_and_differs_from_slice(adapter):
+    img = image(adapter, 7, 9, seed=3)
+    cells = torch.tensor([[6, 8], [0, 0], [2, 3], [3, 2], [0, 5], [4, 4]])
+    a = adapter.encode([img], [cells], mode="sparse")[0]
+    perm = torch.tensor([3, 0, 5, 4, 1, 2])
+    b = adapter.encode([img], [cells[perm]], mode="sparse")[0]
+    torch.testing.assert_close(b.embeds, a.embeds[perm], atol=atol(adapter), rtol=0)
+    if adapter.rope_rows == 3:  # M-RoPE positions travel with their cells (a 1-D RoPE counts tokens in sequence)
+        torch.testing.assert_close(b.positions, a.positions[:, perm])
+    # the tower saw 6 cells, not the whole grid or tile: a different context, different tokens
+    assert far(adapter.encode([img], [cells], mode="slice")[0].embeds, a.embeds)
+
+
+@pytest.mark.parametrize("gestalt", [None, (4, 4)])
+def test_size_one_squares_are_exactly_the_sparse_saccades(adapter, gestalt):
+    img = image(adapter, 7, 9, seed=11)
+    cells = torch.tensor([[6, 8], [0, 0], [2, 3], [3, 2], [0, 5], [4, 4]])
+    boxes = torch.cat([cells, torch.ones(len(cells), 1, dtype=torch.long)], 1)
+    ref = adapter.encode([img], [cells], mode="sparse", gestalt=[gestalt])[0]
+    vis = adapter.encode_patches([img], [boxes], gestalt=[gestalt])[0]
+    assert (vis.n_gestalt, len(vis)) == (ref.n_gestalt, len(ref)) and len(ref) == ref.n_gestalt + 6
+    assert vis.vision_segments == ref.vision_segments and vis.positions.tolist() == ref.positions.tolist()
+    torch.testing.assert_close(vis.embeds, ref.embeds, atol=atol(adapter), rtol=0)
+    # negative control: the same cells encoded inside their full grid or tiles (slice) are other tokens
+    sliced = adapter.encode([img], [cells], mode="slice", gestalt=[gestalt])[0]
+    assert far(vis.embeds[vis.n_gestalt:], sliced.embeds[sliced.n_gestalt:])
+
+
+# ----------------------------------------------------------------------------- generation and batching
+
+
+def manual_decode(adapter, pf, steps, shift=0.0):
+    """Recompute the whole sequence each step, no cache; ``shift`` moves the generated positions."""
+    emb, mask, pos, tokens, logits = pf.inputs_embeds, pf.attention_mask, pf.position_ids, [], []
+    for step in range(steps):
+        pad = pf.visual_mask.new_zeros(len(mask), mask.shape[1] - pf.visual_mask.shape[1])  # generated: not visual
+        vmask = torch.cat([pf.visual_mask, pad], 1)
+        out = run_llm(adapter, replace(pf, inputs_embeds=emb, attention_mask=mask, position_ids=pos,
+                                       visual_mask=vmask))[:, -1]
+        nxt = out.argmax(-1)
+        tokens.append(nxt)
+        logits.append(out)
+        emb = torch.cat([emb, adapter.embed_tokens(nxt[:, None])], 1)
+        mask = torch.cat([mask, mask.new_ones(len(mask), 1)], 1)
+        p = (pf.next_position + step + shift)[None, :, None].expand(adapter.rope_rows, -1, 1)
+        pos = torch.cat([pos, p], 2)
+    return torch.stack(tokens, 1), torch.stack(logits, 1)
+
+
+def test_cached_generate_equals_manual_decode_with_custom_positions(adapter):
+    img = image(adapter, 6, 5, seed=3)
+    cells = torch.tensor([[5, 4], [1, 1], [3, 0], [0, 4]])
+    vis = adapter.encode([img], [cells], gestalt=[(3, 3)], layout=adapter.layouts[-1])
+    pf = prefill_for(adapter, ["Date?"], vis)
+    tokens, logits = generate(adapter, pf, max_new_tokens=5)
+    ref_tokens, ref_logits = manual_decode(adapter, pf, 5)
+    assert tokens.shape == (1, 5) and tokens.tolist() == ref_tokens.tolist()
+    torch.testing.assert_close(logits, ref_logits, atol=atol(adapter), rtol=0)
+    # negative control: decoding one position early changes what the model computes
+    _, wrong = manual_decode(adapter, pf, 5, shift=-1.0)
+    assert far(wrong[:, 1:], logits[:, 1:])
+
+
+def test_generate_stops_rows_at_eos(adapter):
+    img = image(adapter, 3, 3)
+    pf = prefill_for(adapter, ["?"], adapter.encode_native([img]))
+    first = generate(adapter, pf, max_new_tokens=3)[0][0, 0].item()
+    tokens, _ = generate(adapter, pf, max_new_tokens=6, eos_token_id=first)
+    assert tokens.tolist() == [[first]]
+
+
+def test_a_batch_of_different_sizes_equals_each_image_alone(adapter):
+    imgs, questions = [image(adapter, 6, 4, seed=4), image(adapter, 3, 7, seed=5)], ["What is the total?", "Date?"]
+    cells = [torch.tensor([[5, 3], [0, 0], [2, 2]]), torch.tensor([[1, 6], [2, 0], [0, 3]])]
+    gestalt = [(3, 2), (2, 4)]
+    vis = adapter.encode(imgs, cells, gestalt=gestalt)
+    pf = prefill_for(adapter, questions, vis)
+    singles = []
+    for b in range(2):
+        one = adapter.encode([imgs[b]], [cells[b]], gestalt=[gestalt[b]])
+        torch.testing.assert_close(one[0].embeds, vis[b].embeds, atol=atol(adapter), rtol=0)
+        singles.append(prefill_for(adapter, [questions[b]], one))
+    check_batch_equals_singles(adapter, pf, singles, run_llm, atol(adapter))
+
+
+def test_native_batch_reference_is_itself_consistent(adapter):
+    """The reference path pads too: a batch of two native prompts equals the two alone."""
+    imgs, questions = [image(adapter, 3, 4, seed=6), image(adapter, 5, 2, seed=7)], ["a", "bbbbbb"]
+    both = native_logits(adapter, imgs, questions)
+    for b in range(2):
+        one = native_logits(adapter, [imgs[b]], [questions[b]])
+        torch.testing.assert_close(both[b, -1], one[0, -1], atol=atol(adapter), rtol=0)
+    inputs = adapter.native_inputs(imgs, questions)
+    short = int(inputs["attention_mask"].sum(1).argmin())
+    inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])  # negative control: padding seen
+    with torch.no_grad():
+        assert far(adapter.model(**inputs).logits[short, -1], both[short, -1])
+
+
+# ----------------------------------------------------------------------------- errors and refusals
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(cells=[torch.tensor([[9, 0]])]), "out of bounds for a 3x4 cell grid"),
+    (dict(cells=[torch.tensor([[1, 1], [1, 1]])]), "cells must be distinct"),
+    (dict(cells=[torch.zeros(3)]), "\\[K, 2\\]"),
+    (dict(cells=[torch.tensor([[0, 0]])], mode="dense"), "unknown mode 'dense'"),
+    (dict(cells=[torch.tensor([[0, 0]])], mode="weighted"), "weighted mode needs a \\[3, 4\\] weight map"),
+    (dict(cells=[torch.tensor([[0, 0]])], layout="polar"), "unknown layout 'polar'"),
+    (dict(cells=[]), "need cells, gestalt and weights for each of the 1 images"),
+])
+def test_encode_rejects_bad_input_clearly(adapter, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        adapter.encode([image(adapter, 3, 4)], **kwargs)
+
+
+@pytest.mark.parametrize("boxes, kwargs, message", [
+    ([torch.tensor([[2, 3, 2]])], {}, "inside the 3x4 cell grid; \\(y, x, size\\) = \\(2, 3, 2\\) leaves it"),
+    ([torch.tensor([[-1, 0, 1]])], {}, "inside the 3x4 cell grid"),
+    ([torch.tensor([[0, 0, 1], [0, 0, 0]])], {}, "sizes must be >= 1; size 0 marks padding"),
+    ([torch.zeros(3)], {}, "non-empty \\[K, 3\\] \\(y, x, size\\) tensor per image, got shape \\(3,\\)"),
+    ([torch.zeros(0, 3)], {}, "non-empty \\[K, 3\\]"),
+    ([torch.tensor([[0.5, 0.0, 1.0]])], {}, "whole cells"),
+    ([torch.tensor([[0, 0, 1]])], dict(layout="polar"), "unknown layout 'polar'"),
+    ([], {}, "need boxes and gestalt for each of the 1 images"),
+])
+def test_encode_patches_rejects_bad_boxes_clearly(adapter, boxes, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        adapter.encode_patches([image(adapter, 3, 4)], boxes, **kwargs)
+    # the same call with a good box encodes (only the box was wrong)
+    if kwargs == {} and boxes:
+        assert len(adapter.encode_patches([image(adapter, 3, 4)], [torch.tensor([[1, 2, 2]])])[0]) == 1
+
+
+def fast_arr(cell):
+    return ARR(ARRConfig(canvas=CanvasConfig(cell=cell), texture=TextureConfig(channels=MVP_CHANNELS)),
+               query_encoder=HashingQueryEncoder()).eval()
+
+
+def test_the_first_look_works_where_declared_and_is_refused_in_one_line_elsewhere(adapter):
+    img = image(adapter, 6, 8)
+    if FIRST_LOOK in adapter.capabilities:
+        gestalt = adapter.encode_gestalt([img], [(2, 2)])
+        assert len(gestalt[0]) == gestalt[0].n_gestalt == 4
+        reused = adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)], encoded=gestalt)[0]
+        fresh = adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)])[0]
+        torch.testing.assert_close(reused.embeds, fresh.embeds, atol=atol(adapter), rtol=0)
+        a = ask(adapter, img, "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="vlm", max_new_tokens=1)[0]
+        assert (a.relevance, a.gestalt_tokens, a.saccades) == ("vlm", 4, 4)
+        return
+    message = f"needs an adapter that encodes the gestalt alone and reuses it .*; {adapter.name} does not: use qwen"
+    with pytest.raises(ValueError, match=message):
+        adapter.encode_gestalt([img], [(2, 2)])
+    with pytest.raises(ValueError, match="relevance 'vlm' " + message):
+        ask(adapter, img, "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="vlm")
+    fresh = adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)])
+    with pytest.raises(ValueError, match="reusing an encoded gestalt " + message):
+        adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)], encoded=fresh)
+
+
+def test_the_processor_view_works_where_declared_and_is_refused_in_one_line_elsewhere(adapter):
+    photo = Image.fromarray((image(adapter, 4, 6) * 255).byte().permute(1, 2, 0).numpy())
+    native = Plan("native", "native", (4, 6), native=6)
+    if PROCESSOR in adapter.capabilities:
+        vis = encode(adapter, [native], [image(adapter, 4, 6)], sources=[photo])[0]
+        assert 1 <= len(vis) <= 6 and vis.n_gestalt == 0
+        assert len(encode(adapter, [replace(native, native=24)], [image(adapter, 4, 6)], sources=[photo])[0]) == 24
+        return
+    with pytest.raises(ValueError, match=f"a native plan needs an adapter that encodes through the model's own "
+                                         f"image processor .*; {adapter.name} does not"):
+        encode(adapter, [native], [image(adapter, 4, 6)], sources=[photo])
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_a_layout_is_used_where_declared_and_refused_in_one_line_elsewhere(adapter, layout):
+    img, cells = image(adapter, 4, 4), torch.tensor([[3, 0], [1, 2]])
+    plan = Plan("arr", "cells", (4, 4), gestalt=(2, 2), cells=cells)
+    if layout in adapter.layouts:
+        vis = encode(adapter, [plan], [img], layout=layout)[0]
+        assert (vis.n_gestalt, len(vis)) == (adapter.encode([img], [cells], gestalt=[(2, 2)])[0].n_gestalt,
+                                             vis.n_gestalt + 2)
+        return
+    message = f"{adapter.name} has one saccade layout \\(scaled\\).*layout '{layout}' needs an M-RoPE family"
+    with pytest.raises(ValueError, match=message):
+        encode(adapter, [plan], [img], layout=layout)
+    with pytest.raises(ValueError, match=message):
+        ask(adapter, img, "Q?", arr=fast_arr(adapter.cell), saccades=2, layout=layout, relevance="arr")

@@ -1,0 +1,94 @@
+"""The staged VLM path: ask is allocate, encode, prefill and decode in a row, and each stage is usable alone."""
+import pytest
+import torch
+
+from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
+from arr_coc.pipeline import ARR
+from arr_coc.plan import Plan
+from arr_coc.query import HashingQueryEncoder
+from arr_coc.texture import MVP_CHANNELS
+from arr_coc.vlm import allocate, ask, decode, encode, load_vlm, prefill
+from arr_coc.vlm.processing import all_cells
+from arr_coc.vlm.stages import look_at, sample_cells
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return load_vlm("tiny:qwen2_5_vl")
+
+
+def fast_arr(cell):
+    return ARR(ARRConfig(canvas=CanvasConfig(cell=cell), texture=TextureConfig(channels=MVP_CHANNELS)),
+               query_encoder=HashingQueryEncoder()).eval()
+
+
+def small_image(adapter, hc=6, wc=8, seed=0):
+    return torch.rand(3, hc * adapter.cell, wc * adapter.cell, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("relevance", ["arr", "vlm"])
+def test_ask_is_the_four_stages_in_a_row(qwen, relevance):
+    arr, qs = fast_arr(qwen.cell), ["Total?", "Date?"]
+    imgs = [small_image(qwen, seed=1), small_image(qwen, 5, 4, seed=2)]
+    answers = ask(qwen, imgs, qs, arr=arr, saccades=6, relevance=relevance, max_new_tokens=4)
+    planned = allocate(qwen, imgs, qs, saccades=6, arr=arr, relevance=relevance)
+    assert [p.kind for p in planned.plans] == ["cells", "cells"] and [p.saccades for p in planned.plans] == [6, 6]
+    assert [p.grid for p in planned.plans] == [(6, 8), (5, 4)] and (planned.look is not None) == (relevance == "vlm")
+    visual = encode(qwen, planned.plans, planned.images, encoded=planned.gestalt_tokens)
+    tokens, _ = decode(qwen, prefill(qwen, visual, planned.prompts, look=planned.look), max_new_tokens=4)
+    for b, a in enumerate(answers):
+        assert a.tokens == tokens[b, :len(a.tokens)].tolist()
+        assert a.plan.cells.tolist() == planned.plans[b].cells.tolist()
+        assert (a.gestalt_tokens, a.saccades) == (planned.plans[b].gestalt_tokens, 6)
+
+
+def test_the_first_look_and_one_sampler_call_choose_what_allocate_chose(qwen):
+    arr, img, q = fast_arr(qwen.cell), small_image(qwen, seed=3), "What is the total?"
+    planned = allocate(qwen, img, q, saccades=7, arr=arr, relevance="vlm")
+    seen = look_at(qwen, [img], [(2, 2)], [q])
+    rel, valid = seen.cell_maps([(6, 8)])[0][None], torch.ones(1, 6, 8, dtype=torch.bool)
+    torch.testing.assert_close(seen.attention[0], planned.look.attention[0])
+    assert sample_cells(arr.sampler, rel, 7, valid, arr.config.seed)[0].tolist() == planned.plans[0].cells.tolist()
+    assert sample_cells("topk", rel, 7, valid, 0)[0].tolist() == planned.plans[0].cells.tolist()  # by name
+    # negative control: another sampler on the same map spreads the saccades elsewhere
+    assert sample_cells("uniform", rel, 7, valid, 0)[0].tolist() != planned.plans[0].cells.tolist()
+    # a sampler instance is what allocate calls for a sampler-allocated first look
+    other = allocate(qwen, img, q, saccades=7, arr=arr, relevance="vlm", allocator="uniform")
+    assert other.plans[0].cells.tolist() == sample_cells("uniform", rel, 7, valid, arr.config.seed)[0].tolist()
+    with pytest.raises(ValueError, match="sampler 'uniform' runs on the first look \\(relevance 'vlm'\\); with "
+                                         "relevance 'arr' ARR samples with its own"):
+        allocate(qwen, img, q, saccades=7, arr=arr, relevance="arr", allocator="uniform")
+
+
+def test_encode_batches_plans_of_every_kind_and_keeps_their_order(qwen):
+    imgs = [small_image(qwen, 4, 5, seed=s) for s in range(4)]
+    cells, squares = torch.tensor([[3, 4], [0, 0]]), torch.tensor([[0, 0, 2], [3, 4, 1]])
+    plans = [Plan("a", "squares", (4, 5), gestalt=(2, 2), squares=squares),
+             Plan("b", "cells", (4, 5), gestalt=(2, 2), cells=cells),
+             Plan("c", "full", (4, 5)),
+             Plan("d", "cells", (4, 5), cells=cells, encoding="slice")]
+    out = encode(qwen, plans, imgs, layout="temporal")
+    refs = [qwen.encode_patches([imgs[0]], [squares], gestalt=[(2, 2)], layout="temporal")[0],
+            qwen.encode([imgs[1]], [cells], gestalt=[(2, 2)], layout="temporal")[0],
+            qwen.encode_native([imgs[2]])[0],
+            qwen.encode([imgs[3]], [cells], mode="slice", layout="temporal")[0]]
+    assert [len(v) for v in out] == [6, 6, 20, 2]
+    for v, r in zip(out, refs):
+        torch.testing.assert_close(v.embeds, r.embeds, atol=1e-4, rtol=0)
+        assert v.positions.tolist() == r.positions.tolist()
+    # negative control: the plans' images swapped give other tokens
+    assert (encode(qwen, plans[1:2], imgs[:1])[0].embeds - out[1].embeds).abs().max() > 1e-2
+
+
+def test_encode_refuses_what_its_plans_lack_in_one_line(qwen):
+    img = small_image(qwen, 3, 4)
+    weighted = Plan("w", "full", (3, 4), cells=torch.tensor([[0, 0]]), encoding="weighted")
+    with pytest.raises(ValueError, match="a weighted plan needs weights= \\(a \\[Hc, Wc\\] map per image\\)"):
+        encode(qwen, [weighted], [img])
+    unit = encode(qwen, [weighted], [img], weights=[torch.ones(3, 4)])[0]
+    torch.testing.assert_close(unit.embeds, qwen.encode([img], [all_cells(3, 4)], mode="slice")[0].embeds,
+                               atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="need one plan, image .* per image, got 1 plans and 2 images"):
+        encode(qwen, [weighted], [img, img])
+    with pytest.raises(ValueError, match="unknown plan encoding 'dense'"):
+        Plan("x", "cells", (3, 4), cells=torch.tensor([[0, 0]]), encoding="dense")
