@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -58,6 +60,8 @@ def main() -> None:
                     f"{times[0][0] / statistics.median(warm):.0f}x |")
     load = os.getloadavg()[0]
     table = "\n".join([
+        f"made by: `python benchmarks/bench_app.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`",
+        "",
         f"torch threads {torch.get_num_threads()}, {os.cpu_count()} CPU cores, load average {load:.1f} at the end; "
         f"default settings (273 saccades, default channels, shipped scorer)",
         "",

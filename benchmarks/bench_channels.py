@@ -10,7 +10,9 @@ every channel, so each row is that channel's full price.
 from __future__ import annotations
 
 import argparse
+import shlex
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -59,7 +61,7 @@ def main() -> None:
                 bar.update()
             rows.append((name, spec.width, "yes" if spec.needs_query else "no",
                          statistics.median(cold), statistics.median(warm)))
-    lines = [f"Bundled receipt resized to {args.size}x{args.size} px, batch 1; median of {args.repeats} runs, "
+    lines = [f"made by: `python benchmarks/bench_channels.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`", "", f"Bundled receipt resized to {args.size}x{args.size} px, batch 1; median of {args.repeats} runs, "
              f"torch {torch.__version__}, {torch.get_num_threads()} threads.", "",
              "| channel | width | uses the question | first question (ms) | next question, same image (ms) |",
              "|---|---:|---|---:|---:|"]

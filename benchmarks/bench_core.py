@@ -1,6 +1,6 @@
 """Stage timings of the batched pipeline next to the design seeds' per-item loops.
 
-A batch of 8 images of 1024x1024 px (a rendered receipt, photos and noise, resized), budget K = 273:
+A batch of 8 images of 1024x1024 px (a rendered receipt, photos and noise, resized), K = 273 saccades:
 the median wall time of each stage, arr_coc's batched version and a per-image loop measured side by
 side (interleaved, same process), and their ratio. The loops do the same work one image at a time:
 the seeds' texture (with arr_coc's distance transform), the same scorer called per image on the same
@@ -12,24 +12,22 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shlex
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+from seed_loops import nms_seed_loop, stratified_seed_loop, texture_seed_loop  # beside this script
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's arr_coc, not an installed one
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from seed_loops import nms_seed_loop, stratified_seed_loop, texture_seed_loop  # noqa: E402
-
-from arr_coc.canvas import make_canvas  # noqa: E402
-from arr_coc.extract import extract_gather, extract_grid_sample, extract_loop  # noqa: E402
-from arr_coc.query import HashingQueryEncoder  # noqa: E402
-from arr_coc.relevance import ContextualScorer  # noqa: E402
-from arr_coc.samplers import nms_cells, stratified_cells, topk_cells  # noqa: E402
-from arr_coc.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells  # noqa: E402
+from arr_coc.canvas import make_canvas
+from arr_coc.extract import extract_gather, extract_grid_sample, extract_loop
+from arr_coc.query import HashingQueryEncoder
+from arr_coc.relevance import ContextualScorer
+from arr_coc.samplers import nms_cells, stratified_cells, topk_cells
+from arr_coc.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,14 +62,14 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--size", type=int, default=1024)
-    ap.add_argument("--budget", type=int, default=273)
+    ap.add_argument("--saccades", type=int, default=273)
     ap.add_argument("--cell", type=int, default=28)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args()
     torch.manual_seed(0)
 
     canvas = make_canvas(images(args.batch, args.size), cell=args.cell)
-    pixels, cell, k = canvas.pixels, canvas.cell, args.budget
+    pixels, cell, k = canvas.pixels, canvas.cell, args.saccades
     layout = channel_layout(MVP_CHANNELS)
     with torch.no_grad():
         texture = compute_texture(pixels)  # [B, C, H, W]
@@ -116,7 +114,7 @@ def main() -> None:
     head = (f"Batch {args.batch} x {args.size}x{args.size} px -> canvas {pixels.shape[-2]}x{pixels.shape[-1]} "
             f"({hc}x{wc} cells of {cell} px), K = {k}; median of {args.repeats} interleaved runs, "
             f"torch {torch.__version__}, {torch.get_num_threads()} threads, {platform.machine()}.")
-    lines = [head, "", "| stage | what | arr_coc batched (ms) | per-image loop (ms) | speed-up |",
+    lines = [f"made by: `python benchmarks/bench_core.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`", "", head, "", "| stage | what | arr_coc batched (ms) | per-image loop (ms) | speed-up |",
              "|---|---|---:|---:|---:|"]
     for stage, what, a, s in rows:
         lines.append(f"| {stage} | {what} | {a:.1f} | {s:.1f} | {s / a:.1f}x |")

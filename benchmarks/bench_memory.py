@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -24,9 +24,9 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[1]
-# read from the source, not imported: importing arr_coc loads torch into this (measuring) process
-MAX_IMAGE_PIXELS = eval(re.search(r"^MAX_IMAGE_PIXELS = (.+)$", (ROOT / "arr_coc" / "canvas.py").read_text(),
-                                  re.M).group(1))
+# asked of a child process: importing arr_coc here would load torch into this (measuring) process
+MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.canvas import MAX_IMAGE_PIXELS as m; print(m)"],
+                                      capture_output=True, text=True, check=True).stdout)
 
 LIMIT_MB = 2048  # what `look` may take on any image it accepts
 SIDE = math.isqrt(MAX_IMAGE_PIXELS)  # 13377: the largest legal square
@@ -103,7 +103,8 @@ def main() -> None:
                f"(floor: `python -c pass` started from this script reads {floor:.0f} MB)")
     out = ROOT / "benchmarks" / "results" / "memory.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"`python benchmarks/bench_memory.py`\n\n{table}\n\n{verdict}\n")
+    made_by = f"made by: `python benchmarks/bench_memory.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`"
+    out.write_text(f"{made_by}\n\n{table}\n\n{verdict}\n")
     print(f"\n{table}\n\n{verdict}\nwritten {out}")
 
 

@@ -40,7 +40,7 @@ from typing import Any, Sequence
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+# bench_vlm sits beside this script: `python benchmarks/bench_train_memory.py` puts this folder on sys.path
 
 from bench_vlm import QWEN25_VL_3B_TEXT, QWEN25_VL_3B_VISION, build_model, page  # noqa: E402
 
