@@ -31,7 +31,7 @@ demo: setup
 
 test: setup
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/ruff check arr_coc tests benchmarks examples
+	$(BIN)/ruff check arr_coc tests benchmarks examples docs
 	$(BIN)/python -m pytest
 
 serve: setup

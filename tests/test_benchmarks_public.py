@@ -11,7 +11,6 @@ import ast
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 BENCHMARKS = ROOT / "benchmarks"
