@@ -316,28 +316,34 @@ def _similarity(lines: TextLines, q: Tensor) -> Tensor:
     return lines.emb.to(q) @ q  # [L] cosine; 0 for illegible lines (zero rows)
 
 
+def _per_image(inputs: TextureInputs, channel: str, paint) -> Tensor:
+    """``paint(lines, query_emb, size) -> [H, W]`` for each image: a loop over images, each with its own lines."""
+    lines, query_emb = _lines(inputs, channel)
+    size = tuple(inputs.pixels.shape[-2:])
+    maps = [paint(tl, q, size) for tl, q in zip(lines, query_emb)]
+    return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
+
+
 @register_channel("text_match", differentiable=False, needs_query=True)
 def _text_match(inputs: TextureInputs) -> Tensor:
     """Text lines whose reading matches the question (MiniLM cosine), the best line of the image at 1."""
-    lines, query_emb = _lines(inputs, "text_match")
-    size = tuple(inputs.pixels.shape[-2:])
-    maps = []
-    for tl, q in zip(lines, query_emb):  # a loop over images: each has its own set of lines
+
+    def paint(tl: TextLines, q: Tensor, size: tuple[int, int]) -> Tensor:
         s = _similarity(tl, q).clamp_min(0)  # [L]
         top = float(s.max()) if len(tl) else 0.0
         values = s / top if top > FLAT_RANGE else torch.zeros_like(s)
-        maps.append(paint_boxes(tl.boxes_px.to(q.device), values, size))  # [H, W]
-    return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
+        return paint_boxes(tl.boxes_px.to(q.device), values, size)  # [H, W]
+
+    return _per_image(inputs, "text_match", paint)
 
 
 @register_channel("key_value", differentiable=False, needs_query=True)
 def _key_value(inputs: TextureInputs) -> Tensor:
     """Where the value of the line that matches the question sits: right of it on its row, or below it."""
-    lines, query_emb = _lines(inputs, "key_value")
-    size = tuple(inputs.pixels.shape[-2:])
-    maps = []
-    for tl, q in zip(lines, query_emb):  # a loop over images: each has its own set of lines
+
+    def paint(tl: TextLines, q: Tensor, size: tuple[int, int]) -> Tensor:
         weights = sharpen(_similarity(tl, q), tl.legible.to(q.device))  # [L]
         regions, values = value_regions(tl.boxes_px.to(q.device), weights)  # [4L, 4], [4L]
-        maps.append(paint_boxes(regions, values, size).clamp(0, 1))  # [H, W]
-    return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
+        return paint_boxes(regions, values, size).clamp(0, 1)  # [H, W]
+
+    return _per_image(inputs, "key_value", paint)
