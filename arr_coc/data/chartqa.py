@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from arr_coc.data.datasets import DatasetSpec, Record, register
-from arr_coc.data.vqa import ImageFinder, as_answers, benchmark_record, json_items, read_benchmark
+from arr_coc.data.vqa import ImageFinder, Located, as_answers, benchmark_record, json_items, read_benchmark
 
 
-def _chartqa_json(path: Path, finder: ImageFinder) -> list[Record]:
+def _chartqa_json(path: Path, finder: ImageFinder) -> list[Located]:
     """``[{"imgname", "query", "label"}]``, images in ``png/`` beside the JSON."""
     part = path.stem.rsplit("_", 1)[-1]  # human | augmented: their ids may repeat across the two files
     records = []
@@ -18,8 +18,8 @@ def _chartqa_json(path: Path, finder: ImageFinder) -> list[Record]:
         png = path.parent / "png" / d["imgname"]
         if not png.is_file():
             raise FileNotFoundError(f"{where}: image {png} not found (ChartQA keeps them in png/ beside the JSON)")
-        records.append(benchmark_record(CHARTQA, f"{part}:{n}", png, Path(d["imgname"]).stem, d.get("query"),
-                                        as_answers(d.get("label")), where))
+        records.append((where, benchmark_record(CHARTQA, f"{part}:{n}", png, Path(d["imgname"]).stem,
+                                                d.get("query"), as_answers(d.get("label"), where), where)))
     return records
 
 

@@ -1,6 +1,7 @@
 """COCO128 in YOLO format: one record per (image, category present), "Where is the <category>?" -> its boxes."""
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -41,6 +42,8 @@ def load_coco(root: Path | None = None) -> list[Record]:
 
     ``root`` holds ``images/train2017``, ``labels/train2017`` and ``classes.yaml``. Label files
     without an image are skipped; images without a label file have no objects, hence no records.
+    Boxes are clipped to their image; a box holding NaN or Infinity, of zero or negative size, or
+    lying wholly outside its image raises, naming the label file and line (as JSONL refuses them).
     """
     root = dataset_root(COCO, root)
     img_dir, lbl_dir = (subfolder(COCO.title, root, f"{d}/train2017") for d in ("images", "labels"))
@@ -63,9 +66,16 @@ def load_coco(root: Path | None = None) -> list[Record]:
                 raise ValueError(f"{lbl}:{n}: expected 'class cx cy w h' (normalised), got {line[:60]!r}") from None
             if cls not in names:
                 raise ValueError(f"{lbl}:{n}: class {cls} is not in classes.yaml ({len(names)} names)")
+            if not all(math.isfinite(v) for v in (cx, cy, bw, bh)):
+                raise ValueError(f"{lbl}:{n}: the box holds NaN or Infinity; boxes are finite (cx cy w h, normalised)")
+            if bw <= 0 or bh <= 0:
+                raise ValueError(f"{lbl}:{n}: the box needs w > 0 and h > 0 (cx cy w h, normalised)")
             # rounded to 1/100 px: sub-pixel noise of the normalised format, not information
-            box = ((cy - bh / 2) * h, (cx - bw / 2) * w, (cy + bh / 2) * h, (cx + bw / 2) * w)
-            boxes[cls].append(tuple(round(v, 2) for v in box))  # type: ignore[arg-type]
+            corners = ((cy - bh / 2) * h, (cx - bw / 2) * w, (cy + bh / 2) * h, (cx + bw / 2) * w)
+            box = tuple(round(v, 2) for v in corners)
+            if not clip_boxes([box], (w, h)):  # type: ignore[list-item]
+                raise ValueError(f"{lbl}:{n}: the box lies outside the {w}x{h} image {image.name}")
+            boxes[cls].append(box)  # type: ignore[arg-type]
         for cls in sorted(boxes):
             kept = clip_boxes(boxes[cls], (w, h))
             if kept:

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from arr_coc.data.datasets import DatasetSpec, Record, register
-from arr_coc.data.vqa import ImageFinder, as_answers, benchmark_record, json_items, read_benchmark
+from arr_coc.data.vqa import ImageFinder, Located, as_answers, benchmark_record, json_items, question_id, read_benchmark
 
 
-def _docvqa_json(spec: DatasetSpec, path: Path, finder: ImageFinder) -> list[Record]:
+def _docvqa_json(spec: DatasetSpec, path: Path, finder: ImageFinder) -> list[Located]:
     """``{"data": [{"questionId", "question", "image" (DocVQA) or "image_local_name" (InfoVQA), "answers"}]}``."""
     records = []
     for n, d in enumerate(json_items(path)):
@@ -15,10 +15,10 @@ def _docvqa_json(spec: DatasetSpec, path: Path, finder: ImageFinder) -> list[Rec
         image = d.get("image") or d.get("image_local_name")
         if not isinstance(image, str):
             raise ValueError(f"{where}: no 'image' (DocVQA) or 'image_local_name' (InfoVQA) file name")
-        rid = str(d.get("questionId", n))
+        rid = question_id(d.get("questionId"), str(n), where)
         img = finder.find(image, (path.parent, path.parent.parent), where)
-        records.append(benchmark_record(spec, rid, img, Path(image).stem, d.get("question"),
-                                        as_answers(d.get("answers")), where))
+        records.append((where, benchmark_record(spec, rid, img, Path(image).stem, d.get("question"),
+                                                as_answers(d.get("answers"), where), where)))
     return records
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from arr_coc.data.datasets import DatasetSpec, Record, register
-from arr_coc.data.vqa import ImageFinder, as_answers, benchmark_record, json_items, read_benchmark
+from arr_coc.data.vqa import ImageFinder, Located, as_answers, benchmark_record, json_items, question_id, read_benchmark
 
 
-def _textvqa_json(path: Path, finder: ImageFinder) -> list[Record]:
+def _textvqa_json(path: Path, finder: ImageFinder) -> list[Located]:
     """``{"data": [{"question_id", "question", "image_id", "answers"}]}``, images ``<image_id>.jpg``."""
     records = []
     for n, d in enumerate(json_items(path)):
@@ -17,8 +17,9 @@ def _textvqa_json(path: Path, finder: ImageFinder) -> list[Record]:
         image_id = str(d["image_id"])
         bases = [path.parent / "train_images", path.parent / "test_images", path.parent]
         img = finder.find(f"{image_id}.jpg", bases, where)
-        records.append(benchmark_record(TEXTVQA, str(d.get("question_id", n)), img, image_id, d.get("question"),
-                                        as_answers(d.get("answers")), where))
+        rid = question_id(d.get("question_id"), str(n), where)
+        records.append((where, benchmark_record(TEXTVQA, rid, img, image_id, d.get("question"),
+                                                as_answers(d.get("answers"), where), where)))
     return records
 
 

@@ -31,15 +31,24 @@ benchmarks' servers); loading one raises and says so.
 from __future__ import annotations
 
 import hashlib
+import io
+import json
+import math
 import os
 import re
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from PIL import Image, UnidentifiedImageError
+
 from arr_coc.data.datasets import SPLITS, DatasetSpec, Record
 from arr_coc.data.loading import finish, read_json
+from arr_coc.imageio import _DECODE_ERRORS, MAX_IMAGE_PIXELS
 
+# a located record: (where it was read, e.g. "val.json: item 3", the record)
+Located = tuple[str, Record]
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif", ".webp")
 
 
@@ -84,13 +93,57 @@ def _files(title: str, annotation: str, root: Path, split: str | None, suffix: s
     return found
 
 
-def as_answers(value: Any) -> tuple[str, ...]:
-    """An annotation's answers as a tuple of strings: one string, a list, or None (a hidden test answer)."""
+def _json_type(value: Any) -> str:
+    """What JSON calls the type of a value that is not text or a number (a message names it, never the value)."""
+    return {dict: "object", list: "list", tuple: "list", type(None): "null", bool: "boolean"}.get(
+        type(value), type(value).__name__)
+
+
+def answer_text(value: Any, where: str) -> str:
+    """One answer as text: a string as it is; a number or true / false as its JSON text.
+
+    The official scorers (ANLS, VQA accuracy, ChartQA's relaxed accuracy) compare text, and a
+    label stored as a JSON number or boolean stands for the text it is written as: ``3`` -> ``"3"``,
+    ``2.5`` -> ``"2.5"``, ``true`` -> ``"true"``. Anything else (an object, a list, NaN or Infinity)
+    is not an answer and raises, naming the row ``where`` and the type, never the value.
+
+    >>> answer_text(3, "x"), answer_text(2.5, "x"), answer_text(True, "x"), answer_text("Yes", "x")
+    ('3', '2.5', 'true', 'Yes')
+    """
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bool, int)) or (isinstance(value, float) and math.isfinite(value)):
+        return json.dumps(value)  # bool before int: JSON's true / false, not Python's True / False
+    kind = "NaN or Infinity" if isinstance(value, float) else f"a JSON {_json_type(value)}"
+    raise ValueError(f"{where}: an answer is {kind}; answers are text, numbers or true / false")
+
+
+def as_answers(value: Any, where: str) -> tuple[str, ...]:
+    """An annotation's answers as a tuple of strings: one scalar, a list of them, or None (a hidden test answer).
+
+    Scalars become text by :func:`answer_text`; None items of a list are left out (no answer given).
+
+    >>> as_answers(["12", 12, None], "x"), as_answers(None, "x")
+    (('12', '12'), ())
+    """
     if value is None:
         return ()
-    if isinstance(value, str):
-        return (value,)
-    return tuple(str(v) for v in value if v is not None)
+    if isinstance(value, (list, tuple)):
+        return tuple(answer_text(v, where) for v in value if v is not None)
+    return (answer_text(value, where),)
+
+
+def question_id(value: Any, default: str, where: str) -> str:
+    """A question's id as text: a string or an integer as written, ``default`` when absent (None).
+
+    >>> question_id(49153, "x:0", "x"), question_id(None, "x:0", "x")
+    ('49153', 'x:0')
+    """
+    if value is None:
+        return default
+    if isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool)):
+        return str(value)
+    raise ValueError(f"{where}: the question id is a JSON {_json_type(value)}; expected text or an integer")
 
 
 def benchmark_record(spec: DatasetSpec, rid: str, image: Path, image_id: str, question: Any,
@@ -129,23 +182,52 @@ class ImageFinder:
         raise FileNotFoundError(f"{where}: image {name} not found beside the annotations or under {self.root}")
 
 
-def _answered(title: str, records: list[Record], source: Path) -> list[Record]:
-    if records and not any(r.answers for r in records):
-        raise ValueError(f"{source} has no answers (an official test split is scored by the {title} "
-                         f"server); evaluate on val")
-    return [r for r in records if r.answers]
+def _shown(items: list[str]) -> str:
+    """The first five of ``items`` joined, and how many more."""
+    return "; ".join(items[:5]) + (f"; and {len(items) - 5} more" if len(items) > 5 else "")
+
+
+def _checked(title: str, files: list[tuple[Path, list[Located]]]) -> list[Record]:
+    """The records of every file: unique ids; questions without answers left out in ONE warning.
+
+    A file none of whose questions has an answer is an official test split (scored by the benchmark's
+    server) and raises; a repeated question id raises naming both rows.
+    """
+    first: dict[str, str] = {}  # question id -> where it was read
+    records: list[Record] = []
+    unanswered: list[str] = []
+    for source, located in files:
+        if located and not any(r.answers for _, r in located):
+            raise ValueError(f"{source} has no answers (an official test split is scored by the {title} "
+                             f"server); evaluate on val")
+        for where, r in located:
+            if r.record_id in first:
+                raise ValueError(f"{title}: question id {r.record_id!r} repeats: {first[r.record_id]} and {where}")
+            first[r.record_id] = where
+            if r.answers:
+                records.append(r)
+            else:
+                unanswered.append(f"{where} (id {r.record_id!r})")
+    if unanswered and records:  # no records at all is an error of its own (in finish)
+        warnings.warn(f"{title}: {len(unanswered)} question(s) have no answer and are left out: "
+                      f"{_shown(unanswered)}", stacklevel=3)
+    return records
 
 
 def read_benchmark(spec: DatasetSpec, root: Path | None, split: str | None, annotation: str,
-                   read_json_file: Callable[[Path, ImageFinder], list[Record]]) -> list[Record]:
+                   read_json_file: Callable[[Path, ImageFinder], list[Located]]) -> list[Record]:
     """The records of ``split`` under ``root``: its annotation JSON files or its parquet shards.
+
+    Question ids must be unique across the files read; questions without an answer are left out
+    and named in one warning (a file with no answer at all is a hidden test split and raises).
 
     Args:
         spec: the benchmark (title in messages, name and metric of the records).
         root: an annotation file, a parquet file, or a folder searched for them.
         split: the official split (``train``, ``val``, ``test``); None when ``root`` holds one split.
         annotation: regular expression a JSON file name matches when it is an annotation file.
-        read_json_file: ``(file, finder) -> records`` of one annotation file (the benchmark's layout).
+        read_json_file: ``(file, finder) -> [(where, record)]`` of one annotation file (the
+            benchmark's layout), ``where`` naming the item, e.g. ``"<file>: item 3"``.
     """
     if root is None:
         raise ValueError(f"{spec.title} has no default folder; pass --data FILE_OR_DIR (see arr_coc.data.vqa)")
@@ -156,10 +238,8 @@ def read_benchmark(spec: DatasetSpec, root: Path | None, split: str | None, anno
         which = f" for split {split}" if split else ""
         raise ValueError(f"no {spec.title} annotation files{which} under {root}")
     finder = ImageFinder(root if root.is_dir() else root.parent.parent)
-    records: list[Record] = []
-    for f in files:
-        records += _answered(spec.title, _parquet_records(spec, f) if parquet else read_json_file(f, finder), f)
-    return finish(spec.title, root, records)
+    read = [(f, _parquet_records(spec, f) if parquet else read_json_file(f, finder)) for f in files]
+    return finish(spec.title, root, _checked(spec.title, read))
 
 
 def json_items(path: Path) -> list[dict]:
@@ -181,8 +261,29 @@ def _rows(path: Path) -> Iterator[dict]:
         yield from batch.to_pylist()
 
 
+def _image_problem(data: bytes) -> str | None:
+    """Why image bytes cannot be read (None when they decode): checked once, before they are cached."""
+    try:
+        with warnings.catch_warnings():  # PIL warns between its two limits; the size is checked just below
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as img:
+                w, h = img.size
+                if w * h > MAX_IMAGE_PIXELS or w < 1 or h < 1:
+                    return f"it is {w}x{h} px; an image needs 1 to {MAX_IMAGE_PIXELS} pixels"
+                img.load()  # the whole decode: a truncated or damaged file fails here, not in the pipeline
+    except UnidentifiedImageError:
+        return "not a format PIL recognises (PNG, JPEG, TIFF, ...)"
+    except _DECODE_ERRORS as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
 def _cached_image(image: Any, where: str) -> Path:
-    """An image cell ``{"bytes", "path"}`` written once to the cache, named by its content."""
+    """An image cell ``{"bytes", "path"}`` written once to the cache, named by its content.
+
+    The bytes are decoded before they are written, so a bad image is reported by its row (``where``),
+    not later by its cache file name.
+    """
     data = image.get("bytes") if isinstance(image, dict) else image
     if not isinstance(data, (bytes, bytearray)) or not data:
         raise ValueError(f"{where}: the image column holds no bytes")
@@ -190,6 +291,9 @@ def _cached_image(image: Any, where: str) -> Path:
     digest = hashlib.blake2b(data, digest_size=16).hexdigest()
     out = image_cache_dir() / f"{digest}{suffix if suffix in IMAGE_SUFFIXES else '.png'}"
     if not out.is_file():
+        problem = _image_problem(bytes(data))
+        if problem:
+            raise ValueError(f"{where}: the image cannot be read ({problem})")
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
         tmp.write_bytes(data)
@@ -197,16 +301,17 @@ def _cached_image(image: Any, where: str) -> Path:
     return out
 
 
-def _parquet_records(spec: DatasetSpec, path: Path) -> list[Record]:
+def _parquet_records(spec: DatasetSpec, path: Path) -> list[Located]:
     records = []
     for n, row in enumerate(_rows(path)):
         where = f"{path}: row {n}"
         question = row.get("question", row.get("query"))
-        answers = next((as_answers(row[k]) for k in ("answers", "label", "answer") if k in row), None)
-        if answers is None or "image" not in row:
+        key = next((k for k in ("answers", "label", "answer") if k in row), None)
+        if key is None or "image" not in row:
             raise ValueError(f"{where}: expected columns question (or query), answers (or label / answer) and image; "
                              f"got {', '.join(row)}")
+        answers = as_answers(row[key], where)
         img = _cached_image(row["image"], where)
-        rid = str(row.get("questionId", row.get("question_id", f"{path.stem}:{n}")))
-        records.append(benchmark_record(spec, rid, img, img.stem, question, answers, where))
+        rid = question_id(row.get("questionId", row.get("question_id")), f"{path.stem}:{n}", where)
+        records.append((where, benchmark_record(spec, rid, img, img.stem, question, answers, where)))
     return records
