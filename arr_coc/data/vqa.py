@@ -27,6 +27,15 @@ answer (``Record.answers``) and the benchmark's metric (``Record.metric``, from 
 
 Official test splits of DocVQA, InfoVQA and TextVQA hide their answers (they are scored by the
 benchmarks' servers); loading one raises and says so.
+
+Loading is strict and loud; every error names the row (``<file>: item N`` or ``<file>: row N``):
+
+- An answer (or label) is text; a JSON number or boolean becomes the text it is written as
+  (``3`` -> ``"3"``, ``2.5`` -> ``"2.5"``, ``true`` -> ``"true"``), which is what the official
+  scorers compare; an object, a list inside the list, NaN or Infinity raises (by type, never repr).
+- A question id is text or an integer; an id repeated across the files read raises naming both rows.
+- Questions without an answer are left out and named in one warning.
+- A parquet image is decoded once, before it is cached: a bad one raises naming its row.
 """
 from __future__ import annotations
 

@@ -201,6 +201,25 @@ def test_coco_errors_say_what_is_malformed(coco: Path) -> None:
         load_coco(coco / "labels")
 
 
+@pytest.mark.parametrize("line, problem", [
+    ("0 nan 0.5 0.2 0.2", "the box holds NaN or Infinity; boxes are finite (cx cy w h, normalised)"),
+    ("0 0.5 0.5 Infinity 0.2", "the box holds NaN or Infinity; boxes are finite (cx cy w h, normalised)"),
+    ("0 0.5 0.5 0 0.2", "the box needs w > 0 and h > 0 (cx cy w h, normalised)"),
+    ("0 0.5 0.5 0.2 -0.1", "the box needs w > 0 and h > 0 (cx cy w h, normalised)"),
+    ("0 1.5 0.5 0.2 0.2", "the box lies outside the 100x50 image a.jpg"),
+    ("2 0.5 -0.5 0.2 0.2", "the box lies outside the 100x50 image a.jpg"),
+])
+def test_coco_refuses_boxes_that_are_not_finite_have_no_size_or_lie_outside(coco: Path, line: str,
+                                                                           problem: str) -> None:
+    label = coco / "labels" / "train2017" / "a.txt"
+    label.write_text(f"0 0.5 0.5 0.2 0.4\n\n{line}\n")  # the bad box is on line 3
+    with pytest.raises(ValueError) as err:
+        load_coco(coco)
+    assert str(err.value) == f"{label}:3: {problem}"
+    label.write_text("0 0.5 0.5 0.2 0.4\n\n0 0.95 0.5 0.2 0.4\n")  # control: partly outside is clipped, kept
+    assert [r.boxes_px for r in load_coco(coco)] == [((15.0, 40.0, 35.0, 60.0), (15.0, 85.0, 35.0, 100.0))]
+
+
 # ---------------------------------------------------------------------------------------------- JSONL
 def write_jsonl(path: Path, rows: list[dict | str]) -> Path:
     path.write_text("\n".join(r if isinstance(r, str) else json.dumps(r) for r in rows) + "\n")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import io
 import json
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
@@ -152,3 +153,108 @@ def test_parquet_exports_are_read_offline_and_images_cached_by_content(tmp_path:
 
 def test_registry_lists_the_benchmarks() -> None:
     assert DATASETS.names()[-4:] == ["docvqa", "infovqa", "textvqa", "chartqa"]
+
+
+# --------------------------------------------------------------------------- strict and loud loading
+def docvqa_val(root: Path, items: list[dict]) -> Path:
+    """A DocVQA val file of ``items`` over one image, pgaa0001.png."""
+    image(root / "spdocvqa_images" / "pgaa0001.png")
+    return write(root / "spdocvqa_qas" / "val_v1.0.json",
+                 {"data": [{"question": "Q?", "image": "documents/pgaa0001.png", **d} for d in items]})
+
+
+def test_a_clean_benchmark_loads_without_a_warning_and_unchanged(docvqa: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the load
+        recs = load_docvqa(docvqa, split="val")
+    assert [(r.record_id, r.answer, r.answers) for r in recs] == [
+        ("7", "12/03/1998", ("12/03/1998", "12-03-1998")), ("8", "Dr. Ann", ("Dr. Ann",)), ("9", "9.00", ("9.00",))]
+
+
+def test_answers_of_any_json_scalar_become_their_json_text(tmp_path: Path) -> None:
+    root = tmp_path / "docvqa"
+    docvqa_val(root, [{"questionId": 1, "answers": [3, 2.5, True, False, "3", None]},
+                      {"questionId": 2, "answers": 7}, {"questionId": 3, "answers": "seven"}])
+    recs = load_docvqa(root, split="val")
+    assert [r.answers for r in recs] == [("3", "2.5", "true", "false", "3"), ("7",), ("seven",)]
+    assert recs[0].answer == "3"  # the most frequent reference: the int 3 and the text "3" are one answer
+    split = tmp_path / "ChartQA" / "test"
+    image(split / "png" / "c.png")
+    write(split / "test_human.json", [{"imgname": "c.png", "query": "Peak?", "label": 62},
+                                      {"imgname": "c.png", "query": "Share?", "label": 0.125},
+                                      {"imgname": "c.png", "query": "Rising?", "label": True}])
+    assert [r.answers for r in load_chartqa(split / "test_human.json")] == [("62",), ("0.125",), ("true",)]
+
+
+@pytest.mark.parametrize("answers, kind", [
+    ({"text": "x"}, "a JSON object"), ([{"answer": "x"}], "a JSON object"), ([["x"]], "a JSON list"),
+    (float("nan"), "NaN or Infinity"), ([float("inf")], "NaN or Infinity")])
+def test_answers_that_are_not_text_or_numbers_are_refused_by_row(tmp_path: Path, answers, kind: str) -> None:
+    path = docvqa_val(tmp_path, [{"questionId": 1, "answers": ["ok"]}, {"questionId": 2, "answers": answers}])
+    with pytest.raises(ValueError) as err:
+        load_docvqa(path)
+    assert str(err.value) == f"{path}: item 1: an answer is {kind}; answers are text, numbers or true / false"
+
+
+def test_a_question_id_that_is_not_text_or_an_integer_is_refused_by_row(tmp_path: Path) -> None:
+    path = docvqa_val(tmp_path, [{"questionId": {"id": 1}, "answers": ["a"]}])
+    with pytest.raises(ValueError) as err:
+        load_docvqa(path)
+    assert str(err.value) == f"{path}: item 0: the question id is a JSON object; expected text or an integer"
+
+
+def test_a_repeated_question_id_is_refused_naming_both_rows(tmp_path: Path) -> None:
+    path = docvqa_val(tmp_path, [{"questionId": 7, "answers": ["a"]}, {"questionId": 8, "answers": ["b"]},
+                                 {"questionId": 7, "answers": ["c"]}])
+    with pytest.raises(ValueError) as err:
+        load_docvqa(path)
+    assert str(err.value) == f"DocVQA: question id '7' repeats: {path}: item 0 and {path}: item 2"
+
+
+def test_questions_without_answers_are_named_in_one_warning(tmp_path: Path) -> None:
+    path = docvqa_val(tmp_path, [{"questionId": 1, "answers": ["a"]}, {"questionId": 2},
+                                 {"questionId": 3, "answers": []}, {"questionId": 4, "answers": [None]}])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recs = load_docvqa(path)
+    assert [r.record_id for r in recs] == ["1"]
+    assert [str(w.message) for w in caught] == [
+        f"DocVQA: 3 question(s) have no answer and are left out: {path}: item 1 (id '2'); "
+        f"{path}: item 2 (id '3'); {path}: item 3 (id '4')"]
+    unanswered = [{"questionId": i} for i in range(1, 8)]
+    many = docvqa_val(tmp_path / "many", [{"questionId": 0, "answers": ["a"]}, *unanswered])
+    with pytest.warns(UserWarning) as caught:
+        load_docvqa(many)
+    assert len(caught) == 1 and str(caught[0].message) == (
+        f"DocVQA: 7 question(s) have no answer and are left out: "
+        + "; ".join(f"{many}: item {i} (id '{i}')" for i in range(1, 6)) + "; and 2 more")
+
+
+def test_parquet_answers_ids_and_images_are_checked_by_row(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("ARR_COC_CACHE", str(tmp_path / "cache"))
+    red = png_bytes("red")
+    folder = tmp_path / "ChartQA"
+    folder.mkdir()
+    shard = folder / "test-00000-of-00001.parquet"
+    pq.write_table(pa.table({"query": ["Peak?", "Low?"], "label": [62, 4],
+                             "image": [{"bytes": red, "path": None}] * 2}), shard)
+    assert [r.answers for r in load_chartqa(folder, split="test")] == [("62",), ("4",)]
+    for n, (bad, problem) in enumerate([(b"not an image", "not a format PIL recognises (PNG, JPEG, TIFF, ...)"),
+                                        (red[: len(red) // 2], "OSError: ")]):
+        shard = folder / f"test-0000{n}-of-00001.parquet"
+        pq.write_table(pa.table({"query": ["Peak?", "Low?"], "label": ["62", "4"],
+                                 "image": [{"bytes": red, "path": None}, {"bytes": bad, "path": "x.png"}]}), shard)
+        with pytest.raises(ValueError) as err:
+            load_chartqa(shard)
+        assert str(err.value).startswith(f"{shard}: row 1: the image cannot be read ({problem}")
+        assert "cache" not in str(err.value)
+        shard.unlink()
+    assert len(list((tmp_path / "cache" / "images").iterdir())) == 1  # only the good image was cached
+    pq.write_table(pa.table({"questionId": ["q1"], "question": ["Q?"], "answers": [["a"]],
+                             "image": [{"bytes": red, "path": None}]}), folder / "val-00000-of-00002.parquet")
+    pq.write_table(pa.table({"questionId": ["q1"], "question": ["Q?"], "answers": [["b"]],
+                             "image": [{"bytes": red, "path": None}]}), folder / "val-00001-of-00002.parquet")
+    with pytest.raises(ValueError) as err:
+        load_docvqa(folder, split="val")
+    assert str(err.value) == (f"DocVQA: question id 'q1' repeats: {folder / 'val-00000-of-00002.parquet'}: row 0 "
+                              f"and {folder / 'val-00001-of-00002.parquet'}: row 0")
