@@ -219,7 +219,7 @@ def _checked(title: str, files: list[tuple[Path, list[Located]]]) -> list[Record
                 unanswered.append(f"{where} (id {r.record_id!r})")
     if unanswered and records:  # no records at all is an error of its own (in finish)
         warnings.warn(f"{title}: {len(unanswered)} question(s) have no answer and are left out: "
-                      f"{_shown(unanswered)}", stacklevel=3)
+                      f"{_shown(unanswered)}", stacklevel=4)  # the loader's caller
     return records
 
 
