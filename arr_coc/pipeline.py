@@ -24,6 +24,7 @@ from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection, select
 from arr_coc.cache import ImageCache
 from arr_coc.weights import PACKAGED, load_file
+from arr_coc.threads import check_threads
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 
 SCORER_FORMAT = "arr-coc-scorer/2"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
@@ -304,6 +305,9 @@ class ARR(nn.Module):
         ``coupled(canvas, queries)`` may supply question-coupled channels per cell that are not
         computed from pixels (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's attention to its gestalt).
         """
+        weight = next(self.parameters(), None)
+        if weight is not None:
+            check_threads(weight.dtype, weight.device, f"an ARR in {str(weight.dtype).removeprefix('torch.')}")
         t: dict[str, float] = {}
         scene = self.see(images, prev=prev, timings=t)
         return self.allocate(scene, queries, saccades=saccades, timings=t, coupled=coupled)

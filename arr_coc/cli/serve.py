@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     from arr_coc.app.service import Microscope
     from arr_coc.app.ui import serve
     from arr_coc.config import check_int
+    from arr_coc.threads import fit_threads
 
     if not 1 <= args.port <= 65535:
         raise ValueError(f"--port must be a TCP port in 1..65535, got {args.port}")
@@ -42,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         if args.threads > (os.cpu_count() or 1) * 8:
             raise ValueError(f"--threads {args.threads} is far above this machine's {os.cpu_count()} cores")
         torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
+        fit_threads()  # but never above OMP_THREAD_LIMIT, where half-precision matmul goes wrong
     vlm = None
     if args.model:
         from arr_coc.vlm import load_vlm
