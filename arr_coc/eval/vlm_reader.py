@@ -65,6 +65,7 @@ from arr_coc.plan import Plan
 from arr_coc.vlm import encode as encode_plans
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.base import assemble, generate, synchronize
+from arr_coc.vlm.processing import check_prompt
 
 VLM_METHODS = methods_for("vlm")  # in table order
 DEFAULT_METHODS = ("full", "native_budget", "arr", "slice")
@@ -93,8 +94,7 @@ class VLMEvalSettings:
         if self.batch_size < 1 or self.max_new_tokens < 1:
             raise ValueError(f"batch size and max new tokens must be positive, got {self.batch_size}, "
                              f"{self.max_new_tokens}")
-        if "{question}" not in self.prompt:
-            raise ValueError(f"the prompt must hold {{question}}, got {self.prompt!r}")
+        check_prompt(self.prompt)
         for b in self.budgets:
             budget_tokens(b, 10**9)
 
@@ -296,6 +296,8 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
     settings = settings or VLMEvalSettings()
     if arr.config.canvas.cell != adapter.cell:
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs {adapter.cell} px")
+    if "vlm" in settings.methods:  # refused before any record is allocated, in ask's words
+        adapter.require("first_look", "method 'vlm' (the VLM's first look)")
     if {"full", "native_budget"} & set(settings.methods) and not hasattr(adapter, "encode_processed"):
         raise ValueError(f"{adapter.name} has no image processor of its own to resize with; "
                          f"leave out full and native_budget")
