@@ -31,6 +31,7 @@ demo: setup
 
 test: setup
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check arr_coc tests benchmarks examples
 	$(BIN)/python -m pytest
 
 serve: setup

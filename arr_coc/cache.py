@@ -10,7 +10,7 @@ import hashlib
 from collections import OrderedDict
 from typing import Any, Callable, Sequence, TypeVar
 
-import torch
+import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
 from arr_coc.imageops import to_uint8

@@ -7,7 +7,6 @@ Shapes: B images, K saccades, (Hc, Wc) token cells of the padded batch, ``cell``
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence
@@ -15,19 +14,17 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
+from arr_coc.cache import ImageCache
 from arr_coc.canvas import Canvas, make_canvas
 from arr_coc.config import MAX_QUESTION_CHARS, PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
-from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries, encoder_name
+from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection, select
-from arr_coc.cache import ImageCache
-from arr_coc.weights import PACKAGED, load_file
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 from arr_coc.threads import check_threads
-
-SCORER_FORMAT = "arr-coc-scorer/2"  # the "format" tag of trained scorer files (`arr-coc train` writes them)
+from arr_coc.weights import SCORER_FORMAT, load_scorer_weights  # noqa: F401  (the scorer files' tag, re-exported)
 
 
 @dataclass
@@ -134,38 +131,6 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
     timings[name] = (time.perf_counter() - start) * 1e3
 
 
-
-
-def load_scorer_weights(arr: "ARR", spec: str) -> str:
-    """Load trained scorer (and sampler) weights into ``arr``; returns where they came from.
-
-    ``"auto"`` takes ``arr_coc/weights/<scorer>.pt`` when it exists and was trained on the same
-    channels, else keeps the hand-set initialisation; a path must fit, or it is an error.
-    """
-    if spec == "none":
-        return "hand-set"
-    auto = spec == "auto"
-    path = PACKAGED / f"{arr.config.scorer.name}.pt" if auto else Path(spec)
-    if auto and not path.exists():
-        return "hand-set"
-    saved = load_file(path, SCORER_FORMAT, "scorer weights (made by `arr-coc train`)")
-    fits = saved["scorer_name"] == arr.config.scorer.name and tuple(saved["channels"]) == arr.channels
-    if not fits:
-        if auto:
-            return "hand-set"
-        raise ValueError(f"{path} holds a {saved['scorer_name']!r} scorer for channels {saved['channels']}; "
-                         f"this ARR has {arr.config.scorer.name!r} on {list(arr.channels)}")
-    # Files written before the encoder was recorded were all trained on MiniLM questions (the default).
-    trained_on, encoder = saved.get("query_encoder", "MiniLMQueryEncoder"), encoder_name(arr.query_encoder)
-    if trained_on != encoder:
-        if auto:
-            return "hand-set"
-        raise ValueError(f"{path} was trained on questions embedded by {trained_on}, this ARR uses {encoder}; "
-                         f"use that query encoder or train weights for this one")
-    arr.scorer.load_state_dict(saved["scorer"])
-    if saved.get("sampler") and saved["arr_config"]["sampler"]["name"] == arr.config.sampler.name:
-        arr.sampler.load_state_dict(saved["sampler"])
-    return f"trained, shipped: arr_coc/weights/{path.name}" if auto else str(path)
 
 
 class ARR(nn.Module):

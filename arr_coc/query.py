@@ -16,6 +16,7 @@ import torch
 
 from arr_coc.config import MAX_QUESTION_CHARS
 from arr_coc.errors import MissingDependencyError
+from arr_coc.weights import encoder_name  # noqa: F401  (what trained weights record; re-exported here)
 
 MINILM_DIM = 384  # all-MiniLM-L6-v2 sentence embedding width
 
@@ -53,15 +54,6 @@ def check_queries(queries: str | Sequence[str], batch_size: int, max_chars: int 
                              f"a document); shorten it, or raise the limit with --max-question-chars "
                              f"(ARR.max_question_chars)")
     return queries
-
-
-def encoder_name(encoder: object) -> str:
-    """What trained weights record about the questions' encoder, and are checked against when loaded.
-
-    >>> encoder_name(HashingQueryEncoder())
-    'HashingQueryEncoder'
-    """
-    return type(encoder).__name__
 
 
 def question_problem(text: str) -> str | None:

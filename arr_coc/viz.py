@@ -128,11 +128,11 @@ def plot_allocation(
         >>> out.exists(), out.suffix
         (True, '.png')
     """
+    from matplotlib import patheffects
     from matplotlib.collections import PatchCollection
     from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
     from matplotlib.patches import Rectangle
-    from matplotlib import patheffects
 
     img, rel = _numpy("image", image), _numpy("relevance", relevance)
     pos, sc = _numpy("positions", positions), _numpy("scores", scores)

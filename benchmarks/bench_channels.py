@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 import arr_coc  # noqa: F401  (registers every channel)
 from arr_coc.cache import ImageCache
-from arr_coc.canvas import load_image
+from arr_coc.imageio import load_image
 from arr_coc.imageops import resize
 from arr_coc.query import MiniLMQueryEncoder
 from arr_coc.texture import CHANNELS, compute_texture

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def images(batch: int, size: int) -> list[torch.Tensor]:
     """The bundled receipt plus smooth noise photos-to-be: real structure at the requested size."""
-    from arr_coc.canvas import load_image
+    from arr_coc.imageio import load_image
     from arr_coc.imageops import resize
 
     receipt = load_image(ROOT / "examples" / "receipt.jpg")

@@ -175,7 +175,7 @@ def choose_dtype(choice: str) -> tuple[torch.dtype, str]:
 
 def page(size: int) -> torch.Tensor:
     """The bundled receipt resized to ``size`` x ``size`` px: [3, S, S] in [0, 1]."""
-    from arr_coc.canvas import load_image
+    from arr_coc.imageio import load_image
     from arr_coc.imageops import resize
 
     return resize(load_image(ROOT / "examples" / "receipt.jpg"), (size, size))

@@ -1,12 +1,12 @@
 """Every allocator at equal tokens on held-out images: samplers, variable-size patches, quadtree, learned.
 
-    python benchmarks/run_allocators.py [--limit 40] [--budgets 10% 25%] [--skip-train]
+    python benchmarks/run_allocators.py [--limit 40] [--tokens 10% 25%] [--skip-train]
 
 1. Trains the two learned allocators with ``arr_coc.train.loop`` (defaults: proxy objective at 10%,
    300 steps, training images only) -- ``--learner selector`` (a CNN on the pixels, blind to the
    question) and ``--learner pruner`` (an MLP over every cell's encoded token and the question) --
-   into out/train_<learner>/, and ships their weights as arr_coc/weights/<learner>.pt.
-   ``--skip-train`` ships what out/train_<learner>/ already holds.
+   into out/train_<learner>/, and evaluates those weights (shipping them is `arr-coc train ... --resume
+   --export <learner>`, printed at the end). ``--skip-train`` evaluates what out/train_<learner>/ already holds.
 2. Runs the evaluation harness on the test split (never trained on, never used to choose a
    setting) of FUNSD, SROIE and COCO for every allocator: full resolution, one uniformly
    downsampled image, random cells, top-K and stratified samplers, relevance-driven and
@@ -30,8 +30,7 @@ from arr_coc.eval.report import pivot_table, summarize, write_reports  # noqa: E
 from arr_coc.eval.run import METHODS, EvalSettings, evaluate  # noqa: E402
 from arr_coc.eval.store import RowStore  # noqa: E402
 from arr_coc.pipeline import ARR  # noqa: E402
-from arr_coc.weights import PACKAGED  # noqa: E402
-from arr_coc.train.loop import TrainConfig, train  # noqa: E402
+from arr_coc.train import TrainConfig, train  # noqa: E402
 
 DATASETS = ("funsd", "sroie", "coco")
 ALLOCATORS = ("full", "uniform_image", "random", "topk", "stratified", "patches", "patches_edges", "quadtree",
@@ -42,19 +41,23 @@ OUT = ROOT / "benchmarks" / "results" / "allocators"
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--limit", type=int, default=40, help="test records per dataset")
-    p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
-    p.add_argument("--skip-train", action="store_true", help="ship the weights already in out/train_<learner>")
+    p.add_argument("--tokens", nargs="+", default=["10%", "25%"], help="total visual tokens per row (counts or shares)")
+    p.add_argument("--skip-train", action="store_true", help="evaluate the weights already in out/train_<learner>")
     args = p.parse_args(argv)
+    weights, hints = {}, []
     for learner in ("selector", "pruner"):
         out = ROOT / "out" / f"train_{learner}"
+        cfg = TrainConfig(learner=learner, out=str(out), features=str(ROOT / "out" / "features"))
         if not args.skip_train:
-            train(TrainConfig(learner=learner, out=str(out), features=str(ROOT / "out" / "features")))
-        shutil.copyfile(out / f"{learner}.pt", PACKAGED / f"{learner}.pt")
+            train(cfg)
+        weights[learner] = str(out / f"{learner}.pt")
+        hints.append(f"to ship {weights[learner]}: arr-coc train --learner {learner} --out {out} --features "
+                     f"{cfg.features} --resume --export {learner}")
         (OUT / "train").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(out / "metrics.json", OUT / "train" / f"{learner}_metrics.json")
         shutil.copyfile(out / "loss.png", OUT / "train" / f"{learner}_loss.png")
     arr = ARR().eval()
-    settings = EvalSettings(methods=ALLOCATORS, budgets=args.budgets)
+    settings = EvalSettings(methods=ALLOCATORS, tokens=args.tokens, learned=weights)
     summaries = {}
     for name in DATASETS:
         records = load_dataset(name, limit=args.limit, split="test")
@@ -65,6 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     (OUT / "report.md").write_text(report)
     plot(summaries, OUT / "allocators.png")
     print(report)
+    print("\n".join(hints))
 
 
 def report_tables(summaries: dict[str, list[dict]]) -> str:

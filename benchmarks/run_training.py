@@ -5,8 +5,9 @@
 1. Features of every FUNSD, SROIE and COCO record with the default channels (cached in
    out/features; the first run reads every page with OCR, ~30 min on 2 cores).
 2. ``arr_coc.train.train``: proxy objective at a 10% token budget on the training images; the
-   validation images are watched every 50 steps. Weights go to arr_coc/weights/contextual.pt,
-   the shipped default; metrics, config and the loss curve to benchmarks/results/train/.
+   validation images are watched every 50 steps. Weights go to out/train/scorer.pt (shipping them
+   as the default is `arr-coc train ... --resume --export contextual`, printed at the end); metrics,
+   config and the loss curve to benchmarks/results/train/.
 3. On the test images only (never trained on, never used to choose anything): the evaluation
    harness's rows for the hand-set scorer and the learned one (``@learned``) at 10% and 25%,
    against full resolution, one uniformly downsampled image of the same token count, and random
@@ -24,18 +25,17 @@ from tqdm import tqdm
 
 ROOT = Path(__file__).resolve().parents[1]
 
+from arr_coc.allocators.methods import build_samplers  # noqa: E402
 from arr_coc.canvas import make_canvas  # noqa: E402
 from arr_coc.config import ARRConfig, ScorerConfig  # noqa: E402
 from arr_coc.data.datasets import load_dataset, split_of  # noqa: E402
-from arr_coc.allocators.methods import build_samplers  # noqa: E402
+from arr_coc.eval.reading import READERS  # noqa: E402
 from arr_coc.eval.report import markdown_table, pivot_table, plot_summary, summarize  # noqa: E402
 from arr_coc.eval.run import EvalSettings, allocation_rows  # noqa: E402
 from arr_coc.eval.store import RowStore  # noqa: E402
-from arr_coc.train.features import build_examples, collate  # noqa: E402
 from arr_coc.pipeline import ARR  # noqa: E402
-from arr_coc.weights import PACKAGED  # noqa: E402
-from arr_coc.eval.reading import READERS  # noqa: E402
-from arr_coc.train.loop import TrainConfig, hard_metrics, train  # noqa: E402
+from arr_coc.train import TrainConfig, hard_metrics, train  # noqa: E402
+from arr_coc.train.features import build_examples, collate  # noqa: E402
 
 DATASETS = ("funsd", "sroie", "coco")
 OUT = ROOT / "benchmarks" / "results" / "train"
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=TrainConfig.steps)
     p.add_argument("--test-limit", type=int, default=150, help="test records per dataset for the reading table")
-    p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
+    p.add_argument("--tokens", nargs="+", default=["10%", "25%"], help="total visual tokens per row (counts or shares)")
     p.add_argument("--skip-train", action="store_true", help="report the weights already in out/train")
     p.add_argument("--skip-reading", action="store_true", help="only the IoU table")
     args = p.parse_args(argv)
@@ -59,11 +59,10 @@ def main(argv: list[str] | None = None) -> None:
     weights = Path(cfg.out) / "scorer.pt"
     if not args.skip_train:
         run = train(cfg, config, examples=examples, query_encoder=hand.query_encoder)
-        PACKAGED.mkdir(exist_ok=True)
-        shutil.copyfile(weights, PACKAGED / "contextual.pt")
         for name in ("metrics.json", "loss.png", "config.json"):
             shutil.copyfile(Path(cfg.out) / name, OUT / name)
         print(json.dumps(run.metrics, indent=1))
+        print(ship_hint(cfg, "contextual"))
 
     learned = ARR(ARRConfig(scorer=ScorerConfig(weights=str(weights))), query_encoder=hand.query_encoder).eval()
     iou = iou_table(hand, learned, [e for e in examples if split_of(e.image_id, e.dataset) == "test"])
@@ -72,7 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.skip_reading:
         return
     by_id = {(e.dataset, e.record_id): e for e in examples}
-    settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), budgets=args.budgets)
+    settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), tokens=args.tokens)
     samplers = build_samplers(settings.methods)
     reader = READERS.get("tesseract")()
     report = []
@@ -100,6 +99,12 @@ def main(argv: list[str] | None = None) -> None:
                 report.append(f"{column}:\n\n" + pivot_table(summary, column))
     (OUT / "reading.md").write_text("\n\n".join(report) + "\n")
     print("\n\n".join(report))
+
+
+def ship_hint(cfg: TrainConfig, name: str) -> str:
+    """How to ship a finished run as the weights ``name``: resume it at its last step and export (no retraining)."""
+    return (f"weights: {cfg.out}/{cfg.learner}.pt; to ship them as {name!r}: arr-coc train --learner {cfg.learner} "
+            f"--datasets {' '.join(cfg.datasets)} --steps {cfg.steps} --out {cfg.out} --resume --export {name}")
 
 
 def iou_table(hand: ARR, learned: ARR, test: list) -> str:

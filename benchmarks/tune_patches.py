@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--limit", type=int, default=30, help="validation records per dataset")
     p.add_argument("--priors", type=float, nargs="+", default=[0.5, 1.0, 1.5, 2.0, 3.0])
-    p.add_argument("--budgets", nargs="+", default=["10%", "25%"])
+    p.add_argument("--tokens", nargs="+", default=["10%", "25%"], help="total visual tokens per row (counts or shares)")
     p.add_argument("--datasets", nargs="+", default=["funsd", "sroie"])
     args = p.parse_args(argv)
     store = RowStore(OUT)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> None:
             scene = arr.see(record.image)
             relevance, query = arr.score(scene, [record.question], arr.gestalt(scene, 1).vector)
             for alpha in args.priors:
-                settings = EvalSettings(methods=METHODS, budgets=args.budgets,
+                settings = EvalSettings(methods=METHODS, tokens=args.tokens,
                                         patch_options={"size_prior": alpha})
                 store.append(allocation_rows(record, scene.canvas, relevance.map, query, {}, reader, settings, done,
                                              suffix=f"@{alpha:g}"))

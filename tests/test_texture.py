@@ -5,8 +5,6 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import arr_coc  # noqa: F401  (registers the model-based channels too)
 from arr_coc.query import HashingQueryEncoder
@@ -38,7 +36,7 @@ def _images(b: int = 3, h: int = 24, w: int = 20, seed: int = 0) -> torch.Tensor
 ENCODER = HashingQueryEncoder()
 # Channels whose model the user must supply (no weights here); their own test file builds tiny ones.
 # first_look is read from a VLM's attention, not computed from pixels.
-NEEDS_WEIGHTS = {"clip": "tests/test_channels_clip.py", "first_look": "tests/test_vlm_ask.py"}
+NEEDS_WEIGHTS = {"clip": "tests/channels/test_channels_clip.py", "first_look": "tests/vlm/test_vlm_ask.py"}
 NAMES = [n for n in CHANNELS.names() if n not in NEEDS_WEIGHTS]
 
 

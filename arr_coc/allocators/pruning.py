@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
 from arr_coc.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
 from arr_coc.soft_topk import standardized_soft_topk
-from arr_coc.weights import PACKAGED, atomic_save, load_file
+from arr_coc.weights import LEARNED_FORMAT, atomic_save
 
 
 def _check_k(k: int, mask: Tensor) -> None:
@@ -140,7 +140,7 @@ class PatchSelector(nn.Module):
         if cell < 1 or stem < 1 or cell % stem:
             raise ValueError(f"stem={stem} must divide cell={cell} so the output is one value per cell")
         self.cell = cell
-        self.config = {"cell": cell, "width": width, "stem": stem}  # what `load_learned` rebuilds it from
+        self.config = {"cell": cell, "width": width, "stem": stem}  # what `arr_coc.weights.load_learned` rebuilds it from
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.net = nn.Sequential(
@@ -225,43 +225,9 @@ class TokenPruner(nn.Module):
 
 # ----------------------------------------------------------------------------- trained weights
 
-LEARNED_FORMAT = "arr-coc-allocator/1"
-LEARNED: dict[str, type[nn.Module]] = {"selector": PatchSelector, "pruner": TokenPruner}
-
 
 def save_learned(path: Path, kind: str, module: nn.Module, channels: Sequence[str], **meta: Any) -> Path:
     """Write a trained selector or pruner with what rebuilds it (its config) and what it was fed (channels)."""
     atomic_save({"format": LEARNED_FORMAT, "kind": kind, "config": module.config, "channels": list(channels),
                  "state": module.state_dict(), **meta}, Path(path))
     return Path(path)
-
-
-def load_learned(kind: str, spec: str | Path = "auto", *, channels: Sequence[str] | None = None,
-                 query_dim: int | None = None, query_encoder: str | None = None, cell: int | None = None
-                 ) -> tuple[nn.Module, dict]:
-    """A trained `PatchSelector` ("selector") or `TokenPruner` ("pruner") and its saved metadata.
-
-    ``spec`` "auto" is the packaged file; a path loads that file. The checks that follow say what
-    does not fit: the pruner's token channels and query width, the selector's cell.
-    """
-    if kind not in LEARNED:
-        raise ValueError(f"unknown learned allocator {kind!r}; choose one of {', '.join(LEARNED)}")
-    path = PACKAGED / f"{kind}.pt" if str(spec) == "auto" else Path(spec)
-    hint = f"train one with `arr-coc train --learner {kind}`"
-    saved = load_file(path, LEARNED_FORMAT, f"{kind} weights ({hint})")
-    if saved.get("kind") != kind:
-        raise ValueError(f"{path} holds {saved.get('kind')} weights, not {kind} weights; {hint}")
-    cfg = saved["config"]
-    if kind == "pruner" and channels is not None and list(channels) != saved["channels"]:
-        raise ValueError(f"{path} prunes tokens of channels {saved['channels']}, this ARR makes {list(channels)}; "
-                         f"use those channels or {hint}")
-    if kind == "pruner" and query_dim is not None and query_dim != cfg["query_dim"]:
-        raise ValueError(f"{path} expects {cfg['query_dim']}-wide query embeddings, got {query_dim}; {hint}")
-    if kind == "pruner" and query_encoder is not None and saved.get("query_encoder", query_encoder) != query_encoder:
-        raise ValueError(f"{path} was trained on questions embedded by {saved['query_encoder']}, this ARR uses "
-                         f"{query_encoder}; use that encoder or {hint}")
-    if kind == "selector" and cell is not None and cell != cfg["cell"]:
-        raise ValueError(f"{path} scores {cfg['cell']} px cells, the canvas uses {cell} px; {hint} at that cell")
-    module = LEARNED[kind](**cfg)
-    module.load_state_dict(saved["state"])
-    return module.eval(), {k: v for k, v in saved.items() if k != "state"}

@@ -20,7 +20,6 @@ from torch import Tensor
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
 from arr_coc.app import views
 from arr_coc.cache import ImageCache
-from arr_coc.canvas import load_image
 from arr_coc.config import (
     DEFAULT_SACCADES,
     MAX_NEW_TOKENS,
@@ -32,6 +31,7 @@ from arr_coc.config import (
     ScorerConfig,
     TextureConfig,
 )
+from arr_coc.imageio import load_image
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder

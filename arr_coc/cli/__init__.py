@@ -10,7 +10,8 @@ import sys
 from typing import Any, Sequence
 
 from arr_coc import __version__
-from arr_coc.cli import ask, eval as evaluate, look, options, serve, train
+from arr_coc.cli import ask, look, options, serve, train
+from arr_coc.cli import eval as evaluate
 from arr_coc.cli.options import SAMPLER_OPTIONS, add_options, from_args, texture_config
 from arr_coc.errors import UserError
 from arr_coc.threads import fit_threads

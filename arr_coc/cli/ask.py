@@ -47,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
 
     from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig
     from arr_coc.pipeline import ARR
-    from arr_coc.vlm import ask as answer, load_vlm
+    from arr_coc.vlm import ask as answer
+    from arr_coc.vlm import load_vlm
     from arr_coc.vlm.ask import default_relevance
 
     if args.tokens is not None and args.no_gestalt:

@@ -14,7 +14,7 @@ HELP = "answers or OCR reading of the answer at equal total tokens, per method"
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import SamplerConfig
     from arr_coc.eval import vlm_reader
-    from arr_coc.eval.run import DEFAULT_BUDGETS, DEFAULT_METHODS, MARGIN_PX, METHODS
+    from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, MARGIN_PX, METHODS
 
     p = command("eval", [opt.data(), opt.pipeline(), opt.vlm(required=False)], help=HELP,
                 description="Evaluate allocation methods on a dataset at equal total tokens (each method "
@@ -28,8 +28,8 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                         + "; --reader vlm: any of "
                         + ", ".join(vlm_reader.VLM_METHODS) + ", default " + " ".join(vlm_reader.DEFAULT_METHODS))
     p.add_argument("--tokens", nargs="+", default=None, metavar="T",
-                   help=opt.TOKENS_HELP + f"; several, one row per method and T; default {' '.join(DEFAULT_BUDGETS)} "
-                        f"(--reader vlm: {' '.join(vlm_reader.DEFAULT_BUDGETS)})".replace("%", "%%"))
+                   help=opt.TOKENS_HELP + f"; several, one row per method and T; default {' '.join(DEFAULT_TOKENS)} "
+                        f"(--reader vlm: {' '.join(vlm_reader.DEFAULT_TOKENS)})".replace("%", "%%"))
     opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # what the method arr sends
     p.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
     p.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
@@ -65,14 +65,15 @@ def _prompt(template: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from arr_coc.allocators.methods import LEARNED_METHODS
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.allocators.methods import LEARNED_METHODS
-    from arr_coc.eval.harness import load_learned_methods, refuse_leakage
     from arr_coc.eval.report import write_reports
-    from arr_coc.eval.run import DEFAULT_BUDGETS, DEFAULT_METHODS, EvalSettings, evaluate as run_eval
+    from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, EvalSettings
+    from arr_coc.eval.run import evaluate as run_eval
     from arr_coc.eval.store import requested
     from arr_coc.pipeline import ARR
+    from arr_coc.weights import load_learned_methods, refuse_leakage
 
     if args.reader == "vlm" and not args.model:
         raise ValueError("--reader vlm needs --model PATH_OR_ID (a Qwen2/2.5/3-VL checkpoint, or tiny:qwen2_5_vl)")
@@ -97,13 +98,13 @@ def run(args: argparse.Namespace) -> int:
                 print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
                 methods.remove(m)
     refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before any work, with the reason
-    settings = EvalSettings(methods=methods, budgets=args.tokens or DEFAULT_BUDGETS, seed=args.seed,
+    settings = EvalSettings(methods=methods, tokens=args.tokens or DEFAULT_TOKENS, seed=args.seed,
                             margin_px=args.margin, reader=None if args.reader == "none" else args.reader,
                             learned=learned,
                             patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
                             fresh=args.fresh)
     jsonl = run_eval(records, arr, args.out / args.dataset, settings)
-    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.budgets),
+    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.tokens),
                                                 made_by=opt.command_line(args))
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
@@ -116,14 +117,20 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     import re
     from dataclasses import replace
 
-    from arr_coc.eval.harness import refuse_leakage
     from arr_coc.eval.report import write_reports
-    from arr_coc.eval.vlm_reader import DEFAULT_BUDGETS, DEFAULT_METHODS, VLMEvalSettings, evaluate_vlm, rank_device
+    from arr_coc.eval.vlm_reader import (
+        DEFAULT_METHODS,
+        DEFAULT_TOKENS,
+        VLMEvalSettings,
+        evaluate_vlm,
+        rank_device,
+    )
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
+    from arr_coc.weights import refuse_leakage
 
     methods = tuple(args.methods or DEFAULT_METHODS)
-    settings = VLMEvalSettings(methods=methods, budgets=tuple(args.tokens or DEFAULT_BUDGETS),
+    settings = VLMEvalSettings(methods=methods, tokens=tuple(args.tokens or DEFAULT_TOKENS),
                                batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
                                seed=args.seed, model=args.model, learned=learned, fresh=args.fresh,
                                patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})

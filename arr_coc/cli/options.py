@@ -14,8 +14,16 @@ from pathlib import Path
 from types import UnionType
 from typing import Any, Sequence, Union, get_args, get_origin, get_type_hints
 
-from arr_coc.config import (MAX_NEW_TOKENS, MAX_QUESTION_CHARS, ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig,
-                            TextureConfig)
+from arr_coc.config import (
+    MAX_NEW_TOKENS,
+    MAX_QUESTION_CHARS,
+    ARRConfig,
+    CanvasConfig,
+    GestaltConfig,
+    SamplerConfig,
+    ScorerConfig,
+    TextureConfig,
+)
 
 Options = dict[str, "str | tuple[str, ...]"]
 

@@ -30,13 +30,14 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                             "torchrun --nproc_per_node N -m arr_coc.cli train ...")
     opt.add_options(p.add_argument_group("training"), TrainConfig, train_options())
     opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # its parameters train too, if it has any
-    p.add_argument("--export", type=Path, default=None, help="also copy the trained weights to this file")
+    p.add_argument("--export", default=None, metavar="NAME_OR_PATH",
+                   help="publish the trained weights: a name ships them in arr_coc/weights/ with a registry entry "
+                        "(then loadable by that name), a path gets a copy")
 
 
 def run(args: argparse.Namespace) -> int:
-    import shutil
-
     from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
+    from arr_coc.train.checkpoint import export
     from arr_coc.train.loop import TrainConfig, train
 
     cfg = opt.from_args(TrainConfig, args, train_options())
@@ -57,7 +58,5 @@ def run(args: argparse.Namespace) -> int:
     out, weights = Path(cfg.out), Path(cfg.out) / f"{cfg.learner}.pt"
     print(f"written       {weights}  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
     if args.export:
-        args.export.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(weights, args.export)
-        print(f"exported      {args.export}")
+        print(f"exported      {export(weights, args.export)}")
     return 0

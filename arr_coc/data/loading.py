@@ -6,8 +6,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from arr_coc.canvas import image_size
 from arr_coc.data.datasets import DatasetSpec, Record, default_root, records_by_image
+from arr_coc.imageio import image_size
 
 
 def dataset_root(spec: DatasetSpec, root: Path | None) -> Path:

@@ -1,1 +1,1 @@
-"""The evaluation harness: readers, metrics, and records x methods x budgets -> rows, tables and plots."""
+"""The evaluation harness: readers, metrics, and records x methods x token counts -> rows, tables and plots."""

@@ -144,7 +144,7 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
         raise ValueError(f"unknown reader {reader!r}; choose one of {', '.join(READERS)}")
     rows = RowStore(jsonl.parent).rows(keys)
     if not rows:
-        raise ValueError(f"{jsonl} holds no rows for the records, methods and budgets asked for")
+        raise ValueError(f"{jsonl} holds no rows for the records, methods and token counts asked for")
     if reader == "ocr":
         summary = summarize(rows)
         table = markdown_table(summary)

@@ -37,7 +37,6 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import budget_tokens
 from arr_coc.config import check_float, check_int
 from arr_coc.data.datasets import Record
-from arr_coc.eval.harness import load_learned_methods, weights_digest
 from arr_coc.eval.metrics import allocation_metrics, box_mask
 from arr_coc.eval.reading import (
     READERS,
@@ -50,8 +49,9 @@ from arr_coc.eval.reading import (
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
 from arr_coc.pipeline import ARR
 from arr_coc.plan import Plan
+from arr_coc.weights import load_learned_methods, weights_digest
 
-DEFAULT_BUDGETS = ("5%", "10%", "25%", "50%")
+DEFAULT_TOKENS = ("5%", "10%", "25%", "50%")  # total visual tokens per row: shares of the full canvas
 MARGIN_PX = 8  # canvas px around the answer box when reading: room for ascenders without the next field
 METHODS = methods_for("ocr")  # the methods the OCR readers can read, in table order
 DEFAULT_METHODS = methods_for("ocr", default=True)  # what a run evaluates unless told otherwise
@@ -67,8 +67,16 @@ def record_seed(seed: int, record_id: str) -> int:
 
 @dataclass
 class EvalSettings:
+    """What an OCR evaluation runs: the methods, each at every total token count of ``tokens``.
+
+    ``tokens`` holds token specs (T): a count (``529``) or a share of the full-resolution canvas
+    (``"25%"``). A row's ``budget`` column holds the spec as asked (``"25%"``, ``"529"``; ``"full"`` for a
+    method with one plan), so result folders and the committed tables stay valid; ``tokens`` holds
+    what was sent.
+    """
+
     methods: Sequence[str] = DEFAULT_METHODS
-    budgets: Sequence[str | int] = DEFAULT_BUDGETS
+    tokens: Sequence[str | int] = DEFAULT_TOKENS
     reader: str | None = "tesseract"  # None: coverage only
     seed: int = 0
     margin_px: int = MARGIN_PX
@@ -78,16 +86,16 @@ class EvalSettings:
     fresh: bool = False  # replace rows of an output folder made with other settings (else: refuse)
 
     def __post_init__(self) -> None:
-        if isinstance(self.methods, str) or isinstance(self.budgets, (str, int)):
-            raise TypeError("methods and budgets are lists, e.g. methods=('topk',), budgets=('25%',)")
+        if isinstance(self.methods, str) or isinstance(self.tokens, (str, int)):
+            raise TypeError("methods and tokens are lists, e.g. methods=('topk',), tokens=('25%',)")
         unknown = [m for m in self.methods if m not in METHODS]
         if unknown:
             raise ValueError(f"unknown methods {unknown}; known: {', '.join(METHODS)}")
-        if not self.methods or not self.budgets:
-            raise ValueError("name at least one method and one budget")
+        if not self.methods or not self.tokens:
+            raise ValueError("name at least one method and one token count")
         if self.reader is not None:
             READERS.get(self.reader)  # fail now, not after the first image
-        for b in self.budgets:
+        for b in self.tokens:
             budget_tokens(b, 10**9)
         self.seed = check_int("seed", self.seed, 0)
         self.margin_px = check_int("margin", self.margin_px, 0)
@@ -129,7 +137,7 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     with tqdm(total=len(records), desc=f"eval {records[0].dataset if records else ''}", disable=not progress) as bar:
         for recs in by_image.values():
             done = store.done()  # re-read: another run into the same folder may have done some
-            todo = [r for r in recs if not requested([r], settings.methods, settings.budgets) <= done]
+            todo = [r for r in recs if not requested([r], settings.methods, settings.tokens) <= done]
             bar.update(len(recs) - len(todo))
             if not todo:
                 continue
@@ -224,7 +232,7 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
         if not REGISTRY.get(name).per_tokens and (record.record_id, name, "full") not in done:
             start = time.perf_counter()
             yield row(name, "full", make_plan(name, inputs, full), start)
-    for spec in settings.budgets:
+    for spec in settings.tokens:
         total = budget_tokens(spec, full)
         for name in names:
             if not REGISTRY.get(name).per_tokens or (record.record_id, name + suffix, str(spec)) in done:

@@ -202,11 +202,11 @@ def describe_difference(saved: dict, now: dict, limit: int = 3) -> str:
     return "; ".join(diff[:limit]) + more
 
 
-def requested(records: Sequence[Any], methods: Sequence[str], budgets: Sequence[Any]) -> set[Key]:
-    """The keys a run asks for: every record x method x budget (``full`` once per record)."""
+def requested(records: Sequence[Any], methods: Sequence[str], tokens: Sequence[Any]) -> set[Key]:
+    """The keys a run asks for: every record x method x token spec (the key's ``budget``; ``full`` once per record)."""
     keys = set()
     for r in records:
         if "full" in methods:
             keys.add((r.record_id, "full", "full"))
-        keys |= {(r.record_id, m, str(b)) for b in budgets for m in methods if m != "full"}
+        keys |= {(r.record_id, m, str(b)) for b in tokens for m in methods if m != "full"}
     return keys

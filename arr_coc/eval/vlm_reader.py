@@ -16,7 +16,8 @@ making a :class:`arr_coc.plan.Plan` that the adapters ``arr-coc ask`` uses encod
 - every sampler by name (``topk``, ``stratified``, ``random``, ...), the variable-size patch
   allocators (``patches``, ``patches_edges``, ``quadtree``) and the trained ``selector`` / ``pruner``.
 
-A budget is the number of visual tokens (``529``) or a share of the full-resolution canvas (``25%``).
+A token spec T is a number of visual tokens (``529``) or a share of the full-resolution canvas (``25%``),
+kept as asked in the row's ``budget`` column.
 Per answer a row records the tokens sent, the allocation time (texture of the image + scoring +
 selection; ``vlm``: the gestalt's encoding and the first look; ``full`` and ``native_budget`` allocate
 nothing), the vision tower's time, the prefill and decode time (batched: the batch's time shared
@@ -57,26 +58,35 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import budget_tokens
 from arr_coc.config import MAX_NEW_TOKENS
 from arr_coc.data.datasets import SHORT_ANSWER_PROMPT, Record
-from arr_coc.eval.harness import load_learned_methods
 from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.run import learned_maps, record_seed
 from arr_coc.eval.store import RowStore
 from arr_coc.plan import Plan
 from arr_coc.vlm import encode as encode_plans
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
-from arr_coc.vlm.base import assemble, generate, synchronize
-from arr_coc.vlm.processing import check_prompt
+from arr_coc.vlm.generation import generate, synchronize
+from arr_coc.vlm.processing import assemble, check_prompt
+from arr_coc.vlm.protocol import PROCESSOR
+from arr_coc.vlm.stages import look_at
+from arr_coc.weights import load_learned_methods
 
 VLM_METHODS = methods_for("vlm")  # in table order
 DEFAULT_METHODS = ("full", "native_budget", "arr", "slice")
-DEFAULT_BUDGETS = ("256", "529", "1024")  # 256 = 8x8 gestalt + 192 saccades; 529 = 16x16 + 273; 1024 = 16x16 + 768
+DEFAULT_TOKENS = ("256", "529", "1024")  # 256 = 8x8 gestalt + 192 saccades; 529 = 16x16 + 273; 1024 = 16x16 + 768
 PROMPT = SHORT_ANSWER_PROMPT  # every dataset's default template (DatasetSpec.prompt)
 
 
 @dataclass
 class VLMEvalSettings:
+    """What a VLM evaluation runs: the methods, each at every total token count of ``tokens``, and how it answers.
+
+    ``tokens`` holds token specs (T, gestalt + saccades): a count (``529``) or a share of the full-resolution
+    canvas (``"25%"``). A row's ``budget`` column holds the spec as asked (``"full"`` for a method with one
+    plan), so result folders and the published tables stay valid; ``tokens`` holds what was sent.
+    """
+
     methods: Sequence[str] = DEFAULT_METHODS
-    budgets: Sequence[str | int] = DEFAULT_BUDGETS
+    tokens: Sequence[str | int] = DEFAULT_TOKENS
     batch_size: int = 8  # answers generated together (left-padded prompts)
     max_new_tokens: int = MAX_NEW_TOKENS  # short answers; a longer answer is cut, and scored as cut
     prompt: str = PROMPT  # "{question}" is replaced by the record's question
@@ -95,7 +105,7 @@ class VLMEvalSettings:
             raise ValueError(f"batch size and max new tokens must be positive, got {self.batch_size}, "
                              f"{self.max_new_tokens}")
         check_prompt(self.prompt)
-        for b in self.budgets:
+        for b in self.tokens:
             budget_tokens(b, 10**9)
 
 
@@ -226,31 +236,29 @@ def _encode_plan(adapter: Any, plan: Plan, pixels: Any, layout: str, **kwargs: A
 
 def _first_look_job(record: Record, spec: str, adapter: Any, settings: VLMEvalSettings, inputs: MethodInputs,
                     total: int, pixels: Any, full: int) -> Job:
-    """The ``vlm`` method: the model encodes the gestalt and reads the question's attention to it (first look);
-    ARR's sampler spends the saccades on that map; the gestalt tokens are reused for the answer."""
-    from arr_coc.vlm.look import first_look
-
-    (hc, wc), (grid, _) = inputs.grid, inputs.split(total)
-    question = settings.prompt.format(question=record.question)
+    """The ``vlm`` method: the staged path's first look (:func:`arr_coc.vlm.stages.look_at`: the gestalt encoded,
+    the question's attention to it read) is the relevance ARR's sampler spends the saccades on (the registry's
+    ``vlm`` method, through :func:`arr_coc.samplers.select`); the gestalt tokens are reused for the answer."""
+    (grid, _) = inputs.split(total)
     start = time.perf_counter()
-    gestalt = adapter.encode_gestalt([pixels], [grid])
-    look = first_look(adapter, gestalt, [grid], [question])
-    relevance = torch.full(inputs.canvas.valid.shape, -torch.inf)
-    relevance[0, :hc, :wc] = look.cell_maps([(hc, wc)])[0].float().cpu()
+    look = look_at(adapter, [pixels], [grid], [settings.prompt.format(question=record.question)])
+    # a one-image canvas has no padding: the map covers every valid cell; the methods run on the CPU
+    relevance = look.relevance_map([inputs.grid], inputs.canvas.grid).float().cpu()
     with torch.no_grad():
         plan = make_plan("vlm", replace(inputs, vlm_relevance=relevance), total)
     synchronize(adapter.visual.device)
     alloc_ms = (time.perf_counter() - start) * 1e3
-    pre, suf = adapter.prompt_ids(question)
-    looked = prefill_flops(adapter, len(pre) + len(gestalt[0]) + len(suf), gestalt[0].vision_segments)["total"]
-    visual, vision_ms = _encode_plan(adapter, plan, pixels, settings.layout, encoded=gestalt)
+    seen = look.gestalt[0]
+    looked = prefill_flops(adapter, len(look.prefixes[0]) + len(seen) + len(look.suffixes[0]),
+                           seen.vision_segments)["total"]
+    visual, vision_ms = _encode_plan(adapter, plan, pixels, settings.layout, encoded=look.gestalt)
     return Job(record, "vlm", spec, visual, full, alloc_ms, vision_ms, looked)
 
 
 def _wanted(settings: VLMEvalSettings) -> list[tuple[str, str]]:
     """(method, budget) pairs of a record: the methods with one plan ("full") once, the others per budget."""
     once = [(m, "full") for m in settings.methods if not METHODS.get(m).per_tokens]
-    return once + [(m, str(b)) for b in settings.budgets for m in settings.methods if METHODS.get(m).per_tokens]
+    return once + [(m, str(b)) for b in settings.tokens for m in settings.methods if METHODS.get(m).per_tokens]
 
 
 def answer_jobs(jobs: Sequence[Job], adapter: Any, settings: VLMEvalSettings) -> list[dict]:
@@ -298,7 +306,7 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs {adapter.cell} px")
     if "vlm" in settings.methods:  # refused before any record is allocated, in ask's words
         adapter.require("first_look", "method 'vlm' (the VLM's first look)")
-    if {"full", "native_budget"} & set(settings.methods) and not hasattr(adapter, "encode_processed"):
+    if {"full", "native_budget"} & set(settings.methods) and PROCESSOR not in adapter.capabilities:
         raise ValueError(f"{adapter.name} has no image processor of its own to resize with; "
                          f"leave out full and native_budget")
     rank, world, created = process_group(adapter.visual.device)

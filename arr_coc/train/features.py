@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -22,11 +21,10 @@ import torch
 from torch import Tensor
 from tqdm import tqdm
 
-from arr_coc.data.datasets import Record
 from arr_coc.data.boxes import box_mask, scale_boxes
+from arr_coc.data.datasets import Record
 from arr_coc.imageops import to_uint8
-from arr_coc.query import encoder_name
-from arr_coc.weights import atomic_save, load_file
+from arr_coc.weights import atomic_save, encoder_name, load_file
 
 FEATURES_FORMAT = "arr-coc-features/1"
 

@@ -24,8 +24,18 @@ from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (decode_
 from arr_coc.vlm.generation import answer_text, stage_ms, timed
 from arr_coc.vlm.processing import LAYOUTS, MODES, VisualTokens
 from arr_coc.vlm.protocol import ADAPTERS, VLMAdapter
-from arr_coc.vlm.stages import (RELEVANCE_SOURCES, Prompt, allocate, allocators, arr_for, check_look, decode,
-                                default_relevance, encode, prefill)
+from arr_coc.vlm.stages import (
+    RELEVANCE_SOURCES,
+    Prompt,
+    allocate,
+    allocators,
+    arr_for,
+    check_look,
+    decode,
+    default_relevance,
+    encode,
+    prefill,
+)
 
 
 def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> VLMAdapter:

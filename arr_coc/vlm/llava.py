@@ -20,9 +20,21 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import resize, shrink_squares
-from arr_coc.vlm.processing import (box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN, CLIP_STD,
-                                    image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps,
-                                    VisualTokens)
+from arr_coc.vlm.processing import (
+    CLIP_MEAN,
+    CLIP_STD,
+    VisualTokens,
+    box_centres,
+    chat_ids,
+    check_boxes,
+    check_options,
+    image_grid,
+    left_pad,
+    mode_cells,
+    per_image,
+    split_at_image,
+    table_taps,
+)
 from arr_coc.vlm.protocol import ADAPTERS, FIRST_LOOK, VLMAdapter
 
 

@@ -18,9 +18,22 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.imageops import resize, shrink_squares
-from arr_coc.vlm.processing import (all_cells, box_centres, chat_ids, check_boxes, check_options, CLIP_MEAN,
-                                    CLIP_STD, image_grid, left_pad, mode_cells, per_image, split_at_image, table_taps,
-                                    VisualTokens)
+from arr_coc.vlm.processing import (
+    CLIP_MEAN,
+    CLIP_STD,
+    VisualTokens,
+    all_cells,
+    box_centres,
+    chat_ids,
+    check_boxes,
+    check_options,
+    image_grid,
+    left_pad,
+    mode_cells,
+    per_image,
+    split_at_image,
+    table_taps,
+)
 from arr_coc.vlm.protocol import ADAPTERS, FIRST_LOOK, PROCESSOR, VLMAdapter
 from arr_coc.vlm.qwen_layout import Segment, patch_positions, patchify, visual_positions, window_order
 

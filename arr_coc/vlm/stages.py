@@ -21,13 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Sequence
 
-import torch
+import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
+from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
 from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig
 from arr_coc.plan import Plan
-from arr_coc.samplers import SAMPLERS, Sampler, shift_nonnegative
+from arr_coc.samplers import SAMPLERS, Sampler, select, shift_nonnegative
 from arr_coc.vlm.generation import generate, timed
 from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
 from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble
@@ -41,12 +42,18 @@ WEIGHT_FLOOR = 0.5  # weighted encoding: the least relevant token keeps half its
 
 
 def allocators() -> tuple[str, ...]:
-    """What places saccades: ``"arr"`` (a sampler, one cell each), then every patch allocator (squares).
+    """What ``ask`` places saccades with, read from the method registry (:data:`arr_coc.allocators.methods.METHODS`):
+    the methods that sample one-cell saccades with the ARR's own sampler on its scorer's relevance (``"arr"``),
+    then the patchers of the methods that place squares on that relevance, by patcher name.
 
-    >>> allocators()[0], {"saliency", "quadtree"} <= set(allocators())
-    ('arr', True)
+    >>> allocators()
+    ('arr', 'saliency', 'quadtree')
     """
-    return ("arr", *PATCHERS.names())
+    methods = {name: METHODS.get(name) for name in METHODS.names()}
+    cells = [n for n, m in methods.items() if isinstance(m, SamplerMethod) and m.sampler is None
+             and m.source == "scorer" and m.encoding == "sparse"]
+    squares = [m.patcher for m in methods.values() if isinstance(m, SquaresMethod) and m.source == "scorer"]
+    return tuple(dict.fromkeys([*cells, *squares]))
 
 
 def default_relevance(adapter: VLMAdapter) -> str:
@@ -98,8 +105,7 @@ def sample_cells(sampler: str | Sampler, relevance: Tensor, saccades: int, valid
     with ``seed`` (``query_emb``: for a sampler that reads the question)."""
     if isinstance(sampler, str):
         sampler = SAMPLERS.get(sampler)()
-    chosen = sampler(relevance, saccades, valid=valid, query_emb=query_emb,
-                     generator=torch.Generator().manual_seed(seed))
+    chosen = select(sampler, relevance, saccades, valid=valid, query_emb=query_emb, seed=seed)
     return [chosen.positions[b] for b in range(relevance.shape[0])]
 
 

@@ -1,58 +1,37 @@
-"""Weight files: the trained weights shipped in this folder, and the one way every arr-coc file is written and read.
+"""Trained weights as one concern: the files, the registry of shipped weights, their loaders, the leakage check.
 
-Every file arr-coc writes (scorer weights, allocator weights, training checkpoints, feature caches) is a
-``dict`` with a ``"format"`` tag, written atomically and read with ``torch.load(weights_only=True)``, so a
-file from someone else can hold tensors and plain values but never code.
+- :mod:`~arr_coc.weights.files`: how every arr-coc file is written and read (format tags, ``weights_only``).
+- :mod:`~arr_coc.weights.registry`: the shipped weights by name (``registry.json``), what each was trained on.
+- :mod:`~arr_coc.weights.loaders`: scorer (+ sampler) weights into an ARR, the selector and the pruner.
+- :mod:`~arr_coc.weights.leakage`: shipped weights are never scored on images they learned from.
 """
 from __future__ import annotations
 
-import os
-import pickle
-from pathlib import Path
-from typing import Any
+from arr_coc.weights.files import (
+                                   LEARNED_FORMAT,
+                                   LEARNED_KINDS,
+                                   SCORER_FORMAT,
+                                   atomic_save,
+                                   file_sha256,
+                                   load_file,
+                                   weights_digest,
+)
+from arr_coc.weights.leakage import SCORER_FREE, refuse_leakage, trained_on
+from arr_coc.weights.loaders import encoder_name, load_learned, load_learned_methods, load_scorer_weights
+from arr_coc.weights.registry import (
+                                   PACKAGED,
+                                   SHIPPED,
+                                   Entry,
+                                   describe,
+                                   entries,
+                                   entry,
+                                   entry_of,
+                                   is_name,
+                                   publish,
+                                   resolve,
+)
 
-import torch
-
-PACKAGED = Path(__file__).parent  # contextual.pt, selector.pt, pruner.pt: made by `arr-coc train`
-
-
-def atomic_save(obj: dict, path: str | Path) -> Path:
-    """Write ``obj`` with ``torch.save``; a run killed mid-write leaves the old file or none, never half of one."""
-    path = Path(path)
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-    return path
-
-
-def load_file(path: str | Path, fmt: str | tuple[str, ...], what: str) -> dict[str, Any]:
-    """Read an arr-coc file of format ``fmt`` (tensors and plain values only) or raise a one-line ``ValueError``.
-
-    Args:
-        path: the file.
-        fmt: the accepted ``"format"`` tag(s).
-        what: what the file should hold and which command makes it, for the message.
-
-    Example:
-        >>> import tempfile
-        >>> p = atomic_save({"format": "demo/1", "x": torch.ones(2)}, Path(tempfile.mkdtemp()) / "d.pt")
-        >>> load_file(p, "demo/1", "a demo")["x"]
-        tensor([1., 1.])
-        >>> load_file(p, "other/1", "scorer weights (made by `arr-coc train`)")
-        Traceback (most recent call last):
-        ...
-        ValueError: ... holds 'demo/1', not scorer weights (made by `arr-coc train`) ('other/1')
-    """
-    path = Path(path)
-    fmts = (fmt,) if isinstance(fmt, str) else tuple(fmt)
-    if not path.is_file():
-        raise ValueError(f"{path}: no such file; expected {what}")
-    try:
-        saved = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path} cannot be read as {what}: {first}") from None
-    if not isinstance(saved, dict) or saved.get("format") not in fmts:
-        tag = saved.get("format") if isinstance(saved, dict) else type(saved).__name__
-        raise ValueError(f"{path} holds {tag!r}, not {what} ({' or '.join(map(repr, fmts))})")
-    return saved
+__all__ = ["LEARNED_FORMAT", "LEARNED_KINDS", "PACKAGED", "SCORER_FORMAT", "SCORER_FREE", "SHIPPED", "Entry",
+           "atomic_save", "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "is_name",
+           "load_file", "load_learned", "load_learned_methods", "load_scorer_weights", "publish", "refuse_leakage",
+           "resolve", "trained_on", "weights_digest"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from corpus_checks import outcome
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
@@ -17,7 +18,6 @@ from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
-from corpus_checks import outcome
 
 EXAMPLES = 150  # cases per property; small images keep each call a few milliseconds
 

@@ -6,15 +6,15 @@ import io
 import random
 import struct
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from corpus_checks import outcome
 from PIL import Image
 
-from arr_coc.canvas import MAX_IMAGE_PIXELS, image_size, load_image, make_canvas
-from corpus_checks import outcome
+from arr_coc.canvas import make_canvas
+from arr_coc.imageio import MAX_IMAGE_PIXELS, image_size, load_image
 
 MODES = ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV", "I", "F", "I;16", "I;16B", "I;16L", "LA",
          "PA", "RGBX", "RGBa", "La")

@@ -10,10 +10,10 @@ import json
 from pathlib import Path
 
 import pytest
+from corpus_checks import assert_cli_outcome, run_cli
 from PIL import Image, ImageDraw
 
 from arr_coc.cli import _parser
-from corpus_checks import assert_cli_outcome, run_cli
 
 # non-numbers are argparse's to refuse, the same for every option: the values here reach the library
 INT_VALUES = ("-1", "0", "99999999999999999999")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from corpus_checks import assert_cli_outcome, outcome, run_cli
 from PIL import Image, ImageDraw
 
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
@@ -18,12 +19,12 @@ from arr_coc.eval.store import RowStore, requested
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
+from arr_coc.train import TrainConfig, load_checkpoint
+from arr_coc.train.checkpoint import CHECKPOINT_FORMAT
 from arr_coc.train.features import build_examples, cache_file
-from arr_coc.train.loop import CHECKPOINT_FORMAT, TrainConfig, load_checkpoint
-from corpus_checks import assert_cli_outcome, outcome, run_cli
 
 MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
-SETTINGS = EvalSettings(methods=("topk", "random"), budgets=("25%", "50%"), reader=None)
+SETTINGS = EvalSettings(methods=("topk", "random"), tokens=("25%", "50%"), reader=None)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_a_rerun_with_other_settings_is_refused_then_replaced_with_fresh(pages, 
                            seed=7))  # other hand-set weights: the weights' hash tells them apart
     kind, message = outcome(lambda: evaluate(records, seeded, tmp_path, SETTINGS, progress=False))
     assert kind == "error" and "scorer_weights:" in message
-    fresh = EvalSettings(methods=SETTINGS.methods, budgets=SETTINGS.budgets, reader=None, fresh=True)
+    fresh = EvalSettings(methods=SETTINGS.methods, tokens=SETTINGS.tokens, reader=None, fresh=True)
     path = evaluate(records, other, tmp_path, fresh, progress=False)
     assert len(keys_of(path)) == 4 * 4
     assert json.loads((tmp_path / "settings.json").read_text())["channels"] == ["rgb", "edges"]
@@ -82,9 +83,9 @@ def test_a_rerun_with_other_settings_is_refused_then_replaced_with_fresh(pages, 
 def test_the_summary_covers_exactly_the_records_methods_and_budgets_asked(pages, tmp_path):
     records = load_dataset("jsonl", pages)
     path = evaluate(records, arr(), tmp_path, SETTINGS, progress=False)  # 12 records x 2 methods x 2 budgets
-    asked = EvalSettings(methods=("topk",), budgets=("25%",), reader=None)
+    asked = EvalSettings(methods=("topk",), tokens=("25%",), reader=None)
     evaluate(records[:3], arr(), tmp_path, asked, progress=False)
-    csv_path, md_path, _ = write_reports(path, keys=requested(records[:3], asked.methods, asked.budgets),
+    csv_path, md_path, _ = write_reports(path, keys=requested(records[:3], asked.methods, asked.tokens),
                                          made_by="arr-coc eval jsonl --methods topk")
     assert md_path.read_text().splitlines()[0] == "made by: arr-coc eval jsonl --methods topk"
     lines = csv_path.read_text().splitlines()

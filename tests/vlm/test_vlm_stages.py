@@ -6,6 +6,7 @@ from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.pipeline import ARR
 from arr_coc.plan import Plan
 from arr_coc.query import HashingQueryEncoder
+from arr_coc.samplers import SAMPLERS, select
 from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import allocate, ask, decode, encode, load_vlm, prefill
 from arr_coc.vlm.processing import all_cells
@@ -55,6 +56,10 @@ def test_the_first_look_and_one_sampler_call_choose_what_allocate_chose(qwen):
     # a sampler instance is what allocate calls for a sampler-allocated first look
     other = allocate(qwen, img, q, saccades=7, arr=arr, relevance="vlm", allocator="uniform")
     assert other.plans[0].cells.tolist() == sample_cells("uniform", rel, 7, valid, arr.config.seed)[0].tolist()
+    # the one sampler call: sample_cells is select with the seed, a stochastic sampler drawing from it
+    drawn = sample_cells("random", rel, 7, valid, 3)[0]
+    assert drawn.tolist() == select(SAMPLERS.get("random")(), rel, 7, valid=valid, seed=3).positions[0].tolist()
+    assert drawn.tolist() != sample_cells("random", rel, 7, valid, 4)[0].tolist()
     with pytest.raises(ValueError, match="sampler 'uniform' runs on the first look \\(relevance 'vlm'\\); with "
                                          "relevance 'arr' ARR samples with its own"):
         allocate(qwen, img, q, saccades=7, arr=arr, relevance="arr", allocator="uniform")

@@ -17,7 +17,7 @@ from arr_coc.pipeline import ARR
 from arr_coc.plan import Plan
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
-from arr_coc.vlm import ADAPTERS, LAYOUTS, assemble, ask, encode, generate, load_vlm
+from arr_coc.vlm import ADAPTERS, LAYOUTS, ask, assemble, encode, generate, load_vlm
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.protocol import CAPABILITIES, FIRST_LOOK, PROCESSOR, VLMAdapter
 

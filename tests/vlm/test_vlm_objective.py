@@ -5,13 +5,11 @@ pass because the loss ignores what it is checked for.
 """
 import pytest
 import torch
-import torch.nn.functional as F
 
 from arr_coc.soft_topk import soft_topk
 from arr_coc.vlm import ADAPTERS, assemble
-from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 from arr_coc.vlm.objective import answer_ids, answer_loss, eos_token_id
-from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
+from arr_coc.vlm.tiny import tiny_image_processor, tiny_llava_model, tiny_llava_tokenizer, tiny_model, tiny_tokenizer
 
 ATOL = 1e-4  # the losses are O(5); float32 reordering of sums stays far below this
 WRONG = 1e-2  # a wrong alignment or scaling must move the loss by more than this

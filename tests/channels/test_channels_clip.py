@@ -44,8 +44,14 @@ def _reinit(model: torch.nn.Module) -> None:
 
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, Path]:
-    from transformers import (CLIPConfig, CLIPImageProcessorPil, CLIPModel, SiglipConfig, SiglipImageProcessorPil,
-                              SiglipModel)
+    from transformers import (
+        CLIPConfig,
+        CLIPImageProcessorPil,
+        CLIPModel,
+        SiglipConfig,
+        SiglipImageProcessorPil,
+        SiglipModel,
+    )
 
     text = dict(TINY, vocab_size=len(WORDS), max_position_embeddings=TEXT_LEN, pad_token_id=0, bos_token_id=2,
                 eos_token_id=3)

@@ -328,7 +328,7 @@ def test_default_root_follows_arr_coc_data(monkeypatch: pytest.MonkeyPatch, tmp_
     roots = [default_root(n) for n in ("funsd", "sroie", "coco")]
     assert roots == [tmp_path / "funsd", tmp_path / "sroie", tmp_path / "coco128"]
     monkeypatch.delenv("ARR_COC_DATA")
-    assert default_root("coco") == Path(__file__).resolve().parents[2] / "shared" / "data" / "coco128"
+    assert default_root("coco") == Path(__file__).resolve().parents[3] / "shared" / "data" / "coco128"
     with pytest.raises(ValueError, match=r"'jsonl' has no default folder"):
         default_root("jsonl")
 

@@ -17,8 +17,8 @@ from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, assemble
 from arr_coc.vlm.ask import ask
 from arr_coc.vlm.llava import LlavaAdapter, box_places, to_patches, to_tiles
-from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 from arr_coc.vlm.processing import all_cells
+from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
 
 ATOL = 1e-5  # one float32 model, the same kernels on both paths
 WRONG = 1e-2  # a wrong position or order must move some value by more than this

@@ -13,15 +13,15 @@ import pytest
 import torch
 from PIL import Image
 
-from arr_coc.train import features as feats
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset, split_of
-from arr_coc.train.features import build_examples, cell_target
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
-from arr_coc.train.loop import TrainConfig, batch_indices, load_checkpoint, train
+from arr_coc.train import TrainConfig, batch_indices, load_checkpoint, train
+from arr_coc.train import features as feats
+from arr_coc.train.features import build_examples, cell_target
 
 CONFIG = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 
@@ -178,7 +178,9 @@ def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_
         ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(tmp_path / "none.pt"))), query_encoder=HashingQueryEncoder())
 
 
-def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys):
+def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys, monkeypatch):
+    from arr_coc.weights import entries, registry
+
     argv = ["train", "--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder",
             "hashing", "--steps", "6", "--eval-every", "3", "--batch-size", "4", "--tokens", "25%",
             "--out", str(tmp_path / "run"), "--features", str(tmp_path / "f"), "--no-progress",
@@ -186,7 +188,20 @@ def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "test  IoU    initial" in out and "learned" in out and "random" in out
-    assert (tmp_path / "w.pt").exists()
+    assert (tmp_path / "w.pt").read_bytes() == (tmp_path / "run" / "scorer.pt").read_bytes()
+    # a name publishes into the registry (here a stand-in folder): the finished run resumes and exports
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    monkeypatch.setattr(registry, "PACKAGED", shipped)
+    assert main(argv[:-2] + ["--resume", "--export", "mine"]) == 0
+    assert "shipped as 'mine': --scorer-weights mine loads it" in capsys.readouterr().out
+    assert (shipped / "mine.pt").read_bytes() == (tmp_path / "run" / "scorer.pt").read_bytes()
+    entry = entries()["mine"]
+    assert entry.trained_on["datasets"] == ["jsonl"] and entry.settings["train"]["steps"] == 6
+    mine = ARR(replace(CONFIG, scorer=ScorerConfig(weights="mine")), query_encoder=HashingQueryEncoder())
+    assert mine.weights_source == "trained, shipped: arr_coc/weights/mine.pt"
+    first = torch.load(tmp_path / "w.pt", weights_only=True)  # resumed at its last step: the same weights
+    assert all(torch.equal(mine.scorer.state_dict()[k], v) for k, v in first["scorer"].items())
     assert main(argv[:-2] + ["--batch-size", "3", "--resume"]) == 2  # changed setting: refused, clearly
     assert "different configuration (batch_size)" in capsys.readouterr().err
 
@@ -267,8 +282,8 @@ def test_arr_loads_the_shipped_weights_only_where_they_fit():
 
 @pytest.mark.parametrize("learner", ["pruner", "selector"])
 def test_patch_selector_and_token_pruner_train_export_and_reload(examples, tmp_path, learner):
-    from arr_coc.allocators.pruning import load_learned
-    from arr_coc.train.loop import Learner, hard_metrics
+    from arr_coc.train import Learner, hard_metrics
+    from arr_coc.weights import load_learned
 
     run = train(cfg(tmp_path, learner=learner, steps=60), CONFIG, examples=examples)
     m = run.metrics
@@ -318,7 +333,9 @@ def test_vqa_jsonl_without_boxes_trains_the_answer_objective_and_refuses_the_pro
 
 def batch_gradient(examples, accumulate, **kw):
     """The scorer's gradient and the loss of one training batch taken in ``accumulate`` micro-batches."""
-    from arr_coc.train.loop import Learner, Objective, _frozen_vlm, accumulate as take
+    from arr_coc.train import Learner, Objective
+    from arr_coc.train.loop import _frozen_vlm
+    from arr_coc.train.loop import accumulate as take
 
     c = vlm_cfg(Path("unused"), accumulate=accumulate, **kw)
     arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())

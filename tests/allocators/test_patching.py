@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from arr_coc.allocators.patching import (
     PATCHERS,
+    BudgetTooSmallError,
     Patches,
     _tiling,
     attention_saliency,
@@ -15,7 +16,6 @@ from arr_coc.allocators.patching import (
     edge_density,
     pad_tokens,
     patch_coverage,
-    BudgetTooSmallError,
     quadtree_patches,
     render_patches,
     saliency_patches,

@@ -1,6 +1,6 @@
 import argparse
-import json
 import inspect
+import json
 import subprocess
 import sys
 from dataclasses import fields
@@ -12,9 +12,9 @@ from PIL import Image
 from arr_coc.cli import SAMPLER_OPTIONS, _parser, from_args, main
 from arr_coc.config import SamplerConfig
 from arr_coc.errors import MissingDependencyError
-from arr_coc.train.loop import TrainConfig
 from arr_coc.samplers import SAMPLERS
 from arr_coc.texture import CHANNELS
+from arr_coc.train.loop import TrainConfig
 
 
 def test_help_lists_registered_samplers_and_channels(capsys):
@@ -213,7 +213,7 @@ def test_the_glossary_holds_the_defaults_table_the_code_generates():
 
     from arr_coc.cli.options import defaults_table
 
-    doc = (Path(__file__).parents[1] / "docs" / "glossary.md").read_text()
+    doc = (Path(__file__).parents[2] / "docs" / "glossary.md").read_text()
     begin, end = "<!-- defaults table: begin -->\n", "\n<!-- defaults table: end -->"
     assert doc[doc.index(begin) + len(begin):doc.index(end)] == defaults_table(), \
         "docs/glossary.md is stale: paste `python -m arr_coc.cli.options` between its markers"

@@ -4,12 +4,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.allocators.patching import PATCHERS
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.registry import UnknownNameError
+from arr_coc.samplers import select
 from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, ask, load_vlm
 from arr_coc.vlm.ask import allocators
@@ -211,7 +212,8 @@ def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_o
     gestalt = adapter.encode_gestalt([img], [(2, 2)])
     look = first_look(adapter, gestalt, [(2, 2)], [q])
     rel = look.cell_maps([(6, 8)])[0]
-    chosen = arr.sampler(rel[None], k, valid=torch.ones(1, 6, 8, dtype=torch.bool)).positions[0]
+    chosen = select(arr.sampler, rel[None], k, valid=torch.ones(1, 6, 8, dtype=torch.bool), seed=arr.config.seed)
+    chosen = chosen.positions[0]
     assert a.cells.tolist() == chosen.tolist()
     # one fresh pass over prefix, gestalt, those saccades, question gives the same answer tokens
     vis = adapter.encode([img], [chosen], gestalt=[(2, 2)])

@@ -16,12 +16,12 @@ from PIL import Image, ImageDraw
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
-from arr_coc.eval.harness import refuse_leakage
 from arr_coc.eval.store import RowStore
 from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
 from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.vlm import load_vlm
+from arr_coc.weights import refuse_leakage
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -103,7 +103,7 @@ def cli(name: str, data: Path, out: Path, *extra: str) -> list[dict]:
 
 
 def run(records, arr, adapter, out: Path, **kw) -> list[dict]:
-    settings = VLMEvalSettings(**{"methods": ("full", "native_budget", "arr"), "budgets": ("8",),
+    settings = VLMEvalSettings(**{"methods": ("full", "native_budget", "arr"), "tokens": ("8",),
                                   "max_new_tokens": 3, "batch_size": 4, **kw})
     return read_rows(evaluate_vlm(records, arr, adapter, out, settings, progress=False))
 
@@ -171,7 +171,7 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
     methods = ("full", "native_budget", "arr", "vlm", "slice", "topk", "random", "patches", "quadtree")
     rows = {(r["method"], r["budget"]): r for r in run(records, arr, adapter, tmp_path / "o", methods=methods,
-                                                         budgets=("16", "50%"))}
+                                                         tokens=("16", "50%"))}
     full = rows[("full", "full")]["full_tokens"]
     assert full == 24  # 168 x 112 px = 6 x 4 cells
     for (m, b), r in rows.items():
@@ -183,6 +183,17 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     # slice runs the tower over the whole image, sparse over gestalt + saccades only
     assert rows[("slice", "16")]["flops_vision"] > rows[("arr", "16")]["flops_vision"]
     assert rows[("slice", "16")]["flops_llm"] == rows[("arr", "16")]["flops_llm"]
+
+
+def test_a_model_without_its_own_processor_is_refused_the_native_methods(tmp_path):
+    llava = load_vlm("tiny:llava")  # declares no processor capability
+    records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
+    arr = ARR(ARRConfig(canvas=CanvasConfig(cell=llava.cell), texture=TextureConfig(channels=CHANNELS)),
+              query_encoder=HashingQueryEncoder()).eval()
+    with pytest.raises(ValueError, match=f"{llava.name} has no image processor of its own to resize with; "
+                                         "leave out full and native_budget"):
+        run(records, arr, llava, tmp_path / "o", methods=("arr", "native_budget"))
+    assert {r["method"] for r in run(records, arr, llava, tmp_path / "o", methods=("arr",))} == {"arr"}
 
 
 def test_batched_answers_equal_one_at_a_time(tmp_path, adapter, arr):
@@ -280,7 +291,7 @@ def test_torchrun_with_two_processes_answers_what_one_process_answers(tmp_path):
     cmd = [str(Path(sys.executable).parent / "torchrun"), "--nproc_per_node", "2", "--master_port", "29533",
            "-m", "arr_coc.cli", "eval", "textvqa", "--data", str(data), "--split", "val", "--out", str(tmp_path / "two"),
            *COMMON, "--methods", "full", "native_budget", "arr", "vlm", "--tokens", "8"]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=Path(__file__).parents[1])
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, cwd=Path(__file__).parents[2])
     assert done.returncode == 0, done.stderr[-3000:]
     out = tmp_path / "two" / "textvqa" / "tiny_qwen2_5_vl"
     two = read_rows(out / "records.jsonl")

@@ -271,7 +271,8 @@ def test_patch_selector_learns_to_cover_the_answer_with_the_proxy_loss():
 
 # ----------------------------------------------------------------------------- saved weights
 def test_saved_selector_and_pruner_reload_bit_exactly(tmp_path):
-    from arr_coc.allocators.pruning import load_learned, save_learned
+    from arr_coc.allocators.pruning import save_learned
+    from arr_coc.weights import load_learned
 
     pruner, selector = TokenPruner(6, query_dim=3, hidden=5, seed=4), PatchSelector(cell=8, width=4, seed=2)
     save_learned(tmp_path / "p.pt", "pruner", pruner, ["a", "b"], metrics={"iou": 0.5})
@@ -285,7 +286,8 @@ def test_saved_selector_and_pruner_reload_bit_exactly(tmp_path):
 
 
 def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
-    from arr_coc.allocators.pruning import load_learned, save_learned
+    from arr_coc.allocators.pruning import save_learned
+    from arr_coc.weights import load_learned
 
     save_learned(tmp_path / "p.pt", "pruner", TokenPruner(6, query_dim=3), ["a", "b"])
     save_learned(tmp_path / "s.pt", "selector", PatchSelector(cell=8, width=4), ["a", "b"])
@@ -312,8 +314,7 @@ def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
 def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
     from arr_coc.config import ARRConfig
     from arr_coc.pipeline import PIPELINE_CHANNELS
-    from arr_coc.allocators.pruning import load_learned
-    from arr_coc.weights import PACKAGED
+    from arr_coc.weights import PACKAGED, load_learned
 
     for kind in ("selector", "pruner"):
         if not (PACKAGED / f"{kind}.pt").exists():

@@ -1,0 +1,98 @@
+"""One training run: its settings (`TrainConfig`, also the flags of `arr-coc train`) and what it leaves (`Run`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from arr_coc.budget import budget_tokens
+from arr_coc.config import check_float, check_int
+
+ESTIMATORS = ("soft", "gumbel", "straight_through")
+OBJECTIVES = ("proxy", "vlm")
+LEARNERS = ("scorer", "selector", "pruner")
+RELAXATIONS = ("weighted", "candidates")
+
+
+@dataclass
+class TrainConfig:
+    """One training run; each field's ``help`` is also its ``arr-coc train --<field>`` help text."""
+
+    learner: str = field(default="scorer", metadata={
+        "help": 'what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"'})
+    datasets: tuple[str, ...] = field(default=("funsd", "sroie", "coco"), metadata={"help": "datasets to train on"})
+    data: str | None = field(default=None, metadata={
+        "help": "datasets' root folder (default ../shared/data or $ARR_COC_DATA)"})
+    limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
+    tokens: str = field(default="10%", metadata={
+        "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
+                "a token count (529) or a share of full resolution (10%)"})
+    objective: str = field(default="proxy", metadata={
+        "help": '"proxy" (answer-box overlap) or "vlm" (answer cross-entropy)'})
+    estimator: str = field(default="soft", metadata={
+        "help": "soft (soft top-K), gumbel (its Gumbel-perturbed version) or straight_through"})
+    temperature: float = field(default=0.5, metadata={
+        "help": "soft top-K temperature, in standard deviations of each image's relevance"})
+    # a little mass in every region keeps second questions fed
+    coverage_weight: float = field(default=0.05, metadata={"help": "weight of the coverage term of the loss"})
+    steps: int = field(default=300, metadata={
+        "help": "optimiser steps (about a minute on 2 CPU cores once features are cached)"})
+    batch_size: int = field(default=16, metadata={"help": "global batch size, split over the ranks"})
+    # Adam; the scorer has few weights, each with a clear scale
+    lr: float = field(default=0.01, metadata={"help": "Adam learning rate"})
+    eval_every: int = field(default=50, metadata={"help": "held-out evaluation and checkpoint every N steps"})
+    seed: int = field(default=0, metadata={"help": "seed of the data order, Gumbel noise and subsets"})
+    out: str = field(default="out/train", metadata={
+        "help": "output folder: checkpoint.pt, config.json, <learner>.pt, metrics.json, loss.png"})
+    features: str = field(default="out/features", metadata={
+        "help": "cache of the texture features (one file per image)"})
+    vlm: str | None = field(default=None, metadata={
+        "help": 'model for objective "vlm" (a folder, hub id or tiny:<family>)'})
+    relaxation: str = field(default="weighted", metadata={
+        "help": 'objective "vlm": encode every cell, scaled by its soft weight ("weighted"), or only the top '
+                'candidates*K cells of the relevance, sparse as at inference ("candidates")'})
+    candidates: int = field(default=2, metadata={
+        "help": 'relaxation "candidates": the top candidates*K cells of the relevance are encoded'})
+    device: str = field(default="cpu", metadata={
+        "help": "where the frozen VLM runs (cuda for a GPU); the scorer's few weights stay on the CPU"})
+    dtype: str = field(default="float32", metadata={
+        "help": "the frozen VLM's weights and autocast: float32 or bfloat16"})
+    gradient_checkpointing: bool = field(default=False, metadata={
+        "help": "recompute the frozen VLM's layer activations in the backward pass instead of keeping them"})
+    accumulate: int = field(default=1, metadata={
+        "help": "split each process's batch into N micro-batches whose gradients add up to the batch's"})
+    split: str | None = field(default=None, metadata={
+        "help": "only this official split of benchmarks that have one (docvqa, infovqa, textvqa, chartqa: train)"})
+    resume: bool = field(default=False, metadata={"help": "continue from OUT/checkpoint.pt exactly where it stopped"})
+    progress: bool = field(default=True, metadata={"help": "progress bars"})
+
+    def __post_init__(self) -> None:
+        from arr_coc.data.datasets import DATASETS
+
+        for name, choices in (("learner", LEARNERS), ("objective", OBJECTIVES), ("estimator", ESTIMATORS)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"unknown {name} {getattr(self, name)!r}; choose one of {', '.join(choices)}")
+        if isinstance(self.datasets, str):
+            self.datasets = (self.datasets,)
+        self.datasets = tuple(self.datasets)
+        if not self.datasets:
+            raise ValueError("datasets is empty; name at least one of " + ", ".join(DATASETS.names()))
+        for name in self.datasets:
+            DATASETS.get(name)
+        if self.limit is not None:
+            self.limit = check_int("limit", self.limit)
+        budget_tokens(self.tokens, 10**9)  # '25%' or a token count
+        self.temperature = check_float("temperature", self.temperature)
+        self.coverage_weight = check_float("coverage_weight", self.coverage_weight, strict=False)
+        self.lr = check_float("lr", self.lr)
+        for name in ("steps", "batch_size", "eval_every"):
+            setattr(self, name, check_int(name, getattr(self, name)))
+        self.seed = check_int("seed", self.seed, 0)
+
+
+@dataclass
+class Run:
+    """What a finished run leaves: its history and the held-out metrics."""
+
+    history: list[dict] = field(default_factory=list)
+    metrics: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
