@@ -114,6 +114,16 @@ MVP_CHANNELS: tuple[str, ...] = (
 )
 
 
+# A question, not a document. The VLM's first look scores every question token against the whole
+# context ([layers, heads, question tokens, context] in float32, arr_coc.vlm.look.question_attention),
+# so its memory grows with the square of the question's length (100,000 characters: 19.6 GB). 500
+# characters (about 100 to 500 tokens) keep it to tens of MB; benchmark questions are far shorter.
+MAX_QUESTION_CHARS = 500
+# The largest canvas area: 16384 tokens of 28 px (12.8 MP), Qwen2/2.5-VL's own processor maximum. The
+# texture grows with the area (< 0.5 GB at the default 1792 x 1792), about 2 GB here.
+MAX_CANVAS_PIXELS = 16384 * 28 * 28
+
+
 @dataclass
 class CanvasConfig:
     # one LLM token = 2x2 merged 14 px patches (Qwen2/2.5-VL); 32 for Qwen3-VL
@@ -126,6 +136,10 @@ class CanvasConfig:
         self.cell = check_int("cell", self.cell)
         self.min_pixels = check_int("min_pixels", self.min_pixels)
         self.max_pixels = check_int("max_pixels", self.max_pixels, self.cell * self.cell)
+        if self.max_pixels > MAX_CANVAS_PIXELS:
+            raise ValueError(f"max_pixels {self.max_pixels} is above the largest canvas, {MAX_CANVAS_PIXELS} px "
+                             f"(16384 tokens of 28 px, the Qwen-VL processors' maximum); give --max-pixels "
+                             f"{MAX_CANVAS_PIXELS} or less")
         if self.min_pixels > self.max_pixels:
             raise ValueError(f"min_pixels {self.min_pixels} exceeds max_pixels {self.max_pixels}")
 

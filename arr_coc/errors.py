@@ -13,3 +13,7 @@ class UserError(Exception):
 
 class MissingDependencyError(UserError, ImportError):
     """An optional package or model a requested component needs is not installed; says what to install."""
+
+
+class ThreadLimitError(UserError, RuntimeError):
+    """The environment's OpenMP thread limit would silently corrupt a computation; says what to change."""

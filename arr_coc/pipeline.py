@@ -16,13 +16,14 @@ from torch import Tensor, nn
 
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import Canvas, make_canvas
-from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, check_int
+from arr_coc.config import MAX_QUESTION_CHARS, PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection, select
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
+from arr_coc.threads import check_threads
 from arr_coc.weights import SCORER_FORMAT, load_scorer_weights  # noqa: F401  (the scorer files' tag, re-exported)
 
 
@@ -154,6 +155,7 @@ class ARR(nn.Module):
         super().__init__()
         self.config = config = config or ARRConfig()
         self.channels = tuple(config.texture.channels or PIPELINE_CHANNELS)
+        self.max_question_chars = MAX_QUESTION_CHARS  # the longest question taken (raise it on this ARR)
         self.layout = channel_layout(self.channels)
         # Question-coupled channels are computed per question (their slow image part cached per image);
         # the rest once per image, and only those feed the gestalt.
@@ -209,7 +211,7 @@ class ARR(nn.Module):
                given: dict[str, Tensor] | None = None) -> tuple[Relevance, Tensor, Tensor]:
         """:meth:`score`, plus the cell texture it read [B, C, Hc, Wc]."""
         t = {} if timings is None else timings
-        queries = check_queries(queries, scene.canvas.batch_size)
+        queries = check_queries(queries, scene.canvas.batch_size, self.max_question_chars)
         with _timed(t, "query"):
             query_emb = self.query_encoder.encode(queries).to(scene.cell_texture)  # [B, Dq]
         cells = scene.cell_texture
@@ -269,6 +271,9 @@ class ARR(nn.Module):
         ``coupled(canvas, queries)`` may supply question-coupled channels per cell that are not
         computed from pixels (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's attention to its gestalt).
         """
+        weight = next(self.parameters(), None)
+        if weight is not None:
+            check_threads(weight.dtype, weight.device, f"an ARR in {str(weight.dtype).removeprefix('torch.')}")
         t: dict[str, float] = {}
         scene = self.see(images, prev=prev, timings=t)
         return self.allocate(scene, queries, saccades=saccades, timings=t, coupled=coupled)
@@ -283,7 +288,7 @@ class ARR(nn.Module):
         t = {} if timings is None else timings
         k = self.config.sampler.saccades if saccades is None else check_int("saccades", saccades)
         canvas = scene.canvas
-        queries = check_queries(queries, canvas.batch_size)
+        queries = check_queries(queries, canvas.batch_size, self.max_question_chars)
         given = coupled(canvas, queries) if coupled is not None else None
         with _timed(t, "gestalt"):
             gestalt = self.gestalt(scene, k)

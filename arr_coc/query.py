@@ -14,6 +14,7 @@ from typing import Protocol, Sequence, runtime_checkable
 
 import torch
 
+from arr_coc.config import MAX_QUESTION_CHARS
 from arr_coc.errors import MissingDependencyError
 from arr_coc.weights import encoder_name  # noqa: F401  (what trained weights record; re-exported here)
 
@@ -29,8 +30,10 @@ class QueryEncoder(Protocol):
     def encode(self, queries: Sequence[str]) -> torch.Tensor: ...
 
 
-def check_queries(queries: str | Sequence[str], batch_size: int) -> list[str]:
-    """Broadcast one question to the batch, or check there is one per image; reject empty text.
+def check_queries(queries: str | Sequence[str], batch_size: int, max_chars: int = MAX_QUESTION_CHARS) -> list[str]:
+    """Broadcast one question to the batch, or check there is one per image; reject empty or overlong text.
+
+    ``max_chars``: the longest question taken (:data:`arr_coc.config.MAX_QUESTION_CHARS` gives the reason).
 
     >>> check_queries("Where is the total?", 2)
     ['Where is the total?', 'Where is the total?']
@@ -46,6 +49,10 @@ def check_queries(queries: str | Sequence[str], batch_size: int) -> list[str]:
         problem = question_problem(q)
         if problem:
             raise ValueError(f"question {i} {problem}")
+        if len(q) > max_chars:
+            raise ValueError(f"question {i} has {len(q)} characters, above the limit of {max_chars} (a question, not "
+                             f"a document); shorten it, or raise the limit with --max-question-chars "
+                             f"(ARR.max_question_chars)")
     return queries
 
 

@@ -12,7 +12,6 @@ the default runs with the hand-set scorer, since the shipped weights fit the def
 from __future__ import annotations
 
 import argparse
-import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -82,7 +81,6 @@ def main() -> None:
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--split", choices=("val", "test"), default="test")
     args = ap.parse_args()
-    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     if not args.table_only:
         jobs = [(c, d) for c in args.configs for d in CONFIGS[c][1]]
         with ProcessPoolExecutor(args.jobs) as pool:

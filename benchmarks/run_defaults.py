@@ -12,7 +12,6 @@ token pruner, and the uniformly downsampled image. Rows go to benchmarks/results
 from __future__ import annotations
 
 import argparse
-import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -69,7 +68,6 @@ def main() -> None:
     ap.add_argument("--table-only", action="store_true")
     ap.add_argument("--candidates", nargs="+", default=list(CANDIDATES), help="methods to choose among")
     args = ap.parse_args()
-    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     if not args.table_only:
         with ProcessPoolExecutor(args.jobs) as pool:
             for fut in [pool.submit(run, d, args.limit, tuple(args.candidates)) for d in DATASETS]:

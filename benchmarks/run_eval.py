@@ -9,7 +9,6 @@ skips the records already in OUT/<dataset>/records.jsonl.
 from __future__ import annotations
 
 import argparse
-import os
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -48,7 +47,6 @@ def main() -> None:
     ap.add_argument("extra", nargs=argparse.REMAINDER, help="further `arr-coc eval` flags after --")
     args = ap.parse_args()
     extra = [a for a in args.extra if a != "--"]
-    os.environ.setdefault("OMP_THREAD_LIMIT", "1")
     with ProcessPoolExecutor(args.jobs) as pool:
         futures = {n: pool.submit(run_one, n, args.limit, args.out, args.split, extra) for n in args.datasets}
         text = "\n\n".join(f"### {name}\n\n{fut.result()}" for name, fut in futures.items())

@@ -23,6 +23,7 @@ from arr_coc.cache import ImageCache
 from arr_coc.config import (
     DEFAULT_SACCADES,
     MAX_NEW_TOKENS,
+    MAX_QUESTION_CHARS,
     PIPELINE_CHANNELS,
     ARRConfig,
     CanvasConfig,
@@ -38,7 +39,6 @@ from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
 
 MAX_UPLOAD_PIXELS = 40_000_000  # 40 MP: any camera photo or A4 scan at 600 dpi; more is a decompression bomb
-MAX_QUESTION_CHARS = 500  # a question, not a document
 PARTS = ("propositional", "perspectival", "participatory")
 # Ablation presets of the part sliders (and the sampler for "random": relevance ignored, the baseline)
 PRESETS: dict[str, dict[str, Any]] = {

@@ -34,7 +34,9 @@ CHOOSABLE = tuple(n for n in CHANNELS.names() if n != "clip")
 
 def _settings(saccades: Any, method: str, channels: list[str], weights: str, checkpoint: str | None,
               p0: float, p1: float, p2: float, cell: int) -> Settings:
-    if saccades is None or int(saccades) != saccades or saccades < 1 or saccades > MAX_SACCADES:
+    # the field is a float (precision=None): a whole-number field would round 2.5 to 2 before this check
+    whole = isinstance(saccades, (int, float)) and not isinstance(saccades, bool) and float(saccades).is_integer()
+    if not whole or not 1 <= saccades <= MAX_SACCADES:
         raise ValueError(f"the saccades K must be a whole number of tokens from 1 to {MAX_SACCADES}, got {saccades}")
     if not channels:
         raise ValueError("choose at least one texture channel")
@@ -97,7 +99,7 @@ def build(scope: Microscope) -> gr.Blocks:
                 if examples:
                     gr.Examples(examples, [upload, question], label="bundled examples")
                 saccades = gr.Number(value=DEFAULT_SACCADES, label="saccades K (full-resolution tokens)",
-                                     precision=0, minimum=1, maximum=MAX_SACCADES, elem_id="saccades")
+                                     precision=None, step=1, minimum=1, maximum=MAX_SACCADES, elem_id="saccades")
                 ctl_a = controls("")
                 run = gr.Button("Run", variant="primary", elem_id="run")
             with gr.Column(scale=2):

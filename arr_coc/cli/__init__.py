@@ -14,6 +14,7 @@ from arr_coc.cli import ask, look, options, serve, train
 from arr_coc.cli import eval as evaluate
 from arr_coc.cli.options import SAMPLER_OPTIONS, add_options, from_args, texture_config
 from arr_coc.errors import UserError
+from arr_coc.threads import fit_threads
 
 __all__ = ["COMMANDS", "SAMPLER_OPTIONS", "USER_ERRORS", "add_options", "from_args", "main", "texture_config"]
 
@@ -47,6 +48,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    fit_threads()  # the command owns this process: an OpenMP limit below torch's threads would corrupt bf16 matmul
     try:
         return COMMANDS[args.command].run(args)
     except USER_ERRORS as err:

@@ -53,6 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tokens is not None and args.no_gestalt:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
+    opt.check_question(args)
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     relevance = default_relevance(adapter) if args.relevance == "auto" else args.relevance
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler)
     arr = ARR(config, query_encoder=encoder).eval()
+    arr.max_question_chars = args.max_question_chars
     if args.device:
         arr = arr.to(args.device)
     start = time.perf_counter()

@@ -38,7 +38,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--batch-size", type=int, default=vlm_reader.VLMEvalSettings.batch_size,
                    help="--reader vlm: answers generated together (default %(default)s)")
     opt.max_new_tokens_option(p, vlm_reader.VLMEvalSettings.max_new_tokens)
-    p.add_argument("--prompt", default=vlm_reader.PROMPT,
+    p.add_argument("--prompt", default=vlm_reader.PROMPT, type=_prompt,
                    help="--reader vlm: the text sent with the image, {question} replaced (default: %(default)r)")
     p.add_argument("--margin", type=int, default=MARGIN_PX, help="px around the answer box when reading")
     p.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
@@ -52,6 +52,16 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="weights of the 'selector' method (default: the packaged ones)")
     p.add_argument("--pruner-weights", default="auto", metavar="PATH",
                    help="weights of the 'pruner' method (default: the packaged ones)")
+
+
+def _prompt(template: str) -> str:
+    """``--prompt`` checked while the command line is parsed: only {question}, literal braces doubled."""
+    from arr_coc.vlm.processing import check_prompt
+
+    try:
+        return check_prompt(template)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     from arr_coc.viz import plot_allocation
 
     check_int("top", args.top, 0)
+    opt.check_question(args)
     canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS)
     sampler, gestalt = opt.sent(args, args.image, canvas)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     encoder = opt.query_encoder(args)
     load_ms = (time.perf_counter() - start) * 1e3
     arr = ARR(config, query_encoder=encoder).eval()
+    arr.max_question_chars = args.max_question_chars
     with torch.inference_mode():
         alloc = arr([args.image], [args.question])
     out = args.out

@@ -65,7 +65,7 @@ from arr_coc.plan import Plan
 from arr_coc.vlm import encode as encode_plans
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.generation import generate, synchronize
-from arr_coc.vlm.processing import assemble
+from arr_coc.vlm.processing import assemble, check_prompt
 from arr_coc.vlm.protocol import PROCESSOR
 from arr_coc.vlm.stages import look_at
 from arr_coc.weights import load_learned_methods
@@ -104,8 +104,7 @@ class VLMEvalSettings:
         if self.batch_size < 1 or self.max_new_tokens < 1:
             raise ValueError(f"batch size and max new tokens must be positive, got {self.batch_size}, "
                              f"{self.max_new_tokens}")
-        if "{question}" not in self.prompt:
-            raise ValueError(f"the prompt must hold {{question}}, got {self.prompt!r}")
+        check_prompt(self.prompt)
         for b in self.tokens:
             budget_tokens(b, 10**9)
 
@@ -305,6 +304,8 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
     settings = settings or VLMEvalSettings()
     if arr.config.canvas.cell != adapter.cell:
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs {adapter.cell} px")
+    if "vlm" in settings.methods:  # refused before any record is allocated, in ask's words
+        adapter.require("first_look", "method 'vlm' (the VLM's first look)")
     if {"full", "native_budget"} & set(settings.methods) and PROCESSOR not in adapter.capabilities:
         raise ValueError(f"{adapter.name} has no image processor of its own to resize with; "
                          f"leave out full and native_budget")

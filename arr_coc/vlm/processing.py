@@ -281,3 +281,27 @@ def table_taps(coords: Tensor, size: Tensor, side: int) -> tuple[Tensor, Tensor]
     wx = torch.stack([1 - frac[:, 1], frac[:, 1]], 1)
     idx = (taps_y[:, :, None] * side + taps_x[:, None, :]).reshape(-1, 4).long()
     return idx, (wy[:, :, None] * wx[:, None, :]).reshape(-1, 4)
+
+
+def check_prompt(template: str) -> str:
+    """A prompt template with ``{question}`` as its one field, else a one-line error (literal braces doubled).
+
+    >>> check_prompt("Q: {question} (as JSON: {{\\"answer\\": ...}})")
+    'Q: {question} (as JSON: {{"answer": ...}})'
+    """
+    import string
+
+    if not isinstance(template, str):
+        raise TypeError(f"the prompt must be a str template, got {type(template).__name__}")
+    double = "write a literal brace as {{ or }}"
+    try:
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(template) if name is not None]
+    except ValueError as err:
+        raise ValueError(f"the prompt {template!r} is not a template ({err}); {double}") from None
+    for name, spec, conv in fields:
+        if name != "question" or spec or conv:
+            shown = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            raise ValueError(f"the prompt may hold only {{question}}, got {shown} in {template!r}; {double}")
+    if not fields:
+        raise ValueError(f"the prompt must hold {{question}}, got {template!r}")
+    return template

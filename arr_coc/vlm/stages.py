@@ -220,7 +220,7 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
         cfg = arr.config.canvas
         with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
             canvas = make_canvas(images, cell=adapter.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
-            queries = check_queries(questions, canvas.batch_size)
+            queries = check_queries(questions, canvas.batch_size, arr.max_question_chars)
         seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
         device = adapter.device
         with timed(t, "allocation/relevance", device):

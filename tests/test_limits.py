@@ -1,0 +1,255 @@
+"""Limits checked at the boundary: the OpenMP thread limit, the question's length, the canvas's size, options."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ASK = ["ask", str(ROOT / "examples" / "receipt.jpg"), "What is the total?", "--model", "tiny:qwen2_5_vl",
+       "--dtype", "bfloat16", "--json", "--query-encoder", "hashing", "--channels", "mvp", "--max-new-tokens", "4"]
+MATMUL = """
+import torch
+torch.manual_seed(0)
+a, b = torch.randn(64, 512), torch.randn(512, 256)
+ref = a.bfloat16().float() @ b.bfloat16().float()
+out = (a.bfloat16() @ b.bfloat16()).float()
+print(int(((out - ref).abs() > 1).any(0).sum()))
+"""
+
+
+def _python(code_or_args: list[str], limit: str | None, threads: int = 2) -> subprocess.CompletedProcess:
+    """A fresh interpreter with torch at ``threads`` threads, with or without ``OMP_THREAD_LIMIT``."""
+    env = {k: v for k, v in os.environ.items() if k != "OMP_THREAD_LIMIT"}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS=str(threads))  # torch's own count, as on a 2-core machine
+    if limit is not None:
+        env["OMP_THREAD_LIMIT"] = limit
+    return subprocess.run([sys.executable, *code_or_args], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=600)
+
+
+def test_bfloat16_matmul_is_wrong_under_the_limit_without_the_fix():
+    """The negative control: what the fix guards against happens here (torch at 2 threads, OpenMP at 1)."""
+    assert _python(["-c", MATMUL], None).stdout.split() == ["0"]
+    wrong = int(_python(["-c", MATMUL], "1").stdout.split()[-1])
+    assert wrong >= 64  # measured: 128 of the 256 columns
+    assert _python(["-c", "import torch; torch.set_num_threads(1)\n" + MATMUL], "1").stdout.split() == ["0"]
+
+
+def test_cli_bfloat16_ask_under_the_limit_answers_as_without_it():
+    free = _python(["-m", "arr_coc.cli", *ASK], None)
+    limited = _python(["-m", "arr_coc.cli", *ASK], "1")
+    assert free.returncode == 0 and limited.returncode == 0, limited.stderr
+    a, b = json.loads(free.stdout), json.loads(limited.stdout)
+    assert (b["answer"], b["tokens"]) == (a["answer"], a["tokens"])
+    said = [line for line in limited.stderr.splitlines() if "OMP_THREAD_LIMIT" in line]
+    assert said == ["arr-coc: OMP_THREAD_LIMIT=1 is below torch's 2 threads; using 1 thread so half-precision "
+                    "matmul computes correctly"]
+    assert "OMP_THREAD_LIMIT" not in free.stderr
+
+
+LIBRARY = """
+import torch
+from arr_coc.vlm import ask, load_vlm
+adapter = load_vlm("tiny:qwen2_5_vl", dtype="bfloat16")
+try:
+    ask(adapter, ["examples/receipt.jpg"], ["What is the total?"], relevance="vlm", max_new_tokens=1)
+except Exception as err:
+    print(type(err).__name__, err)
+print("threads", torch.get_num_threads())
+"""
+
+
+def test_library_refuses_half_precision_on_cpu_under_the_limit_without_touching_threads():
+    out = _python(["-c", LIBRARY], "1").stdout.splitlines()
+    assert out == ["ThreadLimitError ask with a bfloat16 model on the CPU: OMP_THREAD_LIMIT=1 is below torch's 2 "
+                   "threads, so its half-precision matmul computes only part of its output; unset "
+                   "OMP_THREAD_LIMIT or torch.set_num_threads(1)",
+                   "threads 2"]  # the library did not change the process's thread pool
+
+
+def test_check_threads_passes_float32_other_devices_and_a_fitted_process(monkeypatch):
+    import torch
+
+    from arr_coc.errors import ThreadLimitError
+    from arr_coc.threads import check_threads, unsafe_threads
+
+    monkeypatch.setenv("OMP_THREAD_LIMIT", str(torch.get_num_threads()))
+    assert unsafe_threads() is None
+    check_threads(torch.bfloat16, "cpu", "x")  # the limit is not below torch's count: fine
+    monkeypatch.setenv("OMP_THREAD_LIMIT", "0")  # not a limit OpenMP takes: ignored
+    assert unsafe_threads() is None
+    if torch.get_num_threads() > 1:
+        monkeypatch.setenv("OMP_THREAD_LIMIT", "1")
+        check_threads(torch.float32, "cpu", "x")
+        check_threads(torch.bfloat16, "meta", "x")
+        with pytest.raises(ThreadLimitError, match=r"^x on the CPU: OMP_THREAD_LIMIT=1 .* torch.set_num_threads\(1\)$"):
+            check_threads(torch.float16, "cpu", "x")
+
+
+def test_benchmarks_leave_omp_thread_limit_to_tesseracts_own_process():
+    for script in sorted((ROOT / "benchmarks").glob("*.py")):
+        assert "OMP_THREAD_LIMIT" not in script.read_text(), script.name
+    assert '"OMP_THREAD_LIMIT": str(self.threads)}  # this child only' in (ROOT / "arr_coc/eval/reading.py").read_text()
+
+
+# ------------------------------------------------------------------ bounds on what drives size
+LONG = "What is the total? " * 6000  # 114,000 characters: the first look's attention would take tens of GB
+TOO_LONG = ("question 0 has 114000 characters, above the limit of 500 (a question, not a document); shorten it, or "
+            "raise the limit with --max-question-chars (ARR.max_question_chars)")
+
+
+def _one_line_error(capsys, argv) -> str:
+    from arr_coc.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("arr-coc: error: ")
+    return err[len("arr-coc: error: "):].rstrip("\n")
+
+
+@pytest.mark.parametrize("command", [
+    ["look"],
+    ["ask", "--model", "tiny:qwen2_5_vl", "--relevance", "vlm"],
+    ["ask", "--model", "tiny:qwen2_5_vl", "--relevance", "arr"],
+])
+def test_an_overlong_question_is_refused_in_one_line_before_work(command, receipt, capsys):
+    argv = [command[0], str(receipt), LONG, *command[1:], "--query-encoder", "hashing", "--channels", "mvp"]
+    assert _one_line_error(capsys, argv) == TOO_LONG
+    assert _one_line_error(capsys, [*argv, "--max-question-chars", "0"]) == "--max-question-chars must be an integer >= 1, got 0"
+
+
+def test_the_question_limit_is_one_constant_and_can_be_raised(receipt, capsys):
+    import torch
+
+    from arr_coc.app import service
+    from arr_coc.cli import main
+    from arr_coc.config import MAX_QUESTION_CHARS, ARRConfig, SamplerConfig, TextureConfig
+    from arr_coc.pipeline import ARR
+    from arr_coc.query import HashingQueryEncoder
+
+    assert service.MAX_QUESTION_CHARS is MAX_QUESTION_CHARS == 500  # the app and the library agree
+    with pytest.raises(ValueError, match="the question has 501 characters"):
+        service.check_question("x" * 501)
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=("rgb", "edges")),
+                        sampler=SamplerConfig(saccades=4)), query_encoder=HashingQueryEncoder()).eval()
+    image = torch.rand(1, 3, 112, 112)
+    with pytest.raises(ValueError) as err:
+        arr(image, LONG)
+    assert str(err.value) == TOO_LONG
+    arr(image, "x" * 500)  # at the limit: taken
+    arr.max_question_chars = len(LONG)  # raised on this ARR only
+    assert arr(image, LONG).positions.shape == (1, 4, 2)
+    argv = ["look", str(receipt), "x" * 600, "--query-encoder", "hashing", "--channels", "rgb", "--json"]
+    assert _one_line_error(capsys, argv).startswith("question 0 has 600 characters, above the limit of 500")
+    assert main([*argv, "--max-question-chars", "600"]) == 0  # the option raises it
+    assert len(json.loads(capsys.readouterr().out)["question"]) == 600
+
+
+def test_the_vlm_first_look_refuses_an_overlong_question_in_the_library():
+    from arr_coc.vlm import ask, load_vlm
+
+    with pytest.raises(ValueError) as err:
+        ask(load_vlm("tiny:qwen2_5_vl"), ["examples/receipt.jpg"], [LONG], relevance="vlm", max_new_tokens=1)
+    assert str(err.value) == TOO_LONG
+
+
+def test_max_pixels_above_the_largest_canvas_is_refused_with_the_limit(receipt, capsys):
+    from arr_coc.config import MAX_CANVAS_PIXELS, CanvasConfig
+
+    assert CanvasConfig(max_pixels=MAX_CANVAS_PIXELS).max_tokens == 16384  # the largest legal canvas
+    message = ("max_pixels 200000000 is above the largest canvas, 12845056 px (16384 tokens of 28 px, the Qwen-VL "
+               "processors' maximum); give --max-pixels 12845056 or less")
+    assert _one_line_error(capsys, ["look", str(receipt), "Total?", "--max-pixels", "200000000"]) == message
+    with pytest.raises(ValueError, match=r"^max_pixels 12845057 is above the largest canvas"):
+        CanvasConfig(max_pixels=MAX_CANVAS_PIXELS + 1)
+
+
+# ------------------------------------------------------------------ options checked before work starts
+@pytest.mark.parametrize("prompt, message", [
+    ("{question} {foo}", "the prompt may hold only {question}, got {foo} in '{question} {foo}'; write a literal "
+                         "brace as {{ or }}"),
+    ('Answer as JSON {"answer": ...}: {question}', "the prompt may hold only {question}, got {\"answer\": ...} in "
+                                                   "'Answer as JSON {\"answer\": ...}: {question}'; write a literal "
+                                                   "brace as {{ or }}"),
+    ("{question!r}", "the prompt may hold only {question}, got {question!r} in '{question!r}'; write a literal brace "
+                     "as {{ or }}"),
+    ("{question} }", "the prompt '{question} }' is not a template (Single '}' encountered in format string); write "
+                     "a literal brace as {{ or }}"),
+    ("Answer briefly.", "the prompt must hold {question}, got 'Answer briefly.'"),
+])
+def test_eval_prompt_templates_are_checked_while_parsing(prompt, message, capsys):
+    from arr_coc.cli import main
+    from arr_coc.eval.vlm_reader import VLMEvalSettings
+
+    with pytest.raises(SystemExit) as done:  # argparse: before any dataset or model loads
+        main(["eval", "funsd", "--reader", "vlm", "--model", "tiny:qwen2_5_vl", "--prompt", prompt])
+    assert done.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"arr-coc eval: error: argument --prompt: {message}"
+    with pytest.raises(ValueError) as err:  # the library says the same
+        VLMEvalSettings(prompt=prompt)
+    assert str(err.value) == message
+
+
+def test_a_prompt_with_doubled_braces_and_the_default_pass():
+    from arr_coc.eval.vlm_reader import PROMPT, VLMEvalSettings
+    from arr_coc.vlm.processing import check_prompt
+
+    template = 'Reply as {{"answer": ...}}: {question}'
+    assert VLMEvalSettings(prompt=template).prompt.format(question="Q") == 'Reply as {"answer": ...}: Q'
+    assert check_prompt(PROMPT) == PROMPT
+
+
+def test_method_vlm_without_a_first_look_is_refused_in_eval_as_in_ask(tmp_path):
+    from dataclasses import replace
+
+    from arr_coc.config import ARRConfig, CanvasConfig
+    from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm
+    from arr_coc.pipeline import ARR
+    from arr_coc.query import HashingQueryEncoder
+    from arr_coc.vlm import ask, load_vlm
+
+    llava = load_vlm("tiny:llava")
+    arr = ARR(replace(ARRConfig(), canvas=CanvasConfig(cell=llava.cell)), query_encoder=HashingQueryEncoder())
+    with pytest.raises(ValueError) as in_eval:
+        evaluate_vlm([], arr, llava, tmp_path, VLMEvalSettings(methods=("vlm",), model="tiny:llava"), progress=False)
+    with pytest.raises(ValueError) as in_ask:
+        ask(llava, ["examples/receipt.jpg"], ["Total?"], arr=arr, relevance="vlm")
+    tail = ("needs an adapter that encodes the gestalt alone and reuses it (the Qwen-VL families); llava does not: "
+            "use qwen2_vl, qwen2_5_vl, qwen3_vl")
+    assert str(in_eval.value) == "method 'vlm' (the VLM's first look) " + tail
+    assert str(in_ask.value) == "relevance 'vlm' " + tail
+    assert not any(tmp_path.iterdir())  # nothing was written
+
+
+def test_serve_resolves_its_host_before_starting(capsys):
+    from arr_coc.cli.serve import bind_host
+
+    assert (bind_host("::1", 7860), bind_host("[::1]", 7860), bind_host("127.0.0.1", 7860)) == ("[::1]", "[::1]",
+                                                                                                 "127.0.0.1")
+    message = _one_line_error(capsys, ["serve", "--host", "bogus.invalid", "--port", "7861"])
+    assert message.startswith("--host 'bogus.invalid' cannot be resolved (")
+    assert message.endswith("); give a name or address of this machine, e.g. 127.0.0.1, ::1 or 0.0.0.0")
+    assert "port" not in message
+
+
+@pytest.mark.parametrize("saccades", [2.5, 0, -3, float("nan"), float("inf"), None, True, "4"])
+def test_the_app_refuses_saccades_that_are_not_a_whole_number(saccades):
+    from arr_coc.app.ui import MAX_SACCADES, _settings
+
+    with pytest.raises(ValueError, match=rf"^the saccades K must be a whole number of tokens from 1 to {MAX_SACCADES}"):
+        _settings(saccades, "topk", ["rgb"], "hand-set", None, 1.0, 1.0, 1.0, cell=28)
+
+
+def test_the_app_takes_whole_saccades_and_its_field_does_not_round():
+    from arr_coc.app import ui
+
+    assert ui._settings(3.0, "topk", ["rgb"], "hand-set", None, 1.0, 1.0, 1.0, cell=28).saccades == 3
+    assert "precision=None" in Path(ui.__file__).read_text()  # precision=0 would round 2.5 to 2 before the check
+    import gradio as gr
+
+    assert gr.Number(precision=None).preprocess(2.5) == 2.5 and gr.Number(precision=0).preprocess(2.5) == 2
