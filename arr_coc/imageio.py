@@ -23,7 +23,8 @@ ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 # integer reduction that still covers its canvas (JPEG: in the decoder), so memory follows the canvas.
 MAX_IMAGE_PIXELS = 2 * 89_478_485
 # What a damaged or hostile file can raise inside PIL's decoders; each is reported as a bad file.
-_DECODE_ERRORS = (OSError, SyntaxError, EOFError, ValueError, IndexError, struct.error, Image.DecompressionBombError)
+# the errors a damaged or hostile image file raises while PIL decodes it (shared with the parquet loader)
+DECODE_ERRORS = (OSError, SyntaxError, EOFError, ValueError, IndexError, struct.error, Image.DecompressionBombError)
 
 _USAGE = "pass a file path, a PIL image, a numpy array (H, W) or (H, W, C), or a torch tensor [3, H, W]"
 
@@ -93,7 +94,7 @@ def oriented_size(img: Image.Image) -> tuple[int, int]:
     w, h = img.size
     try:
         orientation = img.getexif().get(0x0112, 1)
-    except _DECODE_ERRORS:  # a damaged EXIF block: the pixels are still shown as stored
+    except DECODE_ERRORS:  # a damaged EXIF block: the pixels are still shown as stored
         orientation = 1
     return (w, h) if orientation in (5, 6, 7, 8) else (h, w)
 
@@ -161,7 +162,7 @@ def decode_pil(img: Image.Image, fit: tuple[int, int] | None = None) -> torch.Te
     """PIL image of any common mode -> [3, H, W] float32 in [0, 1], EXIF orientation applied."""
     try:
         decoded = _decoded(img, fit)
-    except _DECODE_ERRORS as e:
+    except DECODE_ERRORS as e:
         raise ValueError(f"cannot decode the PIL image ({type(e).__name__}: {e})") from e
     return _pil_pixels(decoded)
 
@@ -182,7 +183,7 @@ def open_image(path: Union[str, os.PathLike]) -> Image.Image:
     except Image.DecompressionBombError:
         raise ValueError(f"image '{p}' has more than {MAX_IMAGE_PIXELS} pixels (a decompression bomb guard); "
                          "downscale it first") from None
-    except _DECODE_ERRORS as e:
+    except DECODE_ERRORS as e:
         raise ValueError(f"cannot read image file '{p}': {e}") from e
     w, h = img.size
     if w * h > MAX_IMAGE_PIXELS:
@@ -215,7 +216,7 @@ def decode_file(img: Image.Image, path: Union[str, os.PathLike], fit: tuple[int,
     """An image opened by :func:`open_image` -> [3, H, W] float32, decoded no smaller than ``fit``."""
     try:
         decoded = _decoded(img, fit, in_place=True)
-    except _DECODE_ERRORS as e:
+    except DECODE_ERRORS as e:
         raise ValueError(f"cannot read image file '{path}': {e}") from e
     return _pil_pixels(decoded)
 

@@ -54,7 +54,7 @@ from PIL import Image, UnidentifiedImageError
 
 from arr_coc.data.datasets import SPLITS, DatasetSpec, Record
 from arr_coc.data.loading import finish, read_json
-from arr_coc.imageio import _DECODE_ERRORS, MAX_IMAGE_PIXELS
+from arr_coc.imageio import DECODE_ERRORS, MAX_IMAGE_PIXELS
 
 # a located record: (where it was read, e.g. "val.json: item 3", the record)
 Located = tuple[str, Record]
@@ -282,7 +282,7 @@ def _image_problem(data: bytes) -> str | None:
                 img.load()  # the whole decode: a truncated or damaged file fails here, not in the pipeline
     except UnidentifiedImageError:
         return "not a format PIL recognises (PNG, JPEG, TIFF, ...)"
-    except _DECODE_ERRORS as e:
+    except DECODE_ERRORS as e:
         return f"{type(e).__name__}: {e}"
     return None
 
