@@ -23,7 +23,6 @@ ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 # integer reduction that still covers its canvas (JPEG: in the decoder), so memory follows the canvas.
 MAX_IMAGE_PIXELS = 2 * 89_478_485
 # What a damaged or hostile file can raise inside PIL's decoders; each is reported as a bad file.
-# the errors a damaged or hostile image file raises while PIL decodes it (shared with the parquet loader)
 DECODE_ERRORS = (OSError, SyntaxError, EOFError, ValueError, IndexError, struct.error, Image.DecompressionBombError)
 
 _USAGE = "pass a file path, a PIL image, a numpy array (H, W) or (H, W, C), or a torch tensor [3, H, W]"
