@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_window_index
 
-from arr_coc.vlm import ADAPTERS, assemble
+from arr_coc.vlm import ADAPTERS
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.qwen_layout import Segment, patch_positions, patchify, visual_positions, window_order
 from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
@@ -27,24 +27,6 @@ def adapter(request):
 def image(adapter, hc, wc, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.rand(3, hc * adapter.cell, wc * adapter.cell, generator=g)
-
-
-def prefill_for(adapter, images, questions, visuals):
-    prompts = [adapter.prompt_ids(q) for q in questions]
-    return assemble(adapter.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], 3)
-
-
-def run_llm(adapter, pf, position_ids=None):
-    x = dict(inputs_embeds=pf.inputs_embeds, attention_mask=pf.attention_mask, visual_mask=pf.visual_mask,
-             position_ids=pf.position_ids if position_ids is None else position_ids, deepstack=pf.deepstack)
-    with torch.no_grad():
-        return adapter.logits(adapter.language_model(x))
-
-
-def native_logits(adapter, images, questions):
-    with torch.no_grad():
-        out = adapter.model(**adapter.native_inputs(images, questions))
-    return out.logits
 
 
 def far(a, b):
