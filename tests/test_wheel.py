@@ -75,11 +75,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
 
 def test_the_package_comes_from_the_wheel_and_its_requirements_are_met(installed):
     bin_dir, elsewhere, env = installed
-    out = run(bin_dir / "python", "-c", "import sys, arr_coc, arr_coc.weights.registry as r; "
-              "print(arr_coc.__file__); print(r.PACKAGED); print(sys.path)", cwd=elsewhere, env=env).splitlines()
+    out = run(bin_dir / "python", "-c", "import json, sys, arr_coc, arr_coc.weights.registry as r; "
+              "print(arr_coc.__file__); print(r.PACKAGED); print(json.dumps(sys.path))", cwd=elsewhere,
+              env=env).splitlines()
     venv = bin_dir.parent
     assert Path(out[0]).is_relative_to(venv) and Path(out[1]).is_relative_to(venv)
-    assert str(ROOT) not in out[2]  # the checkout is nowhere on the path
+    assert ROOT not in [Path(p).resolve() for p in json.loads(out[2])]  # the checkout's package is not importable
     # every requirement the wheel declares (extras aside) is met; `pip check` would also judge the
     # environment's other packages (lmms-eval, installed --no-deps by make setup, lacks torchvision on purpose)
     unmet = run(bin_dir / "python", "-c", CHECK_REQUIREMENTS, cwd=elsewhere, env=env).splitlines()
