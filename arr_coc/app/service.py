@@ -20,6 +20,7 @@ from torch import Tensor
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
 from arr_coc.app import views
 from arr_coc.cache import ImageCache
+from arr_coc.canvas import load_bounded
 from arr_coc.config import (
     DEFAULT_SACCADES,
     MAX_NEW_TOKENS,
@@ -31,7 +32,6 @@ from arr_coc.config import (
     ScorerConfig,
     TextureConfig,
 )
-from arr_coc.imageio import load_image
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder
@@ -39,6 +39,10 @@ from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
 
 MAX_UPLOAD_PIXELS = 40_000_000  # 40 MP: any camera photo or A4 scan at 600 dpi; more is a decompression bomb
+# What the caches between requests may hold, in bytes: canvases and their question-free texture (a canvas of
+# the largest default size is 38.5 MB: four of them), and the image part of the question-coupled channels.
+SCENE_CACHE_BYTES = 160 * 2**20
+CHANNEL_CACHE_BYTES = 64 * 2**20
 PARTS = ("propositional", "perspectival", "participatory")
 # Ablation presets of the part sliders (and the sampler for "random": relevance ignored, the baseline)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -125,6 +129,8 @@ class Result:
 def read_upload(path: str | Path, max_pixels: int = MAX_UPLOAD_PIXELS) -> Tensor:
     """An uploaded file as a [3, H, W] image, refusing non-images and decompression bombs before decoding.
 
+    Decoded as files are, no larger than the largest canvas needs (:func:`arr_coc.canvas.load_bounded`).
+
     >>> import tempfile, os
     >>> f = tempfile.NamedTemporaryFile(suffix=".png", delete=False); _ = f.write(b"not an image"); f.close()
     >>> read_upload(f.name)
@@ -144,7 +150,7 @@ def read_upload(path: str | Path, max_pixels: int = MAX_UPLOAD_PIXELS) -> Tensor
     if w * h > max_pixels:
         raise ValueError(f"the upload is {w}x{h} px = {w * h / 1e6:.0f} megapixels; send an image of at most "
                          f"{max_pixels / 1e6:.0f} MP")
-    return load_image(path)
+    return load_bounded(path, CanvasConfig.max_pixels)
 
 
 def check_question(question: str | None) -> str:
@@ -177,7 +183,8 @@ class Microscope:
 
     def forget(self) -> None:
         """Drop every cached image: the next request on any image pays for its texture and OCR again."""
-        self.channel_cache, self.scenes, self._arrs = ImageCache(max_items=64), ImageCache(max_items=16), {}
+        self.channel_cache, self.scenes = ImageCache(CHANNEL_CACHE_BYTES), ImageCache(SCENE_CACHE_BYTES)
+        self._arrs: dict[str, ARR] = {}
 
     def arr(self, settings: Settings) -> ARR:
         key = json.dumps(settings.config().to_dict(), sort_keys=True, default=str)
