@@ -283,6 +283,11 @@ def _from_tensor(x: torch.Tensor) -> torch.Tensor:
 
 
 def _tensor_to_float(x: torch.Tensor) -> torch.Tensor:
+    """A dense tensor image of a supported dtype as float32; any float dtype is converted, integers refused."""
+    if x.layout != torch.strided:  # a sparse tensor may declare any size without holding it: never densified here
+        raise TypeError(f"tensor image has layout {x.layout}; pass a dense tensor (x.to_dense() if it is small)")
+    if x.is_meta:
+        raise ValueError("tensor image is on the meta device and holds no pixels; pass a tensor with data")
     if x.dtype == torch.uint8:
         return x.to(torch.float32) / 255.0
     if x.dtype == torch.bool or x.is_floating_point():

@@ -21,7 +21,7 @@ from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.relevance import SCORERS, Relevance
-from arr_coc.samplers import SAMPLERS, Selection, select
+from arr_coc.samplers import SAMPLERS, Selection, module_dtype, select
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 from arr_coc.threads import check_threads
 from arr_coc.weights import SCORER_FORMAT, load_scorer_weights  # noqa: F401  (the scorer files' tag, re-exported)
@@ -174,6 +174,18 @@ class ARR(nn.Module):
             self.sampler = SAMPLERS.get(config.sampler.name)(**config.sampler.kwargs)
         self.weights_source = load_scorer_weights(self, config.scorer.weights)
 
+    def check_weights(self) -> None:
+        """Refuse in one line weights the ARR cannot compute with: on the meta device, complex, or half
+        precision on a CPU whose OpenMP limit would corrupt it. float32, float64, float16 and bfloat16 work."""
+        for p in self.parameters():
+            if p.is_meta:
+                raise ValueError("the ARR is on the meta device: its weights hold no data; build it on a real device "
+                                 "(ARR(config)) or move it with arr.to_empty(device='cpu') and load weights")
+            if not p.is_floating_point():
+                raise TypeError(f"an ARR in {str(p.dtype).removeprefix('torch.')} cannot score; move it to a real "
+                                "floating dtype: arr.float() (or .double(), .half(), .bfloat16())")
+            check_threads(p.dtype, p.device, f"an ARR in {str(p.dtype).removeprefix('torch.')}")
+
     def see(self, images: Any, *, prev: Any = None, timings: dict[str, float] | None = None) -> Scene:
         """Canvas and cell texture: what the images alone determine, reusable across questions and token counts."""
         cfg, t = self.config.canvas, {} if timings is None else timings
@@ -220,6 +232,9 @@ class ARR(nn.Module):
                 cells = self.cell_stack(scene, queries, timings=t, given=given)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
             scale = self.config.scorer.part_scale
+            dtype = module_dtype(self.scorer)  # an ARR moved to float64 / bfloat16 scores in its own precision
+            if dtype is not None:
+                cells, query_emb, gestalt_vector = (x.to(dtype) for x in (cells, query_emb, gestalt_vector))
             relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid,
                                     scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale)
         return relevance, query_emb, cells
@@ -271,9 +286,7 @@ class ARR(nn.Module):
         ``coupled(canvas, queries)`` may supply question-coupled channels per cell that are not
         computed from pixels (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's attention to its gestalt).
         """
-        weight = next(self.parameters(), None)
-        if weight is not None:
-            check_threads(weight.dtype, weight.device, f"an ARR in {str(weight.dtype).removeprefix('torch.')}")
+        self.check_weights()
         t: dict[str, float] = {}
         scene = self.see(images, prev=prev, timings=t)
         return self.allocate(scene, queries, saccades=saccades, timings=t, coupled=coupled)
@@ -285,6 +298,7 @@ class ARR(nn.Module):
 
         ``coupled``: as in :meth:`forward`.
         """
+        self.check_weights()
         t = {} if timings is None else timings
         k = self.config.sampler.saccades if saccades is None else check_int("saccades", saccades)
         canvas = scene.canvas
