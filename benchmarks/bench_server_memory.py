@@ -35,6 +35,11 @@ def rss_mb() -> float:
     return float("nan")
 
 
+def held(cache: object) -> float:
+    """MB a cache holds (0 for a cache bounded by item count, which does not count bytes)."""
+    return getattr(cache, "nbytes", 0) / 2**20
+
+
 def serve(paths: list[str], channels: str, query_encoder: str) -> None:
     """The child: one Microscope, one request per upload, one JSON line per request."""
     from arr_coc.app.service import Microscope, Settings, read_upload, render
@@ -47,8 +52,8 @@ def serve(paths: list[str], channels: str, query_encoder: str) -> None:
     with tempfile.TemporaryDirectory() as out:
         for path in paths:
             render(scope.run(read_upload(path), "What is the total?", settings), Path(out))
-            print(json.dumps({"upload": Path(path).name, "rss_mb": rss_mb(), "scenes_mb": scope.scenes.nbytes / 2**20,
-                              "channels_mb": scope.channel_cache.nbytes / 2**20}), flush=True)
+            print(json.dumps({"upload": Path(path).name, "rss_mb": rss_mb(), "scenes_mb": held(scope.scenes),
+                              "channels_mb": held(scope.channel_cache)}), flush=True)
 
 
 def measure(paths: list[Path], channels: str, query_encoder: str) -> tuple[list[dict], float]:

@@ -253,3 +253,41 @@ def test_the_app_takes_whole_saccades_and_its_field_does_not_round():
     import gradio as gr
 
     assert gr.Number(precision=None).preprocess(2.5) == 2.5 and gr.Number(precision=0).preprocess(2.5) == 2
+
+
+STAGES = """
+import sys, tempfile
+import torch
+from arr_coc.eval.vlm_reader import evaluate_vlm
+from arr_coc.vlm import load_vlm, stages
+adapter = load_vlm("tiny:qwen2_5_vl", dtype=sys.argv[1])
+calls = {
+    "look_at": lambda: stages.look_at(adapter, [torch.rand(3, 56, 56)], [(2, 2)], ["What is the total?"]),
+    "encode": lambda: stages.encode(adapter, [], []),
+    "prefill": lambda: stages.prefill(adapter, [], []),
+    "decode": lambda: stages.decode(adapter, None),
+    "evaluate_vlm": lambda: evaluate_vlm([], None, adapter, tempfile.mkdtemp()),
+}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "ok")
+    except Exception as err:
+        print(name, type(err).__name__, err)
+print("threads", torch.get_num_threads())
+"""
+
+
+def test_the_vlm_stages_and_eval_refuse_a_half_precision_model_under_the_limit_in_one_line():
+    limited = _python(["-c", STAGES, "bfloat16"], "1").stdout.splitlines()
+    fix = ("on the CPU: OMP_THREAD_LIMIT=1 is below torch's 2 threads, so its half-precision matmul computes only "
+           "part of its output; unset OMP_THREAD_LIMIT or torch.set_num_threads(1)")
+    assert limited == [f"look_at ThreadLimitError the first look with a bfloat16 model {fix}",
+                       f"encode ThreadLimitError encode with a bfloat16 model {fix}",
+                       f"prefill ThreadLimitError prefill with a bfloat16 model {fix}",
+                       f"decode ThreadLimitError decode with a bfloat16 model {fix}",
+                       f"evaluate_vlm ThreadLimitError eval with the VLM reader with a bfloat16 model {fix}",
+                       "threads 2"]  # refused, and the process's thread pool left as it was
+    # the controls: the same calls without the limit, and a float32 model under it, get past the check
+    for free in (_python(["-c", STAGES, "bfloat16"], None).stdout, _python(["-c", STAGES, "float32"], "1").stdout):
+        assert free.splitlines()[:2] == ["look_at ok", "encode ok"] and "ThreadLimitError" not in free

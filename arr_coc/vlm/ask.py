@@ -19,7 +19,7 @@ import torch
 
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig, check_int, resolve_device, resolve_dtype
 from arr_coc.plan import Plan
-from arr_coc.threads import check_threads
+from arr_coc.threads import check_model
 from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (decode_flops: the VLM evaluation's import)
 from arr_coc.vlm.generation import answer_text, stage_ms, timed
 from arr_coc.vlm.processing import LAYOUTS, MODES, VisualTokens
@@ -187,8 +187,7 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
         if value not in choices:
             raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
     adapter.check_layout(layout)
-    weight = next(adapter.lm.parameters())
-    check_threads(weight.dtype, weight.device, f"ask with a {str(weight.dtype).removeprefix('torch.')} model")
+    check_model(adapter, "ask")
     max_new_tokens = check_int("max_new_tokens", max_new_tokens)
     if saccades is not None:
         saccades = check_int("saccades", saccades)

@@ -29,6 +29,7 @@ from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig
 from arr_coc.plan import Plan
 from arr_coc.samplers import SAMPLERS, Sampler, select, shift_nonnegative
+from arr_coc.threads import check_model
 from arr_coc.vlm.generation import generate, timed
 from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
 from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble
@@ -159,6 +160,7 @@ def look_at(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tu
     ``timings`` collects ``vision/gestalt``, ``prefill/gestalt`` and ``allocation/first look``.
     """
     check_look(adapter, "sparse", True, "the first look")
+    check_model(adapter, "the first look")
     device = adapter.device
     with timed(timings, "vision/gestalt", device):
         seen = adapter.encode_gestalt([img.to(device) for img in images], gestalts)
@@ -287,6 +289,7 @@ def encode(adapter: VLMAdapter, plans: Sequence[Plan], images: Sequence[Tensor],
             default: the pixels as a PIL image).
     """
     adapter.check_layout(layout)
+    check_model(adapter, "encode")
     if not (len(plans) == len(images)) or (weights is not None and len(weights) != len(plans)) \
             or (encoded is not None and len(encoded) != len(plans)):
         raise ValueError(f"need one plan, image (and weight map, encoded gestalt) per image, got {len(plans)} plans "
@@ -350,6 +353,7 @@ def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
             prompts: Sequence[tuple[Sequence[int], Sequence[int]]], *, look: FirstLook | None = None) -> Prompt:
     """Each image's visual tokens between its prompt's ids before and after, left-padded (:func:`assemble`);
     with ``look``, the saccades and the question that continue its cache (whose prompts they are)."""
+    check_model(adapter, "prefill")
     if look is not None:
         return Prompt(second_pass_prefill(adapter, look, visuals), list(zip(look.prefixes, look.suffixes)), look)
     prompts = [(list(p), list(s)) for p, s in prompts]
@@ -364,6 +368,7 @@ def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW
     ``timings`` collects ``prefill`` (the prompt's forward) and ``decode`` milliseconds. A first
     look's cache is consumed: it answers once.
     """
+    check_model(adapter, "decode")
     g: dict[str, float] = {}
     look = prompt.look
     out = generate(adapter, prompt.prefill, max_new_tokens=max_new_tokens,
