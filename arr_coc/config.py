@@ -114,11 +114,12 @@ MVP_CHANNELS: tuple[str, ...] = (
 )
 
 
-# A question, not a document. The VLM's first look scores every question token against the whole
-# context ([layers, heads, question tokens, context] in float32, arr_coc.vlm.look.question_attention),
-# so its memory grows with the square of the question's length (100,000 characters: 19.6 GB). 500
-# characters (about 100 to 500 tokens) keep it to tens of MB; benchmark questions are far shorter.
-MAX_QUESTION_CHARS = 500
+# A question, not a document, bounded in tokens: in the VLM's tokens where a VLM reads it (ask, the first
+# look), else in words and punctuation marks (arr_coc.query.count_tokens, a lower bound on any subword
+# tokenizer's count). The VLM prefills the question over its whole context, so its cost grows with the
+# question (a 100,000-character question took 19.6 GB); benchmark questions are under 40 tokens. The
+# first look reads attention from at most arr_coc.vlm.look.LOOK_TOKENS of them, whatever the limit.
+MAX_QUESTION_TOKENS = 128
 # The largest canvas area: 16384 tokens of 28 px (12.8 MP), Qwen2/2.5-VL's own processor maximum. The
 # texture grows with the area (< 0.5 GB at the default 1792 x 1792), about 2 GB here.
 MAX_CANVAS_PIXELS = 16384 * 28 * 28

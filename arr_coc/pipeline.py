@@ -16,7 +16,7 @@ from torch import Tensor, nn
 
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import Canvas, make_canvas
-from arr_coc.config import MAX_QUESTION_CHARS, PIPELINE_CHANNELS, ARRConfig, check_int
+from arr_coc.config import MAX_QUESTION_TOKENS, PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
@@ -155,7 +155,7 @@ class ARR(nn.Module):
         super().__init__()
         self.config = config = config or ARRConfig()
         self.channels = tuple(config.texture.channels or PIPELINE_CHANNELS)
-        self.max_question_chars = MAX_QUESTION_CHARS  # the longest question taken (raise it on this ARR)
+        self.max_question_tokens = MAX_QUESTION_TOKENS  # the longest question taken (raise it on this ARR)
         self.layout = channel_layout(self.channels)
         # Question-coupled channels are computed per question (their slow image part cached per image);
         # the rest once per image, and only those feed the gestalt.
@@ -223,7 +223,7 @@ class ARR(nn.Module):
                given: dict[str, Tensor] | None = None) -> tuple[Relevance, Tensor, Tensor]:
         """:meth:`score`, plus the cell texture it read [B, C, Hc, Wc]."""
         t = {} if timings is None else timings
-        queries = check_queries(queries, scene.canvas.batch_size, self.max_question_chars)
+        queries = check_queries(queries, scene.canvas.batch_size, self.max_question_tokens)
         with _timed(t, "query"):
             query_emb = self.query_encoder.encode(queries).to(scene.cell_texture)  # [B, Dq]
         cells = scene.cell_texture
@@ -302,7 +302,7 @@ class ARR(nn.Module):
         t = {} if timings is None else timings
         k = self.config.sampler.saccades if saccades is None else check_int("saccades", saccades)
         canvas = scene.canvas
-        queries = check_queries(queries, canvas.batch_size, self.max_question_chars)
+        queries = check_queries(queries, canvas.batch_size, self.max_question_tokens)
         given = coupled(canvas, queries) if coupled is not None else None
         with _timed(t, "gestalt"):
             gestalt = self.gestalt(scene, k)

@@ -24,7 +24,7 @@ from arr_coc.canvas import load_bounded
 from arr_coc.config import (
     DEFAULT_SACCADES,
     MAX_NEW_TOKENS,
-    MAX_QUESTION_CHARS,
+    MAX_QUESTION_TOKENS,
     PIPELINE_CHANNELS,
     ARRConfig,
     CanvasConfig,
@@ -34,7 +34,7 @@ from arr_coc.config import (
 )
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
-from arr_coc.query import QueryEncoder
+from arr_coc.query import QueryEncoder, count_tokens
 from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
 
@@ -157,8 +157,9 @@ def check_question(question: str | None) -> str:
     q = (question or "").strip()
     if not q:
         raise ValueError("the question is empty; type what you want to know about the image")
-    if len(q) > MAX_QUESTION_CHARS:
-        raise ValueError(f"the question has {len(q)} characters; keep it under {MAX_QUESTION_CHARS}")
+    n = count_tokens(q)
+    if n > MAX_QUESTION_TOKENS:
+        raise ValueError(f"the question has {n} words and punctuation marks; keep it to {MAX_QUESTION_TOKENS}")
     return q
 
 

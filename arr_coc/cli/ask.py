@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler)
     arr = ARR(config, query_encoder=encoder).eval()
-    arr.max_question_chars = args.max_question_chars
+    arr.max_question_tokens = args.max_question_tokens
     if args.device:
         arr = arr.to(args.device)
     start = time.perf_counter()

@@ -16,7 +16,7 @@ from typing import Any, Sequence, Union, get_args, get_origin, get_type_hints
 
 from arr_coc.config import (
     MAX_NEW_TOKENS,
-    MAX_QUESTION_CHARS,
+    MAX_QUESTION_TOKENS,
     ARRConfig,
     CanvasConfig,
     GestaltConfig,
@@ -154,9 +154,9 @@ def image_question() -> argparse.ArgumentParser:
     parent, g = _parent("input")
     g.add_argument("image", help="image file (any format PIL reads)")
     g.add_argument("question", help='the question, e.g. "What is the total?"')
-    g.add_argument("--max-question-chars", type=int, default=MAX_QUESTION_CHARS, metavar="N",
-                   help="the longest question taken, in characters: the VLM's first look grows with its square "
-                        "(default %(default)s)")
+    g.add_argument("--max-question-tokens", type=int, default=MAX_QUESTION_TOKENS, metavar="N",
+                   help="the longest question taken, in tokens (the VLM's where one reads it, else words and "
+                        "punctuation marks): the VLM prefills it over the whole image (default %(default)s)")
     return parent
 
 
@@ -165,7 +165,7 @@ def check_question(args: argparse.Namespace) -> None:
     from arr_coc.config import check_int
     from arr_coc.query import check_queries
 
-    check_queries([args.question], 1, check_int("--max-question-chars", args.max_question_chars))
+    check_queries([args.question], 1, check_int("--max-question-tokens", args.max_question_tokens))
 
 
 def add_saccades(parser: argparse.ArgumentParser) -> None:

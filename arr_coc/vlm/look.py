@@ -6,7 +6,8 @@ the text after the image (the question's tokens), ``G`` gestalt tokens of one im
 
 1. :func:`first_look` prefills chat prefix + gestalt into a KV cache, then runs the text after the
    image (the question) on top of it. From the input of chosen decoder layers it recomputes how
-   strongly each question token attends to each gestalt token (:func:`question_attention`), with
+   strongly each question token (the last :data:`LOOK_TOKENS` of them) attends to each gestalt token
+   (:func:`question_attention`), with
    the layer's own norm, query/key projections and the model's own rotary tables: no
    ``output_attentions``, so the model may run under SDPA or FlashAttention. The question is then
    cut from the cache again.
@@ -30,6 +31,11 @@ from arr_coc.vlm.generation import timed
 from arr_coc.vlm.processing import Prefill, VisualTokens, assemble, left_pad_rows
 from arr_coc.vlm.protocol import VLMAdapter
 
+# The first look reads attention from the last LOOK_TOKENS tokens after the image (the end of the question and
+# the generation prompt, where the answer will be read from), so its read costs [layers, heads, 64, context]
+# floats however long the question; chat-templated benchmark questions are shorter and are read whole.
+LOOK_TOKENS = 64
+
 
 @dataclass
 class FirstLook:
@@ -41,7 +47,7 @@ class FirstLook:
     grids: list[tuple[int, int]]  # per image the gestalt grid (rows, cols)
     prefixes: list[list[int]]  # token ids before the image
     suffixes: list[list[int]]  # token ids after the image (the question and the generation prompt)
-    attention: list[Tensor]  # per image [layers, H, Q_b, G]: question-token attention to each gestalt token
+    attention: list[Tensor]  # per image [layers, H, Q_b, G], Q_b <= LOOK_TOKENS: question-token attention to the gestalt
     layers: tuple[int, ...]  # the decoder layers read
 
     def maps(self) -> list[Tensor]:
@@ -233,13 +239,13 @@ def first_look(adapter: VLMAdapter, gestalt: Sequence[VisualTokens], grids: Sequ
     with timed(timings, "allocation/first look", dev):
         cache.crop(-tail.inputs_embeds.shape[1])  # keep prefix + gestalt only
         positions = torch.cat([head.position_ids, tail.position_ids], 2)
-        n_q = tail.inputs_embeds.shape[1]
+        n_q = min(tail.inputs_embeds.shape[1], LOOK_TOKENS)  # the read's cost is bounded, not the question's
         probs = torch.stack([question_attention(adapter, i, torch.cat(seen.seen[i], 1), positions, mask, n_q)
                              for i in layers], 1)  # [B, layers, H, Q, L]
         attention = []
         for b, (pre, vis, suf) in enumerate(zip(prefixes, gestalt, suffixes)):
             g0 = head.inputs_embeds.shape[1] - len(vis)  # the gestalt is the last part of the left-padded head
-            attention.append(probs[b, :, :, n_q - len(suf):, g0:g0 + len(vis)])
+            attention.append(probs[b, :, :, n_q - min(len(suf), n_q):, g0:g0 + len(vis)])
     return FirstLook(cache, head.attention_mask, list(gestalt), [tuple(g) for g in grids], prefixes, suffixes,
                      attention, layers)
 

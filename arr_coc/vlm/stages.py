@@ -216,13 +216,16 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
         raise ValueError(f"sampler {allocator!r} runs on the first look (relevance 'vlm'); with relevance 'arr' "
                          "ARR samples with its own (ARRConfig(sampler=SamplerConfig(name=...)))")
     arr, k = arr_for(adapter, arr), saccades
+    if prompts is None and isinstance(questions, (str, list, tuple)):  # in the VLM's own tokens, before any work
+        asked = [questions] if isinstance(questions, str) else list(questions)
+        check_queries(asked, len(asked), arr.max_question_tokens, adapter.tokenizer)
     seen: FirstLook | None = None  # the first look, when one runs
     if relevance == "vlm":
         check_look(adapter, encoding, gestalt, "relevance 'vlm'")
         cfg = arr.config.canvas
         with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
             canvas = make_canvas(images, cell=adapter.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
-            queries = check_queries(questions, canvas.batch_size, arr.max_question_chars)
+            queries = check_queries(questions, canvas.batch_size, arr.max_question_tokens, adapter.tokenizer)
         seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
         device = adapter.device
         with timed(t, "allocation/relevance", device):
