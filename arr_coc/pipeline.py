@@ -133,6 +133,10 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
 
 
 
+# The dtypes an ARR computes in (arr.float(), .double(), .half(), .bfloat16()); its inputs are cast to them.
+SCORING_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
 class ARR(nn.Module):
     """Query-aware allocation of K saccades plus a gestalt: ``ARR(config)(images, questions)``.
 
@@ -175,13 +179,13 @@ class ARR(nn.Module):
         self.weights_source = load_scorer_weights(self, config.scorer.weights)
 
     def check_weights(self) -> None:
-        """Refuse in one line weights the ARR cannot compute with: on the meta device, complex, or half
-        precision on a CPU whose OpenMP limit would corrupt it. float32, float64, float16 and bfloat16 work."""
+        """Refuse in one line weights the ARR cannot compute with: on the meta device, of a dtype outside
+        :data:`SCORING_DTYPES`, or half precision on a CPU whose OpenMP limit would corrupt it."""
         for p in self.parameters():
             if p.is_meta:
                 raise ValueError("the ARR is on the meta device: its weights hold no data; build it on a real device "
                                  "(ARR(config)) or move it with arr.to_empty(device='cpu') and load weights")
-            if not p.is_floating_point():
+            if p.dtype not in SCORING_DTYPES:  # complex, float8: torch has no kernels for the scorer's reductions
                 raise TypeError(f"an ARR in {str(p.dtype).removeprefix('torch.')} cannot score; move it to a real "
                                 "floating dtype: arr.float() (or .double(), .half(), .bfloat16())")
             check_threads(p.dtype, p.device, f"an ARR in {str(p.dtype).removeprefix('torch.')}")
