@@ -14,7 +14,6 @@ from collections import OrderedDict
 from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
-
 import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 

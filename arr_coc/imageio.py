@@ -14,7 +14,7 @@ from typing import Union
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 

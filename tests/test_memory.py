@@ -13,13 +13,13 @@ import sys
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 from PIL import Image
 
 from arr_coc import imageio
 from arr_coc.cache import ImageCache, nbytes
 from arr_coc.imageio import MAX_IMAGE_PIXELS, decode_pil
 from benchmarks.large_png import write_png
-from conftest import ROOT
 
 SIDE = math.isqrt(MAX_IMAGE_PIXELS)  # 13377: the largest legal square
 LIMIT_MB = 2048

@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from conftest import ROOT
 from corpus_checks import outcome
 from PIL import Image
 from test_corpus_images import MODES, uniform
@@ -20,7 +21,6 @@ from arr_coc.pipeline import ARR
 from arr_coc.query import HashingQueryEncoder
 from benchmarks.large_png import MODES as PNG_MODES
 from benchmarks.large_png import write_png
-from conftest import ROOT
 
 BOUND = 112 * 112  # the canvas area decoded for: small, so every size is reduced by a large factor
 PNG_SIZES = ((56, 56), (3000, 2000), (2000, 3001), (9001, 67), (67, 9001))  # (W, H)
