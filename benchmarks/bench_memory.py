@@ -21,14 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from large_png import write_png  # beside this script
 from PIL import Image, ImageDraw
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: large_png sits beside it
-from benchmarks.large_png import write_png  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # asked of a child process: importing arr_coc here would load torch into this (measuring) process
-MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.canvas import MAX_IMAGE_PIXELS as m; print(m)"],
+MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.imageio import MAX_IMAGE_PIXELS as m; print(m)"],
                                       capture_output=True, text=True, check=True).stdout)
 
 LIMIT_MB = 2048  # what `look` may take on any image it accepts

@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from large_png import write_png  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # run as a script: large_png sits beside it
-from benchmarks.large_png import write_png  # noqa: E402
 
 CEILING_MB = 2048  # what the server may hold after any number of distinct uploads
 LARGE = (7280, 5456)  # 39.7 megapixels, under the microscope's 40 MP cap
