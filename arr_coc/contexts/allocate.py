@@ -255,7 +255,7 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
     start = time.perf_counter()
     ctx = load_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
     t["load"] = (time.perf_counter() - start) * 1e3
-    question = check_queries([question], 1, arr.max_question_chars)[0]
+    question = check_queries([question], 1, arr.max_question_tokens)[0]
     if tokens is None and saccades is None:
         saccades = arr.config.sampler.saccades
     if any(p.image is None for p in ctx.pages):
