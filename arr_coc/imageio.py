@@ -106,7 +106,7 @@ def oriented_size(img: Image.Image) -> tuple[int, int]:
 _TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
               5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
               8: Image.Transpose.ROTATE_90}
-# A strip of the full image converted and reduced at a time: this many pixels (16 MB as RGBA float-free 8-bit).
+# A strip of the full image converted and reduced at a time: this many pixels (16 MB as 8-bit RGBA).
 STRIP_PIXELS = 4_000_000
 
 
