@@ -60,8 +60,8 @@ def check_state(path: str | Path, state: Any, module: nn.Module, part: str) -> N
         raise WeightsError(f"{path}: {part} lacks {_some(missing)} (it was made for another model)")
     if unexpected:
         raise WeightsError(f"{path}: {part} has unexpected {_some(unexpected)} (it was made for another model)")
-    for key, value in state.items():
-        want: Tensor = expected[key]
+    for key, want in expected.items():  # in the model's order: the same first complaint whatever the file's order
+        value = state[key]
         where = f"{path}: {part}.{key}"
         if not isinstance(value, Tensor):
             raise WeightsError(f"{where} is a {type(value).__name__}, not a tensor")

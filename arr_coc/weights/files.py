@@ -57,11 +57,24 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *,
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
-        if isinstance(err, OSError) and err.errno in _FULL:
-            raise DiskFullError(f"{path}: {os.strerror(err.errno).lower()} while writing it ({_free(path.parent)} "
+        full = _full(err)
+        if full is not None:
+            raise DiskFullError(f"{path}: {os.strerror(full).lower()} while writing it ({_free(path.parent)} "
                                 f"free there); nothing was written: free some space or write elsewhere") from None
         raise
     return path
+
+
+def _full(err: BaseException | None) -> int | None:
+    """The errno of a full disk behind ``err``, if any (torch.save reports a failed write in a RuntimeError whose
+    context is the OSError)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _FULL:
+            return err.errno
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _free(folder: Path) -> str:
@@ -100,6 +113,10 @@ def load_file(path: str | Path, fmt: str | tuple[str, ...], what: str) -> dict[s
     fmts = (fmt,) if isinstance(fmt, str) else tuple(fmt)
     if not path.is_file():
         raise WeightsError(f"{path}: no such file; expected {what}")
+    with path.open("rb") as f:
+        head = f.read(4)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or an old pickle
+        raise WeightsError(f"{path} is not a file torch.save wrote (it begins {head!r}); expected {what}")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError) as err:

@@ -65,7 +65,8 @@ def read_folder(path: str | Path, fmts: tuple[str, ...], what: str) -> dict[str,
         tensors = load_safetensors(blob)
         header = _header(blob)
     except (SafetensorError, ValueError, OSError) as err:
-        raise WeightsError(f"{model} cannot be read as safetensors ({_first(err)}); expected {what}") from None
+        raise WeightsError(f"{model} is not a safetensors file (its header does not read: {type(err).__name__}); "
+                           f"expected {what}") from None
     if config_path is not None and not config_path.is_file():
         raise WeightsError(f"{config_path}: no such file; {model} needs it beside it ({what})")
     source, text = (config_path, _read_text(config_path)) if config_path is not None else (model, header.get(META))
@@ -103,11 +104,6 @@ def _read_text(path: Path) -> str:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
         raise WeightsError(f"{path} is not text ({err.reason} at byte {err.start}); expected a JSON config") from None
-
-
-def _first(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__
 
 
 def read_weights(path: str | Path, fmt: str | tuple[str, ...], what: str) -> dict[str, Any]:
