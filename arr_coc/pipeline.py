@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import Canvas, make_canvas
 from arr_coc.config import MAX_QUESTION_CHARS, PIPELINE_CHANNELS, ARRConfig, check_int
+from arr_coc.errors import WeightsError
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
@@ -25,9 +26,7 @@ from arr_coc.relevance import SCORERS, Relevance
 from arr_coc.samplers import SAMPLERS, Selection, select
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 from arr_coc.threads import check_threads
-from arr_coc.errors import WeightsError
-from arr_coc.weights import SCORER_FORMAT, load_scorer_weights  # noqa: F401  (the scorer files' tag, re-exported)
-from arr_coc.weights import pretrained_config, save_folder, scorer_file
+from arr_coc.weights import SCORER_FORMAT, load_scorer_weights, pretrained_config, save_folder, scorer_file  # noqa: F401  (the scorer files' tag, re-exported)
 
 
 @dataclass

@@ -16,9 +16,9 @@ import shutil
 from pathlib import Path
 from typing import IO, Any, Callable
 
-from arr_coc.errors import DiskFullError, WeightsError
-
 import torch
+
+from arr_coc.errors import DiskFullError, WeightsError
 
 SCORER_FORMAT = "arr-coc-scorer/2"  # trained relevance scorer (and the sampler trained with it)
 LEARNED_FORMAT = "arr-coc-allocator/1"  # trained selector or pruner (arr_coc.allocators.pruning)

@@ -14,8 +14,8 @@ import json
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from arr_coc.weights.files import LEARNED_FORMAT, LEARNED_KINDS, SCORER_FORMAT, atomic_write, file_sha256
