@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
 from arr_coc.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
 from arr_coc.soft_topk import standardized_soft_topk
-from arr_coc.weights import LEARNED_FORMAT, load_learned, save_folder
+from arr_coc.weights import LEARNED_FORMAT, is_name, load_learned, pretrained_path, save_folder
 
 
 def _check_k(k: int, mask: Tensor) -> None:
@@ -127,7 +127,11 @@ class Pretrained:
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path = "auto") -> Any:
-        """Trained weights, checked against the module they rebuild: ``"auto"`` (the shipped ones), a name or a folder."""
+        """Trained weights, checked against the module they rebuild: ``"auto"`` (the shipped ones), a shipped name,
+        a folder, or a Hub id (downloaded)."""
+        spec = str(name_or_path)
+        if not (is_name(spec) or Path(spec).exists()):
+            name_or_path = pretrained_path(spec)
         return load_learned(cls.kind, name_or_path)[0]
 
     def save_pretrained(self, folder: str | Path, channels: Sequence[str] = (), **meta: Any) -> Path:

@@ -21,7 +21,7 @@ from arr_coc.weights.files import (
                                    load_file,
                                    weights_digest,
 )
-from arr_coc.weights.folders import CONFIG, MODEL, is_folder_weights, read_weights, save_folder
+from arr_coc.weights.folders import CONFIG, MODEL, is_folder_weights, pretrained_path, read_weights, save_folder
 from arr_coc.weights.leakage import SCORER_FREE, refuse_leakage, trained_on
 from arr_coc.weights.loaders import (
     encoder_name,
@@ -47,6 +47,6 @@ from arr_coc.weights.registry import (
 __all__ = ["CONFIG", "LEARNED_FORMAT", "LEARNED_KINDS", "MODEL", "PACKAGED", "SCORER_FORMAT", "SCORER_FREE",
            "SHIPPED", "Entry", "atomic_save", "atomic_write", "check_fields", "check_names", "check_state",
            "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "is_folder_weights", "is_name",
-           "load_file", "load_learned", "load_learned_methods", "load_scorer_weights", "pretrained_config", "publish",
+           "load_file", "load_learned", "load_learned_methods", "load_scorer_weights", "pretrained_config", "pretrained_path", "publish",
            "read_weights", "scorer_file",
            "refuse_leakage", "resolve", "save_folder", "trained_on", "weights_digest"]
