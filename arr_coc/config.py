@@ -200,7 +200,8 @@ class ScorerConfig:
         "help": "width of the context-weight MLP"})
     weights: str = field(default="auto", metadata={
         "help": "auto: the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel "
-                "set (else hand-set); none: always hand-set; or a file from `arr-coc train`"})
+                "set (else hand-set); none: always hand-set; a shipped name (log_polar); or a weights folder "
+                "(model.safetensors + config.json) from `arr-coc train` or save_pretrained"})
     # multiplies each part's context weight (propositional, perspectival, participatory) in the map:
     # 1 = as trained, 0 = that way of knowing off; an ablation knob (the microscope's sliders), never trained
     part_scale: tuple[float, float, float] = field(default=(1.0, 1.0, 1.0), metadata={

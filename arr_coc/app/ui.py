@@ -42,8 +42,8 @@ def _settings(saccades: Any, method: str, channels: list[str], weights: str, che
         raise ValueError("choose at least one texture channel")
     if weights == "checkpoint":
         if not checkpoint:
-            raise ValueError("upload a scorer checkpoint (a .pt file from `arr-coc train`) or choose shipped or "
-                             "hand-set")
+            raise ValueError("upload scorer weights (model.safetensors from `arr-coc train` or `save_pretrained`, or "
+                             "an older .pt file) or choose shipped or hand-set")
         spec = checkpoint
     else:
         spec = SCORER_WEIGHTS[weights]
@@ -76,7 +76,8 @@ def build(scope: Microscope) -> gr.Blocks:
             ch = gr.CheckboxGroup(list(CHOOSABLE), value=list(PIPELINE_CHANNELS), label=f"texture channels {suffix}")
             wt = gr.Radio(["shipped", "hand-set", "checkpoint"], value="shipped", label=f"scorer weights {suffix}",
                           info="shipped: trained, when it fits the channels; checkpoint: a file from `arr-coc train`")
-            ck = gr.File(label=f"scorer checkpoint {suffix} (.pt)", file_types=[".pt"], type="filepath", height=80)
+            ck = gr.File(label=f"scorer weights {suffix} (model.safetensors or .pt)",
+                         file_types=[".safetensors", ".pt"], type="filepath", height=80)
             preset = gr.Radio(list(PRESETS), value="all on", label=f"preset {suffix}")
             sliders = [gr.Slider(0, 2, value=1, step=0.05, label=f"{p} {suffix}", info="1 = as trained, 0 = off")
                        for p in PARTS]
