@@ -138,7 +138,7 @@ def test_second_pass_equals_one_fresh_prefill_of_the_same_sequence(pair):
     assert visuals[0].positions.tolist() == fresh[0].positions.tolist()
     pre, suf = fast.prompt_ids(qs[0])
     single = assemble(fast.embed_tokens, [pre], visuals, [suf], fast.rope_rows)
-    ref_tokens, ref_logits = generate(fast, single, max_new_tokens=4, eos_token_id=fast.text_config.eos_token_id)
+    ref_tokens, ref_logits = generate(fast, single, max_new_tokens=4)
     tokens, logits = second_pass(fast, look, visuals, max_new_tokens=4)
     assert tokens.tolist() == ref_tokens.tolist()
     torch.testing.assert_close(logits, ref_logits, atol=ATOL, rtol=0)
