@@ -300,7 +300,7 @@ def _table_sources() -> list[tuple[type, Options]]:
 
 
 def _cell(value: Any) -> str:
-    if value is None:
+    if value is None or value == ():
         return "none"
     if isinstance(value, tuple):
         return " ".join(map(str, value))

@@ -178,15 +178,15 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, generation_config: Any = 
     config = decoding_config(adapter, generation_config, max_new_tokens)
     if bool(prefill.visual_mask[:, -1].any()):
         raise ValueError("every prompt must end in text (the chat template's generation prompt), not a visual token")
-    device, mask = prefill.inputs_embeds.device, prefill.attention_mask
-    ids = prefill.token_ids if prefill.token_ids is not None else torch.full_like(mask, -1)
+    device, mask, pad = prefill.inputs_embeds.device, prefill.attention_mask, adapter.text_config.pad_token_id or 0
+    # unknown ids read as padding, not as image placeholders
+    ids = prefill.token_ids if prefill.token_ids is not None else torch.full_like(mask, pad)
     if cache is None:
         cache = DynamicCache(config=adapter.text_config)
     elif past_mask is None or past_mask.shape[1] != cache.get_seq_length():
         raise ValueError("continuing a cache needs past_mask [B, cached length]")
     else:
-        # unknown ids of the cached part read as padding, not as image placeholders
-        past = past_ids if past_ids is not None else torch.full_like(past_mask, adapter.text_config.pad_token_id or 0)
+        past = past_ids if past_ids is not None else torch.full_like(past_mask, pad)
         ids, mask = torch.cat([past.to(ids), ids], 1), torch.cat([past_mask.to(mask), mask], 1)
     start = time.perf_counter()
     if prefill.inputs_embeds.shape[1] > 1:

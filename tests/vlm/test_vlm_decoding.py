@@ -9,13 +9,11 @@ import re
 
 import pytest
 import torch
+from test_vlm_ask import fast_arr, small_image
 from transformers import GenerationConfig
 
 from arr_coc.cli import main
-from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.config import DecodeConfig
 from arr_coc.vlm import ask, assemble, generate, load_vlm
 from arr_coc.vlm.generation import from_decode
 
@@ -25,15 +23,6 @@ FAST = ["--query-encoder", "hashing", "--channels", "mvp", "--saccades", "8"]
 @pytest.fixture(scope="module")
 def qwen():
     return load_vlm("tiny:qwen2_5_vl")
-
-
-def fast_arr(cell):
-    return ARR(ARRConfig(canvas=CanvasConfig(cell=cell), texture=TextureConfig(channels=MVP_CHANNELS)),
-               query_encoder=HashingQueryEncoder()).eval()
-
-
-def small_image(adapter, seed=0):
-    return torch.rand(3, 6 * adapter.cell, 8 * adapter.cell, generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("config, error, message", [
