@@ -222,7 +222,7 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
                         encoded=planned.gestalt_tokens)
     prompt = prefill(adapter, visual, planned.prompts, look=planned.look)
     tokens, _ = decode(adapter, prompt, max_new_tokens=max_new_tokens, generation_config=generation_config,
-                       streamer=streamer, seed=seed, timings=t)
+                       streamer=streamer, seed=seed, logits=False, timings=t)
     return answers(adapter, planned.queries, tokens, visual, prompt, planned.plans, allocator, relevance, t)
 
 

@@ -147,7 +147,7 @@ def token_ids(adapter: VLMAdapter, ids: Tensor, mask: Tensor) -> Tensor:
 @torch.no_grad()
 def generate(adapter: VLMAdapter, prefill: Prefill, *, generation_config: Any = None,
              max_new_tokens: int = MAX_NEW_TOKENS, cache: Any = None, past_mask: Tensor | None = None,
-             past_ids: Tensor | None = None, streamer: Any = None, seed: int | None = None,
+             past_ids: Tensor | None = None, streamer: Any = None, seed: int | None = None, logits: bool = True,
              timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor | None]:
     """Decode with the model's own ``generate`` from a prefill with explicit positions.
 
@@ -167,15 +167,17 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, generation_config: Any = 
             ``past_mask`` [B, L0] its padding mask and ``past_ids`` [B, L0] its ids (-1 on visual tokens).
         streamer: a transformers streamer (``TextStreamer``), batch of one.
         seed: seeds the draws of sampling on a generator forked from torch's (None: torch's global state).
+        logits: keep the logits of every step (False: a caller that reads only the tokens saves [B, T, V]).
         timings: receives ``prefill_ms`` (the prompt up to its last token) and ``decode_ms`` (the rest).
 
     Returns:
-        tokens [B, T] (T <= the length limit; a finished row repeats its end token) and, without beam
-        search, the raw logits [B, T, V] that chose them (else None).
+        tokens [B, T] (T <= the length limit; a finished row repeats its end token) and, with ``logits``
+        and without beam search, the raw logits [B, T, V] that chose them (else None).
     """
     from transformers import DynamicCache
 
     config = decoding_config(adapter, generation_config, max_new_tokens)
+    config.output_logits = config.output_logits and logits
     if bool(prefill.visual_mask[:, -1].any()):
         raise ValueError("every prompt must end in text (the chat template's generation prompt), not a visual token")
     device, mask, pad = prefill.inputs_embeds.device, prefill.attention_mask, adapter.text_config.pad_token_id or 0
@@ -207,12 +209,11 @@ def generate(adapter: VLMAdapter, prefill: Prefill, *, generation_config: Any = 
         out = adapter.model.generate(input_ids=token_ids(adapter, ids, mask), attention_mask=mask,
                                      position_ids=model_positions(adapter, prefill.position_ids[..., -1:]),
                                      cache=cache, generation_config=config, streamer=streamer, **extra)
-    tokens = out.sequences[:, mask.shape[1]:]
-    logits = torch.stack(out.logits, 1) if config.output_logits else None
+    tokens, scores = out.sequences[:, mask.shape[1]:], torch.stack(out.logits, 1) if config.output_logits else None
     if timings is not None:
         synchronize(device)
         timings["decode_ms"] = (time.perf_counter() - start) * 1e3
-    return tokens, logits
+    return tokens, scores
 
 
 def answer_text(adapter: VLMAdapter, tokens: Sequence[int]) -> tuple[str, list[int]]:

@@ -359,13 +359,14 @@ def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
 
 
 def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW_TOKENS,
-           generation_config: Any = None, streamer: Any = None, seed: int | None = None,
+           generation_config: Any = None, streamer: Any = None, seed: int | None = None, logits: bool = True,
            timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor | None]:
     """The answers (tokens [B, T]; logits [B, T, V] without beam search) from the model's own ``generate``
     (:func:`arr_coc.vlm.generation.generate`): greedy by default, or any ``transformers.GenerationConfig``.
 
     ``max_new_tokens`` is the limit where ``generation_config`` sets none; ``streamer`` a transformers
-    streamer (one prompt); ``seed`` seeds sampling without touching torch's global generator.
+    streamer (one prompt); ``seed`` seeds sampling without touching torch's global generator;
+    ``logits=False`` keeps no logits (None in their place).
     ``timings`` collects ``prefill`` (the prompt's forward) and ``decode`` milliseconds. A first
     look's cache is consumed: it answers once.
     """
@@ -376,7 +377,7 @@ def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW
         past = dict(cache=look.cache, past_mask=look.attention_mask,
                     past_ids=left_pad_ids(cached, look.attention_mask.shape[1], look.attention_mask.device))
     out = generate(adapter, prompt.prefill, generation_config=generation_config, max_new_tokens=max_new_tokens,
-                   streamer=streamer, seed=seed, timings=g if timings is not None else None, **past)
+                   streamer=streamer, seed=seed, logits=logits, timings=g if timings is not None else None, **past)
     if timings is not None:
         timings["prefill"] = timings.get("prefill", 0.0) + g["prefill_ms"]
         timings["decode"] = timings.get("decode", 0.0) + g["decode_ms"]
