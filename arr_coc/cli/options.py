@@ -19,6 +19,7 @@ from arr_coc.config import (
     MAX_QUESTION_TOKENS,
     ARRConfig,
     CanvasConfig,
+    DecodeConfig,
     GestaltConfig,
     SamplerConfig,
     ScorerConfig,
@@ -37,6 +38,9 @@ SAMPLER_OPTIONS: Options = {"name": "--sampler", "saccades": "--saccades"}
 # sampler takes its trained parameters from --scorer-weights when that run trained it)
 SAMPLER_NAME_OPTIONS: Options = {"name": "--sampler"}
 SEED_OPTIONS: Options = {"seed": "--seed"}
+# `ask` decodes with transformers' generate: the common GenerationConfig settings
+DECODE_OPTIONS: Options = {"do_sample": "--do-sample", "temperature": "--temperature", "top_p": "--top-p",
+                           "num_beams": "--num-beams", "stop": "--stop", "seed": "--seed"}
 
 TOKENS_HELP = ("T total visual tokens (gestalt + saccades), as tokens (529) or a share of full resolution (25%%): "
                "the largest square gestalt of at most T/2 tokens (sides 16, 12, 8, 6, 4, 2, 1, clamped to the "
@@ -209,6 +213,15 @@ def vlm(required: bool = True) -> argparse.ArgumentParser:
     return parent
 
 
+def decoding(parser: argparse.ArgumentParser) -> None:
+    """How the VLM writes its answer (:class:`arr_coc.config.DecodeConfig`), and whether it streams."""
+    g = parser.add_argument_group("decoding (transformers' generate; default: greedy)")
+    add_options(g, DecodeConfig, DECODE_OPTIONS)
+    g.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="print the answer as it is generated (default: when printing text to a terminal; "
+                        "not with --json or --num-beams above 1)")
+
+
 def max_new_tokens_option(g: argparse._ActionsContainer, default: int = MAX_NEW_TOKENS) -> None:
     g.add_argument("--max-new-tokens", type=int, default=default, help=MAX_NEW_TOKENS_HELP)
 
@@ -281,12 +294,13 @@ def _table_sources() -> list[tuple[type, Options]]:
         (ScorerConfig, {**SCORER_OPTIONS, "query_dim": "", "hidden": "", "part_scale": ""}),
         (SamplerConfig, {**SAMPLER_OPTIONS, "kwargs": ""}),
         (ARRConfig, SEED_OPTIONS),
+        (DecodeConfig, DECODE_OPTIONS),
         (TrainConfig, {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainConfig)}),
     ]
 
 
 def _cell(value: Any) -> str:
-    if value is None:
+    if value is None or value == ():
         return "none"
     if isinstance(value, tuple):
         return " ".join(map(str, value))
