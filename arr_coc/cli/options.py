@@ -232,7 +232,8 @@ def data() -> argparse.ArgumentParser:
     parent, g = _parent("data")
     g.add_argument("dataset", help=f"dataset: {', '.join(DATASETS.names())}")
     g.add_argument("--data", type=Path, default=None,
-                   help="dataset folder (jsonl: the .jsonl file); default: ../shared/data/<name> or $ARR_COC_DATA")
+                   help="dataset folder (jsonl: the .jsonl file); default: $ARR_COC_DATA/<name>, or "
+                        "../shared/data/<name> beside a source checkout")
     g.add_argument("--limit", type=int, default=None, help="evaluate N records (a seeded subset spread over images)")
     g.add_argument("--split", choices=("train", "val", "test"), default=None,
                    help="only the images of this split (by image id, as `arr-coc train` splits them; DocVQA, "

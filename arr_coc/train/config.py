@@ -21,7 +21,7 @@ class TrainConfig:
         "help": 'what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"'})
     datasets: tuple[str, ...] = field(default=("funsd", "sroie", "coco"), metadata={"help": "datasets to train on"})
     data: str | None = field(default=None, metadata={
-        "help": "datasets' root folder (default ../shared/data or $ARR_COC_DATA)"})
+        "help": "datasets' root folder (default $ARR_COC_DATA, or ../shared/data beside a source checkout)"})
     limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
     tokens: str = field(default="10%", metadata={
         "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
