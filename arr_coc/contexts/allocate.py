@@ -12,10 +12,12 @@
 4. the ``text_layer`` channel (:mod:`arr_coc.channels.text_layer`) paints the page words that are the
    question's words, weighted by their inverse page frequency over the context and divided by one
    context-wide maximum, so it is comparable across pages;
-5. one ranking over every valid cell of every page: the page's relevance z-scored over its cells
-   (the scorer's own scale differs from page to page), plus ``text_weight`` x the cell's text-layer
-   match, plus ``page_weight`` x the page's best text-layer match (the detail goes to the pages the
-   question names); the top K cells, ties broken by page then cell order, are the saccades.
+5. one ranking over every valid cell of every page: the page's relevance scaled to [0, 1] over its
+   cells (the scorer standardises parts per image, so its scale differs from page to page; a z-score
+   let a 15-cell page's outlier beat a matched page), plus ``text_weight`` x the cell's text-layer
+   match (the matching words' area in the cell), plus ``page_weight`` x the page's best matching
+   word (the detail goes to the pages the question names); the top K cells, ties broken by page then
+   cell order, are the saccades.
 
 The total sent is exact: sum of the gestalts + K. A context of one page keeps today's path: the
 ARR's own sampler on its own relevance (``ContextAllocation.allocation`` is the usual
@@ -45,7 +47,6 @@ from arr_coc.ocr import DET_LIMIT_SIDE_LEN
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.plan import Plan
 from arr_coc.query import check_queries
-from arr_coc.relevance import standardize
 from arr_coc.texture import compute_texture, pool_to_cells
 
 # Chosen on validation documents (docs/coc.md): a cell on a matched word of the question outranks
@@ -205,6 +206,12 @@ def _seed(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[list[Li
     return words, source
 
 
+def _unit(rel: Tensor) -> Tensor:
+    """A page's relevance scaled to [0, 1] over its cells (its best cell 1): the scorer's scale varies by page."""
+    lo, hi = rel.min(), rel.max()
+    return (rel - lo) / (hi - lo) if float(hi - lo) > 0 else torch.zeros_like(rel)
+
+
 def _idf(pages_words: Sequence[Sequence[Line]], question: str) -> dict[str, float]:
     """Each question term's weight: log(1 + pages / pages holding it); 0 where no page holds it."""
     n = len(pages_words)
@@ -265,7 +272,8 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
         page_alloc, alloc = _one_page(arr, ctx.pages[0], question, tokens, saccades, ocr, t)
         out = [page_alloc]
     else:
-        out = _many_pages(arr, ctx.pages, question, tokens, saccades, ocr, text_weight, page_weight, chunk, t)
+        with torch.no_grad():  # a ranking, not a training step: no graph over the pages
+            out = _many_pages(arr, ctx.pages, question, tokens, saccades, ocr, text_weight, page_weight, chunk, t)
     has_text = [p for p in out if p.words]
     text = "\n\n".join(" ".join(w for w, _ in p.words) for p in has_text)
     n_text = count_tokens(text, tokenizer) if has_text else None
@@ -282,7 +290,8 @@ def _many_pages(arr: ARR, pages: Sequence[Page], question: str, tokens: int | No
     images, rels, words, sources = [], [], [], []
     for lo in range(0, len(pages), max(1, chunk)):
         part = pages[lo:lo + max(1, chunk)]
-        scene: Scene = arr.see([p.image for p in part], timings=t)
+        tc: dict[str, float] = {}  # this chunk's stage times, summed into t
+        scene: Scene = arr.see([p.image for p in part], timings=tc)
         c = scene.canvas
         crops = [c.pixels[i, :, :h, :w] for i, (h, w) in enumerate(c.sizes)]
         for img, page in zip(crops, part):
@@ -291,21 +300,23 @@ def _many_pages(arr: ARR, pages: Sequence[Page], question: str, tokens: int | No
             sources.append(src)
             images.append(img.clone())
         g = arr.gestalt(scene, k)
-        relevance, _ = arr.score(scene, [question] * len(part), g.vector, timings=t)
-        z = standardize(relevance.map[:, None], c.valid)[:, 0]  # [b, Hc, Wc]
-        rels.extend(z[i, : h // c.cell, : w // c.cell] for i, (h, w) in enumerate(c.sizes))
+        relevance, _ = arr.score(scene, [question] * len(part), g.vector, timings=tc)
+        for name, ms in tc.items():
+            t[name] = t.get(name, 0.0) + ms
+        rels.extend(_unit(relevance.map[i, : h // c.cell, : w // c.cell]) for i, (h, w) in enumerate(c.sizes))
     start = time.perf_counter()
     idf = _idf(words, question)
     norm = max((max(word_values([w for w, _ in ws], question, idf), default=0.0) for ws in words), default=0.0)
     scores = []
     for img, rel, ws in zip(images, rels, words):
+        best = max(word_values([w for w, _ in ws], question, idf), default=0.0) / norm if norm > 0 else 0.0
         if norm > 0:
             m = compute_texture(img[None], ("text_layer",), queries=[question], cache=arr.cache,
                                 options={"text_layer": {"weights": idf, "norm": norm}})
             text = pool_to_cells(m, cfg.cell)[0, 0]  # [hc, wc]
         else:
             text = torch.zeros_like(rel)
-        scores.append(rel + text_weight * text + page_weight * text.max())
+        scores.append(rel + text_weight * text + page_weight * best)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
     flat = torch.cat([s.reshape(-1) for s in scores])
