@@ -225,8 +225,8 @@ def _one_page(arr: ARR, page: Page, question: str, tokens: int | None, saccades:
     (h, w), cell = scene.canvas.sizes[0], scene.canvas.cell
     image = scene.canvas.pixels[0, :, :h, :w]
     words, source = _seed(arr, image, page, ocr) if (page.words or ocr is not None) else ([], "none")
-    k = saccades if tokens is None else split_context(scene.extents, tokens=tokens)[1]  # the ARR checks K itself
-    alloc = arr.allocate(scene, [question], saccades=k, timings=t)
+    grid, k = (None, saccades) if tokens is None else split_context(scene.extents, tokens=tokens)  # the ARR checks K
+    alloc = arr.allocate(scene, [question], saccades=k, timings=t, gestalt_grid=None if grid is None else grid[0])
     plan = Plan("arr", "cells", scene.extents[0], gestalt=alloc.gestalt.grid, cells=alloc.positions[0],
                 scores=alloc.scores[0])
     rel = alloc.relevance.map[0, : h // cell, : w // cell]

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from arr_coc import ARR, ARRConfig
 from arr_coc.budget import split_budget
-from arr_coc.config import MVP_CHANNELS, TextureConfig
+from arr_coc.config import MVP_CHANNELS, GestaltConfig, TextureConfig
 from arr_coc.contexts import allocate_context, load_context, split_context, text_tokens, tokenizer_name
 from arr_coc.documents.text_pages import TextLayout, render_text
 from arr_coc.query import HashingQueryEncoder
@@ -30,8 +30,9 @@ def _without_times(d: dict) -> dict:
 def test_one_image_is_todays_path(budget):
     arr, image = _arr(), torch.rand(3, 560, 448)
     ctx = allocate_context(arr, image, "Where is the total?", **budget)
-    k = budget.get("saccades") or split_budget(budget["tokens"], (20, 16))[1]
-    today = arr(image, "Where is the total?", saccades=k)
+    grid, k = split_budget(budget["tokens"], (20, 16)) if "tokens" in budget else (None, budget["saccades"])
+    cfg = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), gestalt=GestaltConfig(grid=grid))
+    today = ARR(cfg, query_encoder=HashingQueryEncoder())(image, "Where is the total?", saccades=k)  # as look runs
     assert torch.equal(ctx.pages[0].plan.cells, today.positions[0])
     assert json.dumps(_without_times(ctx.allocation.to_json(0))) == json.dumps(_without_times(today.to_json(0)))
     assert ctx.tokens == today.tokens_sent == k + 8 * 8 and ctx.text_tokens is None and ctx.compression is None
