@@ -164,3 +164,14 @@ def test_allocation_hands_the_rendered_words_to_the_channel():
     out = allocate_context(_arr(), ctx, "Where is gamma?", tokens=2 * len(ctx) + 8)
     for page, p in zip(ctx.pages, out.pages):
         assert p.text_from == "text layer" and p.words == [(w.text, w.box) for w in page.words]  # canvas = page
+
+
+def test_a_seen_context_serves_several_questions_as_fresh_calls_do():
+    from arr_coc.contexts import see_context
+
+    ctx = render_text(_story(4, 2), SMALL)
+    arr = _arr()
+    seen = see_context(arr, ctx)
+    for q in ("When does the zanzibar harbour open?", "What is lorem?"):
+        a, b = allocate_context(arr, seen, q, tokens=40), allocate_context(_arr(), ctx, q, tokens=40)
+        assert [p.plan.cells.tolist() for p in a.pages] == [p.plan.cells.tolist() for p in b.pages]
