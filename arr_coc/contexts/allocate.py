@@ -49,8 +49,8 @@ from arr_coc.plan import Plan
 from arr_coc.query import check_queries
 from arr_coc.texture import compute_texture, pool_to_cells
 
-# Chosen on validation documents (docs/coc.md): a cell on a matched word of the question outranks
-# the page's most relevant unmatched cells; a page holding the question's words outranks pages without.
+# Set by hand, not tuned (docs/coc.md): a cell on a matched word of the question outranks the page's
+# most relevant unmatched cells (relevance is in [0, 1]); a page holding the question's words outranks pages without.
 TEXT_WEIGHT = 4.0
 PAGE_WEIGHT = 2.0
 CHUNK = 4  # pages scored at once: ~0.3 GB of texture per A4 page at 150 dpi
@@ -263,6 +263,25 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
     return ContextAllocation(question, out, ctx.source, dict(ctx.meta), n_text, tokenizer_name(tokenizer), t, alloc)
 
 
+def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
+    """The K best cells over every page's score map [hc_i, wc_i], per page as [k_i, 2] (y, x) in rank order.
+
+    Ties go to the earlier page, then the earlier cell (a stable sort), so the result is deterministic.
+
+    >>> [c.tolist() for c in rank_cells([torch.tensor([[0.1, 0.9]]), torch.tensor([[0.5], [0.9]])], 3)]
+    [[[0, 1]], [[1, 0], [0, 0]]]
+    """
+    flat = torch.cat([s.reshape(-1) for s in scores])
+    order = torch.sort(flat, descending=True, stable=True).indices[:k]
+    offsets = torch.tensor([0] + [s.numel() for s in scores]).cumsum(0)
+    page_of = torch.searchsorted(offsets, order, right=True) - 1
+    out = []
+    for i, s in enumerate(scores):
+        mine = order[page_of == i] - offsets[i]  # rank order kept
+        out.append(torch.stack([mine // s.shape[1], mine % s.shape[1]], -1).long().reshape(-1, 2))
+    return out
+
+
 def _many_pages(arr: ARR, seen: SeenContext, question: str, tokens: int | None, saccades: int | None,
                 text_weight: float, page_weight: float, t: dict[str, float]) -> list[PageAllocation]:
     cell = seen.scenes[0].canvas.cell
@@ -299,16 +318,10 @@ def _many_pages(arr: ARR, seen: SeenContext, question: str, tokens: int | None, 
         scores.append(rel + text_weight * text + page_weight * best)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
-    flat = torch.cat([s.reshape(-1) for s in scores])
-    order = torch.sort(flat, descending=True, stable=True).indices[:k]
-    offsets = torch.tensor([0] + [s.numel() for s in scores]).cumsum(0)
-    page_of = torch.searchsorted(offsets, order, right=True) - 1
     out = []
-    for i, (page, img, s) in enumerate(zip(seen.context.pages, images, scores)):
-        mine = order[page_of == i] - offsets[i]  # rank order kept
-        wc = s.shape[1]
-        cells = torch.stack([mine // wc, mine % wc], -1).long().reshape(-1, 2)
-        plan = Plan("coc", "cells", tuple(s.shape), gestalt=gestalts[i], cells=cells, scores=s.reshape(-1)[mine])
+    for i, (page, img, s, cells) in enumerate(zip(seen.context.pages, images, scores, rank_cells(scores, k))):
+        flat = s.reshape(-1)[cells[:, 0] * s.shape[1] + cells[:, 1]]
+        plan = Plan("coc", "cells", tuple(s.shape), gestalt=gestalts[i], cells=cells, scores=flat)
         out.append(PageAllocation(page.index, img, plan, cell, s, words[i], seen.sources[i]))
     t["selection"] = (time.perf_counter() - start) * 1e3
     return out
