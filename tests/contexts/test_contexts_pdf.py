@@ -3,11 +3,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
 import pytest
 import torch
-from matplotlib.backends.backend_pdf import PdfPages
-from matplotlib.figure import Figure
+from conftest import key_pdf
 
 from arr_coc import ARR, ARRConfig
 from arr_coc.channels.text import lines_entry
@@ -16,20 +14,9 @@ from arr_coc.contexts import allocate_context, load_context
 from arr_coc.query import HashingQueryEncoder
 
 
-def _pdf(path: Path, pages: int) -> Path:
-    """``pages`` small pages, page i saying "chapter i" and, on page 37 only, where the key is."""
-    with matplotlib.rc_context({"pdf.fonttype": 42}), PdfPages(path) as pdf:
-        for i in range(pages):
-            fig = Figure(figsize=(2.4, 1.6))
-            fig.text(0.1, 0.7, f"chapter {i} notes", fontsize=9)
-            fig.text(0.1, 0.3, "the brass key is under the mat" if i == 37 else "nothing to see here", fontsize=9)
-            pdf.savefig(fig)
-    return path
-
-
 @pytest.fixture(scope="module")
 def fifty(tmp_path_factory) -> Path:
-    return _pdf(tmp_path_factory.mktemp("ctx") / "fifty.pdf", 50)
+    return key_pdf(tmp_path_factory.mktemp("ctx") / "fifty.pdf", 50)
 
 
 def _arr() -> ARR:
