@@ -141,9 +141,23 @@ def main() -> None:
     ap.add_argument("--page-weight", type=float, default=None, help="ranking weight (default: the library's)")
     ap.add_argument("--channels", nargs="+", default=None, help="the ARR's channels (default: the pipeline's)")
     ap.add_argument("--out", type=Path, default=None, help="default benchmarks/results/coc/<split>")
+    ap.add_argument("--summarize", action="store_true",
+                    help="only remake summary.md from the rows.csv and timing.csv of --out (a run cut short)")
     args = ap.parse_args()
     out = args.out or Path(__file__).parent / "results" / "coc" / args.split
     out.mkdir(parents=True, exist_ok=True)
+    if args.summarize:
+        rows = list(csv.DictReader(open(out / "rows.csv")))
+        for r in rows:
+            for k in ("page_hit", "pages", "budget", "tokens", "text_tokens", "page"):
+                r[k] = int(r[k])
+            for k in ("compression", "coverage", "reading", "full_reading"):
+                r[k] = float(r[k])
+        timing = [(t["source"], int(t["pages"]), float(t["see_ms"]), float(t["alloc_ms"]), float(t["full_tokens"]))
+                  for t in csv.DictReader(open(out / "timing.csv"))]
+        (out / "summary.md").write_text(summary(rows, timing, args))
+        print((out / "summary.md").read_text())
+        return
     weights = {k: v for k, v in (("text_weight", args.text_weight), ("page_weight", args.page_weight)) if v is not None}
     reader = make_reader(args.reader)
     arr = ARR(ARRConfig(texture=TextureConfig(channels=tuple(args.channels)) if args.channels else TextureConfig())).eval()
@@ -202,7 +216,7 @@ def write_rows(out: Path, rows: list[dict], timing: list[tuple]) -> None:
 
 
 def summary(rows, timing, args) -> str:
-    cmd = "python benchmarks/coc_questions.py " + " ".join(sys.argv[1:])
+    cmd = "python benchmarks/coc_questions.py " + " ".join(a for a in sys.argv[1:] if a != "--summarize")
     groups = defaultdict(list)
     for r in rows:
         groups[(r["source"], r["compression"], r["method"])].append(r)
