@@ -141,6 +141,8 @@ def main() -> None:
     ap.add_argument("--page-weight", type=float, default=None, help="ranking weight (default: the library's)")
     ap.add_argument("--channels", nargs="+", default=None, help="the ARR's channels (default: the pipeline's)")
     ap.add_argument("--out", type=Path, default=None, help="default benchmarks/results/coc/<split>")
+    ap.add_argument("--bm25-rank", action="store_true",
+                    help="only print where BM25 ranks each question's page (text alone: no allocation, no reading)")
     ap.add_argument("--summarize", action="store_true",
                     help="only remake summary.md from the rows.csv and timing.csv of --out (a run cut short)")
     args = ap.parse_args()
@@ -157,6 +159,19 @@ def main() -> None:
                   for t in csv.DictReader(open(out / "timing.csv"))]
         (out / "summary.md").write_text(summary(rows, timing, args))
         print((out / "summary.md").read_text())
+        return
+    if args.bm25_rank:
+        ranks = []
+        for name, source, ctx in contexts(args.split, args.docs, args.pages, args.dpi, args.sources):
+            texts = [p.text for p in ctx.pages]
+            retriever = bm25s.BM25()
+            retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+            for q in context_questions(ctx, args.questions):
+                ids, _ = retriever.retrieve(bm25s.tokenize([q.question], stopwords="en", show_progress=False),
+                                            k=len(texts), show_progress=False)
+                ranks.append([int(i) for i in ids[0]].index(q.page - ctx.pages[0].index) + 1)
+                print(f"{name} {source}: {q.question!r} page {q.page + 1}: BM25 rank {ranks[-1]}")
+        print(f"BM25 ranks the answer's page first for {sum(r == 1 for r in ranks)} of {len(ranks)} questions")
         return
     weights = {k: v for k, v in (("text_weight", args.text_weight), ("page_weight", args.page_weight)) if v is not None}
     reader = make_reader(args.reader)
