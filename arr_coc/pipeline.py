@@ -232,10 +232,14 @@ class ARR(nn.Module):
                                    options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
         return Scene(canvas=canvas, cell_texture=texture)
 
-    def gestalt(self, scene: Scene, saccades: int) -> Gestalt:
-        """The gestalt sent with K saccades (16x16, or smaller for small K; clamped to the smallest image)."""
+    def gestalt(self, scene: Scene, saccades: int, grid: tuple[int, int] | None = None) -> Gestalt:
+        """The gestalt sent with K saccades (16x16, or smaller for small K; clamped to the smallest image).
+
+        ``grid`` overrides the config's rule (a total T split by :func:`arr_coc.budget.split_budget`).
+        """
         ext = scene.extents
-        grid = self.config.gestalt.grid_for(saccades, (min(e[0] for e in ext), min(e[1] for e in ext)))
+        if grid is None:
+            grid = self.config.gestalt.grid_for(saccades, (min(e[0] for e in ext), min(e[1] for e in ext)))
         return self.gestalt_encoder(scene.cell_texture, ext, grid)
 
     def score(self, scene: Scene, queries: str | Sequence[str], gestalt_vector: Tensor,
@@ -323,10 +327,11 @@ class ARR(nn.Module):
 
     def allocate(self, scene: Scene, queries: str | Sequence[str], *, saccades: int | None = None,
                  timings: dict[str, float] | None = None,
-                 coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None) -> Allocation:
+                 coupled: Callable[[Canvas, list[str]], dict[str, Tensor]] | None = None,
+                 gestalt_grid: tuple[int, int] | None = None) -> Allocation:
         """Allocate on a :meth:`see` result: several questions or values of K on one image pay for its texture once.
 
-        ``coupled``: as in :meth:`forward`.
+        ``coupled``: as in :meth:`forward`; ``gestalt_grid``: as in :meth:`gestalt`.
         """
         self.check_weights()
         t = {} if timings is None else timings
@@ -335,7 +340,7 @@ class ARR(nn.Module):
         queries = check_queries(queries, canvas.batch_size, self.max_question_tokens)
         given = coupled(canvas, queries) if coupled is not None else None
         with _timed(t, "gestalt"):
-            gestalt = self.gestalt(scene, k)
+            gestalt = self.gestalt(scene, k, gestalt_grid)
         relevance, query_emb, cells = self._score(scene, queries, gestalt.vector, timings=t, given=given)
         with _timed(t, "selection"):
             selection = self.select(relevance.map, k, valid=canvas.valid, query_emb=query_emb)

@@ -157,11 +157,53 @@ def _parent(title: str) -> tuple[argparse.ArgumentParser, argparse._ArgumentGrou
 def image_question() -> argparse.ArgumentParser:
     parent, g = _parent("input")
     g.add_argument("image", help="image file (any format PIL reads)")
+    _question(g)
+    return parent
+
+
+def _question(g: argparse._ArgumentGroup) -> None:
     g.add_argument("question", help='the question, e.g. "What is the total?"')
     g.add_argument("--max-question-tokens", type=int, default=MAX_QUESTION_TOKENS, metavar="N",
                    help="the longest question taken, in tokens (the VLM's where one reads it, else words and "
                         "punctuation marks): the VLM prefills it over the whole image (default %(default)s)")
+
+
+def context_question() -> argparse.ArgumentParser:
+    """One image, several images, a PDF or a text file, and the question (``look``, ``serve``'s contexts)."""
+    from arr_coc.contexts import MAX_PAGES
+    from arr_coc.documents.pdf import DEFAULT_DPI
+    from arr_coc.documents.text_pages import TextLayout
+
+    parent, g = _parent("input")
+    g.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="an image; or a context: a PDF, a text file (.txt/.md/.rst/.tex), or several images (pages)")
+    _question(g)
+    c, layout = parent.add_argument_group("context (a PDF, a text file, several images)"), TextLayout()
+    c.add_argument("--pages", default=None, metavar="RANGE", help="a PDF's pages, 1-based, e.g. 1-20 or 3,7 (default all)")
+    c.add_argument("--dpi", type=float, default=DEFAULT_DPI, help="a PDF's render resolution (default %(default)g)")
+    c.add_argument("--max-pages", type=int, default=MAX_PAGES, metavar="N",
+                   help="the most pages a context may have (default %(default)s)")
+    c.add_argument("--font", default=layout.font, help="a text file's font family (default %(default)s)")
+    c.add_argument("--font-size", type=int, default=layout.size, help="a text file's font size, px (default %(default)s)")
+    c.add_argument("--page-width", type=int, default=layout.width, help="a text file's page width, px (default %(default)s)")
+    c.add_argument("--page-height", type=int, default=layout.height,
+                   help="a text file's page height, px (default %(default)s)")
     return parent
+
+
+def is_context(args: argparse.Namespace) -> bool:
+    """Whether the inputs are a context (several inputs, a PDF or a text file) rather than one image."""
+    from arr_coc.contexts.inputs import TEXT_SUFFIXES, is_pdf
+
+    one = args.inputs[0]
+    return len(args.inputs) > 1 or is_pdf(Path(one)) or Path(one).suffix.lower() in TEXT_SUFFIXES
+
+
+def text_layout(args: argparse.Namespace) -> Any:
+    """The TextLayout the context flags ask for."""
+    from arr_coc.documents.text_pages import TextLayout
+
+    return TextLayout(font=args.font, size=args.font_size, width=args.page_width, height=args.page_height)
 
 
 def check_question(args: argparse.Namespace) -> None:
