@@ -37,6 +37,7 @@ from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder, count_tokens
 from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
+from arr_coc.weights import atomic_write
 
 MAX_UPLOAD_PIXELS = 40_000_000  # 40 MP: any camera photo or A4 scan at 600 dpi; more is a decompression bomb
 # What the caches between requests may hold, in bytes: canvases and their question-free texture (a canvas of
@@ -300,11 +301,12 @@ def render(result: Result, out_dir: Path) -> Rendered:
              for k, v in d["timings_ms"].items()]
     rows.append(f"| **total** | **{sum(d['timings_ms'].values()):.1f}** |")
     json_path = out_dir / "allocation.json"
-    json_path.write_text(json.dumps(d, indent=1))
+    text = json.dumps(d, indent=1)
+    atomic_write(json_path, lambda f: f.write(text.encode()))  # a download is whole or absent, never truncated
     png_path = out_dir / "allocation.png"
     picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                                         f"tokens per region: {tok['sent']} sent"])
-    picture.save(png_path, compress_level=1)  # fast: the download is written on every request
+    atomic_write(png_path, lambda f: picture.save(f, format="PNG", compress_level=1))  # fast: written every request
     return Rendered(sacc, heat, parts, views.channels_view(result.cell_texture, result.layout),
                     Image.fromarray(to_hwc_uint8(gview)), Image.fromarray(to_hwc_uint8(fview)), tokens,
                     result.answer, summary, "\n".join(rows), json_path, png_path)

@@ -268,8 +268,8 @@ def answer_jobs(jobs: Sequence[Job], adapter: Any, settings: VLMEvalSettings) ->
     prefill = assemble(adapter.embed_tokens, [p[0] for p in prompts], [j.visual for j in jobs],
                        [p[1] for p in prompts], adapter.rope_rows)
     times: dict[str, float] = {}
-    tokens, _ = generate(adapter, prefill, max_new_tokens=settings.max_new_tokens,
-                         eos_token_id=adapter.text_config.eos_token_id, timings=times)
+    tokens, _ = generate(adapter, prefill, max_new_tokens=settings.max_new_tokens, logits=False,  # greedy
+                         timings=times)
     rows, n = [], len(jobs)
     for job, (pre, suf), generated in zip(jobs, prompts, tokens.tolist()):
         text, ids = answer_text(adapter, generated)

@@ -27,8 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.generation import timed
-from arr_coc.vlm.processing import Prefill, VisualTokens, assemble, left_pad_rows
+from arr_coc.vlm.generation import model_positions, timed
+from arr_coc.vlm.processing import Prefill, VisualTokens, assemble, left_pad_ids, left_pad_rows
 from arr_coc.vlm.protocol import VLMAdapter
 
 # The first look reads attention from the last LOOK_TOKENS tokens after the image (the end of the question and
@@ -93,13 +93,6 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat([-b, a], dim=-1)
 
 
-def layer_positions(adapter: VLMAdapter, position_ids: Tensor) -> Tensor:
-    """The positions the adapter's LLM takes: M-RoPE [3, B, L] float as is; 1-D RoPE [B, L] long."""
-    if adapter.rope_rows == 1:
-        return position_ids[0].round().long()
-    return position_ids
-
-
 def question_attention(adapter: VLMAdapter, layer: int, hidden: Tensor, position_ids: Tensor, attention_mask: Tensor,
                        n_queries: int) -> Tensor:
     """Attention probabilities of the last ``n_queries`` tokens over every token, in decoder layer ``layer``.
@@ -123,7 +116,7 @@ def question_attention(adapter: VLMAdapter, layer: int, hidden: Tensor, position
     if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm per head before the rotation
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, heads, n, hd]
-    cos, sin = adapter.lm.rotary_emb(x, layer_positions(adapter, position_ids))  # [B, L, hd]
+    cos, sin = adapter.lm.rotary_emb(x, model_positions(adapter, position_ids))  # [B, L, hd]
     cos, sin = cos[:, None], sin[:, None]
     q = q * cos[:, :, length - n_queries:] + rotate_half(q) * sin[:, :, length - n_queries:]
     k = k * cos + rotate_half(k) * sin
@@ -181,7 +174,8 @@ def chunk(embed_tokens: Callable[[Tensor], Tensor], visuals: Sequence[Tensor], p
     layers = len(deepstack[0]) if deepstack else 0
     stacked = [torch.cat([ds[j] for ds in deepstack]) for j in range(layers)]
     nxt = torch.tensor([float(r[3]) for r in rows], device=dev)
-    return Prefill(embeds, mask, pos, nxt, vmask, stacked)
+    ids = left_pad_ids([[-1] * len(vis) + list(t) for vis, t in zip(visuals, texts)], mask.shape[1], dev)
+    return Prefill(embeds, mask, pos, nxt, vmask, stacked, ids)
 
 
 @torch.no_grad()

@@ -14,7 +14,8 @@ call them too, timing or swapping one stage at a time.
   the first look encoded is reused.
 * :func:`prefill` -- the prompts around the visual tokens, or their continuation of the first
   look's cache.
-* :func:`decode` -- greedy decoding.
+* :func:`decode` -- the answer through the model's own ``generate`` (greedy by default, any
+  ``GenerationConfig``).
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from arr_coc.samplers import SAMPLERS, Sampler, select, shift_nonnegative
 from arr_coc.threads import check_model
 from arr_coc.vlm.generation import generate, timed
 from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
-from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble
+from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble, left_pad_ids
 from arr_coc.vlm.protocol import FIRST_LOOK, PROCESSOR, VLMAdapter
 
 if TYPE_CHECKING:
@@ -365,19 +366,26 @@ def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
 
 
 def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW_TOKENS,
-           timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor]:
-    """Greedy answers (tokens [B, T], logits [B, T, V]) up to the model's end of sequence.
+           generation_config: Any = None, streamer: Any = None, seed: int | None = None, logits: bool = True,
+           timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor | None]:
+    """The answers (tokens [B, T]; logits [B, T, V] without beam search) from the model's own ``generate``
+    (:func:`arr_coc.vlm.generation.generate`): greedy by default, or any ``transformers.GenerationConfig``.
 
+    ``max_new_tokens`` is the limit where ``generation_config`` sets none; ``streamer`` a transformers
+    streamer (one prompt); ``seed`` seeds sampling without touching torch's global generator;
+    ``logits=False`` keeps no logits (None in their place).
     ``timings`` collects ``prefill`` (the prompt's forward) and ``decode`` milliseconds. A first
     look's cache is consumed: it answers once.
     """
     check_model(adapter, "decode")
     g: dict[str, float] = {}
-    look = prompt.look
-    out = generate(adapter, prompt.prefill, max_new_tokens=max_new_tokens,
-                   eos_token_id=adapter.text_config.eos_token_id,
-                   cache=None if look is None else look.cache, past_mask=None if look is None else look.attention_mask,
-                   timings=g if timings is not None else None)
+    look, past = prompt.look, {}
+    if look is not None:
+        cached = [[*pre, *[-1] * len(vis)] for pre, vis in zip(look.prefixes, look.gestalt)]
+        past = dict(cache=look.cache, past_mask=look.attention_mask,
+                    past_ids=left_pad_ids(cached, look.attention_mask.shape[1], look.attention_mask.device))
+    out = generate(adapter, prompt.prefill, generation_config=generation_config, max_new_tokens=max_new_tokens,
+                   streamer=streamer, seed=seed, logits=logits, timings=g if timings is not None else None, **past)
     if timings is not None:
         timings["prefill"] = timings.get("prefill", 0.0) + g["prefill_ms"]
         timings["decode"] = timings.get("decode", 0.0) + g["decode_ms"]

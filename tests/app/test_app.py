@@ -156,6 +156,7 @@ def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp
 def test_a_checkpoint_that_is_not_a_torch_file_is_a_readable_error(scope, page, tmp_path):
     garbage = tmp_path / "scorer.pt"
     garbage.write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="cannot be read as scorer weights"):
+    with pytest.raises(ValueError, match=r"scorer.pt is not a file torch.save wrote \(it begins b'not '\); expected "
+                                         "scorer weights"):
         scope.run(read_upload(page), "What is the total due?",
                   Settings(channels=MVP_CHANNELS, weights=str(garbage)))
