@@ -64,6 +64,10 @@ class Record:
     # every accepted answer (DocVQA's list, TextVQA's 10 annotators); () = just ``answer``
     answers: tuple[str, ...] = ()
     metric: str = "anls"  # how a predicted answer is scored: a key of arr_coc.eval.metrics.ANSWER_METRICS
+    # a multi-page record (MP-DocVQA, SlideVQA): every page image in order (``image`` is the first answer
+    # page, or the first page); () for a one-image record
+    pages: tuple[Path, ...] = ()
+    answer_pages: tuple[int, ...] = ()  # 0-based indices into ``pages`` of the pages holding the answer
 
     @property
     def references(self) -> tuple[str, ...]:
