@@ -64,10 +64,18 @@ class Record:
     # every accepted answer (DocVQA's list, TextVQA's 10 annotators); () = just ``answer``
     answers: tuple[str, ...] = ()
     metric: str = "anls"  # how a predicted answer is scored: a key of arr_coc.eval.metrics.ANSWER_METRICS
+    # images that must fall on one side of a split (one company's receipts, one form template,
+    # one document's pages: arr_coc.data.groups); "" = the image alone
+    group: str = ""
     # a multi-page record (MP-DocVQA, SlideVQA): every page image in order (``image`` is the first answer
     # page, or the first page); () for a one-image record
     pages: tuple[Path, ...] = ()
     answer_pages: tuple[int, ...] = ()  # 0-based indices into ``pages`` of the pages holding the answer
+
+    @property
+    def split_group(self) -> str:
+        """What :func:`split_of` hashes: the record's group, or its image when it has none."""
+        return self.group or self.image_id
 
     @property
     def references(self) -> tuple[str, ...]:
@@ -83,7 +91,8 @@ class DatasetSpec:
         name: registry name, also ``Record.dataset`` (``arr-coc eval NAME``).
         title: how messages and tables name it, e.g. ``"COCO128"``.
         load: ``load(root)`` -> records; with ``splits="official"`` ``load(root, split=...)``.
-        splits: ``"hash"``: train / val / test by :func:`split_of` of the image id;
+        splits: ``"hash"``: train / val / test by :func:`split_of` of the record's group
+            (``Record.split_group``: its company, template or document; else its image);
             ``"official"``: the benchmark's own split files, chosen by the loader.
         metric: the answer metric its records carry (``Record.metric``), a key of
             ``arr_coc.eval.metrics.ANSWER_METRICS``.
@@ -129,15 +138,17 @@ def default_root(name: str) -> Path:
     return base / folder
 
 
-def split_of(image_id: str, dataset: str, shares: tuple[float, float, float] = (0.6, 0.15, 0.25)) -> str:
-    """Deterministic train / val / test split by image: all questions of an image go together.
+def split_of(group: str, dataset: str, shares: tuple[float, float, float] = (0.6, 0.15, 0.25)) -> str:
+    """Deterministic train / val / test split by group (``Record.split_group``): all its images go together.
 
-    Training (``arr-coc train``) learns on ``train``, watches ``val``; reports use ``test`` only.
+    A group is an image, or the images a loader ties together (:mod:`arr_coc.data.groups`: one
+    company's receipts, one form template). Training (``arr-coc train``) learns on ``train``, watches
+    ``val``; reports use ``test`` only.
 
     >>> split_of("0000971160", "funsd") in SPLITS
     True
     """
-    u = int.from_bytes(hashlib.blake2b(f"{dataset}/{image_id}".encode(), digest_size=8).digest(), "little") / 2**64
+    u = int.from_bytes(hashlib.blake2b(f"{dataset}/{group}".encode(), digest_size=8).digest(), "little") / 2**64
     return "train" if u < shares[0] else "val" if u < shares[0] + shares[1] else "test"
 
 
@@ -156,7 +167,7 @@ def load_dataset(
         root: the dataset folder (or file); None = :func:`default_root`.
         limit: keep at most this many records (positive); None keeps all, in loader order.
         seed: seed of the image shuffle.
-        split: keep only the images of this split (:func:`split_of`), before ``limit``; benchmarks
+        split: keep only the groups of this split (:func:`split_of`), before ``limit``; benchmarks
             with official splits (DocVQA, InfoVQA, TextVQA, ChartQA) read that split's files instead.
     """
     spec = name if isinstance(name, DatasetSpec) else DATASETS.get(name)
@@ -168,7 +179,7 @@ def load_dataset(
         if split is not None:
             if split not in SPLITS:
                 raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-            records = [r for r in records if split_of(r.image_id, r.dataset) == split]
+            records = [r for r in records if split_of(r.split_group, r.dataset) == split]
     if limit is None:
         return records
     if limit <= 0:
