@@ -153,11 +153,29 @@ def _parent(title: str) -> tuple[argparse.ArgumentParser, argparse._ArgumentGrou
 def image_question() -> argparse.ArgumentParser:
     parent, g = _parent("input")
     g.add_argument("image", help="image file (any format PIL reads)")
+    _question(g)
+    return parent
+
+
+def context_question() -> argparse.ArgumentParser:
+    """One image, or a context (a PDF, a text file, several images) read as one prompt, and the question."""
+    from arr_coc.documents.pdf import DEFAULT_DPI
+
+    parent, g = _parent("input")
+    g.add_argument("context", nargs="+", metavar="CONTEXT",
+                   help="an image; or a context: a PDF, a text file (.txt, .md, .rst, .tex; set on pages) or "
+                        "several images, whose pages share one token budget and one prompt")
+    _question(g)
+    g.add_argument("--pages", metavar="RANGE", help="a PDF's pages, 1-based, e.g. 1-20 or 3,5-7 (default: all)")
+    g.add_argument("--dpi", type=float, default=DEFAULT_DPI, help="a PDF's render resolution (default %(default)s)")
+    return parent
+
+
+def _question(g: argparse._ArgumentGroup) -> None:
     g.add_argument("question", help='the question, e.g. "What is the total?"')
     g.add_argument("--max-question-chars", type=int, default=MAX_QUESTION_CHARS, metavar="N",
                    help="the longest question taken, in characters: the VLM's first look grows with its square "
                         "(default %(default)s)")
-    return parent
 
 
 def check_question(args: argparse.Namespace) -> None:
