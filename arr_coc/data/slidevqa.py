@@ -13,13 +13,12 @@ evidence pages among them; a repeated ``qa_id`` raises naming both lines.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import replace
 from pathlib import Path
 
 from arr_coc.data.datasets import SPLITS, DatasetSpec, Record, register
-from arr_coc.data.loading import finish
+from arr_coc.data.loading import finish, json_object
 from arr_coc.data.vqa import IMAGE_SUFFIXES, answer_text, benchmark_record, question_id
 
 SLIDE = re.compile(r"slide_(\d+)(?:_.*)?", re.I)
@@ -70,12 +69,7 @@ def load_slidevqa(root: Path | None = None, *, split: str | None = None) -> list
             if not line.strip():
                 continue
             where = f"{path}: line {n}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: malformed JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise ValueError(f"{where}: expected a JSON object")
+            d = json_object(line, where)
             rid = question_id(d.get("qa_id"), f"{path.stem}:{n}", where)
             if rid in first:
                 raise ValueError(f"SlideVQA: question id {rid!r} repeats: {first[rid]} and {where}")
