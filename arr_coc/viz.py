@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arr_coc.weights import atomic_write
+
 FIGSIZE_IN = (18.0, 6.0)  # three square-ish panels side by side
 DPI = 100  # 18 x 6 in at 100 dpi -> a 1800 x 600 px PNG (no tight bbox, so the size is fixed)
 N_NUMBERED = 10  # rank labels beyond ten clutter the panel without saying more
@@ -203,5 +205,62 @@ def plot_allocation(
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    # whole or not at all: a failed save (a full disk) never leaves a 0-byte or truncated PNG behind
+    return atomic_write(path, lambda f: fig.savefig(f, format="png"))
+
+
+def page_strip(images: list[Tensor], cells: list[Tensor], cell: int, height: int = 360) -> np.ndarray:
+    """The pages of a context side by side, each scaled to ``height`` px, its saccade cells outlined in red.
+
+    Args:
+        images: per page [3, H, W] in [0, 1] (its canvas).
+        cells: per page [k_i, 2] (y, x) saccade cells on that canvas.
+        cell: token cell side on the canvas, px.
+        height: the strip's height, px.
+
+    Returns:
+        [height, W, 3] uint8, pages separated by 8 px of grey.
+
+    >>> page_strip([torch.ones(3, 56, 28), torch.ones(3, 56, 56)], [torch.tensor([[0, 0]]), torch.zeros(0, 2)], 28, 56).shape
+    (56, 92, 3)
+    """
+    from PIL import Image, ImageDraw
+
+    tiles = []
+    for image, cs in zip(images, cells):
+        h, w = image.shape[-2:]
+        s = height / h
+        pil = Image.fromarray((image.permute(1, 2, 0).clamp(0, 1).numpy() * 255).round().astype(np.uint8))
+        pil = pil.resize((max(1, round(w * s)), height), Image.LANCZOS)
+        d = ImageDraw.Draw(pil)
+        for y, x in cs.tolist():
+            d.rectangle([x * cell * s, y * cell * s, (x + 1) * cell * s - 1, (y + 1) * cell * s - 1],
+                        outline=(220, 0, 0), width=max(1, round(2 * s)))
+        tiles.append(np.asarray(pil))
+    gap = np.full((height, 8, 3), 128, np.uint8)
+    parts = [t for tile in tiles for t in (tile, gap)][:-1]
+    return np.concatenate(parts, 1)
+
+
+def plot_context(images: list[Tensor], cells: list[Tensor], labels: list[str], cell: int, path: str | Path,
+                 title: str = "", height: int = 360, per_row: int = 10) -> None:
+    """Writes a PNG of a context's pages in rows of ``per_row``, saccades outlined, a label under each page."""
+    from matplotlib.figure import Figure
+
+    rows = [range(i, min(i + per_row, len(images))) for i in range(0, len(images), per_row)]
+    fig = Figure(figsize=(min(24, 2.2 * min(per_row, len(images)) + 1), 3.2 * len(rows)), layout="constrained")
+    axes = fig.subplots(len(rows), 1, squeeze=False)
+    for ax, r in zip(axes[:, 0], rows):
+        strip = page_strip([images[i] for i in r], [cells[i] for i in r], cell, height)
+        ax.imshow(strip)
+        ax.set_xticks([])
+        ax.set_yticks([])
+        widths = [round(images[i].shape[-1] * height / images[i].shape[-2]) for i in r]
+        x = 0
+        for i, w in zip(r, widths):
+            ax.text(x + w / 2, height + 8, labels[i], ha="center", va="top", fontsize=8)
+            x += w + 8
+    if title:
+        fig.suptitle(title, fontsize=10)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(Path(path), lambda f: fig.savefig(f, dpi=100, format="png"))

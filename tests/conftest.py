@@ -30,3 +30,18 @@ def check_batch_equals_singles(adapter, batch, singles, run_llm, atol):
     unmasked = replace(batch, attention_mask=torch.ones_like(batch.attention_mask))
     short = int(batch.attention_mask.sum(1).argmin())
     assert (run_llm(adapter, unmasked)[short, -1] - run_llm(adapter, batch)[short, -1]).abs().max() > 1e-2
+
+
+def key_pdf(path: Path, pages: int) -> Path:
+    """A PDF of ``pages`` small pages with a text layer, page i saying "chapter i" and, on page 37 only, where the key is."""
+    import matplotlib
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    with matplotlib.rc_context({"pdf.fonttype": 42}), PdfPages(path) as pdf:
+        for i in range(pages):
+            fig = Figure(figsize=(2.4, 1.6))
+            fig.text(0.1, 0.7, f"chapter {i} notes", fontsize=9)
+            fig.text(0.1, 0.3, "the brass key is under the mat" if i == 37 else "nothing to see here", fontsize=9)
+            pdf.savefig(fig)
+    return path

@@ -10,16 +10,18 @@ import itertools
 import shutil
 import tempfile
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import gradio as gr
 
+from arr_coc.app.context import context_summary, open_page, run_context, strip
 from arr_coc.app.service import PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload, render
 from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.texture import CHANNELS
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = resources.files("arr_coc") / "examples"  # package data: the wheel carries the bundled images
 EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is the date of the request?",
                      "photo.jpg": "Where is the cat?"}
 MAX_FILE_SIZE = "25mb"  # a phone photo or a scanned page; larger uploads are refused before they reach Python
@@ -42,8 +44,8 @@ def _settings(saccades: Any, method: str, channels: list[str], weights: str, che
         raise ValueError("choose at least one texture channel")
     if weights == "checkpoint":
         if not checkpoint:
-            raise ValueError("upload a scorer checkpoint (a .pt file from `arr-coc train`) or choose shipped or "
-                             "hand-set")
+            raise ValueError("upload scorer weights (model.safetensors from `arr-coc train` or `save_pretrained`, or "
+                             "an older .pt file) or choose shipped or hand-set")
         spec = checkpoint
     else:
         spec = SCORER_WEIGHTS[weights]
@@ -56,7 +58,7 @@ def _settings(saccades: Any, method: str, channels: list[str], weights: str, che
 
 def build(scope: Microscope) -> gr.Blocks:
     """The page, wired to ``scope``."""
-    examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items() if (EXAMPLES / n).exists()]
+    examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items()]
     requests = itertools.count(1)  # numbers each request in the status line, so every answer reads differently
     downloads = tempfile.TemporaryDirectory(prefix="arr-coc-downloads-")  # removed when the server ends
 
@@ -76,7 +78,8 @@ def build(scope: Microscope) -> gr.Blocks:
             ch = gr.CheckboxGroup(list(CHOOSABLE), value=list(PIPELINE_CHANNELS), label=f"texture channels {suffix}")
             wt = gr.Radio(["shipped", "hand-set", "checkpoint"], value="shipped", label=f"scorer weights {suffix}",
                           info="shipped: trained, when it fits the channels; checkpoint: a file from `arr-coc train`")
-            ck = gr.File(label=f"scorer checkpoint {suffix} (.pt)", file_types=[".pt"], type="filepath", height=80)
+            ck = gr.File(label=f"scorer weights {suffix} (model.safetensors or .pt)",
+                         file_types=[".safetensors", ".pt"], type="filepath", height=80)
             preset = gr.Radio(list(PRESETS), value="all on", label=f"preset {suffix}")
             sliders = [gr.Slider(0, 2, value=1, step=0.05, label=f"{p} {suffix}", info="1 = as trained, 0 = off")
                        for p in PARTS]
@@ -96,8 +99,7 @@ def build(scope: Microscope) -> gr.Blocks:
             with gr.Column(scale=1, min_width=320):
                 upload = gr.File(label="image", file_types=["image"], type="filepath", elem_id="image-file", height=100)
                 question = gr.Textbox(label="question", value="What is the total?", elem_id="question")
-                if examples:
-                    gr.Examples(examples, [upload, question], label="bundled examples")
+                gr.Examples(examples, [upload, question], label="bundled examples")
                 saccades = gr.Number(value=DEFAULT_SACCADES, label="saccades K (full-resolution tokens)",
                                      precision=None, step=1, minimum=1, maximum=MAX_SACCADES, elem_id="saccades")
                 ctl_a = controls("")
@@ -136,6 +138,26 @@ def build(scope: Microscope) -> gr.Blocks:
                                 sum_a, img_a = gr.Markdown(elem_id="summary-a"), gr.Image(label="A", interactive=False)
                             with gr.Column():
                                 sum_b, img_b = gr.Markdown(elem_id="summary-b"), gr.Image(label="B", interactive=False)
+                    with gr.Tab("Context (PDF or pages)"):
+                        gr.Markdown("One token budget over a whole context: every page a small gestalt, the "
+                                    "saccades ranked over all pages (the question above).")
+                        with gr.Row():
+                            ctx_files = gr.File(label="a PDF, or several images", file_count="multiple",
+                                                file_types=[".pdf", "image"], type="filepath", elem_id="context-files")
+                            with gr.Column():
+                                ctx_tokens = gr.Number(value=1024, label="tokens T over all pages", precision=None,
+                                                       minimum=2, elem_id="context-tokens")
+                                ctx_pages = gr.Textbox(label="PDF pages (1-based, e.g. 1-20)", value="",
+                                                       elem_id="context-pages")
+                                ctx_run = gr.Button("Allocate over the context", elem_id="context-run")
+                        ctx_summary = gr.Markdown(elem_id="context-summary")
+                        ctx_strip = gr.Image(label="the pages, saccades outlined", format="png", interactive=False,
+                                             elem_id="context-strip")
+                        ctx_open = gr.Number(value=1, label="open page", precision=0, minimum=1,
+                                             elem_id="context-open")
+                        ctx_page = gr.Image(label="the opened page and its saccades", format="png",
+                                            interactive=False, elem_id="context-page")
+                        ctx_state = gr.State(None)
                 with gr.Row():
                     get_json = gr.DownloadButton("allocation JSON (look --json schema)", elem_id="download-json")
                     get_png = gr.DownloadButton("picture PNG", elem_id="download-png")
@@ -167,6 +189,29 @@ def build(scope: Microscope) -> gr.Blocks:
             except (ValueError, OSError) as err:
                 return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 4
             return [f"Done: request {n} (A and B) in {time.perf_counter() - start:.2f} s.", *out]
+
+        def context(paths: list[str] | None, q: str, t: Any, pages: str) -> list[Any]:
+            n, start = next(requests), time.perf_counter()
+            try:
+                alloc = run_context(scope, paths or [], q, t, pages.strip() or None)
+                first = alloc.pages[max(range(len(alloc.pages)), key=lambda i: alloc.pages[i].saccades)].index + 1
+                page = open_page(alloc, first)
+            except (ValueError, OSError) as err:
+                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 5
+            return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", context_summary(alloc),
+                    strip(alloc), first, page, alloc]
+
+        def open_other(alloc: Any, number: Any) -> list[Any]:
+            if alloc is None:
+                return ["Allocate over a context first.", gr.skip()]
+            try:
+                return [f"Page {int(number)}.", open_page(alloc, int(number))]
+            except (ValueError, TypeError) as err:
+                return [f"**Error**: {err}", gr.skip()]
+
+        ctx_run.click(context, [ctx_files, question, ctx_tokens, ctx_pages],
+                      [status, ctx_summary, ctx_strip, ctx_open, ctx_page, ctx_state], api_name="context")
+        ctx_open.submit(open_other, [ctx_state, ctx_open], [status, ctx_page])
 
         outputs = [status, answer, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings,
                    get_json, get_png]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from arr_coc.cli import options as opt
 
@@ -48,23 +49,27 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the answer, tokens sent and full, FLOPs and each stage's time as JSON")
     opt.max_new_tokens_option(p)
+    opt.decoding(p)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, ScorerConfig
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import ask as answer
     from arr_coc.vlm import load_vlm
     from arr_coc.vlm.ask import default_relevance
+    from arr_coc.vlm.generation import from_decode
 
     if args.tokens is not None and args.no_gestalt:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
     opt.check_question(args)
-    if is_context(args):
+    if opt.is_context(args):
         return run_context(args)
-    args.image = args.context[0]
+    args.image = args.inputs[0]
+    decode = opt.from_args(DecodeConfig, args, opt.DECODE_OPTIONS)  # checked before anything loads
+    stream = streams(args, decode)
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     relevance = default_relevance(adapter) if args.relevance == "auto" else args.relevance
@@ -76,22 +81,31 @@ def run(args: argparse.Namespace) -> int:
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler)
     arr = ARR(config, query_encoder=encoder).eval()
-    arr.max_question_chars = args.max_question_chars
+    arr.max_question_tokens = args.max_question_tokens
     if args.device:
         arr = arr.to(args.device)
     start = time.perf_counter()
+    streamer = None
+    if stream:
+        from transformers import TextStreamer
+
+        streamer = TextStreamer(adapter.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        print(f"question      {args.question!r}")
+        print("answer        ", end="", flush=True)  # the streamer writes the answer on, then ends the line
     with torch.inference_mode():
         a = answer(adapter, [args.image], [args.question], arr=arr, mode=args.mode, layout=args.layout,
                    gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator,
-                   relevance=relevance)[0]
+                   relevance=relevance, generation_config=from_decode(decode, args.max_new_tokens),
+                   streamer=streamer, seed=decode.seed)[0]
     run_s = time.perf_counter() - start
     if args.json:
         print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "mode": args.mode,
                           "layout": args.layout, **a.to_json(), "load_s": round(load_s, 3)}, indent=2))
         return 0
     tf, ff = a.flops["total"], a.flops_full["total"]
-    print(f"question      {a.question!r}")
-    print(f"answer        {a.text!r}")
+    if not stream:
+        print(f"question      {a.question!r}")
+        print(f"answer        {a.text!r}")
     print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout {args.layout}"
           f"  allocator {args.allocator}  relevance {a.relevance}")
     print(f"visual tokens sent {a.visual_tokens} = {a.gestalt_tokens} gestalt + {a.saccades} saccades  |  "
@@ -105,14 +119,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def is_context(args: argparse.Namespace) -> bool:
-    """Whether CONTEXT is a context (several images, a PDF, a text file, or --pages given), not one image."""
-    from pathlib import Path
-
-    from arr_coc.contexts.inputs import TEXT_SUFFIXES
-
-    one = Path(args.context[0])
-    return (len(args.context) > 1 or args.pages is not None or one.suffix.lower() in (".pdf", *TEXT_SUFFIXES))
+def streams(args: argparse.Namespace, decode: Any) -> bool:
+    """Whether the answer streams: ``--stream`` / ``--no-stream``, else when text goes to a terminal; never into
+    JSON, and not over beams (transformers streams one sequence, which beam search only settles at the end)."""
+    if args.stream and (args.json or decode.num_beams > 1):
+        raise ValueError("--stream prints one sequence as text as it grows: not with --json or --num-beams above 1")
+    if args.stream is not None:
+        return args.stream
+    return not args.json and decode.num_beams == 1 and sys.stdout.isatty()
 
 
 def run_context(args: argparse.Namespace) -> int:
@@ -140,13 +154,14 @@ def run_context(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     load_s = time.perf_counter() - start
-    context = load_context(args.context if len(args.context) > 1 else args.context[0], pages=args.pages, dpi=args.dpi)
+    context = load_context(args.inputs if len(args.inputs) > 1 else args.inputs[0], pages=args.pages, dpi=args.dpi,
+                           layout=opt.text_layout(args), max_pages=args.max_pages)
     canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS, cell=adapter.cell)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
                        sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS))
     arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
-    arr.max_question_chars = args.max_question_chars
+    arr.max_question_tokens = args.max_question_tokens
     # the VLM's own tokenizer counts the text a real model would read; the tiny models' is a character toy
     tokenizer = None if args.model.startswith("tiny:") else adapter.tokenizer
     start = time.perf_counter()

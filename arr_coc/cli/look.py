@@ -1,4 +1,9 @@
-"""``arr-coc look IMAGE "QUESTION"``: allocate saccades for one image and question, print them, draw a PNG."""
+"""``arr-coc look IMAGE "QUESTION"``: allocate saccades for one image and question, print them, draw a PNG.
+
+``arr-coc look doc.pdf "QUESTION" --pages 1-20 --tokens 2000`` (or a text file, or several images): one
+budget over the context's pages; prints per page its gestalt and saccades, the text tokens and the
+compression ratio; draws the pages as a strip with their saccades.
+"""
 from __future__ import annotations
 
 import argparse
@@ -15,8 +20,9 @@ HELP = "allocate saccades for one image and question; print a summary, draw a PN
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import ARRConfig
 
-    p = command("look", [opt.image_question(), opt.pipeline()], help=HELP,
-                description="Allocate K saccades (plus the gestalt) for one image and question.")
+    p = command("look", [opt.context_question(), opt.pipeline()], help=HELP,
+                description="Allocate K saccades (plus the gestalt) for one image and question, or one budget "
+                            "over a context's pages (a PDF, a text file, several images).")
     opt.add_saccades(p)
     p.add_argument("--gestalt", type=int, default=None, metavar="N",
                    help="N x N gestalt tokens, on top of the K saccades, clamped to the image's cell grid "
@@ -59,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("top", args.top, 0)
     opt.check_question(args)
+    if opt.is_context(args):
+        return run_context(args)
+    args.image = args.inputs[0]
     canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS)
     sampler, gestalt = opt.sent(args, args.image, canvas)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
@@ -67,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     encoder = opt.query_encoder(args)
     load_ms = (time.perf_counter() - start) * 1e3
     arr = ARR(config, query_encoder=encoder).eval()
-    arr.max_question_chars = args.max_question_chars
+    arr.max_question_tokens = args.max_question_tokens
     with torch.inference_mode():
         alloc = arr([args.image], [args.question])
     out = args.out
@@ -88,5 +97,76 @@ def run(args: argparse.Namespace) -> int:
         channel_ms = alloc.to_json(0)["channel_ms"]
         print("channel ms    " + "  ".join(f"{k} {v:.1f}" for k, v in channel_ms.items()))
     print(f"model load    {load_ms:.0f} ms (query encoder, once per process)")
+    print(f"picture       {out}")
+    return 0
+
+
+def context_summary(alloc: Any, top: int = 10) -> str:
+    """A context's allocation as the lines ``look`` prints: tokens, compression, per page gestalt and saccades."""
+    d = alloc.to_json()
+    tok, ctx = d["tokens"], d["context"]
+    lines = [f"question      {d['question']!r}",
+             f"context       {d['source']}: {len(d['pages'])} pages ({ctx.get('kind')}"
+             + (f", {ctx['dpi']:g} dpi" if ctx.get("dpi") else "")
+             + (f", {ctx['font']} {ctx['size']} px on {ctx['width']}x{ctx['height']} px pages" if ctx.get("font") else "")
+             + ")",
+             f"tokens        full resolution {tok['full_resolution']}  |  sent {tok['sent']} = {tok['gestalt']} gestalt + "
+             f"{tok['saccades']} saccades ({100 * tok['sent'] / tok['full_resolution']:.1f}% of full)"]
+    if d["text_tokens"] is None:
+        lines.append("text          no text found (images without OCR): no compression ratio")
+    else:
+        lines.append(f"text          {d['text_tokens']} text tokens ({d['tokenizer']})  ->  compression "
+                     f"{d['compression']:.1f}x (text tokens / visual tokens sent)")
+    lines.append("pages         (page: gestalt + saccades, text from)")
+    ranked = sorted(d["pages"], key=lambda p: -p["saccades"])
+    for p in ranked[:top]:
+        g = p["gestalt_grid"]
+        lines.append(f"  {p['index'] + 1:>4}: {g[0]}x{g[1]} + {p['saccades']:>4}  {p['text_from']}")
+    if len(ranked) > top:
+        rest = ranked[top:]
+        lines.append(f"  ... {len(rest)} more pages with {sum(p['saccades'] for p in rest)} saccades (--top N lists more)")
+    lines.append("stage ms      " + "  ".join(f"{k} {v:.0f}" for k, v in d["timings_ms"].items() if "/" not in k))
+    return "\n".join(lines)
+
+
+def run_context(args: argparse.Namespace) -> int:
+    """``look`` over a context: one budget over its pages."""
+    import torch
+
+    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
+    from arr_coc.contexts import allocate_context
+    from arr_coc.pipeline import ARR
+    from arr_coc.viz import plot_context
+
+    if args.gestalt is not None:
+        raise ValueError("--gestalt sets one image's gestalt; a context's pages get theirs by the context rule "
+                         "(docs/coc.md): give --tokens T or --saccades K")
+    canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS)
+    sampler = opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS)
+    config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
+                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler, seed=args.seed)
+    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
+    arr.max_question_tokens = args.max_question_tokens
+    tokens = None
+    if args.tokens is not None:
+        if str(args.tokens).strip().endswith("%"):
+            raise ValueError("--tokens over a context is a count of tokens (e.g. 2000), not a share")
+        tokens = int(args.tokens)
+    context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
+    with torch.inference_mode():
+        alloc = allocate_context(arr, context, args.question, tokens=tokens,
+                                 saccades=None if tokens is not None else sampler.saccades, pages=args.pages,
+                                 dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
+    out = args.out
+    if out is None and not args.json:
+        out = Path(Path(args.inputs[0]).stem + "_coc.png")
+    if out is not None:
+        labels = [f"p{p.index + 1}: {p.plan.gestalt[0]}x{p.plan.gestalt[1]} + {p.saccades}" for p in alloc.pages]
+        plot_context([p.image for p in alloc.pages], [p.plan.cells for p in alloc.pages], labels,
+                     alloc.pages[0].cell, out, title=f"{Path(args.inputs[0]).name}: {args.question}")
+    if args.json:
+        print(json.dumps(alloc.to_json()))
+        return 0
+    print(context_summary(alloc, args.top))
     print(f"picture       {out}")
     return 0

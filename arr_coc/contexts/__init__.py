@@ -5,10 +5,17 @@ rule and places the saccades by one ranking over the cells of all pages (:mod:`.
 :func:`load_context` turns a PDF, a text file or images into pages (:mod:`.inputs`); :func:`split_context`
 is the token rule (:mod:`.budget`); :func:`text_tokens` counts the text a context replaces (:mod:`.tokens`).
 """
-from arr_coc.contexts.allocate import ContextAllocation, PageAllocation, allocate_context
+from arr_coc.contexts.allocate import (
+    ContextAllocation,
+    PageAllocation,
+    SeenContext,
+    allocate_context,
+    rank_cells,
+    see_context,
+)
 from arr_coc.contexts.budget import split_context
 from arr_coc.contexts.inputs import MAX_PAGES, load_context
 from arr_coc.contexts.tokens import DEFAULT_TOKENIZER, text_tokens, tokenizer_name
 
-__all__ = ["ContextAllocation", "PageAllocation", "allocate_context", "split_context", "MAX_PAGES", "load_context",
+__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate_context", "see_context", "rank_cells", "split_context", "MAX_PAGES", "load_context",
            "DEFAULT_TOKENIZER", "text_tokens", "tokenizer_name"]

@@ -12,10 +12,12 @@
 4. the ``text_layer`` channel (:mod:`arr_coc.channels.text_layer`) paints the page words that are the
    question's words, weighted by their inverse page frequency over the context and divided by one
    context-wide maximum, so it is comparable across pages;
-5. one ranking over every valid cell of every page: the page's relevance z-scored over its cells
-   (the scorer's own scale differs from page to page), plus ``text_weight`` x the cell's text-layer
-   match, plus ``page_weight`` x the page's best text-layer match (the detail goes to the pages the
-   question names); the top K cells, ties broken by page then cell order, are the saccades.
+5. one ranking over every valid cell of every page: the page's relevance scaled to [0, 1] over its
+   cells (the scorer standardises parts per image, so its scale differs from page to page; a z-score
+   let a 15-cell page's outlier beat a matched page), plus ``text_weight`` x the cell's text-layer
+   match (the matching words' area in the cell), plus ``page_weight`` x the page's best matching
+   word (the detail goes to the pages the question names); the top K cells, ties broken by page then
+   cell order, are the saccades.
 
 The total sent is exact: sum of the gestalts + K. A context of one page keeps today's path: the
 ARR's own sampler on its own relevance (``ContextAllocation.allocation`` is the usual
@@ -31,118 +33,28 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from arr_coc.canvas import smart_resize
 from arr_coc.channels.text import image_lines, lines_from_text
 from arr_coc.channels.text_layer import image_words, question_terms, term, word_values
 from arr_coc.contexts.budget import split_context
 from arr_coc.contexts.inputs import MAX_PAGES, load_context
+from arr_coc.contexts.result import ContextAllocation, Line, PageAllocation
 from arr_coc.contexts.tokens import text_tokens as count_tokens
 from arr_coc.contexts.tokens import tokenizer_name
-from arr_coc.documents.page import Page
+from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.plan import Plan
 from arr_coc.query import check_queries
-from arr_coc.relevance import standardize
 from arr_coc.texture import compute_texture, pool_to_cells
 
-# Chosen on validation documents (docs/coc.md): a cell on a matched word of the question outranks
-# the page's most relevant unmatched cells; a page holding the question's words outranks pages without.
+# Set by hand, not tuned (docs/coc.md): a cell on a matched word of the question outranks the page's
+# most relevant unmatched cells (relevance is in [0, 1]); a page holding the question's words outranks pages without.
 TEXT_WEIGHT = 4.0
 PAGE_WEIGHT = 2.0
 CHUNK = 4  # pages scored at once: ~0.3 GB of texture per A4 page at 150 dpi
-Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px)
 OCR = Callable[[Tensor], Sequence[Line]]
-
-
-@dataclass
-class PageAllocation:
-    """What one page of a context sends.
-
-    Attributes:
-        index: the page's index in its source (0-based).
-        image: [3, H, W] the page's canvas, as the VLM gets it (sides multiples of ``cell``).
-        plan: kind "cells": the page's gestalt grid and its saccades [k_i, 2] (y, x), in global rank order.
-        cell: token cell side, px.
-        relevance: [hc, wc] the ranking score of every cell (what the global top-K compared).
-        words: the page's words in canvas pixels (text layer, rendered text, or OCR).
-        text_from: "text layer", "ocr" or "none".
-    """
-
-    index: int
-    image: Tensor
-    plan: Plan
-    cell: int
-    relevance: Tensor
-    words: list[Line] = field(default_factory=list, repr=False)
-    text_from: str = "none"
-
-    @property
-    def saccades(self) -> int:
-        return self.plan.saccades
-
-    @property
-    def gestalt_tokens(self) -> int:
-        return self.plan.gestalt_tokens
-
-    @property
-    def tokens(self) -> int:
-        return self.plan.tokens
-
-    def to_json(self) -> dict[str, Any]:
-        p = self.plan
-        return {"index": self.index, "canvas": list(self.image.shape[-2:]), "grid": list(p.grid), "cell": self.cell,
-                "gestalt_grid": list(p.gestalt), "gestalt_tokens": p.gestalt_tokens, "saccades": p.saccades,
-                "full_resolution": p.full_tokens, "text_from": self.text_from,
-                "positions": p.cells.tolist(), "scores": [round(s, 5) for s in p.scores.tolist()]}
-
-
-@dataclass
-class ContextAllocation:
-    """A whole context's allocation: per page what it sends, and what the context costs as text."""
-
-    question: str
-    pages: list[PageAllocation]
-    source: str
-    meta: dict[str, Any]
-    text_tokens: int | None  # the context's text, counted by ``tokenizer``; None when no page has text
-    tokenizer: str
-    timings_ms: dict[str, float] = field(default_factory=dict)
-    allocation: Allocation | None = None  # the one-page case: the ARR's own allocation
-
-    @property
-    def tokens(self) -> int:
-        """Visual tokens sent: every page's gestalt + saccades (exact)."""
-        return sum(p.tokens for p in self.pages)
-
-    @property
-    def gestalt_tokens(self) -> int:
-        return sum(p.gestalt_tokens for p in self.pages)
-
-    @property
-    def saccades(self) -> int:
-        return sum(p.saccades for p in self.pages)
-
-    @property
-    def full_tokens(self) -> int:
-        """Visual tokens every page costs at full resolution."""
-        return sum(p.plan.full_tokens for p in self.pages)
-
-    @property
-    def compression(self) -> float | None:
-        """The COC compression ratio: text tokens over visual tokens sent (None without text)."""
-        return None if self.text_tokens is None else self.text_tokens / self.tokens
-
-    def to_json(self) -> dict[str, Any]:
-        return {"question": self.question, "source": self.source, "pages": [p.to_json() for p in self.pages],
-                "tokens": {"gestalt": self.gestalt_tokens, "saccades": self.saccades, "sent": self.tokens,
-                           "full_resolution": self.full_tokens},
-                "text_tokens": self.text_tokens, "tokenizer": self.tokenizer,
-                "compression": None if self.compression is None else round(self.compression, 3),
-                "context": {k: v for k, v in self.meta.items() if k not in ("pages", "sources")},
-                "timings_ms": {k: round(v, 2) for k, v in self.timings_ms.items()}}
 
 
 def _canvas_words(page: Page, size: tuple[int, int]) -> tuple[list[Line], list[Line]]:
@@ -176,33 +88,110 @@ def _coupling_sides(arr: ARR) -> set[int]:
             for c in ("text_match", "key_value") if c in arr.query_channels}
 
 
-def _seed(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[list[Line], str]:
-    """Hand the page's text to the text channels through the cache (no OCR where it has words) -> words, source."""
-    size = (int(image.shape[-2]), int(image.shape[-1]))
-    sides = _coupling_sides(arr)
+def _page_text(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[list[Line], list[Line], str]:
+    """The page's words and lines on its canvas, and where they came from (text layer, OCR, none)."""
     if page.words:
-        words, lines = _canvas_words(page, size)
-        source = "text layer"
-    elif ocr is not None:
+        words, lines = _canvas_words(page, (int(image.shape[-2]), int(image.shape[-1])))
+        return words, lines, "text layer"
+    if ocr is not None:
         lines = [(str(t), tuple(float(v) for v in b)) for t, b in ocr(image)]
-        words, source = _line_words(lines), "ocr"
-    else:  # the text channels' own OCR, cached, so they do not read the page twice
-        tl = image_lines(arr.cache, image, arr.query_encoder, min(sides, default=DET_LIMIT_SIDE_LEN))
-        lines = [(t, tuple(b)) for t, b, ok in zip(tl.texts, tl.boxes_px.tolist(), tl.legible.tolist()) if ok]
-        words, source = _line_words(lines), "ocr"
-    if sides:
-        made: list[Any] = []
+        return _line_words(lines), lines, "ocr"
+    # the text channels' own OCR, cached, so they do not read the page a second time
+    sides = _coupling_sides(arr)
+    tl = image_lines(arr.cache, image, arr.query_encoder, min(sides, default=DET_LIMIT_SIDE_LEN))
+    lines = [(t, tuple(b)) for t, b, ok in zip(tl.texts, tl.boxes_px.tolist(), tl.legible.tolist()) if ok]
+    return _line_words(lines), lines, "ocr"
 
-        def known() -> Any:  # embedded once, even when the two channels read at different sides
-            if not made:
-                made.append(lines_from_text(torch.tensor([b for _, b in lines], dtype=torch.float32).reshape(-1, 4),
-                                            [t for t, _ in lines], arr.query_encoder))
-            return made[0]
 
-        for side in sides:
-            image_lines(arr.cache, image, arr.query_encoder, side, known=known)
+def _hand_over(arr: ARR, image: Tensor, words: list[Line], lines: list[Line]) -> None:
+    """Give the page's text to the text channels through the cache, so they run no OCR on it.
+
+    Done before every allocation: an entry the cache evicted since is made again from the lines.
+    """
+    made: list[Any] = []
+
+    def known() -> Any:  # embedded once, even when the two channels read at different sides
+        if not made:
+            made.append(lines_from_text(torch.tensor([b for _, b in lines], dtype=torch.float32).reshape(-1, 4),
+                                        [t for t, _ in lines], arr.query_encoder))
+        return made[0]
+
+    for side in _coupling_sides(arr):
+        image_lines(arr.cache, image, arr.query_encoder, side, known=known)
     image_words(arr.cache, image, known=lambda: words)
-    return words, source
+
+
+@dataclass
+class SeenContext:
+    """What a context's pages alone determine, for any number of questions: canvases, textures, words.
+
+    Attributes:
+        context: the pages as read.
+        scenes: the ARR's :class:`~arr_coc.pipeline.Scene` of each chunk of pages.
+        words, lines: per page, its words and lines in canvas pixels.
+        sources: per page, where its text came from: "text layer", "ocr" or "none".
+        timings_ms: the time each stage took.
+    """
+
+    context: Context
+    scenes: list[Scene]
+    words: list[list[Line]]
+    lines: list[list[Line]]
+    sources: list[str]
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def page(self, i: int) -> tuple[Scene, int]:
+        """Page ``i``'s chunk scene and its row in it."""
+        n = 0
+        for scene in self.scenes:
+            if i < n + scene.canvas.batch_size:
+                return scene, i - n
+            n += scene.canvas.batch_size
+        raise IndexError(f"page {i} of a {len(self)}-page context")
+
+    def image(self, i: int) -> Tensor:
+        """Page ``i``'s canvas [3, H, W]."""
+        scene, r = self.page(i)
+        h, w = scene.canvas.sizes[r]
+        return scene.canvas.pixels[r, :, :h, :w]
+
+
+def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI,
+                layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES, ocr: OCR | None = None,
+                chunk: int = CHUNK) -> SeenContext:
+    """Read a context and compute what its pages alone determine (see :func:`allocate_context` for the arguments)."""
+    t: dict[str, float] = {}
+    start = time.perf_counter()
+    ctx = load_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
+    t["load"] = (time.perf_counter() - start) * 1e3
+    if any(p.image is None for p in ctx.pages):
+        raise ValueError("allocation needs rendered pages; read the PDF with render=True")
+    scenes, words, lines, sources = [], [], [], []
+    step = max(1, int(chunk))
+    for lo in range(0, len(ctx), step):
+        part = ctx.pages[lo:lo + step]
+        tc: dict[str, float] = {}  # this chunk's stage times, summed into t
+        scene = arr.see([p.image for p in part], timings=tc)
+        for name, ms in tc.items():
+            t[name] = t.get(name, 0.0) + ms
+        scenes.append(scene)
+        for r, page in enumerate(part):
+            h, w = scene.canvas.sizes[r]
+            one = len(ctx) == 1 and not page.words and ocr is None  # an image alone: today's path, untouched
+            ws, ls, src = ([], [], "none") if one else _page_text(arr, scene.canvas.pixels[r, :, :h, :w], page, ocr)
+            words.append(ws)
+            lines.append(ls)
+            sources.append(src)
+    return SeenContext(ctx, scenes, words, lines, sources, t)
+
+
+def _unit(rel: Tensor) -> Tensor:
+    """A page's relevance scaled to [0, 1] over its cells (its best cell 1): the scorer's scale varies by page."""
+    lo, hi = rel.min(), rel.max()
+    return (rel - lo) / (hi - lo) if float(hi - lo) > 0 else torch.zeros_like(rel)
 
 
 def _idf(pages_words: Sequence[Sequence[Line]], question: str) -> dict[str, float]:
@@ -212,18 +201,20 @@ def _idf(pages_words: Sequence[Sequence[Line]], question: str) -> dict[str, floa
     return {t: (math.log(1 + n / df) if (df := sum(t in h for h in have)) else 0.0) for t in set(question_terms(question))}
 
 
-def _one_page(arr: ARR, page: Page, question: str, tokens: int | None, saccades: int | None,
-              ocr: OCR | None, t: dict[str, float]) -> tuple[PageAllocation, Allocation]:
-    scene = arr.see([page.image], timings=t)
+def _one_page(arr: ARR, seen: SeenContext, question: str, tokens: int | None, saccades: int | None,
+              t: dict[str, float]) -> tuple[PageAllocation, Allocation]:
+    scene = seen.scenes[0]
     (h, w), cell = scene.canvas.sizes[0], scene.canvas.cell
-    image = scene.canvas.pixels[0, :, :h, :w]
-    words, source = _seed(arr, image, page, ocr) if (page.words or ocr is not None) else ([], "none")
-    k = saccades if tokens is None else split_context(scene.extents, tokens=tokens)[1]  # the ARR checks K itself
-    alloc = arr.allocate(scene, [question], saccades=k, timings=t)
+    image = seen.image(0)
+    if seen.sources[0] != "none":
+        _hand_over(arr, image, seen.words[0], seen.lines[0])
+    grid, k = (None, saccades) if tokens is None else split_context(scene.extents, tokens=tokens)  # the ARR checks K
+    alloc = arr.allocate(scene, [question], saccades=k, timings=t, gestalt_grid=None if grid is None else grid[0])
     plan = Plan("arr", "cells", scene.extents[0], gestalt=alloc.gestalt.grid, cells=alloc.positions[0],
                 scores=alloc.scores[0])
     rel = alloc.relevance.map[0, : h // cell, : w // cell]
-    return PageAllocation(page.index, image.clone(), plan, cell, rel, words, source), alloc
+    page = seen.context.pages[0]
+    return PageAllocation(page.index, image, plan, cell, rel, seen.words[0], seen.sources[0]), alloc
 
 
 def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | None = None,
@@ -235,7 +226,8 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
 
     Args:
         arr: the ARR whose canvas, channels and scorer every page goes through.
-        context: a :class:`~arr_coc.documents.page.Context`, a PDF, a text file, an image, or a list of images.
+        context: a :class:`~arr_coc.documents.page.Context`, a PDF, a text file, an image, a list of
+            images, or a :class:`SeenContext` (from :func:`see_context`: several questions pay for the pages once).
         question: the question.
         tokens: the total T sent over all pages; or ``saccades``: K (default: the ARR's K), not both.
         pages: a PDF's pages (1-based range string, 0-based indices, None for all).
@@ -246,78 +238,90 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
         ocr: ``ocr(canvas [3, H, W]) -> [(line text, (y0, x0, y1, x1) px)]`` for pages without text;
             default the text channels' own cached RapidOCR.
         text_weight, page_weight: the ranking's weights (see the module docstring).
-        chunk: pages scored at once.
+        chunk: pages computed at once.
 
     Returns:
         A :class:`ContextAllocation`; ``.tokens`` is exactly T (or the gestalts + K).
     """
-    t: dict[str, float] = {}
-    start = time.perf_counter()
-    ctx = load_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
-    t["load"] = (time.perf_counter() - start) * 1e3
-    question = check_queries([question], 1, arr.max_question_chars)[0]
+    seen = context if isinstance(context, SeenContext) else see_context(
+        arr, context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages, ocr=ocr, chunk=chunk)
+    t = dict(seen.timings_ms) if seen is not context else {}
+    question = check_queries([question], 1, arr.max_question_tokens)[0]
     if tokens is None and saccades is None:
         saccades = arr.config.sampler.saccades
-    if any(p.image is None for p in ctx.pages):
-        raise ValueError("allocation needs rendered pages; read the PDF with render=True")
     alloc = None
-    if len(ctx) == 1:
-        page_alloc, alloc = _one_page(arr, ctx.pages[0], question, tokens, saccades, ocr, t)
+    if len(seen) == 1:
+        page_alloc, alloc = _one_page(arr, seen, question, tokens, saccades, t)
         out = [page_alloc]
     else:
-        out = _many_pages(arr, ctx.pages, question, tokens, saccades, ocr, text_weight, page_weight, chunk, t)
+        with torch.no_grad():  # a ranking, not a training step: no graph over the pages
+            out = _many_pages(arr, seen, question, tokens, saccades, text_weight, page_weight, t)
     has_text = [p for p in out if p.words]
     text = "\n\n".join(" ".join(w for w, _ in p.words) for p in has_text)
     n_text = count_tokens(text, tokenizer) if has_text else None
+    ctx = seen.context
     return ContextAllocation(question, out, ctx.source, dict(ctx.meta), n_text, tokenizer_name(tokenizer), t, alloc)
 
 
-def _many_pages(arr: ARR, pages: Sequence[Page], question: str, tokens: int | None, saccades: int | None,
-                ocr: OCR | None, text_weight: float, page_weight: float, chunk: int,
-                t: dict[str, float]) -> list[PageAllocation]:
-    cfg = arr.config.canvas
-    sizes = [smart_resize(*p.size, cfg.cell, cfg.min_pixels, cfg.max_pixels) for p in pages]
-    grids = [(h // cfg.cell, w // cfg.cell) for h, w in sizes]
-    gestalts, k = split_context(grids, tokens=tokens, saccades=saccades)
-    images, rels, words, sources = [], [], [], []
-    for lo in range(0, len(pages), max(1, chunk)):
-        part = pages[lo:lo + max(1, chunk)]
-        scene: Scene = arr.see([p.image for p in part], timings=t)
-        c = scene.canvas
-        crops = [c.pixels[i, :, :h, :w] for i, (h, w) in enumerate(c.sizes)]
-        for img, page in zip(crops, part):
-            ws, src = _seed(arr, img, page, ocr)
-            words.append(ws)
-            sources.append(src)
-            images.append(img.clone())
-        g = arr.gestalt(scene, k)
-        relevance, _ = arr.score(scene, [question] * len(part), g.vector, timings=t)
-        z = standardize(relevance.map[:, None], c.valid)[:, 0]  # [b, Hc, Wc]
-        rels.extend(z[i, : h // c.cell, : w // c.cell] for i, (h, w) in enumerate(c.sizes))
-    start = time.perf_counter()
-    idf = _idf(words, question)
-    norm = max((max(word_values([w for w, _ in ws], question, idf), default=0.0) for ws in words), default=0.0)
-    scores = []
-    for img, rel, ws in zip(images, rels, words):
-        if norm > 0:
-            m = compute_texture(img[None], ("text_layer",), queries=[question], cache=arr.cache,
-                                options={"text_layer": {"weights": idf, "norm": norm}})
-            text = pool_to_cells(m, cfg.cell)[0, 0]  # [hc, wc]
-        else:
-            text = torch.zeros_like(rel)
-        scores.append(rel + text_weight * text + page_weight * text.max())
-    t["text_layer"] = (time.perf_counter() - start) * 1e3
-    start = time.perf_counter()
+def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
+    """The K best cells over every page's score map [hc_i, wc_i], per page as [k_i, 2] (y, x) in rank order.
+
+    Ties go to the earlier page, then the earlier cell (a stable sort), so the result is deterministic.
+
+    >>> [c.tolist() for c in rank_cells([torch.tensor([[0.1, 0.9]]), torch.tensor([[0.5], [0.9]])], 3)]
+    [[[0, 1]], [[1, 0], [0, 0]]]
+    """
     flat = torch.cat([s.reshape(-1) for s in scores])
     order = torch.sort(flat, descending=True, stable=True).indices[:k]
     offsets = torch.tensor([0] + [s.numel() for s in scores]).cumsum(0)
     page_of = torch.searchsorted(offsets, order, right=True) - 1
     out = []
-    for i, (page, img, s) in enumerate(zip(pages, images, scores)):
+    for i, s in enumerate(scores):
         mine = order[page_of == i] - offsets[i]  # rank order kept
-        wc = s.shape[1]
-        cells = torch.stack([mine // wc, mine % wc], -1).long().reshape(-1, 2)
-        plan = Plan("coc", "cells", tuple(s.shape), gestalt=gestalts[i], cells=cells, scores=s.reshape(-1)[mine])
-        out.append(PageAllocation(page.index, img, plan, cfg.cell, s, words[i], sources[i]))
+        out.append(torch.stack([mine // s.shape[1], mine % s.shape[1]], -1).long().reshape(-1, 2))
+    return out
+
+
+def _many_pages(arr: ARR, seen: SeenContext, question: str, tokens: int | None, saccades: int | None,
+                text_weight: float, page_weight: float, t: dict[str, float]) -> list[PageAllocation]:
+    cell = seen.scenes[0].canvas.cell
+    grids = [g for scene in seen.scenes for g in scene.extents]
+    gestalts, k = split_context(grids, tokens=tokens, saccades=saccades)
+    images = [seen.image(i) for i in range(len(seen))]
+    rels: list[Tensor] = []
+    i = 0
+    for scene in seen.scenes:
+        b = scene.canvas.batch_size
+        for j in range(b):
+            _hand_over(arr, images[i + j], seen.words[i + j], seen.lines[i + j])
+        tc: dict[str, float] = {}
+        g = arr.gestalt(scene, k)
+        relevance, _ = arr.score(scene, [question] * b, g.vector, timings=tc)
+        for name, ms in tc.items():
+            t[name] = t.get(name, 0.0) + ms
+        c = scene.canvas
+        rels.extend(_unit(relevance.map[r, : h // c.cell, : w // c.cell]) for r, (h, w) in enumerate(c.sizes))
+        i += b
+    start = time.perf_counter()
+    words = seen.words
+    idf = _idf(words, question)
+    norm = max((max(word_values([w for w, _ in ws], question, idf), default=0.0) for ws in words), default=0.0)
+    scores = []
+    for img, rel, ws in zip(images, rels, words):
+        best = max(word_values([w for w, _ in ws], question, idf), default=0.0) / norm if norm > 0 else 0.0
+        if norm > 0:
+            m = compute_texture(img[None], ("text_layer",), queries=[question], cache=arr.cache,
+                                options={"text_layer": {"weights": idf, "norm": norm}})
+            text = pool_to_cells(m, cell)[0, 0]  # [hc, wc]
+        else:
+            text = torch.zeros_like(rel)
+        scores.append(rel + text_weight * text + page_weight * best)
+    t["text_layer"] = (time.perf_counter() - start) * 1e3
+    start = time.perf_counter()
+    out = []
+    for i, (page, img, s, cells) in enumerate(zip(seen.context.pages, images, scores, rank_cells(scores, k))):
+        flat = s.reshape(-1)[cells[:, 0] * s.shape[1] + cells[:, 1]]
+        plan = Plan("coc", "cells", tuple(s.shape), gestalt=gestalts[i], cells=cells, scores=flat)
+        out.append(PageAllocation(page.index, img, plan, cell, s, words[i], seen.sources[i]))
     t["selection"] = (time.perf_counter() - start) * 1e3
     return out

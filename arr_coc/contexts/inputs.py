@@ -32,7 +32,8 @@ def _check_count(n: int, max_pages: int, what: str) -> None:
                          f"(choose pages with --pages / pages=, or raise --max-pages / max_pages=)")
 
 
-def _is_pdf(p: Path) -> bool:
+def is_pdf(p: Path) -> bool:
+    """A .pdf name, or a file whose first 1024 bytes hold the %PDF- header."""
     if p.suffix.lower() == ".pdf":
         return True
     if not p.is_file():
@@ -68,7 +69,7 @@ def load_context(context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI, l
         return context
     if isinstance(context, (str, os.PathLike)):
         p = Path(context)
-        if _is_pdf(p):
+        if is_pdf(p):
             doc = open_pdf(p)
             try:
                 n = len(page_indices(len(doc), pages, str(p)))

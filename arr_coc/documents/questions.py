@@ -24,6 +24,11 @@ A table value ("What is the value in row X, column Y?") needs column structure t
 does not mark; it is not generated here.
 
 Every question is checked last: its answer (case-folded) must not occur in its question text.
+
+Over a long context (:func:`context_questions`) a question must point at one page of many:
+``page_number`` is left out (every page has one), section numbers and quoted phrases are already
+unique in the whole context, and a next-words answer must not occur elsewhere in the context
+either, so reading it anywhere but its page cannot score.
 Boxes are (y0, x0, y1, x1) in the rendered page's pixels.
 """
 from __future__ import annotations
@@ -231,3 +236,31 @@ def questions(ctx: Context, kinds: Sequence[str] = KINDS, per_page: int = 1, see
                 made.extend(_next_words(page, body, ngrams, _rng(page.source, page.index, seed), per_page))
         out.extend(q for q in made if not leaks(q))
     return out
+
+
+CONTEXT_KINDS = ("section_title", "next_words")
+
+
+def context_questions(ctx: Context, n: int, seed: int = 0, kinds: Sequence[str] = CONTEXT_KINDS) -> list[Question]:
+    """Up to ``n`` questions over a whole context, each pointing at one page (see the module docstring).
+
+    Drawn with a generator seeded from the source and ``seed``, at most one per page while pages
+    remain, so the answers spread over the context; returned in page order.
+    """
+    bad = [k for k in kinds if k not in CONTEXT_KINDS]
+    if bad:
+        raise ValueError(f"kind(s) {bad} do not point at one page of a context; choose from {', '.join(CONTEXT_KINDS)}")
+    text = " ".join(w.text for p in ctx.pages for w in p.words).casefold()
+    pool = [q for q in questions(ctx, kinds, per_page=2, seed=seed) if text.count(q.answers[0].casefold()) == 1]
+    rng = random.Random(hashlib.sha256(f"{seed}:{ctx.source}".encode()).hexdigest())
+    rng.shuffle(pool)
+    picked: list[Question] = []
+    used: set[int] = set()
+    for q in pool + pool:  # first one per page, then the rest
+        if len(picked) == n:
+            break
+        if q in picked or (q.page in used and len(used) < len({p.page for p in pool})):
+            continue
+        picked.append(q)
+        used.add(q.page)
+    return sorted(picked, key=lambda q: (q.page, q.question))

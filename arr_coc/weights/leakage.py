@@ -4,12 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence
 
-from arr_coc.weights.files import (
-    LEARNED_FORMAT,
-    LEARNED_KINDS,
-    SCORER_FORMAT,
-    load_file,
-)
+from arr_coc.weights.files import LEARNED_FORMAT, LEARNED_KINDS, SCORER_FORMAT
+from arr_coc.weights.folders import read_weights
 from arr_coc.weights.registry import entries, entry_of
 
 SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevance scorer plays no part in
@@ -17,7 +13,7 @@ SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevanc
 
 def trained_on(path: str | Path) -> tuple[str, ...]:
     """The datasets a weights file from ``arr-coc train`` learned from (its saved training settings)."""
-    saved = load_file(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
+    saved = read_weights(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     return tuple(saved.get("train_config", {}).get("datasets", ()))
 
 
@@ -40,7 +36,7 @@ def refuse_leakage(dataset: str, split: str | None, arr: Any, methods: Sequence[
     for what, entry in shipped:
         datasets = trained_on(entry.path)
         if dataset in datasets:
-            raise ValueError(f"the shipped {what} weights (arr_coc/weights/{entry.file}) were trained on the train "
+            raise ValueError(f"the shipped {what} weights (arr_coc/weights/{entry.file}/) were trained on the train "
                              f"images of {', '.join(datasets)} and chosen on val; scoring them on {dataset} "
                              f"{'--split ' + split if split else 'without --split test'} would count images they "
                              f"learned from: add --split test (or pass --scorer-weights none or your own weights)")
