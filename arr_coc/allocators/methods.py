@@ -129,6 +129,8 @@ class SamplerMethod:
     ``sampler`` None: the ARR's configured sampler, seeded as ``ARR.forward`` seeds it (what ``look``,
     ``ask`` and ``ARR()`` send); a name: that sampler of the run, seeded per record. ``encoding``
     ``slice``: the VLM encodes the whole image and keeps the chosen tokens (pruning after the encoder).
+    ``source`` ``edges``: the map is the image's Sobel edge density, no question (``topk_edges``: the
+    saccades go to the densest text of a page, the question-free allocation of page reading).
     """
 
     sampler: str | None = None
@@ -140,7 +142,10 @@ class SamplerMethod:
 
     def plan(self, name: str, inputs: MethodInputs, tokens: int) -> Plan | None:
         grid, k = inputs.split(tokens)
-        relevance = inputs.vlm_relevance if self.source == "vlm" else inputs.relevance
+        if self.source == "edges":  # query-blind: the image's own edge density (text density on a page)
+            relevance = edge_density(inputs.canvas.pixels, inputs.cell)
+        else:
+            relevance = inputs.vlm_relevance if self.source == "vlm" else inputs.relevance
         if relevance is None:
             raise ValueError(f"method {name!r} reads the {self.source} relevance, which was not passed in")
         if self.sampler is None:
@@ -208,13 +213,15 @@ for _name, _method in (
         ("uniform", SamplerMethod("uniform", uses_scorer=False)), ("nms", SamplerMethod("nms")), ("stratified", SamplerMethod("stratified")),
         ("adaptive_stratified", SamplerMethod("adaptive_stratified")), ("log_polar", SamplerMethod("log_polar")),
         ("patches", SquaresMethod("saliency")), ("patches_edges", SquaresMethod("saliency", "edges")),
-        ("quadtree", SquaresMethod("quadtree")), ("selector", LearnedMethod("selector")),
+        ("quadtree", SquaresMethod("quadtree")),
+        ("topk_edges", SamplerMethod("topk", uses_scorer=False, source="edges")),
+        ("selector", LearnedMethod("selector")),
         ("pruner", LearnedMethod("pruner"))):
     METHODS.register(_name)(_method)
 ALIASES = {"native_budget": "uniform_image"}  # the VLM tables' name of the same method (module docstring)
-# evenly spaced saccades: shown by the app and asked for by name, but not in the readers' default lists
-# (the published tables were made without it)
-NOT_DEFAULT = ("uniform",)
+# evenly spaced saccades and the edge-density top-K (page reading's question-free allocation): asked for by
+# name, but not in the readers' default lists (the published tables were made without them)
+NOT_DEFAULT = ("uniform", "topk_edges")
 # trained allocators (arr_coc.allocators.pruning): top-K of their own map
 LEARNED_METHODS = tuple(n for n in METHODS.names() if isinstance(METHODS.get(n), LearnedMethod))
 SCORER_FREE = tuple(n for n in METHODS.names() if not METHODS.get(n).uses_scorer and METHODS.get(n).source == "none")

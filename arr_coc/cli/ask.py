@@ -1,4 +1,10 @@
-"""``arr-coc ask IMAGE "QUESTION" --model M``: a frozen VLM answers from gestalt + saccades."""
+"""``arr-coc ask CONTEXT "QUESTION" --model M``: a frozen VLM answers from gestalt + saccades.
+
+CONTEXT is one image (the one-image path, unchanged) or a context: a PDF, a text file set on pages, or
+several images. A context's pages share one budget (:func:`arr_coc.contexts.allocate_context`: a
+gestalt per page, saccades ranked over every page's cells) and are read as one multi-image prompt
+(:func:`arr_coc.vlm.context.read_context`).
+"""
 from __future__ import annotations
 
 import argparse
@@ -16,9 +22,11 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.vlm import LAYOUTS, MODES
     from arr_coc.vlm.ask import RELEVANCE_SOURCES, allocators
 
-    p = command("ask", [opt.image_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
+    p = command("ask", [opt.context_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
                 description="Allocate K saccades, encode gestalt + saccades with the VLM's own vision tower at "
-                            "their true positions, and let the VLM answer. The token cell is the model's.")
+                            "their true positions, and let the VLM answer. The token cell is the model's. A "
+                            "context (a PDF, a text file, several images) gets one budget over its pages, each "
+                            "page a gestalt, and is read as one multi-image prompt.")
     opt.add_saccades(p)
     p.add_argument("--mode", choices=MODES, default="sparse",
                    help="sparse: the tower encodes only the chosen cells; slice: full grid, keep the chosen "
@@ -57,6 +65,9 @@ def run(args: argparse.Namespace) -> int:
     if args.tokens is not None and args.no_gestalt:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
     opt.check_question(args)
+    if opt.is_context(args):
+        return run_context(args)
+    args.image = args.inputs[0]
     decode = opt.from_args(DecodeConfig, args, opt.DECODE_OPTIONS)  # checked before anything loads
     stream = streams(args, decode)
     start = time.perf_counter()
@@ -116,3 +127,73 @@ def streams(args: argparse.Namespace, decode: Any) -> bool:
     if args.stream is not None:
         return args.stream
     return not args.json and decode.num_beams == 1 and sys.stdout.isatty()
+
+
+def run_context(args: argparse.Namespace) -> int:
+    """A context: one budget over its pages (allocate_context), one multi-image prompt (read_context)."""
+    import torch
+
+    from arr_coc.budget import budget_tokens
+    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
+    from arr_coc.contexts import allocate_context, load_context
+    from arr_coc.pipeline import ARR
+    from arr_coc.vlm import load_vlm
+    from arr_coc.vlm.context import read_context
+
+    refused = [flag for flag, on in (("--mode " + args.mode, args.mode != "sparse"), ("--no-gestalt", args.no_gestalt),
+                                     ("--allocator " + args.allocator, args.allocator != "arr"),
+                                     ("--relevance vlm", args.relevance == "vlm")) if on]
+    if refused:
+        raise ValueError(f"a context (several pages) is allocated by one ranking over its pages' cells and sent "
+                         f"sparse with a gestalt per page; drop {', '.join(refused)}")
+    tokens = None
+    if args.tokens is not None:
+        if str(args.tokens).strip().endswith("%"):
+            raise ValueError(f"a context takes --tokens as a count over all its pages (e.g. 1300), got {args.tokens}")
+        tokens = budget_tokens(args.tokens, 2 ** 62)
+    start = time.perf_counter()
+    adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
+    load_s = time.perf_counter() - start
+    context = load_context(args.inputs if len(args.inputs) > 1 else args.inputs[0], pages=args.pages, dpi=args.dpi,
+                           layout=opt.text_layout(args), max_pages=args.max_pages)
+    canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS, cell=adapter.cell)
+    config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
+                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
+                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS))
+    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
+    arr.max_question_tokens = args.max_question_tokens
+    # the VLM's own tokenizer counts the text a real model would read; the tiny models' is a character toy
+    tokenizer = None if args.model.startswith("tiny:") else adapter.tokenizer
+    start = time.perf_counter()
+    with torch.inference_mode():
+        alloc = allocate_context(arr, context, args.question, tokens=tokens,
+                                 saccades=None if tokens is not None else config.sampler.saccades,
+                                 tokenizer=tokenizer)
+        a = read_context(adapter, alloc.pages, args.question, text_tokens=alloc.text_tokens,
+                         tokenizer=alloc.tokenizer, layout=args.layout, max_new_tokens=args.max_new_tokens)
+    run_s = time.perf_counter() - start
+    if args.json:
+        print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "source": alloc.source,
+                          **a.to_json(), "allocation_ms": round(sum(alloc.timings_ms.values()), 2),
+                          "load_s": round(load_s, 3)}, indent=2))
+        return 0
+    n = len(a.pages)
+    print(f"question      {a.question!r}")
+    print(f"answer        {a.text!r}")
+    print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  layout {args.layout}")
+    print(f"context       {alloc.source}: {n} page{'s' if n != 1 else ''}")
+    for p in a.pages:
+        print(f"  page {p.index + 1:>3}    {p.gestalt_tokens:>4} gestalt + {p.saccades:>4} saccades  "
+              f"(full resolution {p.full_tokens})")
+    print(f"visual tokens sent {a.visual_tokens} = {sum(p.gestalt_tokens for p in a.pages)} gestalt + "
+          f"{sum(p.saccades for p in a.pages)} saccades  |  full resolution {a.full_tokens}  "
+          f"({100 * a.visual_tokens / a.full_tokens:.0f}%)")
+    if a.text_tokens is None:
+        print("text tokens   none (no page has a text layer or words)")
+    else:
+        print(f"text tokens   {a.text_tokens} ({a.tokenizer})  |  compression {a.compression:.2f}x "
+              f"(text tokens / visual tokens sent)")
+    tf, ff = a.flops["total"], a.flops_full["total"]
+    print(f"prefill FLOPs est. {tf / 1e12:.3g} T  |  full resolution {ff / 1e12:.3g} T  (full / sent = {ff / tf:.1f}x)")
+    print(f"time          load {load_s:.1f} s  |  allocate + encode + answer {run_s:.1f} s")
+    return 0

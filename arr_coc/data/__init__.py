@@ -8,4 +8,5 @@ Training and evaluation both read records; neither imports the other, so the rec
 from arr_coc.data import datasets  # noqa: F401  (first: the registry)
 from arr_coc.data import funsd, sroie, coco, jsonl  # noqa: F401
 from arr_coc.data import docvqa, textvqa, chartqa  # noqa: F401
+from arr_coc.data import mpdocvqa, slidevqa  # noqa: F401  (multi-page: several images per record)
 # isort: on

@@ -67,6 +67,10 @@ class Record:
     # images that must fall on one side of a split (one company's receipts, one form template,
     # one document's pages: arr_coc.data.groups); "" = the image alone
     group: str = ""
+    # a multi-page record (MP-DocVQA, SlideVQA): every page image in order (``image`` is the first answer
+    # page, or the first page); () for a one-image record
+    pages: tuple[Path, ...] = ()
+    answer_pages: tuple[int, ...] = ()  # 0-based indices into ``pages`` of the pages holding the answer
 
     @property
     def split_group(self) -> str:

@@ -33,7 +33,7 @@ from typing import Any
 
 from arr_coc.data.boxes import Box, clip_boxes
 from arr_coc.data.datasets import DatasetSpec, Record, register
-from arr_coc.data.loading import finish, image_wh
+from arr_coc.data.loading import finish, image_wh, json_object
 from arr_coc.query import question_problem
 
 
@@ -54,12 +54,7 @@ def parse_jsonl_line(line: str, where: str, folder: Path) -> dict[str, Any]:
         ...
         ValueError: d.jsonl:1: box 0 [30, 2, 1, 40] needs x1 > x0 and y1 > y0 ([x0, y0, x1, y1], px)
     """
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{where}: malformed JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    obj = json_object(line, where)
     missing = [k for k in ("image", "question") if k not in obj] + (["answer"] if not {"answer", "answers"} & set(obj) else [])
     if missing:
         raise ValueError(f"{where}: missing key(s) {', '.join(missing)}; see jsonl_format_help()")

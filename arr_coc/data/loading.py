@@ -34,6 +34,17 @@ def read_json(path: Path) -> Any:
         raise ValueError(f"{path}: malformed JSON ({e})") from None
 
 
+def json_object(line: str, where: str) -> dict[str, Any]:
+    """One JSON line that must be an object; malformed JSON or another type raises one line starting with ``where``."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{where}: malformed JSON ({e})") from None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    return obj
+
+
 def image_wh(path: Path) -> tuple[int, int]:
     """(width, height) as displayed (EXIF orientation applied, as the pipeline sees it), from the header."""
     if not path.is_file():

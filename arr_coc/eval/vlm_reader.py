@@ -31,6 +31,9 @@ rank takes every N-th image (gloo on CPU, nccl on GPU) and appends its rows to t
 with any number of processes, skips every (record, method, budget) already there, so nothing is
 answered twice and a rank that died loses at most the batch it was answering; a folder made with other
 settings (model, prompt, ...) is refused. Tables and plots: :func:`arr_coc.eval.report.write_reports`.
+
+Multi-page records (``Record.pages``: :mod:`arr_coc.data.mpdocvqa`, :mod:`arr_coc.data.slidevqa`) are read
+by :func:`answer_pages`: method ``arr`` at T tokens over all the record's pages, one multi-image prompt.
 """
 from __future__ import annotations
 
@@ -291,6 +294,40 @@ def answer_jobs(jobs: Sequence[Job], adapter: Any, settings: VLMEvalSettings) ->
     return rows
 
 
+def answer_pages(record: Record, arr: Any, adapter: Any, settings: VLMEvalSettings, spec: str) -> dict:
+    """One multi-page record (``Record.pages``: MP-DocVQA, SlideVQA) at ``spec`` total tokens over all its pages,
+    method ``arr``: one budget over the pages (:func:`arr_coc.contexts.allocate_context`), every page's gestalt +
+    saccades in one multi-image prompt (:func:`arr_coc.vlm.context.read_context`); one scored row, with the
+    pages that got saccades and whether an answer page is among them (``answer_page_hit``)."""
+    from arr_coc.contexts import allocate_context
+    from arr_coc.vlm.context import read_context
+
+    if str(spec).strip().endswith("%"):
+        raise ValueError(f"a multi-page record takes its tokens as a count over all its pages, got {spec}")
+    start = time.perf_counter()
+    with torch.no_grad():
+        alloc = allocate_context(arr, [str(p) for p in record.pages], record.question, tokens=budget_tokens(spec, 2**62))
+    alloc_ms = (time.perf_counter() - start) * 1e3
+    t: dict[str, float] = {}
+    a = read_context(adapter, alloc.pages, settings.prompt.format(question=record.question),
+                     text_tokens=alloc.text_tokens, tokenizer=alloc.tokenizer, layout=settings.layout,
+                     max_new_tokens=settings.max_new_tokens, timings=t)
+    looked = [i for i, p in enumerate(a.pages) if p.saccades]
+    return {
+        "dataset": record.dataset, "record_id": record.record_id, "image_id": record.image_id,
+        "question": record.question, "answer": record.answer, "answers": list(record.references),
+        "metric": record.metric, "method": "arr", "budget": str(spec), "tokens": a.visual_tokens,
+        "gestalt_tokens": sum(p.gestalt_tokens for p in a.pages), "full_tokens": a.full_tokens,
+        "prediction": a.text, "score": answer_score(record.metric, a.text, record.references), "reader": "vlm",
+        "model": settings.model, "batch": 1, "pages": len(a.pages), "answer_pages": list(record.answer_pages),
+        "saccade_pages": looked, "answer_page_hit": bool(set(looked) & set(record.answer_pages)),
+        "text_tokens": a.text_tokens, "compression": a.compression, "alloc_ms": round(alloc_ms, 2),
+        "vision_ms": round(t.get("vision", 0.0), 2), "prefill_ms": round(t.get("prefill", 0.0), 2),
+        "decode_ms": round(t.get("decode", 0.0), 2), "flops_vision": a.flops["vision"], "flops_llm": a.flops["llm"],
+        "flops": a.flops["total"],
+    }
+
+
 def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Path,
                  settings: VLMEvalSettings | None = None, progress: bool = True) -> Path:
     """Answer every record x method x budget with ``adapter``'s model; returns ``out_dir/records.jsonl``.
@@ -309,6 +346,9 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs {adapter.cell} px")
     if "vlm" in settings.methods:  # refused before any record is allocated, in ask's words
         adapter.require("first_look", "method 'vlm' (the VLM's first look)")
+    if any(r.pages for r in records) and set(settings.methods) != {"arr"}:
+        raise ValueError(f"multi-page records are read with method arr (one budget over their pages); "
+                         f"leave out {', '.join(m for m in settings.methods if m != 'arr')}")
     if {"full", "native_budget"} & set(settings.methods) and PROCESSOR not in adapter.capabilities:
         raise ValueError(f"{adapter.name} has no image processor of its own to resize with; "
                          f"leave out full and native_budget")
@@ -332,6 +372,11 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
                disable=not progress or rank != 0)
     batch: list[Job] = []
     for recs in groups.values():
+        if recs[0].pages:  # a multi-page record: one prompt over its pages, method arr only
+            store.append([answer_pages(r, arr, adapter, settings, str(b)) for r in recs for b in settings.tokens
+                          if (r.record_id, "arr", str(b)) not in done])
+            bar.update(len(recs))
+            continue
         for job in _jobs(recs, arr, adapter, settings, learned, samplers, done):
             batch.append(job)
             if len(batch) == settings.batch_size:

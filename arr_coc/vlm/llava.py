@@ -32,7 +32,7 @@ from arr_coc.vlm.processing import (
     left_pad,
     mode_cells,
     per_image,
-    split_at_image,
+    split_at_images,
     table_taps,
 )
 from arr_coc.vlm.protocol import ADAPTERS, FIRST_LOOK, VLMAdapter
@@ -325,13 +325,14 @@ class LlavaAdapter(VLMAdapter):
         return self.encode(images, [None] * len(images), mode="slice", gestalt=[True] * len(images))
 
     # ------------------------------------------------------------------ language model
-    def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
-        """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
-        ids = chat_ids(self.tokenizer, self.processor, question, self.image_token_id)
+    def prompt_segments(self, question: str, images: int = 1) -> list[list[int]]:
+        """Chat-templated prompt around ``images`` ``<image>`` placeholders (LLaVA's multi-image convention:
+        one each, in order) -> the images + 1 runs of ids between them."""
+        ids = chat_ids(self.tokenizer, self.processor, question, self.image_token_id, images=images)
         bos = getattr(self.tokenizer, "bos_token_id", None)
         if bos is not None and (not ids or ids[0] != bos):  # LLaVA's processor adds BOS the template lacks
             ids = [bos] + ids
-        return split_at_image(ids, self.image_token_id)
+        return split_at_images(ids, self.image_token_id, images)
 
     def language_model(self, x: dict) -> Tensor:
         """Final hidden states [B, L, D] for ``inputs_embeds``, mask, [1, B, L] positions and cache."""
@@ -345,15 +346,22 @@ class LlavaAdapter(VLMAdapter):
                       cache=x.get("past_key_values"), use_cache=x.get("past_key_values") is not None)
         return out.last_hidden_state
 
-    def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
-        """Inputs for the model's own forward (placeholder expanded, S x S pixels): the reference."""
-        ids = []
-        for q in questions:
-            pre, suf = self.prompt_ids(q)
-            ids.append(pre + [self.image_token_id] * self.native_tokens + suf)
-        input_ids, mask = left_pad(ids, self.text_config.pad_token_id or 0)
-        pixels = torch.stack([self.normalize(self.gestalt_image(img)) for img in images])
-        # positions count real tokens only, exactly as assemble() lays them out
-        return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": pixels,
-                "position_ids": (mask.cumsum(1) - 1).clamp_min(0)}
+    def native_inputs(self, images: Sequence[Tensor | Sequence[Tensor]], questions: Sequence[str]) -> dict[str, Tensor]:
+        """Inputs for the model's own forward (placeholders expanded, S x S pixels): the reference.
 
+        ``images[b]``: one image, or the pages of prompt b, each its own ``<image>`` expanded to the
+        tower's tokens, their pixels stacked in prompt order (LLaVA's multi-image convention).
+        """
+        ids, pixels = [], []
+        for pages, q in zip(images, questions):
+            pages = [pages] if isinstance(pages, Tensor) else list(pages)
+            runs = self.prompt_segments(q, len(pages))
+            row = list(runs[0])
+            for img, run in zip(pages, runs[1:]):
+                row += [self.image_token_id] * self.native_tokens + list(run)
+                pixels.append(self.normalize(self.gestalt_image(img)))
+            ids.append(row)
+        input_ids, mask = left_pad(ids, self.text_config.pad_token_id or 0)
+        # positions count real tokens only, exactly as assemble() lays them out
+        return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": torch.stack(pixels),
+                "position_ids": (mask.cumsum(1) - 1).clamp_min(0)}

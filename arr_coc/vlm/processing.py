@@ -169,31 +169,37 @@ def per_image(n: int, **given: Sequence | None) -> list[list]:
     return lists
 
 
-def chat_ids(tokenizer: Any, processor: Any, question: str, image_token_id: int, lead: Sequence[int] = ()) -> list[int]:
-    """Token ids of a one-image user turn and the generation prompt, from the chat template.
+def chat_ids(tokenizer: Any, processor: Any, question: str, image_token_id: int, lead: Sequence[int] = (),
+             images: int = 1) -> list[int]:
+    """Token ids of a user turn with ``images`` images then the question, and the generation prompt, from the
+    chat template (the layout the model's processor gives several images: one placeholder each, in order).
 
-    Without a template: ``lead`` (the family's image block, holding ``image_token_id``), then the question.
+    Without a template: ``lead`` (the family's image block, holding ``image_token_id``) per image, then the question.
     """
     if tokenizer is None:
         raise ValueError("this adapter has no tokenizer; pass tokenizer= or processor=")
-    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": question}]}]
+    content = [{"type": "image"}] * images + [{"type": "text", "text": question}]
+    messages = [{"role": "user", "content": content}]
     source = processor if getattr(processor, "chat_template", None) else tokenizer
     if getattr(source, "chat_template", None):
         text = source.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return tokenizer(text, add_special_tokens=False)["input_ids"]
-    return list(lead or [image_token_id]) + tokenizer(question, add_special_tokens=False)["input_ids"]
+    return list(lead or [image_token_id]) * images + tokenizer(question, add_special_tokens=False)["input_ids"]
 
 
-def split_at_image(ids: Sequence[int], image_token_id: int) -> tuple[list[int], list[int]]:
-    """(ids before, ids after) the single image placeholder.
+def split_at_images(ids: Sequence[int], image_token_id: int, images: int = 1) -> list[list[int]]:
+    """The ``images + 1`` runs of text ids around ``images`` image placeholders: before the first, between
+    each two, after the last.
 
-    >>> split_at_image([1, 2, 9, 3], 9)
-    ([1, 2], [3])
+    >>> split_at_images([1, 9, 2, 3, 9, 4], 9, 2)
+    [[1], [2, 3], [4]]
     """
     where = [i for i, t in enumerate(ids) if t == image_token_id]
-    if len(where) != 1:
-        raise ValueError(f"the chat template must yield exactly one image placeholder, found {len(where)}")
-    return list(ids[:where[0]]), list(ids[where[0] + 1:])
+    if len(where) != images:
+        raise ValueError(f"the chat template must yield exactly {images} image placeholder"
+                         f"{'s' if images != 1 else ''}, found {len(where)}")
+    bounds = [-1, *where, len(ids)]
+    return [list(ids[a + 1:b]) for a, b in zip(bounds, bounds[1:])]
 
 
 def left_pad_rows(rows: Sequence[tuple[Tensor, Tensor, Tensor]], rope_rows: int
@@ -234,36 +240,62 @@ def assemble(embed_tokens: Callable[[Tensor], Tensor], prefixes: Sequence[Sequen
 
     Text before the image counts 0, 1, ...; the image sits at ``start + positions``; text after
     it continues at ``start + extent`` -- the Qwen-VL rule, which the native path follows too.
+    One image per prompt: :func:`assemble_context` with the texts ``[prefix, suffix]``.
     """
     if not (len(prefixes) == len(visuals) == len(suffixes)) or not visuals:
         raise ValueError(f"need one prefix, visual set and suffix per prompt, got {len(prefixes)}, "
                          f"{len(visuals)}, {len(suffixes)}")
+    return assemble_context(embed_tokens, [[p, s] for p, s in zip(prefixes, suffixes)], [[v] for v in visuals],
+                            rope_rows)
+
+
+def assemble_context(embed_tokens: Callable[[Tensor], Tensor], texts: Sequence[Sequence[Sequence[int]]],
+                     visuals: Sequence[Sequence[VisualTokens]], rope_rows: int) -> Prefill:
+    """Several images per prompt: prompt b is ``texts[b][0], visuals[b][0], texts[b][1], ..., texts[b][n]``.
+
+    Positions chain as the model's own multi-image rope index lays them out (transformers'
+    ``get_rope_index``): each text run continues where the previous image or run ended, each image
+    sits at ``start + positions`` and the next run starts at ``start + extent``. Left-padded; the
+    visual mask and the deepstack features follow the images in prompt order.
+    """
+    if len(texts) != len(visuals) or not visuals:
+        raise ValueError(f"need one text list and one image list per prompt, got {len(texts)} and {len(visuals)}")
     rows = []
-    for pre, vis, suf in zip(prefixes, visuals, suffixes):
-        if vis.positions.shape != (rope_rows, len(vis)):
-            raise ValueError(f"visual positions must be [{rope_rows}, {len(vis)}], got {tuple(vis.positions.shape)}")
-        dev = vis.embeds.device
-        pre_t = torch.as_tensor(list(pre), dtype=torch.long, device=dev)
-        suf_t = torch.as_tensor(list(suf), dtype=torch.long, device=dev)
-        text_pre, text_suf = embed_tokens(pre_t[None])[0], embed_tokens(suf_t[None])[0]
-        emb = torch.cat([text_pre, vis.embeds.to(text_pre.dtype), text_suf])  # [n, D]
-        start, after = len(pre), len(pre) + vis.extent
-        pos = torch.cat([torch.arange(len(pre), device=dev, dtype=torch.float32).expand(rope_rows, -1),
-                         vis.positions.float().to(dev) + start,
-                         (torch.arange(len(suf), device=dev, dtype=torch.float32) + after).expand(rope_rows, -1)],
-                        dim=1)  # [R, n]
-        is_vis = torch.zeros(emb.shape[0], dtype=torch.bool, device=dev)
-        is_vis[len(pre):len(pre) + len(vis)] = True
-        rows.append((emb, pos, is_vis, after + len(suf)))
+    for runs, images in zip(texts, visuals):
+        if len(runs) != len(images) + 1 or not images:
+            raise ValueError(f"a prompt with {len(images)} images needs {len(images) + 1} text runs around them, "
+                             f"got {len(runs)}")
+        dev = images[0].embeds.device
+        embeds, pos, is_vis, at = [], [], [], 0
+        for i, run in enumerate(runs):
+            ids = torch.as_tensor(list(run), dtype=torch.long, device=dev)
+            text = embed_tokens(ids[None])[0]
+            embeds.append(text)
+            pos.append((torch.arange(len(run), device=dev, dtype=torch.float32) + at).expand(rope_rows, -1))
+            is_vis.append(torch.zeros(len(run), dtype=torch.bool, device=dev))
+            at += len(run)
+            if i == len(images):
+                break
+            vis = images[i]
+            if vis.positions.shape != (rope_rows, len(vis)):
+                raise ValueError(f"visual positions must be [{rope_rows}, {len(vis)}], "
+                                 f"got {tuple(vis.positions.shape)}")
+            embeds.append(vis.embeds.to(text.dtype))
+            pos.append(vis.positions.float().to(dev) + at)
+            is_vis.append(torch.ones(len(vis), dtype=torch.bool, device=dev))
+            at += vis.extent
+        rows.append((torch.cat(embeds), torch.cat(pos, 1), torch.cat(is_vis), at))  # [n, D], [R, n], [n]
     embeds, mask, pos, vmask = left_pad_rows([r[:3] for r in rows], rope_rows)
-    dev = embeds.device
-    layers = len(visuals[0].deepstack)
-    if any(len(v.deepstack) != layers for v in visuals):
+    flat = [v for images in visuals for v in images]
+    layers = len(flat[0].deepstack)
+    if any(len(v.deepstack) != layers for v in flat):
         raise ValueError("every image must carry the same number of deepstack layers")
-    deepstack = [torch.cat([v.deepstack[j] for v in visuals]) for j in range(layers)]
-    nxt = torch.tensor([float(r[3]) for r in rows], device=dev)
-    ids = left_pad_ids([[*pre, *[-1] * len(vis), *suf] for pre, vis, suf in zip(prefixes, visuals, suffixes)],
-                       mask.shape[1], dev)
+    deepstack = [torch.cat([v.deepstack[j] for v in flat]) for j in range(layers)]
+    nxt = torch.tensor([float(r[3]) for r in rows], device=embeds.device)
+    # the text ids as generate reads them back: -1 on visual tokens (and on padding)
+    ids = left_pad_ids([[t for i, run in enumerate(runs) for t in [*run, *([-1] * len(images[i]) if i < len(images)
+                                                                           else [])]]
+                        for runs, images in zip(texts, visuals)], mask.shape[1], embeds.device)
     return Prefill(embeds, mask, pos, nxt, vmask, deepstack, ids)
 
 

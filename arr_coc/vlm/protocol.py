@@ -105,8 +105,14 @@ class VLMAdapter(ABC):
 
     # ------------------------------------------------------------------ language model
     @abstractmethod
+    def prompt_segments(self, question: str, images: int = 1) -> list[list[int]]:
+        """The ``images + 1`` runs of token ids around ``images`` images then the question (chat template
+        applied, one image placeholder each, as the model's processor lays out several images)."""
+
     def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
         """Token ids before and after the image for one question (chat template applied)."""
+        before, after = self.prompt_segments(question, 1)
+        return before, after
 
     @abstractmethod
     def language_model(self, x: dict[str, Any]) -> Tensor:
@@ -122,8 +128,9 @@ class VLMAdapter(ABC):
         return self.head(hidden)
 
     @abstractmethod
-    def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
-        """Inputs for the model's own forward on the same images: the exactness reference."""
+    def native_inputs(self, images: Sequence[Tensor | Sequence[Tensor]], questions: Sequence[str]) -> dict[str, Tensor]:
+        """Inputs for the model's own forward on the same images: the exactness reference. ``images[b]`` is one
+        image or the list of images of prompt b (the model's own multi-image prompt, in order)."""
 
 
 ADAPTERS: Registry[type[VLMAdapter]] = Registry("VLM adapter")

@@ -31,7 +31,7 @@ from arr_coc.vlm.processing import (
     left_pad,
     mode_cells,
     per_image,
-    split_at_image,
+    split_at_images,
     table_taps,
 )
 from arr_coc.vlm.protocol import ADAPTERS, FIRST_LOOK, PROCESSOR, VLMAdapter
@@ -121,20 +121,25 @@ class QwenVLAdapter(VLMAdapter):
             img = img.to(device)
             x = self.normalize(img.float())
             rows = patchify(x, self.patch, self.merge, self.temporal)
-            chosen = mode_cells(mode, chosen, w, (hc, wc), x.device)
+            # a page of a context may get no saccades: its gestalt alone
+            chosen = mode_cells(mode, chosen, w, (hc, wc), x.device, allow_empty=g is not None and mode == "sparse")
             flat = chosen[:, 0] * wc + chosen[:, 1]
             if g is not None and done is None:
                 segments.append(self.gestalt_segment(img, g))
-            if mode == "sparse":
+            if mode == "sparse" and len(flat):
                 mm = self.merge * self.merge
                 segments.append(Segment(rows.view(hc * wc, mm, -1)[flat].reshape(len(flat) * mm, -1), chosen, (hc, wc)))
-            else:
+            elif mode != "sparse":
                 segments.append(Segment(rows, all_cells(hc, wc, x.device), (hc, wc)))
             plan.append((g, chosen, flat, (hc, wc), w, done))
         outputs = iter(self.encode_segments(segments))
         out = []
         for g, chosen, flat, grid, w, done in plan:
             parts = [self.reused(done, g) if done is not None else next(outputs)] if g is not None else []
+            if not len(flat):
+                segs = tuple(len(p[0]) * self.merge ** 2 for p in parts)
+                out.append(self.visual_tokens(parts, True, visual_positions(g, chosen, grid, layout), segs))
+                continue
             tok, deep = next(outputs)
             segs = tuple(len(p[0]) * self.merge ** 2 for p in parts) + (len(tok) * self.merge ** 2,)
             if mode == "slice":
@@ -265,12 +270,12 @@ class QwenVLAdapter(VLMAdapter):
         return out
 
     # ------------------------------------------------------------------ language model
-    def prompt_ids(self, question: str) -> tuple[list[int], list[int]]:
-        """Chat-templated prompt around one image placeholder -> (ids before, ids after)."""
+    def prompt_segments(self, question: str, images: int = 1) -> list[list[int]]:
+        """Chat-templated prompt around ``images`` image placeholders -> the images + 1 runs of ids between them."""
         cfg = self.model.config
         lead = [cfg.vision_start_token_id, self.image_token_id, cfg.vision_end_token_id]  # the bare image block
-        return split_at_image(chat_ids(self.tokenizer, self.processor, question, self.image_token_id, lead),
-                              self.image_token_id)
+        return split_at_images(chat_ids(self.tokenizer, self.processor, question, self.image_token_id, lead, images),
+                               self.image_token_id, images)
 
     def language_model(self, x: dict) -> Tensor:
         out = self.lm(inputs_embeds=x["inputs_embeds"], attention_mask=x["attention_mask"],
@@ -281,15 +286,23 @@ class QwenVLAdapter(VLMAdapter):
     def deepstack_kwargs(self, x: dict) -> dict:
         return {}
 
-    def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:
-        """Inputs for the model's own forward (image placeholders expanded, patches, grids): the reference."""
+    def native_inputs(self, images: Sequence[Tensor | Sequence[Tensor]], questions: Sequence[str]) -> dict[str, Tensor]:
+        """Inputs for the model's own forward (image placeholders expanded, patches, grids): the reference.
+
+        ``images[b]``: one image, or the pages of prompt b, each its own placeholder expanded to its grid
+        and its own row of ``image_grid_thw``, as the model's processor lays out several images.
+        """
         ids, thw, pix = [], [], []
-        for img, q in zip(images, questions):
-            hc, wc = image_grid(img, self.cell)
-            pre, suf = self.prompt_ids(q)
-            ids.append(pre + [self.image_token_id] * (hc * wc) + suf)
-            thw.append([1, hc * self.merge, wc * self.merge])
-            pix.append(patchify(self.normalize(img.float()), self.patch, self.merge, self.temporal))
+        for pages, q in zip(images, questions):
+            pages = [pages] if isinstance(pages, Tensor) else list(pages)
+            runs = self.prompt_segments(q, len(pages))
+            row = list(runs[0])
+            for img, run in zip(pages, runs[1:]):
+                hc, wc = image_grid(img, self.cell)
+                row += [self.image_token_id] * (hc * wc) + list(run)
+                thw.append([1, hc * self.merge, wc * self.merge])
+                pix.append(patchify(self.normalize(img.float()), self.patch, self.merge, self.temporal))
+            ids.append(row)
         input_ids, mask = left_pad(ids, self.text_config.pad_token_id or 0)
         return {"input_ids": input_ids, "attention_mask": mask, "pixel_values": torch.cat(pix),
                 "image_grid_thw": torch.tensor(thw), "mm_token_type_ids": (input_ids == self.image_token_id).int() * mask}

@@ -13,7 +13,7 @@ call them too, timing or swapping one stage at a time.
   through every cell, native through the model's own processor (``encode_processed``); a gestalt
   the first look encoded is reused.
 * :func:`prefill` -- the prompts around the visual tokens, or their continuation of the first
-  look's cache.
+  look's cache; :func:`prefill_context` -- several images (the pages of a context) in one prompt.
 * :func:`decode` -- the answer through the model's own ``generate`` (greedy by default, any
   ``GenerationConfig``).
 """
@@ -33,7 +33,7 @@ from arr_coc.samplers import SAMPLERS, Sampler, select, shift_nonnegative
 from arr_coc.threads import check_model
 from arr_coc.vlm.generation import generate, timed
 from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
-from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble, left_pad_ids
+from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble, assemble_context, left_pad_ids
 from arr_coc.vlm.protocol import FIRST_LOOK, PROCESSOR, VLMAdapter
 
 if TYPE_CHECKING:
@@ -342,7 +342,8 @@ class Prompt:
     """A batch of prompts ready to decode: the prefill inputs, and the first look's cache they continue."""
 
     prefill: Prefill
-    prompts: list[tuple[list[int], list[int]]]  # per prompt the ids before and after the image
+    # per prompt the ids before and after the image (several images: before the first, and every later run)
+    prompts: list[tuple[list[int], list[int]]]
     look: FirstLook | None = None
 
     def look_work(self, b: int, visual: VisualTokens) -> tuple[int, int]:
@@ -363,6 +364,17 @@ def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
     prompts = [(list(p), list(s)) for p, s in prompts]
     pf = assemble(adapter.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], adapter.rope_rows)
     return Prompt(pf, prompts)
+
+
+def prefill_context(adapter: VLMAdapter, visuals: Sequence[Sequence[VisualTokens]],
+                    texts: Sequence[Sequence[Sequence[int]]]) -> Prompt:
+    """Several images in one prompt (the pages of a context): prompt b holds ``visuals[b]`` between the runs of
+    ids ``texts[b]`` (:meth:`VLMAdapter.prompt_segments`), each image at its own positions as the model's
+    multi-image path places them (:func:`arr_coc.vlm.processing.assemble_context`). One image per prompt
+    gives exactly :func:`prefill`'s prompt."""
+    texts = [[list(run) for run in runs] for runs in texts]
+    pf = assemble_context(adapter.embed_tokens, texts, visuals, adapter.rope_rows)
+    return Prompt(pf, [(runs[0], [t for run in runs[1:] for t in run]) for runs in texts])
 
 
 def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW_TOKENS,

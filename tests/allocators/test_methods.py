@@ -1,6 +1,8 @@
 """The registry of allocation methods: every method's Plan at a token count, what it declares, how readers render it."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from arr_coc.allocators.methods import (
     methods_for,
     square_sizes,
 )
-from arr_coc.allocators.patching import PATCHERS, render_patches
+from arr_coc.allocators.patching import PATCHERS, edge_density, render_patches
 from arr_coc.budget import split_budget
 from arr_coc.canvas import make_canvas
 from arr_coc.eval.reading import render, rendered_tokens
@@ -74,6 +76,12 @@ def test_each_method_is_the_sampler_or_map_it_declares(inputs):
     squares = PATCHERS.get("quadtree")(inputs.relevance, k, valid=valid)
     assert torch.equal(make_plan("quadtree", inputs, 100).squares, squares.boxes[0][: int(squares.counts[0])])
     assert not torch.equal(make_plan("patches", inputs, 100).squares, make_plan("patches_edges", inputs, 100).squares)
+    # topk_edges: the top K of the image's own edge density, whatever the question's relevance
+    edges = make_plan("topk_edges", inputs, 100)
+    density = edge_density(inputs.canvas.pixels, CELL)
+    assert torch.equal(edges.cells, topk_cells(density, k, valid).positions[0])
+    assert torch.equal(make_plan("topk_edges", replace(inputs, relevance=-inputs.relevance), 100).cells, edges.cells)
+    assert not torch.equal(edges.cells, topk.cells)
 
 
 def test_methods_declare_what_they_need_and_refuse_what_is_missing(inputs):

@@ -299,7 +299,8 @@ def test_jsonl_rejects_duplicate_ids_folders_with_several_files_and_no_path(json
 
 # -------------------------------------------------------------------------------- registry and subsets
 def test_registry_holds_every_loader_and_unknown_names_list_them() -> None:
-    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "docvqa", "infovqa", "textvqa", "chartqa"]
+    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "docvqa", "infovqa", "textvqa", "chartqa", "mpdocvqa",
+                                "slidevqa"]
     with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, docvqa"):
         load_dataset("vqav2")
 
@@ -323,6 +324,8 @@ def test_specs_say_how_each_dataset_is_read_split_and_scored() -> None:
         "infovqa": ("InfoVQA", "official", "anls", "vlm", None),
         "textvqa": ("TextVQA", "official", "vqa_accuracy", "vlm", None),
         "chartqa": ("ChartQA", "official", "relaxed_accuracy", "vlm", None),
+        "mpdocvqa": ("MP-DocVQA", "official", "anls", "vlm", None),  # several pages per record
+        "slidevqa": ("SlideVQA", "official", "anls", "vlm", None),
     }
 
 

@@ -152,7 +152,7 @@ def test_parquet_exports_are_read_offline_and_images_cached_by_content(tmp_path:
 
 
 def test_registry_lists_the_benchmarks() -> None:
-    assert DATASETS.names()[-4:] == ["docvqa", "infovqa", "textvqa", "chartqa"]
+    assert DATASETS.names()[-6:] == ["docvqa", "infovqa", "textvqa", "chartqa", "mpdocvqa", "slidevqa"]
 
 
 # --------------------------------------------------------------------------- strict and loud loading

@@ -268,7 +268,8 @@ def test_every_method_is_a_typed_registry_entry():
     assert REGISTRY.get("arr").sampler is None  # the ARR's own sampler
     assert {m: REGISTRY.get(m) for m in ("patches_edges", "quadtree")} == {
         "patches_edges": SquaresMethod("saliency", "edges"), "quadtree": SquaresMethod("quadtree")}
-    assert [m for m in METHODS if not REGISTRY.get(m).uses_scorer] == ["full", "uniform_image", "random", "uniform"]
+    assert [m for m in METHODS if not REGISTRY.get(m).uses_scorer] == ["full", "uniform_image", "random", "uniform",
+                                                                       "topk_edges"]
     assert isinstance(REGISTRY.get("pruner"), LearnedMethod)
     assert REGISTRY.get("native_budget") == REGISTRY.get("uniform_image")  # one method, two names
     assert REGISTRY.get("vlm").source == "vlm" and REGISTRY.get("slice").encoding == "slice"

@@ -18,14 +18,17 @@ from arr_coc.pipeline import ARR
 from arr_coc.plan import Plan
 from arr_coc.query import HashingQueryEncoder
 from arr_coc.texture import MVP_CHANNELS
-from arr_coc.vlm import ADAPTERS, LAYOUTS, ask, assemble, encode, generate, load_vlm
+from arr_coc.vlm import ADAPTERS, LAYOUTS, ask, assemble, encode, generate, load_vlm, prefill
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.protocol import CAPABILITIES, FIRST_LOOK, PROCESSOR, VLMAdapter
+from arr_coc.vlm.stages import prefill_context
 
 WRONG = 1e-2  # a wrong position must move some logit by more than this
 ATOL = {"llava": 1e-5}  # one float32 model, the same kernels on both paths; Qwen: sums reordered, 1e-4
 # the grid whose every cell the model's own forward sees at full resolution (LLaVA: exactly one S x S tile)
 NATIVE_GRID = {"llava": (4, 4)}
+# the pages of a context whose every cell the model's own multi-image forward sees (LLaVA: one tile each)
+PAGE_GRIDS = {"llava": [(4, 4)] * 3}
 
 
 @pytest.fixture(scope="module", params=ADAPTERS.names())
@@ -134,6 +137,69 @@ def test_size_one_squares_are_exactly_the_sparse_saccades(adapter, gestalt):
     # negative control: the same cells encoded inside their full grid or tiles (slice) are other tokens
     sliced = adapter.encode([img], [cells], mode="slice", gestalt=[gestalt])[0]
     assert far(vis.embeds[vis.n_gestalt:], sliced.embeds[sliced.n_gestalt:])
+
+
+# ----------------------------------------------------------------------------- several images in one prompt
+
+
+def pages(adapter, seed=20):
+    """The pages of a context, as uint8 pixels (so the model's image processor reads exactly these values)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, 256, (3, h * adapter.cell, w * adapter.cell), generator=g).float() / 255
+            for h, w in PAGE_GRIDS.get(adapter.name, [(3, 4), (5, 2), (2, 3)])]
+
+
+def every_cell(page, cell):
+    grid = (page.shape[1] // cell, page.shape[2] // cell)
+    return Plan("every cell", "cells", grid, cells=all_cells(*grid))
+
+
+def context_logits(adapter, imgs, question, order=None):
+    """The sparse multi-image prompt (every cell of every page, each page its own tower segment)."""
+    order = order or range(len(imgs))
+    vis = encode(adapter, [every_cell(imgs[i], adapter.cell) for i in order], [imgs[i] for i in order])
+    return run_llm(adapter, prefill_context(adapter, [vis], [adapter.prompt_segments(question, len(vis))]).prefill)
+
+
+def test_every_cell_of_every_page_reproduces_the_native_multi_image_forward(adapter):
+    imgs, q = pages(adapter), "Which page?"
+    inputs = adapter.native_inputs([imgs], [q])
+    if PROCESSOR in adapter.capabilities:  # the reference's pixels and grids are the image processor's own
+        photos = [Image.fromarray((p * 255).round().byte().permute(1, 2, 0).numpy()) for p in imgs]
+        processed = adapter.image_processor()(images=photos, return_tensors="pt")
+        assert processed["image_grid_thw"].tolist() == inputs["image_grid_thw"].tolist()
+        assert torch.equal(processed["pixel_values"], inputs["pixel_values"])
+    assert int((inputs["input_ids"] == adapter.image_token_id).sum()) == sum(
+        len(v) for v in encode(adapter, [every_cell(p, adapter.cell) for p in imgs], imgs))
+    with torch.no_grad():
+        ref = adapter.model(**inputs).logits
+    torch.testing.assert_close(context_logits(adapter, imgs, q), ref, atol=atol(adapter), rtol=0)
+    # negative control: two pages swapped (same tokens, same prompt, other order)
+    assert far(context_logits(adapter, imgs, q, order=[1, 0, 2]), ref)
+
+
+def test_one_page_context_is_exactly_the_one_image_prompt(adapter):
+    img, q = image(adapter, 5, 4, seed=8), "Total?"
+    plan = Plan("arr", "cells", (5, 4), gestalt=(2, 2), cells=torch.tensor([[4, 3], [0, 1]]))
+    vis = encode(adapter, [plan], [img])
+    one, ctx = prefill(adapter, vis, [adapter.prompt_ids(q)]).prefill, prefill_context(
+        adapter, [vis], [adapter.prompt_segments(q, 1)]).prefill
+    for name in ("inputs_embeds", "attention_mask", "position_ids", "next_position", "visual_mask"):
+        assert torch.equal(getattr(one, name), getattr(ctx, name)), name
+
+
+def test_context_prompts_of_different_page_counts_batch_like_each_alone(adapter):
+    imgs = pages(adapter, seed=21)
+    plans = [Plan("arr", "cells", (p.shape[1] // adapter.cell, p.shape[2] // adapter.cell), gestalt=(2, 2),
+                  cells=torch.tensor([[1, 1], [0, 0]])) for p in imgs]
+    plans[1] = replace(plans[1], cells=torch.zeros(0, 2, dtype=torch.long))  # a page with its gestalt alone
+    vis = encode(adapter, plans, imgs)
+    assert [len(v) - v.n_gestalt for v in vis] == [2, 0, 2]
+    groups, questions = [vis[:1], vis[1:]], ["Date?", "Which total is larger?"]
+    texts = [adapter.prompt_segments(q, len(g)) for q, g in zip(questions, groups)]
+    batch = prefill_context(adapter, groups, texts).prefill
+    singles = [prefill_context(adapter, [g], [t]).prefill for g, t in zip(groups, texts)]
+    check_batch_equals_singles(adapter, batch, singles, run_llm, atol(adapter))
 
 
 # ----------------------------------------------------------------------------- decoding (the model's own generate) and batching

@@ -1,0 +1,68 @@
+"""The VLM reader over multi-page records (MP-DocVQA / SlideVQA layouts): one budget, one multi-image prompt."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
+from arr_coc.data.datasets import load_dataset
+from arr_coc.eval.store import RowStore
+from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm
+from arr_coc.pipeline import ARR
+from arr_coc.query import HashingQueryEncoder
+from arr_coc.texture import MVP_CHANNELS
+from arr_coc.vlm import load_vlm
+
+
+@pytest.fixture(scope="module")
+def adapter():
+    return load_vlm("tiny:qwen2_5_vl")
+
+
+@pytest.fixture(scope="module")
+def arr(adapter):
+    return ARR(ARRConfig(canvas=CanvasConfig(cell=adapter.cell), texture=TextureConfig(channels=MVP_CHANNELS)),
+               query_encoder=HashingQueryEncoder()).eval()
+
+
+def mpdocvqa(root: Path) -> Path:
+    """Two questions over a 3-page and a 2-page document, MP-DocVQA's layout."""
+    for i, page in enumerate(["a_p0", "a_p1", "a_p2", "b_p0", "b_p1"]):
+        (root / "images").mkdir(parents=True, exist_ok=True)
+        g = torch.Generator().manual_seed(i)
+        Image.fromarray((torch.rand(140, 112, 3, generator=g) * 255).byte().numpy()).save(root / "images" / f"{page}.jpg")
+    data = [{"questionId": 1, "question": "Total?", "doc_id": "a", "page_ids": ["a_p0", "a_p1", "a_p2"],
+             "answers": ["42"], "answer_page_idx": 1},
+            {"questionId": 2, "question": "Date?", "doc_id": "b", "page_ids": ["b_p0", "b_p1"], "answers": ["May"],
+             "answer_page_idx": 0}]
+    (root / "qas").mkdir()
+    (root / "qas" / "val.json").write_text(json.dumps({"data": data}))
+    return root
+
+
+def test_a_multi_page_record_is_answered_over_all_its_pages_at_the_exact_budget(adapter, arr, tmp_path):
+    records = load_dataset("mpdocvqa", mpdocvqa(tmp_path / "mp"), split="val")
+    settings = VLMEvalSettings(methods=("arr",), tokens=("24", "40"), max_new_tokens=2)
+    rows = RowStore(evaluate_vlm(records, arr, adapter, tmp_path / "out", settings, progress=False).parent).rows()
+    got = sorted((r["record_id"], r["budget"], r["tokens"], r["pages"]) for r in rows)
+    assert got == [("1", "24", 24, 3), ("1", "40", 40, 3), ("2", "24", 24, 2), ("2", "40", 40, 2)]
+    for r in rows:
+        assert r["full_tokens"] == r["pages"] * 20 and 0 <= r["score"] <= 1 and r["method"] == "arr"
+        assert r["answer_page_hit"] == bool(set(r["saccade_pages"]) & set(r["answer_pages"]))
+        assert r["text_tokens"] is None and r["flops"] > 0  # images without words: nothing to compare with
+    # a rerun answers nothing twice
+    again = RowStore(evaluate_vlm(records, arr, adapter, tmp_path / "out", settings, progress=False).parent).rows()
+    assert len(again) == 4
+
+
+def test_multi_page_records_take_method_arr_and_token_counts_only(adapter, arr, tmp_path):
+    records = load_dataset("mpdocvqa", mpdocvqa(tmp_path / "mp"), split="val")
+    with pytest.raises(ValueError, match="multi-page records are read with method arr .*; leave out full"):
+        evaluate_vlm(records, arr, adapter, tmp_path / "a", VLMEvalSettings(methods=("full", "arr")), progress=False)
+    with pytest.raises(ValueError, match="a multi-page record takes its tokens as a count over all its pages, got 5%"):
+        evaluate_vlm(records, arr, adapter, tmp_path / "b", VLMEvalSettings(methods=("arr",), tokens=("5%",)),
+                     progress=False)
