@@ -140,7 +140,8 @@ def load_sroie(root: Path | None = None, *, report: SroieReport | None = None) -
                 report.skipped.append(rid)
                 continue
             setattr(report, how, getattr(report, how) + 1)
-            records.append(Record(SROIE.name, rid, image, key.stem, question, value, boxes, metric=SROIE.metric))
+            records.append(Record(SROIE.name, rid, image, key.stem, question, value, boxes, metric=SROIE.metric,
+                                  kind=name))
     return finish(SROIE.title, root, records)
 
 
