@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
         print(ship_hint(cfg, "contextual"))
 
     learned = ARR(ARRConfig(scorer=ScorerConfig(weights=str(weights))), query_encoder=hand.query_encoder).eval()
-    iou = iou_table(hand, learned, [e for e in examples if split_of(e.image_id, e.dataset) == "test"])
+    iou = iou_table(hand, learned, [e for e in examples if split_of(e.split_group, e.dataset) == "test"])
     (OUT / "iou.md").write_text(iou)
     print(iou)
     if args.skip_reading:

@@ -67,6 +67,14 @@ class Record:
     # the question's kind, what a balanced subset spreads over and reports break down by: SROIE's key
     # (company, date, address, total), FUNSD's answer shape (funsd.answer_kind), COCO's category; "" = one kind
     kind: str = ""
+    # images that must fall on one side of a split (one company's receipts, one form template,
+    # one document's pages: arr_coc.data.groups); "" = the image alone
+    group: str = ""
+
+    @property
+    def split_group(self) -> str:
+        """What :func:`split_of` hashes: the record's group, or its image when it has none."""
+        return self.group or self.image_id
 
     @property
     def references(self) -> tuple[str, ...]:
@@ -82,7 +90,8 @@ class DatasetSpec:
         name: registry name, also ``Record.dataset`` (``arr-coc eval NAME``).
         title: how messages and tables name it, e.g. ``"COCO128"``.
         load: ``load(root)`` -> records; with ``splits="official"`` ``load(root, split=...)``.
-        splits: ``"hash"``: train / val / test by :func:`split_of` of the image id;
+        splits: ``"hash"``: train / val / test by :func:`split_of` of the record's group
+            (``Record.split_group``: its company, template or document; else its image);
             ``"official"``: the benchmark's own split files, chosen by the loader.
         metric: the answer metric its records carry (``Record.metric``), a key of
             ``arr_coc.eval.metrics.ANSWER_METRICS``.
@@ -128,15 +137,17 @@ def default_root(name: str) -> Path:
     return base / folder
 
 
-def split_of(image_id: str, dataset: str, shares: tuple[float, float, float] = (0.6, 0.15, 0.25)) -> str:
-    """Deterministic train / val / test split by image: all questions of an image go together.
+def split_of(group: str, dataset: str, shares: tuple[float, float, float] = (0.6, 0.15, 0.25)) -> str:
+    """Deterministic train / val / test split by group (``Record.split_group``): all its images go together.
 
-    Training (``arr-coc train``) learns on ``train``, watches ``val``; reports use ``test`` only.
+    A group is an image, or the images a loader ties together (:mod:`arr_coc.data.groups`: one
+    company's receipts, one form template). Training (``arr-coc train``) learns on ``train``, watches
+    ``val``; reports use ``test`` only.
 
     >>> split_of("0000971160", "funsd") in SPLITS
     True
     """
-    u = int.from_bytes(hashlib.blake2b(f"{dataset}/{image_id}".encode(), digest_size=8).digest(), "little") / 2**64
+    u = int.from_bytes(hashlib.blake2b(f"{dataset}/{group}".encode(), digest_size=8).digest(), "little") / 2**64
     return "train" if u < shares[0] else "val" if u < shares[0] + shares[1] else "test"
 
 
@@ -155,7 +166,7 @@ def load_dataset(
         root: the dataset folder (or file); None = :func:`default_root`.
         limit: keep at most this many records (positive); None keeps all, in loader order.
         seed: seed of the image and kind shuffles.
-        split: keep only the images of this split (:func:`split_of`), before ``limit``; benchmarks
+        split: keep only the groups of this split (:func:`split_of`), before ``limit``; benchmarks
             with official splits (DocVQA, InfoVQA, TextVQA, ChartQA) read that split's files instead.
     """
     spec = name if isinstance(name, DatasetSpec) else DATASETS.get(name)
@@ -167,7 +178,7 @@ def load_dataset(
         if split is not None:
             if split not in SPLITS:
                 raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
-            records = [r for r in records if split_of(r.image_id, r.dataset) == split]
+            records = [r for r in records if split_of(r.split_group, r.dataset) == split]
     if limit is None:
         return records
     return balanced_subset(records, limit, seed)

@@ -4,10 +4,12 @@ from __future__ import annotations
 import re
 import warnings
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 from arr_coc.data.boxes import clip_boxes
 from arr_coc.data.datasets import DatasetSpec, Record, register
+from arr_coc.data.groups import form_labels, template_groups
 from arr_coc.data.loading import dataset_root, finish, image_wh, read_json, subfolder
 
 FUNSD_KINDS = ("date", "number", "short text", "long text")
@@ -59,12 +61,14 @@ def load_funsd(root: Path | None = None) -> list[Record]:
     """FUNSD forms: each question entity linked to answers -> the answers' text and boxes.
 
     ``root`` is the funsd folder or its ``training_data/``. The answer is the linked answers' texts in
-    reading order (top-to-bottom, left-to-right) joined by a space; empty answers are skipped.
+    reading order (top-to-bottom, left-to-right) joined by a space; empty answers are skipped. A form's
+    split group is its template: forms whose printed labels (question and header entities) mostly
+    agree are one template (:func:`arr_coc.data.groups.template_groups`), whatever was filled in.
     """
     root = dataset_root(FUNSD, root)
     base = root / "training_data" if (root / "training_data").is_dir() else root
     ann_dir, img_dir = subfolder(FUNSD.title, base, "annotations"), subfolder(FUNSD.title, base, "images")
-    records, silent = [], []
+    records, silent, labels = [], [], {}
     for ann in sorted(ann_dir.glob("*.json")):
         data = read_json(ann)
         form = data.get("form") if isinstance(data, dict) else None
@@ -72,6 +76,7 @@ def load_funsd(root: Path | None = None) -> list[Record]:
             raise ValueError(f"{ann}: expected an object with a 'form' list of entities")
         try:
             found = _form_records(form, ann.stem, img_dir / f"{ann.stem}.png")
+            labels[ann.stem] = form_labels([e["text"] for e in form if e["label"] in ("question", "header")])
         except (KeyError, TypeError, IndexError) as e:
             problem = f"{type(e).__name__}: {e}"
             raise ValueError(f"{ann}: malformed entity ({problem}); expected id, label, text, box, linking") from None
@@ -81,7 +86,8 @@ def load_funsd(root: Path | None = None) -> list[Record]:
         shown = ", ".join(silent[:5]) + (f" and {len(silent) - 5} more" if len(silent) > 5 else "")
         warnings.warn(f"FUNSD: {len(silent)} form(s) give no records (no question linked to a non-empty "
                       f"answer in their 'linking' lists): {shown}", stacklevel=2)
-    return finish(FUNSD.title, root, records)
+    groups = template_groups(labels)
+    return finish(FUNSD.title, root, [replace(r, group=groups[r.image_id]) for r in records])
 
 
 FUNSD = register(DatasetSpec("funsd", "FUNSD", load_funsd, folder="funsd"))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -10,6 +10,7 @@ from rapidfuzz import fuzz
 
 from arr_coc.data.boxes import Box, clip_boxes
 from arr_coc.data.datasets import DatasetSpec, Record, register
+from arr_coc.data.groups import company_groups
 from arr_coc.data.loading import dataset_root, finish, image_wh, read_json, subfolder
 
 SROIE_QUESTIONS = {"company": "What is the company name?", "date": "What is the date?",
@@ -116,11 +117,13 @@ def load_sroie(root: Path | None = None, *, report: SroieReport | None = None) -
 
     ``root`` holds ``img/``, ``box/`` and ``key/``. Records whose value matches no line well enough
     are skipped; pass a :class:`SroieReport` to learn how many matched exactly, fuzzily or not at all.
+    A receipt's split group is its company (:func:`arr_coc.data.groups.company_groups`), so one
+    shop's receipts never fall on both sides of a split.
     """
     root = dataset_root(SROIE, root)
     img_dir, box_dir, key_dir = (subfolder(SROIE.title, root, s) for s in ("img", "box", "key"))
     report = SroieReport() if report is None else report
-    records = []
+    records, companies = [], {}
     for key in sorted(key_dir.glob("*.json")):
         values = read_json(key)
         if not isinstance(values, dict):
@@ -129,6 +132,7 @@ def load_sroie(root: Path | None = None, *, report: SroieReport | None = None) -
         if not csv.is_file():
             raise FileNotFoundError(f"{csv} not found (the OCR lines of {key.name})")
         size, lines = image_wh(image), read_sroie_lines(csv)
+        companies[key.stem] = str(values.get("company") or "")
         for name, question in SROIE_QUESTIONS.items():
             value = str(values.get(name) or "").strip()
             if not normalise(value):
@@ -142,7 +146,8 @@ def load_sroie(root: Path | None = None, *, report: SroieReport | None = None) -
             setattr(report, how, getattr(report, how) + 1)
             records.append(Record(SROIE.name, rid, image, key.stem, question, value, boxes, metric=SROIE.metric,
                                   kind=name))
-    return finish(SROIE.title, root, records)
+    groups = company_groups(companies)
+    return finish(SROIE.title, root, [replace(r, group=groups[r.image_id]) for r in records])
 
 
 SROIE = register(DatasetSpec("sroie", "SROIE", load_sroie, folder="sroie"))

@@ -44,6 +44,12 @@ class Example:
     question: str = ""
     answer: str = ""
     pixels: Tensor | None = None  # [3, Hc * cell, Wc * cell] uint8 canvas, for allocators that look at pixels
+    group: str = ""  # the record's split group (Record.group); "" = its image
+
+    @property
+    def split_group(self) -> str:
+        """What :func:`arr_coc.data.datasets.split_of` hashes, as for the record."""
+        return self.group or self.image_id
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -109,7 +115,7 @@ def build_examples(arr, records: Sequence[Record], cache_dir: str | Path, *, pro
         for r in recs:
             d = data["records"][r.record_id]
             examples.append(Example(d["cells"], d["query"], data["gestalt"], d["target"], r.record_id,
-                                    r.image_id, r.dataset, str(r.image), r.question, r.answer))
+                                    r.image_id, r.dataset, str(r.image), r.question, r.answer, group=r.group))
     return examples
 
 

@@ -92,7 +92,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     arr.scorer.requires_grad_(cfg.learner == "scorer")
     if examples is None:
         examples = _examples(arr, cfg, rank, world)
-    split = {s: [e for e in examples if split_of(e.image_id, e.dataset) == s] for s in ("train", "val", "test")}
+    split = {s: [e for e in examples if split_of(e.split_group, e.dataset) == s] for s in ("train", "val", "test")}
     if vlm is not None:  # the answer objective needs an answer to read
         split["train"] = [e for e in split["train"] if e.answer.strip()]
     elif split["train"] and not any(float(e.target.sum()) > 0 for e in split["train"]):

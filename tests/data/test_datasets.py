@@ -60,10 +60,14 @@ def test_funsd_gives_linked_answers_in_reading_order_as_yx_boxes(funsd: Path) ->
     date = (10.0, 60.0, 20.0, 100.0)
     alice, bob, total = (40.0, 60.0, 50.0, 100.0), (60.0, 60.0, 70.0, 100.0), (92.0, 80.0, 99.0, 120.0)
     assert load_funsd(funsd) == [
-        Record("funsd", "f1#0", img / "f1.png", "f1", "Date:", "12/03", (date,), (alice, bob, total)),
-        Record("funsd", "f1#2", img / "f1.png", "f1", "Names:", "Alice Bob", (alice, bob), (date, total)),
-        Record("funsd", "f1#9", img / "f1.png", "f1", "Total:", "42", (total,), (date, alice, bob)),
-        Record("funsd", "f2#0", img / "f2.png", "f2", "To:", "Ann", ((5.0, 25.0, 15.0, 60.0),), ()),
+        Record("funsd", "f1#0", img / "f1.png", "f1", "Date:", "12/03", (date,), (alice, bob, total),
+               group="template:f1", kind="number"),  # a day and month without a year: digits, not a date
+        Record("funsd", "f1#2", img / "f1.png", "f1", "Names:", "Alice Bob", (alice, bob), (date, total),
+               group="template:f1", kind="short text"),
+        Record("funsd", "f1#9", img / "f1.png", "f1", "Total:", "42", (total,), (date, alice, bob),
+               group="template:f1", kind="number"),
+        Record("funsd", "f2#0", img / "f2.png", "f2", "To:", "Ann", ((5.0, 25.0, 15.0, 60.0),), (),
+               group="template:f2", kind="short text"),
     ]
 
 
@@ -183,8 +187,8 @@ def test_coco_gives_one_record_per_category_with_pixel_boxes(coco: Path) -> None
     person = ((15.0, 40.0, 35.0, 60.0), (15.0, 85.0, 35.0, 100.0))  # the second is clipped at x = 100
     light = ((5.0, 5.0, 15.0, 15.0),)
     assert load_coco(coco) == [
-        Record("coco", "a#person", img, "a", "Where is the person?", "", person, light),
-        Record("coco", "a#traffic light", img, "a", "Where is the traffic light?", "", light, person),
+        Record("coco", "a#person", img, "a", "Where is the person?", "", person, light, kind="person"),
+        Record("coco", "a#traffic light", img, "a", "Where is the traffic light?", "", light, person, kind="traffic light"),
     ]
 
 

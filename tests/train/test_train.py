@@ -309,7 +309,7 @@ def test_patch_selector_and_token_pruner_train_export_and_reload(examples, tmp_p
     arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
     net, meta = load_learned(learner, saved, channels=arr.channels, query_dim=arr.query_encoder.dim, cell=28)
     assert meta["metrics"]["learned"] == m["learned"] and meta["channels"] == list(arr.channels)
-    test = [e for e in examples if split_of(e.image_id, e.dataset) == "test"]
+    test = [e for e in examples if split_of(e.split_group, e.dataset) == "test"]
     assert hard_metrics(Learner(learner, net), test, "25%") == m["learned"]["test"]  # the file is the model
 
 
