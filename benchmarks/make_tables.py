@@ -11,6 +11,8 @@ Steps, each a command of its own (printed as it starts), each writing under benc
 * ``find``  -- the find reading (OCR reads the whole view, not told where the answer is), FUNSD and SROIE,
   full, uniform image and ``arr`` at the same token counts;
 * ``goals`` -- full and ``arr`` at 6 % and 11 % of the tokens, both readings, FUNSD and SROIE;
+* ``allocators`` -- every allocator (samplers, variable-size patches, quadtree, the shipped selector and
+  pruner) at 10 % and 25 %, region reading: the table of docs/allocators.md;
 * ``bench`` -- ``benchmarks/bench_vlm.py`` (the 3B timing: about an hour on two busy cores; ``--skip bench``).
 
 Then the blocks between ``<!-- make tables: NAME -->`` and ``<!-- /make tables -->`` in README.md and
@@ -34,12 +36,15 @@ from arr_coc.eval.store import RowStore, requested
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-STEPS = ("look", "eval", "find", "goals", "bench")
+STEPS = ("look", "eval", "find", "goals", "allocators", "bench")
 TOKENS = ("5%", "10%", "25%", "50%")
 GOAL_TOKENS = ("6%", "11%")
 GOALS = {"6%": 0.90, "11%": 0.95}  # reading at that share of the tokens, as a share of full resolution's
 EVAL_METHODS = ("full", "uniform_image", "random", "topk", "arr", "selector", "pruner")
 FIND_METHODS = ("full", "uniform_image", "arr")
+ALLOCATORS = ("full", "uniform_image", "random", "topk", "stratified", "patches", "patches_edges", "quadtree",
+              "selector", "pruner")
+ALLOCATOR_TOKENS = ("10%", "25%")
 TITLES = {"funsd": "FUNSD forms", "sroie": "SROIE receipts", "coco": "COCO objects"}
 LOOK = ["look", "examples/receipt.jpg", "What is the total?", "--out", "out/receipt_arr.png", "--top", "4"]
 LOOK_DOCS = ("README.md", "docs/usage.md")
@@ -65,6 +70,8 @@ def runs(steps: Sequence[str], limit: int) -> list[list[str]]:
         todo += [eval_command(d, "region", EVAL_METHODS, TOKENS, RESULTS / "eval", limit) for d in TITLES]
     if "find" in steps:
         todo += [eval_command(d, "find", FIND_METHODS, TOKENS, RESULTS / "eval_find", limit) for d in ("funsd", "sroie")]
+    if "allocators" in steps:
+        todo += [eval_command(d, "region", ALLOCATORS, ALLOCATOR_TOKENS, RESULTS / "allocators", limit) for d in TITLES]
     return todo
 
 
@@ -133,12 +140,16 @@ def refresh_console(text: str, fresh: Sequence[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- tables
-def summary(folder: Path, dataset: str, methods: Sequence[str], tokens: Sequence[str], limit: int) -> list[dict]:
-    """Per-kind summaries of exactly the rows of this step's questions, methods and token counts."""
+def summary(folder: Path, dataset: str, methods: Sequence[str], tokens: Sequence[str], limit: int,
+            complete: bool = True) -> list[dict]:
+    """Per-kind summaries of exactly the rows of this step's questions, methods and token counts.
+
+    ``complete=False`` accepts missing rows (a quadtree has none below its first tiling), not an empty folder.
+    """
     records = load_dataset(dataset, limit=limit, split="test")
     keys = requested(records, methods, tokens)
     rows = RowStore(folder / dataset).rows(keys)
-    if len(rows) < len(keys):
+    if len(rows) < len(keys) and (complete or not rows):
         raise LookupError(f"{folder / dataset} holds {len(rows)} of the {len(keys)} rows asked for")
     return summarize_kinds(rows)
 
@@ -211,11 +222,38 @@ def kind_tables(limit: int) -> str:
     return "\n".join(out).strip()
 
 
+def allocator_table(limit: int) -> str:
+    """Every allocator at 10 % and 25 %: reading on the documents, coverage on COCO (seen at any size when it
+    differs; [n/limit] where fewer questions had a row, as a quadtree below its first tiling)."""
+    head = [f"{TITLES[d].split()[0]} {b}" for d in TITLES for b in ALLOCATOR_TOKENS]
+    lines = ["| method | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+    found = {d: summary(RESULTS / "allocators", d, ALLOCATORS, ALLOCATOR_TOKENS, limit, complete=False)
+             for d in TITLES}
+    for method in ALLOCATORS:
+        row = []
+        for d, rows in found.items():
+            column = "coverage" if d == "coco" else "reading"
+            for b in ALLOCATOR_TOKENS:
+                mine = [r for r in rows if (r["kind"], r["method"]) == ("all", method)
+                        and r["budget"] == ("full" if method == "full" else b)]
+                if not mine or (method == "full" and b != ALLOCATOR_TOKENS[0]):
+                    row.append("")
+                    continue
+                r = mine[0]
+                text = "—" if r[column] != r[column] else f"{r[column]:.2f}"
+                if d == "coco" and r.get("seen") == r.get("seen") and abs(r["seen"] - r[column]) > 0.005:
+                    text += f" (seen {r['seen']:.2f})"
+                row.append(text + (f" [{r['n']}/{limit}]" if r["n"] < limit else ""))
+        lines.append(f"| {method} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
 BLOCKS: dict[str, tuple[str, Callable[[int], str]]] = {
     "headline": ("README.md docs/evaluation.md", headline),
     "goals": ("README.md", lambda limit: goal_table(limit, per_kind=False)),
     "goals-per-kind": ("docs/evaluation.md", lambda limit: goal_table(limit, per_kind=True)),
     "kinds": ("docs/evaluation.md", kind_tables),
+    "allocators": ("docs/allocators.md", allocator_table),
 }
 
 

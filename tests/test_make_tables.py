@@ -52,8 +52,8 @@ def test_blocks_are_rewritten_between_their_markers_only():
         "intro\n<!-- make tables: goals -->\n| new |\n<!-- /make tables -->\nprose stays\n")
     with pytest.raises(ValueError, match=r"no '<!-- make tables: kinds -->'"):
         tables.replace_block(text, "kinds", "x")
-    for doc, names in (("README.md", ("headline", "goals")), ("docs/evaluation.md", ("headline", "goals-per-kind",
-                                                                                       "kinds"))):
+    for doc, names in (("README.md", ("headline", "goals")), ("docs/allocators.md", ("allocators",)),
+                       ("docs/evaluation.md", ("headline", "goals-per-kind", "kinds"))):
         for name in names:  # every block make_tables writes is there to be rewritten
             assert f"<!-- make tables: {name} -->" in (ROOT / doc).read_text(), (doc, name)
 
