@@ -40,7 +40,7 @@ from typing import Any, Sequence
 
 import torch
 
-# the model, its weights and inputs sit beside this script (`python benchmarks/bench_vlm.py` puts the folder on sys.path)
+# the model, its weights and inputs sit beside this script (running it puts the folder on sys.path)
 from qwen_3b import ROOT, build_model, choose_dtype, page, prompt_ids, qwen25_vl_3b_config  # noqa: E402
 from tqdm import tqdm
 

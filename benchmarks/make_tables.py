@@ -1,4 +1,4 @@
-"""`make tables`: the README's and docs' evaluation figures and console examples, remade from the current code and weights.
+"""`make tables`: the README's and docs' evaluation figures and console examples, remade from code and weights.
 
     python benchmarks/make_tables.py [--limit 40] [--skip look eval find goals bench] [--jobs 2]
 
@@ -69,7 +69,8 @@ def runs(steps: Sequence[str], limit: int) -> list[list[str]]:
     if "eval" in steps:
         todo += [eval_command(d, "region", EVAL_METHODS, TOKENS, RESULTS / "eval", limit) for d in TITLES]
     if "find" in steps:
-        todo += [eval_command(d, "find", FIND_METHODS, TOKENS, RESULTS / "eval_find", limit) for d in ("funsd", "sroie")]
+        todo += [eval_command(d, "find", FIND_METHODS, TOKENS, RESULTS / "eval_find", limit)
+                 for d in ("funsd", "sroie")]
     if "allocators" in steps:
         todo += [eval_command(d, "region", ALLOCATORS, ALLOCATOR_TOKENS, RESULTS / "allocators", limit) for d in TITLES]
     return todo

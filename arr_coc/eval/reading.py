@@ -32,7 +32,9 @@ from PIL import Image
 from torch import Tensor
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: eval.run maps boxes with it)
-from arr_coc.eval.metrics import anls, best_window, contains_score, normalize_text  # noqa: F401  (re-exported: the reading scores)
+
+# re-exported: the reading scores
+from arr_coc.eval.metrics import anls, best_window, contains_score, normalize_text  # noqa: F401
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 from arr_coc.plan import Plan

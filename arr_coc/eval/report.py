@@ -67,8 +67,8 @@ def summarize_kinds(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
     kinds = sorted({r.get("kind") or "" for r in rows})
     if len(kinds) > 1:
         for kind in kinds:
-            out += [{"dataset": s["dataset"], "kind": kind, **s} for s in summarize([r for r in rows if (r.get("kind") or "") == kind],
-                                                            columns, methods)]
+            mine = [r for r in rows if (r.get("kind") or "") == kind]
+            out += [{"dataset": s["dataset"], "kind": kind, **s} for s in summarize(mine, columns, methods)]
     return out
 
 

@@ -117,7 +117,8 @@ def run_settings(arr: ARR, settings: EvalSettings) -> dict:
             "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
             "query_encoder": f"{type(encoder).__name__}/{encoder.dim}", "reader": settings.reader,
-            "reading": settings.reading, "margin_px": settings.margin_px, "seed": settings.seed, "patch_options": settings.patch_options or {}}
+            "reading": settings.reading, "margin_px": settings.margin_px, "seed": settings.seed,
+            "patch_options": settings.patch_options or {}}
 
 
 def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalSettings | None = None,

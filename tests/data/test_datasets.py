@@ -188,7 +188,8 @@ def test_coco_gives_one_record_per_category_with_pixel_boxes(coco: Path) -> None
     light = ((5.0, 5.0, 15.0, 15.0),)
     assert load_coco(coco) == [
         Record("coco", "a#person", img, "a", "Where is the person?", "", person, light, kind="person"),
-        Record("coco", "a#traffic light", img, "a", "Where is the traffic light?", "", light, person, kind="traffic light"),
+        Record("coco", "a#traffic light", img, "a", "Where is the traffic light?", "", light, person,
+               kind="traffic light"),
     ]
 
 

@@ -1,4 +1,4 @@
-"""The ``find`` reading: OCR reads the whole view, not told where the answer is; the answer counts only if it is there."""
+"""The ``find`` reading: OCR reads the whole view, not told where the answer is; the answer counts only if shown."""
 import json
 from pathlib import Path
 

@@ -142,7 +142,8 @@ def test_resume_gives_the_losses_of_an_uninterrupted_run(examples, tmp_path):
                          for k, v in ckpt["objective"].items()}
     ckpt["history"] = [{**h, "loss": -1.0} for h in ckpt["history"]]
     torch.save(ckpt, ckpt_path)
-    moved = train(cfg(tmp_path / "c", steps=8, eval_every=4, estimator="gumbel", resume=True), CONFIG, examples=examples)
+    moved = train(cfg(tmp_path / "c", steps=8, eval_every=4, estimator="gumbel", resume=True), CONFIG,
+                  examples=examples)
     assert [h["loss"] for h in moved.history[:4]] == [-1.0] * 4  # the checkpoint's own history, kept
     losses = [(a["loss"], b["loss"]) for a, b in zip(moved.history[4:], whole.history[4:])]
     assert len(losses) == 4 and all(abs(a - b) > 1e-4 for a, b in losses), losses
