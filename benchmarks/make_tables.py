@@ -58,7 +58,7 @@ def eval_command(dataset: str, reading: str, methods: Sequence[str], tokens: Seq
     """The ``arr-coc eval`` argument list of one dataset (COCO: no text, coverage only)."""
     reader = ["--reader", "none"] if dataset == "coco" else ["--reading", reading]
     return ["eval", dataset, "--split", "test", "--limit", str(limit), "--methods", *methods, "--tokens", *tokens,
-            *reader, "--out", str(out), "--fresh"]  # --fresh: rows of other settings (weights) are replaced
+            *reader, "--out", str(out.relative_to(ROOT)), "--fresh"]  # run from ROOT: the reports name it so  # --fresh: rows of other settings (weights) are replaced
 
 
 def runs(steps: Sequence[str], limit: int) -> list[list[str]]:
