@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench serve clean
+.PHONY: setup demo test bench tables serve clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,11 @@ serve: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_core.py
+
+# every evaluation table of README.md and docs/ and the `look` example, from the current code and weights
+# (TABLES_FLAGS="--skip bench" leaves out the hour-long 3B timing)
+tables: setup
+	$(BIN)/python benchmarks/make_tables.py $(TABLES_FLAGS)
 
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -40,9 +40,9 @@ from typing import Any, Sequence
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-# bench_vlm sits beside this script: `python benchmarks/bench_train_memory.py` puts this folder on sys.path
+# qwen_3b sits beside this script: `python benchmarks/bench_train_memory.py` puts this folder on sys.path
 
-from bench_vlm import QWEN25_VL_3B_TEXT, QWEN25_VL_3B_VISION, build_model, page  # noqa: E402
+from qwen_3b import QWEN25_VL_3B_TEXT, QWEN25_VL_3B_VISION, build_model, page  # noqa: E402
 
 # Qwen/Qwen2.5-VL-7B-Instruct config.json: a wider, shallower LLM with the same vision tower
 QWEN25_VL_7B_TEXT = dict(QWEN25_VL_3B_TEXT, vocab_size=152064, hidden_size=3584, intermediate_size=18944,

@@ -1,11 +1,14 @@
 """benchmarks/bench_vlm.py on the tiny config: the table's shape and exact token counts."""
 import importlib.util
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def load_bench():
+    if str(ROOT / "benchmarks") not in sys.path:  # as `python benchmarks/bench_vlm.py` has it: qwen_3b beside it
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     spec = importlib.util.spec_from_file_location("bench_vlm", ROOT / "benchmarks" / "bench_vlm.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -27,43 +30,51 @@ def table_rows(text: str, header: str) -> list[list[str]]:
 def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
     bench = load_bench()
     size, k = 448, 40  # 16 x 16 cells of 28 px; arr-coc's gestalt for K = 40 is 6 x 6
-    rows = bench.main(["--tiny", "--repeats", "1", "--size", str(size), "--saccades", str(k), "--dtype", "float32",
+    rows = bench.main(["--tiny", "--repeats", "2", "--size", str(size), "--saccades", str(k), "--dtype", "float32",
                        "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)])
     md = (tmp_path / "bench_vlm.md").read_text()
-    assert md.strip() in capsys.readouterr().out  # the table is printed as written
+    made_by, table_text = md.split("\n\n", 1)
+    assert made_by == "made by: `python benchmarks/bench_vlm.py --tiny --repeats 2 --size 448 --saccades 40 " \
+                      "--dtype float32 --channels rgb edges --query-encoder hashing --out " + str(tmp_path) + "`"
+    assert table_text.strip() in capsys.readouterr().out  # the table is printed as written
     assert (tmp_path / "bench_vlm.png").stat().st_size > 0
 
     table = table_rows(md, "| method | visual tokens |")
     assert table[0] == list(bench.COLUMNS)
     assert [r[0] for r in table[1:]] == list(bench.METHODS)
-    full, arr, vlm = table[1:]
+    full, native, arr, vlm = table[1:]
     cells, gestalt = (size // 28) ** 2, 6 * 6
     assert int(full[1]) == cells == 256
     assert int(arr[1]) == int(vlm[1]) == gestalt + k == 76
-    assert full[2] == "0" and full[6] == "0.0%" and full[7] == "1.00x"
+    assert int(native[1]) <= 76  # the processor's downscale at most gestalt + K tokens
+    assert full[2] == native[2] == "0" and full[6] == "0.0%" and full[7].endswith("(median 1.00x)")
     for r in table[1:]:
-        alloc, vision, prefill, total = (float(x) for x in r[2:6])
-        assert vision > 0 and prefill > 0 and total >= alloc + vision + prefill - 2  # medians of per-repeat sums
-        assert r[7].endswith("x") and float(r[7][:-1]) > 0 and float(r[8]) > 0
+        low, median, high = (float(x) for x in r[5].split(" / "))  # min / median / max over the repeats
+        assert low <= median <= high and float(r[3]) > 0 and float(r[4]) > 0
+        fastest, slowest = (float(x.rstrip("x")) for x in r[7].split(" (")[0].split("–"))
+        assert fastest <= slowest and r[8].endswith("x")
     assert float(arr[2]) > 0 and float(vlm[2]) > 0
 
     # the tower saw every patch at full resolution, the gestalt and the K saccades in both sparse paths
     by = {r["method"]: r for r in rows}
+    assert all(len(r["totals_ms"]) == 2 for r in rows)  # one total per repeat, every method in every repeat
     assert by[bench.METHODS[0]]["vision_segments"] == (cells * 4,)
-    assert by[bench.METHODS[1]]["vision_segments"] == by[bench.METHODS[2]]["vision_segments"] == (gestalt * 4,
+    assert by[bench.METHODS[2]]["vision_segments"] == by[bench.METHODS[3]]["vision_segments"] == (gestalt * 4,
                                                                                                     k * 4)
+    assert by[bench.METHODS[1]]["vision_segments"] == (int(native[1]) * 4,)
     text = by[bench.METHODS[0]]["prompt_tokens"] - cells
-    assert by[bench.METHODS[1]]["prompt_tokens"] == by[bench.METHODS[2]]["prompt_tokens"] == text + 76
+    assert by[bench.METHODS[2]]["prompt_tokens"] == by[bench.METHODS[3]]["prompt_tokens"] == text + 76
     # FLOPs: the first look adds the question's tokens once more; arr's allocation adds no VLM work
-    f_full, f_arr, f_vlm = (by[m]["flops"] for m in bench.METHODS)
-    assert f_arr["allocation"] == 0 and f_vlm["allocation"] > 0
+    f_full, f_native, f_arr, f_vlm = (by[m]["flops"] for m in bench.METHODS)
+    assert f_arr["allocation"] == f_native["allocation"] == 0 and f_vlm["allocation"] > 0
     assert f_vlm["total"] == f_arr["total"] + f_vlm["allocation"] < f_full["total"]
-    assert set(by[bench.METHODS[2]]["detail"]) == {"canvas", "first look", "relevance", "selection"}
-    assert "channel/edges" in by[bench.METHODS[1]]["detail"]
+    assert set(by[bench.METHODS[3]]["detail"]) == {"canvas", "first look", "relevance", "selection"}
+    assert "channel/edges" in by[bench.METHODS[2]]["detail"]
 
     stages = table_rows(md, "| method | prompt tokens |")
     assert [r[0] for r in stages[1:]] == list(bench.METHODS)
-    assert stages[1][2] == str(cells * 4) and stages[2][2] == f"{gestalt * 4} + {k * 4}"
+    assert stages[1][2] == str(cells * 4) and stages[3][2] == f"{gestalt * 4} + {k * 4}"
+    assert "Same work, same time? `native_budget` and `arr`" in md and "ARR's overhead over `native_budget`" in md
     assert "Goals: `vlm` allocation = " in md
 
 

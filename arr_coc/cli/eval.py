@@ -35,6 +35,10 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
                    help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "
                         "model (--model) answers the question; none: allocation metrics only (default %(default)s)")
+    p.add_argument("--reading", default="region", choices=("region", "find"),
+                   help="OCR readers: region reads the answer box + --margin of the view (is a known region "
+                        "legible?); find reads the whole view, not told where the answer is, and scores the "
+                        "best-matching words of all it read (can the answer be found?) (default %(default)s)")
     p.add_argument("--batch-size", type=int, default=vlm_reader.VLMEvalSettings.batch_size,
                    help="--reader vlm: answers generated together (default %(default)s)")
     opt.max_new_tokens_option(p, vlm_reader.VLMEvalSettings.max_new_tokens)
@@ -100,6 +104,7 @@ def run(args: argparse.Namespace) -> int:
     refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before any work, with the reason
     settings = EvalSettings(methods=methods, tokens=args.tokens or DEFAULT_TOKENS, seed=args.seed,
                             margin_px=args.margin, reader=None if args.reader == "none" else args.reader,
+                            reading=args.reading,
                             learned=learned,
                             patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
                             fresh=args.fresh)

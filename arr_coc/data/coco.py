@@ -81,7 +81,7 @@ def load_coco(root: Path | None = None) -> list[Record]:
             if kept:
                 question = f"Where is the {names[cls]}?"
                 records.append(Record(COCO.name, f"{lbl.stem}#{names[cls]}", image, lbl.stem, question, "", kept,
-                                      metric=COCO.metric))
+                                      metric=COCO.metric, kind=names[cls]))
     return finish(COCO.title, root, records)
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Literal, Optional
@@ -64,6 +64,9 @@ class Record:
     # every accepted answer (DocVQA's list, TextVQA's 10 annotators); () = just ``answer``
     answers: tuple[str, ...] = ()
     metric: str = "anls"  # how a predicted answer is scored: a key of arr_coc.eval.metrics.ANSWER_METRICS
+    # the question's kind, what a balanced subset spreads over and reports break down by: SROIE's key
+    # (company, date, address, total), FUNSD's answer shape (funsd.answer_kind), COCO's category; "" = one kind
+    kind: str = ""
     # images that must fall on one side of a split (one company's receipts, one form template,
     # one document's pages: arr_coc.data.groups); "" = the image alone
     group: str = ""
@@ -167,17 +170,17 @@ def load_dataset(
     name: str | DatasetSpec, root: Path | str | None = None, *, limit: int | None = None, seed: int = 0,
     split: str | None = None,
 ) -> list[Record]:
-    """Load a registered dataset, optionally a reproducible subset spread over the images.
+    """Load a registered dataset, optionally a reproducible subset balanced over question kinds and images.
 
-    With ``limit``, image ids are shuffled with ``seed`` and records are taken round-robin (the first
-    record of every image in that order, then the second, ...), so ``limit=20`` on 149 forms gives 20
-    forms, not 20 questions of one form, and a smaller limit is a prefix of a larger one.
+    With ``limit``, :func:`balanced_subset` picks the records: the question kinds (``Record.kind``) take
+    turns, each kind's pick preferring the least-used image, so ``limit=40`` on SROIE's test receipts
+    is 10 company names, 10 dates, 10 addresses and 10 totals on 33 receipts, not 33 company names.
 
     Args:
         name: registered dataset name (``DATASETS.names()``), or a spec.
         root: the dataset folder (or file); None = :func:`default_root`.
         limit: keep at most this many records (positive); None keeps all, in loader order.
-        seed: seed of the image shuffle.
+        seed: seed of the image and kind shuffles.
         split: keep only the groups of this split (:func:`split_of`), before ``limit``; benchmarks
             with official splits (DocVQA, InfoVQA, TextVQA, ChartQA) read that split's files instead.
     """
@@ -193,15 +196,48 @@ def load_dataset(
             records = [r for r in records if split_of(r.split_group, r.dataset) == split]
     if limit is None:
         return records
+    return balanced_subset(records, limit, seed)
+
+
+def balanced_subset(records: list[Record], limit: int, seed: int = 0) -> list[Record]:
+    """A reproducible subset of ``limit`` records spread evenly over question kinds, then over images.
+
+    Image ids and kinds are each shuffled with ``seed``; the kinds then take turns in that order, and
+    each turn takes, of its kind's records not yet taken, one on an image used the fewest times so far
+    (the earliest image in the shuffled order among those; a kind with none left drops out). Hence
+    every kind gets ``limit // kinds`` or one more record while it has them (the first ``limit % kinds``
+    kinds of the shuffled order get the extra one), no image gets a second record before every image
+    of the kind has one, and a smaller limit is a prefix of a larger one. Records with one kind
+    (``kind=""``) are the images round-robin: the first record of every image, then the second, ...
+
+    Example:
+        >>> rs = [Record("d", f"{i}#{k}", Path("x.png"), str(i), "q", "a", (), kind=k) for i in range(3)
+        ...       for k in ("date", "total")]
+        >>> sorted(Counter(r.kind for r in balanced_subset(rs, 4)).items())
+        [('date', 2), ('total', 2)]
+    """
     if limit <= 0:
         raise ValueError(f"limit must be a positive number of records, got {limit}")
-    by_image = records_by_image(records)
-    order = sorted(by_image)
-    random.Random(seed).shuffle(order)
+    images = sorted({r.image_id for r in records})
+    random.Random(seed).shuffle(images)
+    place = {image: i for i, image in enumerate(images)}
+    kinds = sorted({r.kind for r in records})
+    random.Random(seed + 1).shuffle(kinds)
+    queues = {k: [r for r in records if r.kind == k] for k in kinds}
+    for queue in queues.values():  # stable: an image's records keep their loader order
+        queue.sort(key=lambda r: place[r.image_id])
+    used: Counter[str] = Counter()
     picked: list[Record] = []
-    for depth in range(max(len(v) for v in by_image.values())):
-        picked += [by_image[i][depth] for i in order if depth < len(by_image[i])]
-    return picked[:limit]
+    while len(picked) < limit and any(queues.values()):
+        for kind in kinds:
+            queue = queues[kind]
+            if not queue or len(picked) == limit:
+                continue
+            best = min(range(len(queue)), key=lambda i: (used[queue[i].image_id], place[queue[i].image_id]))
+            record = queue.pop(best)
+            used[record.image_id] += 1
+            picked.append(record)
+    return picked
 
 
 def records_by_image(records: list[Record]) -> dict[str, list[Record]]:

@@ -1,6 +1,7 @@
 """FUNSD, scanned forms: each question entity linked to answer entities -> the answers' text and boxes."""
 from __future__ import annotations
 
+import re
 import warnings
 from collections import defaultdict
 from dataclasses import replace
@@ -10,6 +11,30 @@ from arr_coc.data.boxes import clip_boxes
 from arr_coc.data.datasets import DatasetSpec, Record, register
 from arr_coc.data.groups import form_labels, template_groups
 from arr_coc.data.loading import dataset_root, finish, image_wh, read_json, subfolder
+
+FUNSD_KINDS = ("date", "number", "short text", "long text")
+_MONTH = r"(?:jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)[a-z]*\.?"
+_DATE = re.compile(rf"\b\d{{1,4}}[/.-]\d{{1,2}}[/.-]\d{{2,4}}\b|{_MONTH}\s*\d|\d\s*{_MONTH}")
+
+
+def answer_kind(answer: str) -> str:
+    """A FUNSD question's kind, from the shape of its answer (FUNSD labels every key just "question").
+
+    ``date`` (a numeric date or a month name next to a number), ``number`` (digits, no more letters
+    than digits: amounts, codes, phone numbers), else ``short text`` (one or two words) or ``long text``.
+    The shape is what changes how hard an answer is to read at few tokens: short, dense or long.
+
+    Example:
+        >>> [answer_kind(a) for a in ("4/19/74", "March 18, 1968", "(167) (83)", "N/A", "FULL PAGE", "Ad for Salem")]
+        ['date', 'date', 'number', 'short text', 'short text', 'long text']
+    """
+    text = answer.strip().lower()
+    if _DATE.search(text):
+        return "date"
+    digits, letters = sum(c.isdigit() for c in text), sum(c.isalpha() for c in text)
+    if digits and letters <= digits:
+        return "number"
+    return "short text" if len(text.split()) <= 2 else "long text"
 
 
 def _form_records(form: list[dict], stem: str, image: Path) -> list[Record]:
@@ -28,7 +53,7 @@ def _form_records(form: list[dict], stem: str, image: Path) -> list[Record]:
         question, answer = ents[q]["text"].strip(), " ".join(e["text"].strip() for e in linked)
         if boxes and question:
             records.append(Record(FUNSD.name, f"{stem}#{q}", image, stem, question, answer, boxes,
-                                  metric=FUNSD.metric))
+                                  metric=FUNSD.metric, kind=answer_kind(answer)))
     return records
 
 

@@ -18,7 +18,8 @@ JSONL format, one JSON object per line; blank lines are ignored::
     {"image": "COCO_val2014_000000000042.jpg", "question": "How many dogs?",
      "answers": [{"answer": "2"}, {"answer": "2"}, {"answer": "two"}]}
 - ``id`` (optional, default ``"<file stem>:<line>"``) must be unique; ``image_id`` (optional,
-  default the image path) groups records of one image, which fills ``others_px``.
+  default the image path) groups records of one image, which fills ``others_px``. ``kind`` (optional
+  string) is the question's kind: ``--limit`` balances over kinds and reports add a row per kind.
 
 Every box is clipped to its image and boxes of zero area after clipping are dropped; a record whose
 boxes all lie outside its image raises.
@@ -125,7 +126,8 @@ def load_jsonl(root: Path | None = None) -> list[Record]:
         image_id = str(obj.get("image_id", obj["image"]))
         answers = obj.get("answers", ())
         records.append(Record(JSONL.name, rid, obj["image"], image_id, obj["question"], obj["answer"], boxes,
-                              answers=answers, metric="vqa_accuracy" if answers else JSONL.metric))
+                              answers=answers, metric="vqa_accuracy" if answers else JSONL.metric,
+                              kind=str(obj.get("kind", ""))))
     return finish(JSONL.title, path, records)
 
 

@@ -144,7 +144,8 @@ def load_sroie(root: Path | None = None, *, report: SroieReport | None = None) -
                 report.skipped.append(rid)
                 continue
             setattr(report, how, getattr(report, how) + 1)
-            records.append(Record(SROIE.name, rid, image, key.stem, question, value, boxes, metric=SROIE.metric))
+            records.append(Record(SROIE.name, rid, image, key.stem, question, value, boxes, metric=SROIE.metric,
+                                  kind=name))
     groups = company_groups(companies)
     return finish(SROIE.title, root, [replace(r, group=groups[r.image_id]) for r in records])
 

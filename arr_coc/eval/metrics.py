@@ -137,20 +137,37 @@ def contains_score(prediction: str, answer: Union[str, Sequence[str]], tau: floa
         >>> contains_score("", "42.00"), contains_score("Total: 9.00", ["9,00", "9.00"])
         (0.0, 1.0)
     """
+    return best_window(prediction, answer, tau)[0]
+
+
+def best_window(prediction: str, answer: Union[str, Sequence[str]], tau: float = 0.5) -> tuple[float, str]:
+    """:func:`contains_score` and the text that scored it: the best word window, or the whole prediction.
+
+    What the ``find`` reading keeps of a whole view's OCR: the span that counted, not the page.
+
+    Example:
+        >>> best_window("CASH 10.00 TOTAL 9.00 CHANGE 1.00", "total 9.00")
+        (1.0, 'total 9.00')
+        >>> best_window("nothing here", "9.00")
+        (0.0, 'nothing here')
+    """
     if not isinstance(answer, str):
         answers = list(answer)
         if not answers:
             raise ValueError("contains_score needs at least one ground-truth answer")
-        return max(contains_score(prediction, a, tau) for a in answers)
+        return max((best_window(prediction, a, tau) for a in answers), key=lambda found: found[0])
     a = normalize_text(answer)
     words = normalize_text(prediction).split()
     n = len(a.split())
-    best = anls(prediction, answer, tau)
+    best = (anls(prediction, answer, tau), prediction)
     if n == 0:
         return best
     for m in range(max(1, n - 1), min(n + 1, len(words)) + 1):
         for i in range(len(words) - m + 1):
-            best = max(best, _nls(" ".join(words[i : i + m]), a, tau))
+            window = " ".join(words[i : i + m])
+            score = _nls(window, a, tau)
+            if score > best[0]:
+                best = (score, window)
     return best
 
 

@@ -11,6 +11,11 @@ survived the allocation.
 Readers (``READERS``): ``tesseract`` (the Debian binary, one subprocess per crop) and ``rapidocr`` (PP-OCR ONNX models, offline).
 Scores: ``anls`` (ST-VQA / DocVQA) and ``contains_score`` (ANLS against the best word window of the
 reading, so neighbouring words that fall inside the crop margin are not penalised).
+
+Two readings (``READINGS``): ``region`` reads the answer box plus a margin of the view
+(:func:`read_region`: is a region known to hold the answer still legible?); ``find`` reads the whole
+view, not told where the answer is, and scores the best-matching word window of all it read
+(:func:`arr_coc.eval.metrics.best_window`: can the answer be found in what the VLM gets?).
 """
 from __future__ import annotations
 
@@ -27,7 +32,9 @@ from PIL import Image
 from torch import Tensor
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: eval.run maps boxes with it)
-from arr_coc.eval.metrics import anls, contains_score, normalize_text  # noqa: F401  (re-exported: the reading scores)
+
+# re-exported: the reading scores
+from arr_coc.eval.metrics import anls, best_window, contains_score, normalize_text  # noqa: F401
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 from arr_coc.plan import Plan
@@ -260,6 +267,24 @@ class RapidOCRReader:
 
     def __repr__(self) -> str:
         return f"RapidOCRReader(det_limit_side_len={self.det_limit_side_len})"
+
+
+READINGS = ("region", "find")
+# the whole view is a page, not a crop: Tesseract's sparse-text mode finds scattered form fields and
+# receipt lines that block segmentation (psm 3) merges or drops (the crop reader's psm 6 reads one block)
+VIEW_READER_OPTIONS: dict[str, dict] = {"tesseract": {"psm": 11}}
+
+
+def make_view_reader(name: str, reading: str = "region") -> Reader:
+    """The reader ``name`` set up for ``reading``: crops of the answer region, or whole views (``find``).
+
+    Example:
+        >>> make_view_reader("tesseract").psm, make_view_reader("tesseract", "find").psm
+        (6, 11)
+    """
+    if reading not in READINGS:
+        raise ValueError(f"unknown reading {reading!r}; choose one of {', '.join(READINGS)}")
+    return make_reader(name, **(VIEW_READER_OPTIONS.get(name, {}) if reading == "find" else {}))
 
 
 def read_region(

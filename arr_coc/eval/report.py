@@ -53,6 +53,51 @@ def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
     return out
 
 
+def summarize_kinds(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
+                    methods: Sequence[str] | None = None) -> list[dict]:
+    """:func:`summarize` over all rows (``kind`` "all") and, when the rows hold several question kinds
+    (``Record.kind``: SROIE's keys, FUNSD's answer shapes, COCO's categories), per kind after it.
+
+    >>> rows = [{"dataset": "d", "method": "topk", "budget": "25%", "tokens": 1, "full_tokens": 4, "kind": k,
+    ...          "reading": v} for k, v in (("date", 1.0), ("total", 0.0), ("total", 0.5))]
+    >>> [(s["kind"], s["n"], s["reading"]) for s in summarize_kinds(rows, ("reading",))]
+    [('all', 3, 0.5), ('date', 1, 1.0), ('total', 2, 0.25)]
+    """
+    out = [{"dataset": s["dataset"], "kind": "all", **s} for s in summarize(rows, columns, methods)]
+    kinds = sorted({r.get("kind") or "" for r in rows})
+    if len(kinds) > 1:
+        for kind in kinds:
+            mine = [r for r in rows if (r.get("kind") or "") == kind]
+            out += [{"dataset": s["dataset"], "kind": kind, **s} for s in summarize(mine, columns, methods)]
+    return out
+
+
+MAX_KIND_TABLE = 12  # more kinds (COCO's categories) stay in summary.csv: a table of 40 kinds reads as noise
+
+
+def kind_table(summary: Sequence[dict], column: str) -> str:
+    """One metric per question kind and method (rows) at every token count (columns), from :func:`summarize_kinds`.
+
+    >>> rows = [{"kind": k, "method": "topk", "budget": "5%", "n": 10, "share": 0.05, "tokens": 26.0,
+    ...          "reading": v} for k, v in (("all", 0.5), ("date", 0.9))]
+    >>> print(kind_table(rows, "reading"))
+    | kind (n) | method | 5% |
+    |---|---|---:|
+    | all (10) | topk | 0.500 |
+    | date (10) | topk | 0.900 |
+    """
+    budgets = list(dict.fromkeys(s["budget"] for s in sorted(
+        summary, key=lambda s: s["share"] * (s["budget"] != "full") - (s["budget"] == "full"))))
+    cell = {(s["kind"], s["method"], s["budget"]): s for s in summary}
+    pairs = list(dict.fromkeys((s["kind"], s["method"]) for s in summary))
+    lines = ["| kind (n) | method | " + " | ".join(budgets) + " |", "|---|---|" + "---:|" * len(budgets)]
+    for kind, method in pairs:
+        n = max(cell[(kind, method, b)]["n"] for b in budgets if (kind, method, b) in cell)
+        lines.append(f"| {kind} ({n}) | {method_label(method)} | " + " | ".join(
+            fmt(cell[(kind, method, b)][column]) if (kind, method, b) in cell else "" for b in budgets) + " |")
+    return "\n".join(lines)
+
+
 @lru_cache(maxsize=None)
 def method_label(method: str) -> str:
     """A method's name in tables: samplers with learnable parameters run untrained here, and say so.
@@ -145,18 +190,23 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
     rows = RowStore(jsonl.parent).rows(keys)
     if not rows:
         raise ValueError(f"{jsonl} holds no rows for the records, methods and token counts asked for")
-    if reader == "ocr":
-        summary = summarize(rows)
-        table = markdown_table(summary)
-    else:
-        summary = summarize(rows, columns=COST_COLUMNS)
-        table = cost_table(summary, rows[0]["metric"])
+    columns = COLUMNS if reader == "ocr" else COST_COLUMNS
+    every = summarize_kinds(rows, columns)  # "all" rows first, then one block per question kind
+    summary = [{k: v for k, v in s.items() if k != "kind"} for s in every if s["kind"] == "all"]
+    table = markdown_table(summary) if reader == "ocr" else cost_table(summary, rows[0]["metric"])
+    kinds = sorted({s["kind"] for s in every} - {"all"})
+    if kinds:
+        column = "score" if reader == "vlm" else "reading" if any(s["reading"] == s["reading"] for s in summary) \
+            else "coverage"
+        table += f"\n\nPer question kind, {column} (mean over the kind's questions):\n\n" + (
+            kind_table(every, column) if len(kinds) <= MAX_KIND_TABLE
+            else f"{len(kinds)} kinds: their rows are in summary.csv (column kind).")
     out_dir = out_dir or jsonl.parent
     csv_path, md_path, png_path = out_dir / "summary.csv", out_dir / "summary.md", out_dir / "summary.png"
     with csv_path.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(summary[0]))
+        w = csv.DictWriter(f, fieldnames=list(every[0]))
         w.writeheader()
-        w.writerows(summary)
+        w.writerows(every)
     md_path.write_text(f"made by: {made_by}\n\n{table}\n")
     if reader == "ocr":
         plot_summary(summary, png_path)

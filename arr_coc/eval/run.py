@@ -40,7 +40,9 @@ from arr_coc.data.datasets import Record
 from arr_coc.eval.metrics import allocation_metrics, box_mask
 from arr_coc.eval.reading import (
     READERS,
-    contains_score,
+    READINGS,
+    best_window,
+    make_view_reader,
     read_region,
     render,
     rendered_tokens,
@@ -78,6 +80,7 @@ class EvalSettings:
     methods: Sequence[str] = DEFAULT_METHODS
     tokens: Sequence[str | int] = DEFAULT_TOKENS
     reader: str | None = "tesseract"  # None: coverage only
+    reading: str = "region"  # READINGS: "region" reads the answer box + margin, "find" the whole view
     seed: int = 0
     margin_px: int = MARGIN_PX
     patch_options: dict | None = None  # keyword options of the patchers, e.g. {"size_prior": 2.0}
@@ -95,6 +98,8 @@ class EvalSettings:
             raise ValueError("name at least one method and one token count")
         if self.reader is not None:
             READERS.get(self.reader)  # fail now, not after the first image
+        if self.reading not in READINGS:
+            raise ValueError(f"unknown reading {self.reading!r}; choose one of {', '.join(READINGS)}")
         for b in self.tokens:
             budget_tokens(b, 10**9)
         self.seed = check_int("seed", self.seed, 0)
@@ -112,7 +117,8 @@ def run_settings(arr: ARR, settings: EvalSettings) -> dict:
             "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
             "query_encoder": f"{type(encoder).__name__}/{encoder.dim}", "reader": settings.reader,
-            "margin_px": settings.margin_px, "seed": settings.seed, "patch_options": settings.patch_options or {}}
+            "reading": settings.reading, "margin_px": settings.margin_px, "seed": settings.seed,
+            "patch_options": settings.patch_options or {}}
 
 
 def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalSettings | None = None,
@@ -125,7 +131,7 @@ def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalS
     """
     settings = settings or EvalSettings()
     store = RowStore(Path(out_dir))
-    reader = READERS.get(settings.reader)() if settings.reader else None
+    reader = make_view_reader(settings.reader, settings.reading) if settings.reader else None
     samplers = build_samplers(settings.methods)
     learned = load_learned_methods(arr, settings)
     store.claim(json.loads(json.dumps(run_settings(arr, settings), default=str)),
@@ -216,14 +222,24 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
                           seed=record_seed(settings.seed, record.record_id), options=settings.patch_options or {})
     readable = reader is not None and bool(record.answer.strip())
 
+    def read(plan: Plan) -> dict:
+        """The reading of one plan's view: the answer region's text, or the best span of the whole view's."""
+        if not readable:
+            return {"prediction": None, "reading": None}
+        view = render(plan, pixels, cell)
+        if settings.reading == "find":  # not told where the answer is: it counts only if the view shows it
+            text = reader.read(view)
+            score, span = best_window(text, record.answer)
+            return {"prediction": span, "reading": score, "read_words": len(text.split())}
+        prediction = read_region(reader, view, target, settings.margin_px)
+        return {"prediction": prediction, "reading": best_window(prediction, record.answer)[0]}
+
     def row(method: str, budget: str, plan: Plan, start: float) -> dict:
         metrics = plan_metrics(plan, cell, target, others, settings.keep_cells)
-        prediction = read_region(reader, render(plan, pixels, cell), target, settings.margin_px) if readable else None
         return {
             "dataset": record.dataset, "record_id": record.record_id, "image_id": record.image_id,
-            "question": record.question, "answer": record.answer, "method": method, "budget": budget,
-            "tokens": rendered_tokens(plan), "full_tokens": full, **metrics, "prediction": prediction,
-            "reading": contains_score(prediction, record.answer) if readable else None,
+            "kind": record.kind, "question": record.question, "answer": record.answer, "method": method,
+            "budget": budget, "tokens": rendered_tokens(plan), "full_tokens": full, **metrics, **read(plan),
             "ms": round((time.perf_counter() - start) * 1e3, 1),
         }
 

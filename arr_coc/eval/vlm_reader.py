@@ -281,7 +281,8 @@ def answer_jobs(jobs: Sequence[Job], adapter: Any, settings: VLMEvalSettings) ->
         pf, df = prefill_flops(adapter, prompt, job.visual.vision_segments), decode_flops(adapter, prompt, steps)
         r = job.record
         rows.append({
-            "dataset": r.dataset, "record_id": r.record_id, "image_id": r.image_id, "question": r.question,
+            "dataset": r.dataset, "record_id": r.record_id, "image_id": r.image_id, "kind": r.kind,
+            "question": r.question,
             "answer": r.answer, "answers": list(r.references), "metric": r.metric, "method": job.method,
             "budget": job.budget, "tokens": len(job.visual), "gestalt_tokens": job.visual.n_gestalt,
             "full_tokens": job.full_tokens, "prediction": text, "score": answer_score(r.metric, text, r.references),

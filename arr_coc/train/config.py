@@ -22,7 +22,8 @@ class TrainConfig:
     datasets: tuple[str, ...] = field(default=("funsd", "sroie", "coco"), metadata={"help": "datasets to train on"})
     data: str | None = field(default=None, metadata={
         "help": "datasets' root folder (default $ARR_COC_DATA, or ../shared/data beside a source checkout)"})
-    limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
+    limit: int | None = field(default=None, metadata={
+        "help": "records per dataset (a seeded subset balanced over question kinds, then images)"})
     tokens: str = field(default="10%", metadata={
         "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
                 "a token count (529) or a share of full resolution (10%)"})

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -59,10 +60,14 @@ def test_funsd_gives_linked_answers_in_reading_order_as_yx_boxes(funsd: Path) ->
     date = (10.0, 60.0, 20.0, 100.0)
     alice, bob, total = (40.0, 60.0, 50.0, 100.0), (60.0, 60.0, 70.0, 100.0), (92.0, 80.0, 99.0, 120.0)
     assert load_funsd(funsd) == [
-        Record("funsd", "f1#0", img / "f1.png", "f1", "Date:", "12/03", (date,), (alice, bob, total), group="template:f1"),
-        Record("funsd", "f1#2", img / "f1.png", "f1", "Names:", "Alice Bob", (alice, bob), (date, total), group="template:f1"),
-        Record("funsd", "f1#9", img / "f1.png", "f1", "Total:", "42", (total,), (date, alice, bob), group="template:f1"),
-        Record("funsd", "f2#0", img / "f2.png", "f2", "To:", "Ann", ((5.0, 25.0, 15.0, 60.0),), (), group="template:f2"),
+        Record("funsd", "f1#0", img / "f1.png", "f1", "Date:", "12/03", (date,), (alice, bob, total),
+               group="template:f1", kind="number"),  # a day and month without a year: digits, not a date
+        Record("funsd", "f1#2", img / "f1.png", "f1", "Names:", "Alice Bob", (alice, bob), (date, total),
+               group="template:f1", kind="short text"),
+        Record("funsd", "f1#9", img / "f1.png", "f1", "Total:", "42", (total,), (date, alice, bob),
+               group="template:f1", kind="number"),
+        Record("funsd", "f2#0", img / "f2.png", "f2", "To:", "Ann", ((5.0, 25.0, 15.0, 60.0),), (),
+               group="template:f2", kind="short text"),
     ]
 
 
@@ -182,8 +187,9 @@ def test_coco_gives_one_record_per_category_with_pixel_boxes(coco: Path) -> None
     person = ((15.0, 40.0, 35.0, 60.0), (15.0, 85.0, 35.0, 100.0))  # the second is clipped at x = 100
     light = ((5.0, 5.0, 15.0, 15.0),)
     assert load_coco(coco) == [
-        Record("coco", "a#person", img, "a", "Where is the person?", "", person, light),
-        Record("coco", "a#traffic light", img, "a", "Where is the traffic light?", "", light, person),
+        Record("coco", "a#person", img, "a", "Where is the person?", "", person, light, kind="person"),
+        Record("coco", "a#traffic light", img, "a", "Where is the traffic light?", "", light, person,
+               kind="traffic light"),
     ]
 
 
@@ -377,6 +383,44 @@ def test_limit_is_reproducible_spread_over_images_and_grows_by_prefix(many: Path
     with pytest.raises(ValueError, match=r"limit must be a positive number of records, got 0"):
         load_dataset("jsonl", many, limit=0)
 
+
+
+def test_limit_balances_question_kinds_then_images_with_exact_counts(tmp_path: Path) -> None:
+    """Kind "a" on all 6 images, "b" on 4, "c" on 1 (twice): turns by kind, least-used image first."""
+    rows = []
+    for i in range(6):
+        image(tmp_path / f"{i}.png", 20, 20)
+        kinds = ["a"] + (["b"] if i < 4 else []) + (["c", "c"] if i == 0 else [])
+        rows += [{"image": f"{i}.png", "question": f"q{j}", "answer": "", "boxes": [[0, 0, 5, 5]],
+                  "id": f"{i}-{j}", "kind": k} for j, k in enumerate(kinds)]
+    path = write_jsonl(tmp_path / "kinds.jsonl", rows)
+    for limit, want in ((3, {"a": 1, "b": 1, "c": 1}), (6, {"a": 2, "b": 2, "c": 2}), (8, {"a": 3, "b": 3, "c": 2}),
+                        (10, {"a": 4, "b": 4, "c": 2}), (100, {"a": 6, "b": 4, "c": 2})):
+        picked = load_dataset("jsonl", path, limit=limit, seed=1)
+        assert Counter(r.kind for r in picked) == want, limit
+        assert picked == load_dataset("jsonl", path, limit=100, seed=1)[:limit]  # a prefix of a larger limit
+    six = load_dataset("jsonl", path, limit=6, seed=1)
+    for kind in "ab":  # a kind reuses no image while it has records on an unused one
+        ids = [r.image_id for r in six if r.kind == kind]
+        assert len(set(ids)) == len(ids) == 2
+    # negative control: ignoring kinds (all "") gives the image round-robin, 3 of 6 "a" at limit 6
+    plain = write_jsonl(tmp_path / "plain.jsonl", [{k: v for k, v in r.items() if k != "kind"} for r in rows])
+    assert [r.image_id for r in load_dataset("jsonl", plain, limit=6, seed=1)] != [r.image_id for r in six]
+    assert len({r.image_id for r in load_dataset("jsonl", plain, limit=6, seed=1)}) == 6
+
+
+@pytest.mark.parametrize("name, kinds", [("sroie", {"company", "date", "address", "total"}),
+                                         ("funsd", {"date", "number", "short text", "long text"})])
+def test_real_limit_40_is_ten_questions_of_every_kind(name: str, kinds: set) -> None:
+    picked = load_dataset(name, real(name), limit=40, split="test")
+    assert Counter(r.kind for r in picked) == {k: 10 for k in kinds}
+    assert len({r.image_id for r in picked}) >= 25  # spread over the images too
+
+
+def test_real_coco_limit_takes_one_question_per_category_before_any_second() -> None:
+    picked = load_dataset("coco", real("coco"), limit=40, split="test")
+    assert len(picked) == 40 and len({r.kind for r in picked}) == 40
+    assert all(r.question == f"Where is the {r.kind}?" for r in picked)
 
 # ---------------------------------------------------------------------------------------- real data
 def real(name: str) -> Path:

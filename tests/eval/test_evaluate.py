@@ -99,7 +99,7 @@ def test_reports_and_summary_values(pages, arr, tmp_path):
     rows = [r for r in read_rows(path) if r["method"] == "topk" and r["budget"] == "60%"]
     assert top["n"] == 2 and top["coverage"] == pytest.approx(sum(r["coverage"] for r in rows) / 2)
     assert md_path.read_text().startswith("made by: arr-coc eval jsonl --limit 2\n\n| budget | method |")
-    assert "| 60% | topk |" in md_path.read_text() and csv_path.read_text().startswith("dataset,method,budget")
+    assert "| 60% | topk |" in md_path.read_text() and csv_path.read_text().startswith("dataset,kind,method,budget")
     assert Image.open(png_path).size[0] > 500
 
 

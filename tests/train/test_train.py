@@ -139,6 +139,21 @@ def test_resume_gives_the_losses_of_an_uninterrupted_run(examples, tmp_path):
                     examples=examples)
     assert [h["loss"] for h in resumed.history] == [h["loss"] for h in whole.history]
     assert len(resumed.history) == 8
+    # negative control: a run that ignored the checkpoint would repeat ``whole`` exactly (same seed, same
+    # batches); a checkpoint moved off that path (its weights shifted, its losses marked) must be continued
+    ckpt_path = tmp_path / "c" / "run" / "checkpoint.pt"
+    train(cfg(tmp_path / "c", steps=4, eval_every=4, estimator="gumbel"), CONFIG, examples=examples)
+    ckpt = torch.load(ckpt_path, weights_only=True)
+    noise = torch.Generator().manual_seed(1)  # not a constant shift, which softmax and top-K would ignore
+    ckpt["objective"] = {k: v + 0.5 * torch.randn(v.shape, generator=noise) if v.is_floating_point() else v
+                         for k, v in ckpt["objective"].items()}
+    ckpt["history"] = [{**h, "loss": -1.0} for h in ckpt["history"]]
+    torch.save(ckpt, ckpt_path)
+    moved = train(cfg(tmp_path / "c", steps=8, eval_every=4, estimator="gumbel", resume=True), CONFIG,
+                  examples=examples)
+    assert [h["loss"] for h in moved.history[:4]] == [-1.0] * 4  # the checkpoint's own history, kept
+    losses = [(a["loss"], b["loss"]) for a, b in zip(moved.history[4:], whole.history[4:])]
+    assert len(losses) == 4 and all(abs(a - b) > 1e-4 for a, b in losses), losses
 
 
 def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
@@ -368,10 +383,29 @@ def test_accumulated_micro_batches_take_the_gradient_of_one_batch(answered_examp
     assert len(run.history) == 2 and all(np.isfinite(h["loss"]) for h in run.history)
 
 
+def saved_for_backward(run):
+    """``run()``'s result and the bytes autograd saved for backward, seen through torch's public pack hook.
+
+    Non-reentrant checkpointing stores a checkpointed layer's activations through its own inner hook
+    (recomputed in backward), so they never reach this outer one: fewer bytes prove checkpointing ran.
+    """
+    saved = [0]
+
+    def pack(t):
+        saved[0] += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = run()
+    return out, saved[0]
+
+
 def test_checkpointing_bfloat16_and_candidates_in_the_training_loop(answered_examples, tmp_path):
-    plain = train(vlm_cfg(tmp_path / "a"), CONFIG, examples=answered_examples, query_encoder=HashingQueryEncoder())
-    ck = train(vlm_cfg(tmp_path / "ck", gradient_checkpointing=True), CONFIG, examples=answered_examples,
-               query_encoder=HashingQueryEncoder())
+    plain, plain_bytes = saved_for_backward(lambda: train(vlm_cfg(tmp_path / "a"), CONFIG, examples=answered_examples,
+                                                          query_encoder=HashingQueryEncoder()))
+    ck, ck_bytes = saved_for_backward(lambda: train(vlm_cfg(tmp_path / "ck", gradient_checkpointing=True), CONFIG,
+                                                    examples=answered_examples, query_encoder=HashingQueryEncoder()))
+    assert 0 < ck_bytes < 0.5 * plain_bytes, (ck_bytes, plain_bytes)  # the decoder layers' activations were not kept
     assert [h["loss"] for h in ck.history] == pytest.approx([h["loss"] for h in plain.history], abs=1e-6)
     for k, v in trained(tmp_path / "a" / "run").items():
         torch.testing.assert_close(trained(tmp_path / "ck" / "run")[k], v, atol=1e-6, rtol=1e-5)

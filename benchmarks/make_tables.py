@@ -1,0 +1,313 @@
+"""`make tables`: the README's and docs' evaluation figures and console examples, remade from code and weights.
+
+    python benchmarks/make_tables.py [--limit 40] [--skip look eval find goals bench] [--jobs 2]
+
+Steps, each a command of its own (printed as it starts), each writing under benchmarks/results/:
+
+* ``look``  -- ``arr-coc look examples/receipt.jpg "What is the total?" --top 4``: its output replaces the
+  console blocks of README.md and docs/usage.md (line by line; the README keeps its ``...``);
+* ``eval``  -- the region reading (OCR reads the answer box + margin of what the VLM gets), every method,
+  FUNSD, SROIE and COCO test images, ``--limit`` balanced questions each, 5 / 10 / 25 / 50 % of the tokens;
+* ``find``  -- the find reading (OCR reads the whole view, not told where the answer is), FUNSD and SROIE,
+  full, uniform image and ``arr`` at the same token counts;
+* ``goals`` -- full and ``arr`` at 6 % and 11 % of the tokens, both readings, FUNSD and SROIE;
+* ``allocators`` -- every allocator (samplers, variable-size patches, quadtree, the shipped selector and
+  pruner) at 10 % and 25 %, region reading: the table of docs/allocators.md;
+* ``bench`` -- ``benchmarks/bench_vlm.py`` (the 3B timing: about an hour on two busy cores; ``--skip bench``).
+
+Then the blocks between ``<!-- make tables: NAME -->`` and ``<!-- /make tables -->`` in README.md and
+docs/evaluation.md are rewritten from the rows of exactly the questions asked (a folder's older rows of other
+questions are not counted). Every evaluation resumes: a rerun skips the rows already written.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Callable, Sequence
+
+from arr_coc.data.datasets import load_dataset
+from arr_coc.eval.report import summarize_kinds
+from arr_coc.eval.store import RowStore, requested
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+STEPS = ("look", "eval", "find", "goals", "allocators", "bench")
+TOKENS = ("5%", "10%", "25%", "50%")
+GOAL_TOKENS = ("6%", "11%")
+GOALS = {"6%": 0.90, "11%": 0.95}  # reading at that share of the tokens, as a share of full resolution's
+EVAL_METHODS = ("full", "uniform_image", "random", "topk", "arr", "selector", "pruner")
+FIND_METHODS = ("full", "uniform_image", "arr")
+ALLOCATORS = ("full", "uniform_image", "random", "topk", "stratified", "patches", "patches_edges", "quadtree",
+              "selector", "pruner")
+ALLOCATOR_TOKENS = ("10%", "25%")
+TITLES = {"funsd": "FUNSD forms", "sroie": "SROIE receipts", "coco": "COCO objects"}
+LOOK = ["look", "examples/receipt.jpg", "What is the total?", "--out", "out/receipt_arr.png", "--top", "4"]
+LOOK_DOCS = ("README.md", "docs/usage.md")
+DETERMINISTIC = ("question", "image", "tokens", "context", "top", "scorer")  # `look` lines a test compares
+
+
+# ----------------------------------------------------------------------------- running the steps
+def eval_command(dataset: str, reading: str, methods: Sequence[str], tokens: Sequence[str], out: Path,
+                 limit: int) -> list[str]:
+    """The ``arr-coc eval`` argument list of one dataset (COCO: no text, coverage only)."""
+    reader = ["--reader", "none"] if dataset == "coco" else ["--reading", reading]
+    return ["eval", dataset, "--split", "test", "--limit", str(limit), "--methods", *methods, "--tokens", *tokens,
+            *reader, "--out", str(out.relative_to(ROOT)), "--fresh"]  # run from ROOT: the reports name it so  # --fresh: rows of other settings (weights) are replaced
+
+
+def runs(steps: Sequence[str], limit: int) -> list[list[str]]:
+    """Every evaluation of the chosen steps, as ``arr-coc`` argument lists."""
+    todo = []
+    if "goals" in steps:  # first: the cheapest rows and the ones the goals are read from
+        todo += [eval_command(d, reading, ("full", "arr"), GOAL_TOKENS, RESULTS / folder, limit)
+                 for reading, folder in (("region", "goals"), ("find", "goals_find")) for d in ("funsd", "sroie")]
+    if "eval" in steps:
+        todo += [eval_command(d, "region", EVAL_METHODS, TOKENS, RESULTS / "eval", limit) for d in TITLES]
+    if "find" in steps:
+        todo += [eval_command(d, "find", FIND_METHODS, TOKENS, RESULTS / "eval_find", limit)
+                 for d in ("funsd", "sroie")]
+    if "allocators" in steps:
+        todo += [eval_command(d, "region", ALLOCATORS, ALLOCATOR_TOKENS, RESULTS / "allocators", limit) for d in TITLES]
+    return todo
+
+
+# one core per evaluation process, as run_eval.py sets it: jobs processes share the machine's cores
+ONE_CORE = "import sys, torch; torch.set_num_threads(1); from arr_coc.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def run_all(commands: list[list[str]], jobs: int) -> None:
+    """``arr-coc`` commands, ``jobs`` at a time, each in its own one-core process; a failure stops the run."""
+    running: list[subprocess.Popen] = []
+
+    def reap(block: bool) -> None:
+        for p in list(running):
+            if (p.wait() if block else p.poll()) is not None:
+                running.remove(p)
+                if p.returncode:
+                    raise SystemExit(f"arr-coc {shlex.join(p.args[3:])} failed with code {p.returncode}")
+
+    for argv in commands:
+        while len(running) >= jobs:
+            reap(block=False)
+            if len(running) >= jobs:
+                time.sleep(1)
+        print("arr-coc " + shlex.join(argv), flush=True)
+        running.append(subprocess.Popen([sys.executable, "-c", ONE_CORE, *argv], cwd=ROOT, stdout=subprocess.DEVNULL))
+    reap(block=True)
+
+
+def look_output() -> list[str]:
+    """What ``arr-coc look`` prints on the bundled receipt now."""
+    done = subprocess.run([sys.executable, "-m", "arr_coc.cli", *LOOK], cwd=ROOT, capture_output=True, text=True,
+                          check=True)
+    return done.stdout.splitlines()
+
+
+# ----------------------------------------------------------------------------- console blocks
+def console_key(line: str) -> str:
+    """What a ``look`` line reports: its label (``tokens``), or ``rank N`` for a saccade line.
+
+    >>> console_key("    2: ( 38,  14) -> ( 1064,   392)  +9.051"), console_key("context       propositional 0.05")
+    ('rank 2', 'context')
+    """
+    rank = re.match(r"\s+(\d+):", line)
+    return f"rank {rank[1]}" if rank else (line.split() or [""])[0]
+
+
+def look_block(text: str) -> tuple[int, int]:
+    """Line span (start, end) of the ``look`` output in ``text``'s console block (after the ``$`` line)."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("$ arr-coc look examples/receipt.jpg")) + 1
+    return start, next(i for i in range(start, len(lines)) if lines[i].startswith("```"))
+
+
+def refresh_console(text: str, fresh: Sequence[str]) -> str:
+    """``text`` with each deterministic line of its ``look`` block replaced by the fresh line of the same key.
+
+    ``...`` stays, and so do the timing lines (``stage ms``, ``model load``): they say how loaded the
+    machine was, not what the code does, and a busy machine's would mislead.
+    """
+    lines = text.splitlines()
+    start, end = look_block(text)
+    by_key = {console_key(line): line for line in fresh
+              if console_key(line).split()[0] in (*DETERMINISTIC, "rank", "picture")}
+    lines[start:end] = [by_key.get(console_key(line), line) for line in lines[start:end]]
+    return "\n".join(lines) + "\n"
+
+
+# ----------------------------------------------------------------------------- tables
+def summary(folder: Path, dataset: str, methods: Sequence[str], tokens: Sequence[str], limit: int,
+            complete: bool = True) -> list[dict]:
+    """Per-kind summaries of exactly the rows of this step's questions, methods and token counts.
+
+    ``complete=False`` accepts missing rows: with a quadtree every row there counts (it has none below its
+    first tiling), else only the questions whose every row is there (a run cut short); never none at all.
+    """
+    records = load_dataset(dataset, limit=limit, split="test")
+    keys = requested(records, methods, tokens)
+    rows = RowStore(folder / dataset).rows(keys)
+    if len(rows) < len(keys) and complete:
+        raise LookupError(f"{folder / dataset} holds {len(rows)} of the {len(keys)} rows asked for")
+    if not complete:  # the questions whose every row is there (the n column says how many)
+        have = Counter(r["record_id"] for r in rows)
+        want = Counter(k[0] for k in keys)
+        rows = [r for r in rows if have[r["record_id"]] == want[r["record_id"]]] if "quadtree" not in methods else rows
+    if not rows:
+        raise LookupError(f"{folder / dataset} holds none of the {len(keys)} rows asked for")
+    return summarize_kinds(rows)
+
+
+def value(rows: list[dict], method: str, budget: str, column: str, kind: str = "all") -> float:
+    found = [r[column] for r in rows if (r["method"], r["budget"], r["kind"]) == (method, budget, kind)]
+    return found[0] if found else float("nan")
+
+
+def cells(rows: list[dict], method: str, column: str) -> str:
+    vals = [value(rows, method, b, column) for b in TOKENS]
+    return "—" if all(v != v for v in vals) else " / ".join("—" if v != v else f"{v:.2f}" for v in vals)
+
+
+def headline(limit: int) -> str:
+    """The README's table: both readings on the documents, coverage on COCO, every method at 5 / 10 / 25 / 50 %."""
+    names = {"uniform_image": "uniform image", "random": "random", "topk": "top-K", "arr": "**arr** (default)",
+             "selector": "selector", "pruner": "pruner"}
+    lines = [f"| test images, {limit} balanced questions each; {' / '.join(t[:-1] for t in TOKENS)} % of the tokens | "
+             + " | ".join(names.values()) + " |", "|---|" + "---|" * len(names)]
+    for dataset, title in TITLES.items():
+        region = summary(RESULTS / "eval", dataset, EVAL_METHODS, TOKENS, limit)
+        what = [("coverage", "coverage", region)] if dataset == "coco" else [
+            ("region", "reading", region),
+            ("find", "reading", summary(RESULTS / "eval_find", dataset, FIND_METHODS, TOKENS, limit))]
+        for label, column, rows in what:
+            full = value(rows, "full", "full", column)
+            lines.append(f"| {title}, {label} (full {full:.2f}) | "
+                         + " | ".join(cells(rows, m, column) for m in names) + " |")
+    return "\n".join(lines)
+
+
+def goal_table(limit: int, per_kind: bool) -> str:
+    """Reading of ``arr`` at 6 % and 11 % of the tokens as a share of full resolution's, against the goals."""
+    lines = ["| test images, balanced questions | reading | n | full | `arr` at 6 % | share of full (goal ≥ 90 %) "
+             "| `arr` at 11 % | share of full (goal ≥ 95 %) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for dataset in ("funsd", "sroie"):
+        for reading, folder in (("region", "goals"), ("find", "goals_find")):
+            try:
+                rows = summary(RESULTS / folder, dataset, ("full", "arr"), GOAL_TOKENS, limit, complete=False)
+            except LookupError:
+                lines.append(f"| {TITLES[dataset]} | {reading} | 0 | not run yet | | | | |")
+                continue
+            kinds = dict.fromkeys(r["kind"] for r in rows) if per_kind else {"all": None}
+            for kind in kinds:
+                full = value(rows, "full", "full", "reading", kind)
+                n = next((r["n"] for r in rows if r["kind"] == kind and r["method"] == "full"), 0)
+                parts = []
+                for budget, goal in GOALS.items():
+                    got = value(rows, "arr", budget, "reading", kind)
+                    share = got / full if full else float("nan")
+                    verdict = "met" if share >= goal else f"misses by {100 * (goal - share):.1f} points"
+                    parts += [f"{got:.3f}", f"{100 * share:.1f} % ({verdict})"]
+                label = TITLES[dataset] + ("" if kind == "all" else f": {kind}")
+                lines.append(f"| {label} | {reading} | {n} | {full:.3f} | " + " | ".join(parts) + " |")
+    return "\n".join(lines)
+
+
+def kind_tables(limit: int) -> str:
+    """Per question kind: full, uniform image and ``arr`` at every token count, both readings."""
+    out = []
+    for dataset in ("funsd", "sroie"):
+        for reading, folder, methods in (("region", "eval", EVAL_METHODS), ("find", "eval_find", FIND_METHODS)):
+            rows = summary(RESULTS / folder, dataset, methods, TOKENS, limit)
+            out += [f"{TITLES[dataset]}, {reading} reading (ANLS; {' / '.join(TOKENS)} of the tokens):", "",
+                    "| kind | n | full | uniform image | `arr` |", "|---|---:|---:|---|---|"]
+            for kind in dict.fromkeys(r["kind"] for r in rows):
+                mine = [r for r in rows if r["kind"] == kind]
+                n = next((r["n"] for r in mine if r["method"] == "full"), 0)
+                out.append(f"| {kind} | {n} | {value(mine, 'full', 'full', 'reading', kind):.2f} | "
+                           + " | ".join(" / ".join(f"{value(mine, m, b, 'reading', kind):.2f}" for b in TOKENS)
+                                        for m in ("uniform_image", "arr")) + " |")
+            out.append("")
+    return "\n".join(out).strip()
+
+
+def allocator_table(limit: int) -> str:
+    """Every allocator at 10 % and 25 %: reading on the documents, coverage on COCO (seen at any size when it
+    differs; [n/limit] where fewer questions had a row, as a quadtree below its first tiling)."""
+    head = [f"{TITLES[d].split()[0]} {b}" for d in TITLES for b in ALLOCATOR_TOKENS]
+    lines = ["| method | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
+    found = {d: summary(RESULTS / "allocators", d, ALLOCATORS, ALLOCATOR_TOKENS, limit, complete=False)
+             for d in TITLES}
+    for method in ALLOCATORS:
+        row = []
+        for d, rows in found.items():
+            column = "coverage" if d == "coco" else "reading"
+            for b in ALLOCATOR_TOKENS:
+                mine = [r for r in rows if (r["kind"], r["method"]) == ("all", method)
+                        and r["budget"] == ("full" if method == "full" else b)]
+                if not mine or (method == "full" and b != ALLOCATOR_TOKENS[0]):
+                    row.append("")
+                    continue
+                r = mine[0]
+                text = "—" if r[column] != r[column] else f"{r[column]:.2f}"
+                if d == "coco" and r.get("seen") == r.get("seen") and abs(r["seen"] - r[column]) > 0.005:
+                    text += f" (seen {r['seen']:.2f})"
+                row.append(text + (f" [{r['n']}/{limit}]" if r["n"] < limit else ""))
+        lines.append(f"| {method} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+BLOCKS: dict[str, tuple[str, Callable[[int], str]]] = {
+    "headline": ("README.md docs/evaluation.md", headline),
+    "goals": ("README.md", lambda limit: goal_table(limit, per_kind=False)),
+    "goals-per-kind": ("docs/evaluation.md", lambda limit: goal_table(limit, per_kind=True)),
+    "kinds": ("docs/evaluation.md", kind_tables),
+    "allocators": ("docs/allocators.md", allocator_table),
+}
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    """``text`` with the lines between ``<!-- make tables: name -->`` and ``<!-- /make tables -->`` set to ``body``.
+
+    >>> replace_block("a\\n<!-- make tables: t -->\\nold\\n<!-- /make tables -->\\nb\\n", "t", "new")
+    'a\\n<!-- make tables: t -->\\nnew\\n<!-- /make tables -->\\nb\\n'
+    """
+    pattern = re.compile(rf"(<!-- make tables: {re.escape(name)} -->\n).*?(<!-- /make tables -->)", re.S)
+    if not pattern.search(text):
+        raise ValueError(f"no '<!-- make tables: {name} -->' ... '<!-- /make tables -->' block to rewrite")
+    return pattern.sub(lambda m: m[1] + body + "\n" + m[2], text, count=1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--limit", type=int, default=40, help="balanced test questions per dataset")
+    ap.add_argument("--skip", nargs="*", default=[], choices=STEPS, help="steps not to run (their tables are "
+                    "still rewritten from the rows already there)")
+    ap.add_argument("--jobs", type=int, default=2, help="evaluations run at once (one core each)")
+    args = ap.parse_args(argv)
+    steps = [s for s in STEPS if s not in args.skip]
+    if "look" in steps:
+        print("arr-coc " + shlex.join(LOOK), flush=True)
+        fresh = look_output()
+        for doc in LOOK_DOCS:
+            (ROOT / doc).write_text(refresh_console((ROOT / doc).read_text(), fresh))
+    run_all(runs(steps, args.limit), args.jobs)
+    if "bench" in steps:
+        subprocess.run([sys.executable, "benchmarks/bench_vlm.py"], cwd=ROOT, check=True)
+    for name, (docs, make) in BLOCKS.items():
+        try:
+            body = make(args.limit)
+        except LookupError as err:  # a step not run yet (or cut short): its block stays as it is
+            print(f"\n{name} ({docs}) left as it is: {err}")
+            continue
+        for doc in docs.split():
+            (ROOT / doc).write_text(replace_block((ROOT / doc).read_text(), name, body))
+        print(f"\n{name} ({docs}):\n{body}")
+
+
+if __name__ == "__main__":
+    main()
