@@ -60,23 +60,28 @@ def _norm(v: Any) -> Any:  # as JSON sees it: tuples and lists compare equal
     return json.loads(json.dumps(v, default=str))
 
 
-def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict) -> Path:
-    """The trained scorer (and sampler) with what it needs to be rebuilt: channels, configs, metrics."""
+def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict, trained_images: dict | None = None) -> Path:
+    """The trained scorer (and sampler) with what it needs to be rebuilt: channels, configs, metrics, and the
+    content hash of every train and val image (``trained_images``, read by the leakage check)."""
     atomic_save({"format": WEIGHTS_FORMAT, "scorer_name": arr.config.scorer.name, "channels": list(arr.channels),
                   "query_encoder": encoder_name(arr.query_encoder),
                   "scorer": arr.scorer.state_dict(), "sampler": arr.sampler.state_dict(),
-                  "arr_config": arr.config.to_dict(), "train_config": asdict(cfg), "metrics": metrics}, path)
+                  "arr_config": arr.config.to_dict(), "train_config": asdict(cfg), "metrics": metrics,
+                  "trained_images": dict(trained_images or {})}, path)
     return path
 
 
-def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dict) -> Path:
-    """Write what a run trained into ``out``: ``scorer.pt`` (scorer and sampler) or ``<learner>.pt``."""
+def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dict,
+               trained_images: dict | None = None) -> Path:
+    """Write what a run trained into ``out``: ``scorer.pt`` (scorer and sampler) or ``<learner>.pt``, each with
+    ``trained_images`` (``{pixel digest: label}`` of its train and val images)."""
     if cfg.learner == "scorer":
-        return export_weights(out / "scorer.pt", arr, cfg, metrics)
+        return export_weights(out / "scorer.pt", arr, cfg, metrics, trained_images)
     from arr_coc.allocators.pruning import save_learned
 
     return save_learned(out / f"{cfg.learner}.pt", cfg.learner, learner.net, arr.channels, metrics=metrics,
-                        train_config=asdict(cfg), query_encoder=encoder_name(arr.query_encoder))
+                        train_config=asdict(cfg), query_encoder=encoder_name(arr.query_encoder),
+                        trained_images=dict(trained_images or {}))
 
 
 def export(weights: Path, target: str) -> str:

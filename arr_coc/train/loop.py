@@ -34,7 +34,7 @@ from arr_coc.train.objective import (
     hard_metrics,
     seed_of,
 )
-from arr_coc.weights import encoder_name
+from arr_coc.weights import encoder_name, image_digests
 
 __all__ = ["Run", "TrainConfig", "accumulate", "batch_indices", "plot_history", "train"]
 
@@ -148,7 +148,9 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
             "random": {s: hard_metrics(learner, split[s], cfg.tokens, random_seed=cfg.seed) for s in ("val", "test")},
             "train_seconds": run.seconds, "processes": world,
         }
-        export_run(out, cfg, arr, learner, run.metrics)
+        # what the leakage check refuses to score these weights on: the images they learned from or were chosen on
+        seen = image_digests((e.image, f"{e.dataset} {s} image {e.image_id}") for s in ("train", "val") for e in split[s])
+        export_run(out, cfg, arr, learner, run.metrics, seen)
         (out / "metrics.json").write_text(json.dumps(run.metrics, indent=1))
         plot_history(history, out / "loss.png", initial["val"]["iou"])
     if world > 1:

@@ -3,7 +3,7 @@
 - :mod:`~arr_coc.weights.files`: how every arr-coc file is written and read (format tags, ``weights_only``).
 - :mod:`~arr_coc.weights.registry`: the shipped weights by name (``registry.json``), what each was trained on.
 - :mod:`~arr_coc.weights.loaders`: scorer (+ sampler) weights into an ARR, the selector and the pruner.
-- :mod:`~arr_coc.weights.leakage`: shipped weights are never scored on images they learned from.
+- :mod:`~arr_coc.weights.leakage`: weights are never scored on images they learned from (by dataset and by pixels).
 """
 from __future__ import annotations
 
@@ -16,7 +16,16 @@ from arr_coc.weights.files import (
                                    load_file,
                                    weights_digest,
 )
-from arr_coc.weights.leakage import SCORER_FREE, refuse_leakage, trained_on
+from arr_coc.weights.leakage import (
+                                   SCORER_FREE,
+                                   image_digests,
+                                   pixel_digest,
+                                   refuse_leakage,
+                                   refuse_seen_images,
+                                   trained_images,
+                                   trained_on,
+                                   weights_in_play,
+)
 from arr_coc.weights.loaders import encoder_name, load_learned, load_learned_methods, load_scorer_weights
 from arr_coc.weights.registry import (
                                    PACKAGED,
@@ -32,6 +41,7 @@ from arr_coc.weights.registry import (
 )
 
 __all__ = ["LEARNED_FORMAT", "LEARNED_KINDS", "PACKAGED", "SCORER_FORMAT", "SCORER_FREE", "SHIPPED", "Entry",
-           "atomic_save", "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "is_name",
-           "load_file", "load_learned", "load_learned_methods", "load_scorer_weights", "publish", "refuse_leakage",
-           "resolve", "trained_on", "weights_digest"]
+           "atomic_save", "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "image_digests",
+           "is_name", "load_file", "load_learned", "load_learned_methods", "load_scorer_weights", "pixel_digest",
+           "publish", "refuse_leakage", "refuse_seen_images", "resolve", "trained_images", "trained_on",
+           "weights_digest", "weights_in_play"]

@@ -37,7 +37,8 @@ class Entry:
 
     ``trained_on`` says which images it learned from: ``datasets``, ``images`` (``"train"``: the train
     images of :func:`arr_coc.data.datasets.split_of`; val chose its settings, test was never seen),
-    ``split`` (an official split asked for, or None), ``limit`` and ``seed``. ``sha256`` is the file's.
+    ``split`` (an official split asked for, or None), ``limit``, ``seed`` and ``hashed_images`` (how
+    many train and val images the file records by pixel hash for the leakage check). ``sha256`` is the file's.
     """
 
     name: str
@@ -72,7 +73,9 @@ def describe(path: str | Path, name: str) -> Entry:
     saved = load_file(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     train = dict(saved.get("train_config") or {})
     trained_on = {"datasets": list(train.pop("datasets", ())), "images": "train", "split": train.pop("split", None),
-                  "limit": train.pop("limit", None), "seed": train.pop("seed", None)}
+                  "limit": train.pop("limit", None), "seed": train.pop("seed", None),
+                  # the pixel hashes themselves live in the file (``trained_images``), where the leakage check reads them
+                  "hashed_images": len(saved.get("trained_images") or {})}
     settings: dict[str, Any] = {"channels": list(saved.get("channels", ())),
                                 "query_encoder": saved.get("query_encoder", "MiniLMQueryEncoder")}
     if saved["format"] == SCORER_FORMAT:
