@@ -89,3 +89,22 @@ def test_unseen_images_pass_and_weights_without_hashes_check_nothing(trained, tm
     hand_set = ARR(ARRConfig(scorer=ScorerConfig(weights="none")))
     W.refuse_leakage("jsonl", "test", hand_set, ("arr",), images=seen)  # no trained weights in play
     assert W.weights_in_play(hand_set, ("arr",)) == [] and W.weights_in_play(arr, ("arr",)) == [weights]
+
+
+@pytest.mark.slow
+def test_the_shipped_scorer_refuses_a_renamed_copy_of_a_form_it_trained_on(tmp_path: Path) -> None:
+    from arr_coc.data.datasets import default_root
+
+    root = default_root("funsd") / "training_data" / "images"
+    if not root.is_dir():
+        pytest.skip(f"FUNSD not found at {root} (set ARR_COC_DATA to the folder holding funsd/)")
+    seen = W.trained_images(W.entry("contextual").path)
+    assert len(seen) == W.entry("contextual").trained_on["hashed_images"] > 300
+    trained_form = next(p for p in sorted(root.glob("*.png")) if W.pixel_digest(p) in seen)
+    copy = tmp_path / "scan.tiff"
+    Image.open(trained_form).save(copy)  # another name and format, the same pixels
+    records = load_dataset("jsonl", jsonl(tmp_path, [copy]))
+    with pytest.raises(ValueError, match=rf"^{copy} has the pixels of funsd (train|val) image {trained_form.stem}, "
+                                         rf"which the weights .*contextual.pt learned from"):
+        W.refuse_leakage("jsonl", None, ARR(ARRConfig()), ("arr",), images=[r.image for r in records])
+    W.refuse_leakage("jsonl", None, ARR(ARRConfig()), ("arr",), images=[page(tmp_path / "new.png", 3)])
