@@ -221,7 +221,8 @@ class ARR(nn.Module):
         with _timed(t, "scoring"):
             scale = self.config.scorer.part_scale
             relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid,
-                                    scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale)
+                                    scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale,
+                                    where=self.config.scorer.where_prior)
         return relevance, query_emb, cells
 
     def cell_stack(self, scene: Scene, queries: Sequence[str], timings: dict[str, float] | None = None,
