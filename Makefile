@@ -22,6 +22,9 @@ $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
+	# lmms-eval without its declared tree (torchvision, wandb, opencv, yt-dlp, ...): the test extra holds what
+	# its evaluation path imports (docs/lmms_eval.md)
+	$(BIN)/python -m pip install -q --no-deps lmms-eval==0.7.3
 	$(BIN)/python -m pip install -q -e ".[test]"
 	touch $(STAMP)
 

@@ -3,7 +3,12 @@
 Importing the package registers every built-in texture channel, scorer and sampler.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # the installed distribution's version: pyproject.toml is its one source
+    __version__ = version("arr-coc")
+except PackageNotFoundError:  # run from a checkout that was never installed
+    __version__ = "0+unknown"
 
 from arr_coc import channels, learned_samplers, relevance, samplers, texture  # noqa: E402,F401  (fill the registries)
 from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, SamplerConfig, ScorerConfig  # noqa: E402

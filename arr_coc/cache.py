@@ -2,20 +2,70 @@
 
 Query-coupled channels (text lines read by OCR, object activation maps, CLIP patch features) split
 into a slow image part and a cheap question part; the slow part is cached here, keyed by the channel
-and the image's content, so several questions about one image pay for it once.
+and the image's content, so several questions about one image pay for it once. The cache is bounded in bytes, not entries (one
+entry can be a few KB of OCR lines or a 38 MB canvas): the least recently used entries go first.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import sys
 from collections import OrderedDict
 from typing import Any, Callable, Sequence, TypeVar
 
+import numpy as np
 import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
 from arr_coc.imageops import to_uint8
 
 T = TypeVar("T")
+
+# What one cache holds by default: 256 MiB, e.g. the OCR lines of thousands of pages, or six canvases of the
+# largest default size (1792 x 1792 px float32, 38.5 MB each) with their texture.
+CACHE_BYTES = 256 * 2**20
+
+
+def nbytes(value: Any) -> int:
+    """Bytes a cached value holds: tensor and array storages (each counted once), plus the objects around them.
+
+    A tensor counts its whole storage (a view keeps its base alive); containers, dataclasses and plain
+    objects are walked; other values count ``sys.getsizeof``.
+
+    >>> nbytes(torch.zeros(1000)), nbytes(torch.zeros(1000)[:10]) == nbytes(torch.zeros(1000))
+    (4000, True)
+    """
+    seen: set[Any] = set()
+
+    def once(key: Any, size: int) -> int:
+        if key in seen:
+            return 0
+        seen.add(key)
+        return size
+
+    def walk(v: Any) -> int:
+        if id(v) in seen:
+            return 0
+        seen.add(id(v))
+        if isinstance(v, Tensor):
+            storage = v.untyped_storage()
+            return once(("tensor", storage.data_ptr() or id(storage)), 0 if v.is_meta else storage.nbytes())
+        if isinstance(v, np.ndarray):
+            while isinstance(v.base, np.ndarray):
+                v = v.base
+            return once(("array", id(v)), v.nbytes)
+        size = sys.getsizeof(v)
+        if isinstance(v, dict):
+            return size + sum(walk(k) + walk(x) for k, x in v.items())
+        if isinstance(v, (list, tuple, set, frozenset)):
+            return size + sum(walk(x) for x in v)
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            return size + sum(walk(getattr(v, f.name)) for f in dataclasses.fields(v))
+        if hasattr(v, "__dict__") and not isinstance(v, type):
+            return size + walk(vars(v))
+        return size
+
+    return walk(value)
 
 
 def image_key(image: Tensor) -> str:
@@ -29,7 +79,10 @@ def image_key(image: Tensor) -> str:
 
 
 class ImageCache:
-    """A bounded least-recently-used map (channel name, image content) -> value.
+    """A least-recently-used map (channel name, image content) -> value, bounded in bytes (:func:`nbytes`).
+
+    Adding an entry evicts the least recently used ones until the total is within ``max_bytes``; a value
+    larger than the whole budget is returned but not kept.
 
     Example:
         >>> cache, calls = ImageCache(), []
@@ -39,9 +92,12 @@ class ImageCache:
         ('lines', 1)
     """
 
-    def __init__(self, max_items: int = 256) -> None:
-        self.max_items = max_items
-        self._items: OrderedDict[tuple[str, str], Any] = OrderedDict()
+    def __init__(self, max_bytes: int = CACHE_BYTES) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0:
+            raise ValueError(f"max_bytes must be a non-negative integer, got {max_bytes!r}")
+        self.max_bytes = max_bytes
+        self.nbytes = 0  # bytes of the values held, always <= max_bytes
+        self._items: OrderedDict[tuple[str, str], tuple[Any, int]] = OrderedDict()
         self.hits = self.misses = 0
 
     def get(self, name: str, image: Tensor, compute: Callable[[], T]) -> T:
@@ -49,12 +105,16 @@ class ImageCache:
         if key in self._items:
             self.hits += 1
             self._items.move_to_end(key)
-            return self._items[key]
+            return self._items[key][0]
         self.misses += 1
         value = compute()
-        self._items[key] = value
-        if len(self._items) > self.max_items:
-            self._items.popitem(last=False)
+        size = nbytes(value)
+        if size <= self.max_bytes:
+            while self.nbytes + size > self.max_bytes:
+                _, (_, dropped) = self._items.popitem(last=False)
+                self.nbytes -= dropped
+            self._items[key] = (value, size)
+            self.nbytes += size
         return value
 
     def __len__(self) -> int:

@@ -194,6 +194,27 @@ def _which(i: int | None, src: object) -> str:
     return "image" if i is None else f"image {i}"
 
 
+def load_bounded(path: Union[str, os.PathLike], max_pixels: int = MAX_PIXELS) -> torch.Tensor:
+    """An image file as [3, H, W] float32, decoded no larger than a canvas of at most ``max_pixels`` needs.
+
+    For a caller that keeps an image to make canvases from later (the microscope's uploads): the file is
+    reduced in 8-bit, a strip at a time, by the largest integer factor that still covers the largest canvas
+    of any cell size, so a 40 MP upload costs about its canvas, never the full image in float32.
+
+    Example:
+        >>> import tempfile
+        >>> p = os.path.join(tempfile.mkdtemp(), "page.png")
+        >>> Image.new("RGB", (6000, 4000), "white").save(p)
+        >>> tuple(load_bounded(p).shape), make_canvas(load_bounded(p)).sizes == make_canvas(p).sizes
+        ((3, 2000, 3000), True)
+    """
+    with open_image(path) as img:
+        h0, w0 = oriented_size(img)
+        beta = math.sqrt(h0 * w0 / max_pixels)  # smart_resize floors each side of a larger image to h0/beta, w0/beta
+        fit = (math.ceil(h0 / beta), math.ceil(w0 / beta)) if beta > 1 else (h0, w0)
+        return decode_file(img, path, fit)
+
+
 def make_canvas(
     images: Union[ImageLike, Sequence[ImageLike]],
     cell: int = 28,

@@ -108,17 +108,57 @@ DEFAULT_SACCADES = 273
 # of them, and generation stops at the end-of-answer token anyway. ask, eval and serve share it.
 MAX_NEW_TOKENS = 32
 
+@dataclass
+class DecodeConfig:
+    """How the VLM writes its answer: the common settings of transformers' ``GenerationConfig``, checked here.
+
+    ``ask`` turns it into a ``GenerationConfig`` (:func:`arr_coc.vlm.generation.from_decode`); every
+    value is set, so nothing comes from the checkpoint's ``generation_config.json`` (Qwen-VL
+    checkpoints sample there, with top_k 1).
+    """
+
+    # greedy: the evaluation compares methods on deterministic answers
+    do_sample: bool = field(default=False, metadata={
+        "help": "sample each answer token from the model's distribution instead of taking the most likely one"})
+    # 1 and 1: the model's own distribution, untempered and untruncated
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature, > 0 (with --do-sample)", "metavar": "T"})
+    top_p: float = field(default=1.0, metadata={
+        "help": "nucleus sampling: draw from the most likely tokens whose probabilities add up to P, 0 < P <= 1 "
+                "(with --do-sample)", "metavar": "P"})
+    num_beams: int = field(default=1, metadata={"help": "beam search over N beams (1: none)", "metavar": "N"})
+    stop: tuple[str, ...] = field(default=(), metadata={
+        "help": "end the answer at the first of these strings (the string stays in it)", "metavar": "TEXT"})
+    # None: each run draws anew, as transformers does without torch.manual_seed
+    seed: int | None = field(default=None, metadata={
+        "help": "seed of --do-sample's draws (none: torch's global generator)", "metavar": "N"})
+
+    def __post_init__(self) -> None:
+        self.temperature = check_float("temperature", self.temperature)
+        self.top_p = check_float("top_p", self.top_p)
+        if self.top_p > 1:
+            raise ValueError(f"top_p must be a probability in (0, 1], got {self.top_p!r}")
+        self.num_beams = check_int("num_beams", self.num_beams)
+        if self.seed is not None:
+            self.seed = check_int("seed", self.seed, 0)
+        if not self.do_sample and (self.temperature, self.top_p) != (1.0, 1.0):
+            raise ValueError("temperature and top_p shape sampling; add do_sample (--do-sample)")
+        self.stop = tuple(self.stop)
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            raise ValueError(f"stop strings must be non-empty text, got {list(self.stop)!r}")
+
+
 # The 11 query-blind channel groups (13 channels) of the MVP texture (arr_coc.texture registers them).
 MVP_CHANNELS: tuple[str, ...] = (
     "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
 )
 
 
-# A question, not a document. The VLM's first look scores every question token against the whole
-# context ([layers, heads, question tokens, context] in float32, arr_coc.vlm.look.question_attention),
-# so its memory grows with the square of the question's length (100,000 characters: 19.6 GB). 500
-# characters (about 100 to 500 tokens) keep it to tens of MB; benchmark questions are far shorter.
-MAX_QUESTION_CHARS = 500
+# A question, not a document, bounded in tokens: in the VLM's tokens where a VLM reads it (ask, the first
+# look), else in words and punctuation marks (arr_coc.query.count_tokens, a lower bound on any subword
+# tokenizer's count). The VLM prefills the question over its whole context, so its cost grows with the
+# question (a 100,000-character question took 19.6 GB); benchmark questions are under 40 tokens. The
+# first look reads attention from at most arr_coc.vlm.look.LOOK_TOKENS of them, whatever the limit.
+MAX_QUESTION_TOKENS = 128
 # The largest canvas area: 16384 tokens of 28 px (12.8 MP), Qwen2/2.5-VL's own processor maximum. The
 # texture grows with the area (< 0.5 GB at the default 1792 x 1792), about 2 GB here.
 MAX_CANVAS_PIXELS = 16384 * 28 * 28
@@ -199,7 +239,8 @@ class ScorerConfig:
         "help": "width of the context-weight MLP"})
     weights: str = field(default="auto", metadata={
         "help": "auto: the trained weights shipped in arr_coc/weights/ when they fit this scorer and channel "
-                "set (else hand-set); none: always hand-set; or a file from `arr-coc train`"})
+                "set (else hand-set); none: always hand-set; a shipped name (log_polar); or a weights folder "
+                "(model.safetensors + config.json) from `arr-coc train` or save_pretrained"})
     # multiplies each part's context weight (propositional, perspectival, participatory) in the map:
     # 1 = as trained, 0 = that way of knowing off; an ablation knob (the microscope's sliders), never trained
     part_scale: tuple[float, float, float] = field(default=(1.0, 1.0, 1.0), metadata={

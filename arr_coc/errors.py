@@ -17,3 +17,11 @@ class MissingDependencyError(UserError, ImportError):
 
 class ThreadLimitError(UserError, RuntimeError):
     """The environment's OpenMP thread limit would silently corrupt a computation; says what to change."""
+
+
+class WeightsError(UserError, ValueError):
+    """A weights or checkpoint file that does not fit what it is loaded into; names the file and what is wrong."""
+
+
+class DiskFullError(UserError, OSError):
+    """A file could not be written for lack of space; nothing half-written is left; says where and how much is free."""

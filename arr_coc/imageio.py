@@ -14,7 +14,7 @@ from typing import Union
 
 import numpy as np
 import torch
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 ImageLike = Union[str, os.PathLike, Image.Image, np.ndarray, torch.Tensor]
 
@@ -88,48 +88,96 @@ def _from_numpy(arr: np.ndarray) -> torch.Tensor:
     return _to_rgb(x, "numpy image").contiguous()
 
 
+def _orientation(img: Image.Image) -> int:
+    """The EXIF orientation (1-8) from the header; 1 when absent or damaged (the pixels are shown as stored)."""
+    try:
+        return int(img.getexif().get(0x0112, 1))
+    except (*DECODE_ERRORS, TypeError):
+        return 1
+
+
 def oriented_size(img: Image.Image) -> tuple[int, int]:
     """(H, W) of an image as displayed, i.e. after its EXIF orientation, read from the header alone."""
     w, h = img.size
-    try:
-        orientation = img.getexif().get(0x0112, 1)
-    except DECODE_ERRORS:  # a damaged EXIF block: the pixels are still shown as stored
-        orientation = 1
-    return (w, h) if orientation in (5, 6, 7, 8) else (h, w)
+    return (w, h) if _orientation(img) in (5, 6, 7, 8) else (h, w)
 
 
-def _reduce(img: Image.Image, fit: tuple[int, int] | None) -> Image.Image:
-    """Shrink by the largest integer factor that keeps the image at least ``fit`` (H, W): box averages, 8-bit.
+# What PIL's ImageOps.exif_transpose does per orientation; done here on the reduced image, not the full one.
+_TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+              5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+              8: Image.Transpose.ROTATE_90}
+# A strip of the full image converted and reduced at a time: this many pixels (16 MB as 8-bit RGBA).
+STRIP_PIXELS = 4_000_000
 
-    Done before any float conversion, so a 13000 x 13000 px page costs its canvas, not 2 GB of float32.
+
+def reading_mode(img: Image.Image) -> str:
+    """The mode a decoded image is read in: the narrowest one :func:`_pil_pixels` takes that PIL can box-reduce.
+
+    Transparency of any kind becomes RGBA (composited over white later), 1-bit becomes L, palettes their
+    colours, PIL's 16-bit modes I (values 0-65535); other modes are kept (converted to RGB after the reduction).
+
+    >>> [reading_mode(Image.new(m, (1, 1))) for m in ("1", "P", "PA", "LA", "I;16", "F", "CMYK")]
+    ['L', 'RGB', 'RGBA', 'RGBA', 'I', 'F', 'CMYK']
     """
-    if fit is None:
+    mode = img.mode
+    if mode in ("LA", "PA", "La", "RGBa", "RGBA") or "transparency" in img.info:
+        return "RGBA"
+    if mode == "1":
+        return "L"
+    if mode == "P":
+        return "RGB"
+    if mode.startswith("I;16"):
+        return "I"
+    return mode
+
+
+def _reduce(img: Image.Image, factor: int) -> Image.Image:
+    """``img`` in :func:`reading_mode`, box-reduced by ``factor``, converted and reduced a strip of rows at a time.
+
+    Converting first would widen the whole image (a palette PNG with transparency: 1 -> 4 bytes a pixel, and
+    PIL's reduce of RGBA premultiplies alpha in a second full-size copy); strips of whole ``factor``-row boxes
+    keep that to one strip, so memory is the file's own pixels plus the result. Equal to reducing at once.
+    """
+    mode = reading_mode(img)
+    if factor < 2:
+        return _convert(img, mode)
+    w, h = img.size
+    rows = max(1, STRIP_PIXELS // max(1, w * factor)) * factor
+    out = Image.new(mode, (-(-w // factor), -(-h // factor)))
+    for top in range(0, h, rows):
+        strip = img.crop((0, top, w, min(h, top + rows)))
+        out.paste(_convert(strip, mode).reduce(factor), (0, top // factor))
+    return out
+
+
+def _factor(size: tuple[int, int], orientation: int, fit: tuple[int, int]) -> int:
+    """The largest integer reduction of a stored (W, H) ``size`` that keeps the upright image at least ``fit`` (H, W)."""
+    h, w = (size[0], size[1]) if orientation in (5, 6, 7, 8) else (size[1], size[0])
+    return max(1, min(h // max(1, fit[0]), w // max(1, fit[1])))
+
+
+def _convert(img: Image.Image, mode: str) -> Image.Image:
+    if img.mode == mode and "transparency" not in img.info:
         return img
-    factor = min(img.size[1] // max(1, fit[0]), img.size[0] // max(1, fit[1]))
-    return img.reduce(factor) if factor >= 2 else img
+    return img.convert("LA").convert(mode) if img.mode == "La" else img.convert(mode)  # PIL has no La -> RGBA
 
 
 def _decoded(img: Image.Image, fit: tuple[int, int] | None = None, *, in_place: bool = False) -> Image.Image:
-    """Decode ``img`` upright (EXIF orientation), in a mode ``_pil_pixels`` reads, no smaller than ``fit`` (H, W).
+    """Decode ``img`` upright (EXIF orientation), in :func:`reading_mode`, no smaller than ``fit`` (H, W).
 
-    All of PIL's decoding happens here, so a damaged file fails here and nowhere else.
+    All of PIL's decoding happens here, so a damaged file fails here and nowhere else. The image is reduced
+    by the largest integer factor that keeps it at least ``fit`` before any conversion, float or wider mode
+    (a 13377 x 13377 px page costs its canvas, not gigabytes), and turned upright after, on the small image.
     """
+    orientation = _orientation(img)
     if in_place and fit is not None and img.format == "JPEG" and getattr(img, "tile", None):  # ours, not decoded yet
-        oriented = oriented_size(img)
-        factor = min(oriented[0] // max(1, fit[0]), oriented[1] // max(1, fit[1]))
+        factor = _factor(img.size, orientation, fit)
         if factor >= 2:  # the decoder itself works at 1/2, 1/4 or 1/8 scale, never below the request
             img.draft(img.mode, (img.size[0] // factor, img.size[1] // factor))
     img.load()
-    transposed = ImageOps.exif_transpose(img, in_place=in_place)
-    img = img if transposed is None else transposed
-    # Modes whose reduce is undefined or meaningless (bits, palette indices) are widened first.
-    if img.mode == "1":
-        img = img.convert("L")
-    elif img.mode in ("P", "PA"):
-        img = img.convert("RGBA" if img.mode == "PA" or "transparency" in img.info else "RGB")
-    elif img.mode.startswith("I;16"):
-        img = img.convert("I")  # PIL's 16-bit modes hold values 0-65535, which mode I keeps
-    return _reduce(img, fit)
+    out = _reduce(img, 1 if fit is None else _factor(img.size, orientation, fit))
+    method = _TRANSPOSE.get(orientation)
+    return out if method is None else out.transpose(method)
 
 
 def _pil_pixels(img: Image.Image) -> torch.Tensor:
@@ -235,6 +283,11 @@ def _from_tensor(x: torch.Tensor) -> torch.Tensor:
 
 
 def _tensor_to_float(x: torch.Tensor) -> torch.Tensor:
+    """A dense tensor image of a supported dtype as float32; any float dtype is converted, integers refused."""
+    if x.layout != torch.strided:  # a sparse tensor may declare any size without holding it: never densified here
+        raise TypeError(f"tensor image has layout {x.layout}; pass a dense tensor (x.to_dense() if it is small)")
+    if x.is_meta:
+        raise ValueError("tensor image is on the meta device and holds no pixels; pass a tensor with data")
     if x.dtype == torch.uint8:
         return x.to(torch.float32) / 255.0
     if x.dtype == torch.bool or x.is_floating_point():

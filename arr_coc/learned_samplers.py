@@ -101,7 +101,9 @@ def log_polar_scores(
     coords = cell_coordinates(valid).to(relevance.dtype)  # [B, N, 2]
     bins = _recentred(centres, gaze)  # [B, n_bins, 2]
     if softness == 0:
-        d2 = torch.cdist(coords, bins, compute_mode="donot_use_mm_for_euclid_dist").amin(2) ** 2  # [B, N], exact per pair
+        wide = torch.promote_types(coords.dtype, torch.float32)  # torch has no half-precision cdist on the CPU
+        d2 = torch.cdist(coords.to(wide), bins.to(wide), compute_mode="donot_use_mm_for_euclid_dist").amin(2)
+        d2 = (d2**2).to(coords.dtype)  # [B, N], exact per pair
     else:
         tau = softness * 2 * temperature**2
         d2 = -tau * torch.logsumexp(-((coords[:, :, None] - bins[:, None]) ** 2).sum(-1) / tau, dim=2)  # [B, N]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -16,15 +17,16 @@ from torch import Tensor, nn
 
 from arr_coc.cache import ImageCache
 from arr_coc.canvas import Canvas, make_canvas
-from arr_coc.config import MAX_QUESTION_CHARS, PIPELINE_CHANNELS, ARRConfig, check_int
+from arr_coc.config import MAX_QUESTION_TOKENS, PIPELINE_CHANNELS, ARRConfig, check_int
+from arr_coc.errors import WeightsError
 from arr_coc.extract import extract_gather
 from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
-from arr_coc.query import MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.relevance import SCORERS, Relevance
-from arr_coc.samplers import SAMPLERS, Selection, select
+from arr_coc.samplers import SAMPLERS, Selection, module_dtype, select
 from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 from arr_coc.threads import check_threads
-from arr_coc.weights import SCORER_FORMAT, load_scorer_weights  # noqa: F401  (the scorer files' tag, re-exported)
+from arr_coc.weights import SCORER_FORMAT, load_scorer_weights, pretrained_config, save_folder, scorer_file  # noqa: F401  (the scorer files' tag, re-exported)
 
 
 @dataclass
@@ -133,6 +135,10 @@ def _timed(timings: dict[str, float], name: str) -> Iterator[None]:
 
 
 
+# The dtypes an ARR computes in (arr.float(), .double(), .half(), .bfloat16()); its inputs are cast to them.
+SCORING_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
 class ARR(nn.Module):
     """Query-aware allocation of K saccades plus a gestalt: ``ARR(config)(images, questions)``.
 
@@ -155,7 +161,7 @@ class ARR(nn.Module):
         super().__init__()
         self.config = config = config or ARRConfig()
         self.channels = tuple(config.texture.channels or PIPELINE_CHANNELS)
-        self.max_question_chars = MAX_QUESTION_CHARS  # the longest question taken (raise it on this ARR)
+        self.max_question_tokens = MAX_QUESTION_TOKENS  # the longest question taken (raise it on this ARR)
         self.layout = channel_layout(self.channels)
         # Question-coupled channels are computed per question (their slow image part cached per image);
         # the rest once per image, and only those feed the gestalt.
@@ -173,6 +179,42 @@ class ARR(nn.Module):
                 self.layout, query_dim=self.query_encoder.dim, gestalt_dim=width, hidden=config.scorer.hidden)
             self.sampler = SAMPLERS.get(config.sampler.name)(**config.sampler.kwargs)
         self.weights_source = load_scorer_weights(self, config.scorer.weights)
+
+    def check_weights(self) -> None:
+        """Refuse in one line weights the ARR cannot compute with: on the meta device, of a dtype outside
+        :data:`SCORING_DTYPES`, or half precision on a CPU whose OpenMP limit would corrupt it."""
+        for p in self.parameters():
+            if p.is_meta:
+                raise ValueError("the ARR is on the meta device: its weights hold no data; build it on a real device "
+                                 "(ARR(config)) or move it with arr.to_empty(device='cpu') and load weights")
+            if p.dtype not in SCORING_DTYPES:  # complex, float8: torch has no kernels for the scorer's reductions
+                raise TypeError(f"an ARR in {str(p.dtype).removeprefix('torch.')} cannot score; move it to a real "
+                                "floating dtype: arr.float() (or .double(), .half(), .bfloat16())")
+            check_threads(p.dtype, p.device, f"an ARR in {str(p.dtype).removeprefix('torch.')}")
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path, *, query_encoder: QueryEncoder | None = None,
+                        **kwargs: Any) -> "ARR":
+        """The ARR trained weights were made for, with them loaded: ``ARR.from_pretrained("log_polar")``.
+
+        Args:
+            name_or_path: a shipped name, a folder of ``model.safetensors`` + ``config.json`` (an older
+                ``.pt`` file loads too, with a deprecation warning), or a Hub id (downloaded).
+            query_encoder: default the one the weights were trained with (MiniLM or hashing).
+            kwargs: the other arguments of :class:`ARR` (``gestalt_encoder``, ``cache``).
+        """
+        config, encoder = pretrained_config(name_or_path)
+        if query_encoder is None:
+            if encoder not in ("MiniLMQueryEncoder", "HashingQueryEncoder"):
+                raise WeightsError(f"{name_or_path} was trained on questions embedded by {encoder}; pass that "
+                                   f"encoder as query_encoder=")
+            query_encoder = (MiniLMQueryEncoder() if encoder == "MiniLMQueryEncoder"
+                             else HashingQueryEncoder(config.scorer.query_dim))
+        return cls(config, query_encoder=query_encoder, **kwargs)
+
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write the scorer and sampler weights with what rebuilds this ARR: ``folder/model.safetensors`` +
+        ``folder/config.json`` (what :meth:`from_pretrained` and ``--scorer-weights FOLDER`` read)."""
+        return save_folder(scorer_file(self), folder)
 
     def see(self, images: Any, *, prev: Any = None, timings: dict[str, float] | None = None) -> Scene:
         """Canvas and cell texture: what the images alone determine, reusable across questions and token counts."""
@@ -211,7 +253,7 @@ class ARR(nn.Module):
                given: dict[str, Tensor] | None = None) -> tuple[Relevance, Tensor, Tensor]:
         """:meth:`score`, plus the cell texture it read [B, C, Hc, Wc]."""
         t = {} if timings is None else timings
-        queries = check_queries(queries, scene.canvas.batch_size, self.max_question_chars)
+        queries = check_queries(queries, scene.canvas.batch_size, self.max_question_tokens)
         with _timed(t, "query"):
             query_emb = self.query_encoder.encode(queries).to(scene.cell_texture)  # [B, Dq]
         cells = scene.cell_texture
@@ -220,6 +262,9 @@ class ARR(nn.Module):
                 cells = self.cell_stack(scene, queries, timings=t, given=given)  # [B, C, Hc, Wc]
         with _timed(t, "scoring"):
             scale = self.config.scorer.part_scale
+            dtype = module_dtype(self.scorer)  # an ARR moved to float64 / bfloat16 scores in its own precision
+            if dtype is not None:
+                cells, query_emb, gestalt_vector = (x.to(dtype) for x in (cells, query_emb, gestalt_vector))
             relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid,
                                     scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale,
                                     where=self.config.scorer.where_prior)
@@ -272,9 +317,7 @@ class ARR(nn.Module):
         ``coupled(canvas, queries)`` may supply question-coupled channels per cell that are not
         computed from pixels (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's attention to its gestalt).
         """
-        weight = next(self.parameters(), None)
-        if weight is not None:
-            check_threads(weight.dtype, weight.device, f"an ARR in {str(weight.dtype).removeprefix('torch.')}")
+        self.check_weights()
         t: dict[str, float] = {}
         scene = self.see(images, prev=prev, timings=t)
         return self.allocate(scene, queries, saccades=saccades, timings=t, coupled=coupled)
@@ -286,10 +329,11 @@ class ARR(nn.Module):
 
         ``coupled``: as in :meth:`forward`.
         """
+        self.check_weights()
         t = {} if timings is None else timings
         k = self.config.sampler.saccades if saccades is None else check_int("saccades", saccades)
         canvas = scene.canvas
-        queries = check_queries(queries, canvas.batch_size, self.max_question_chars)
+        queries = check_queries(queries, canvas.batch_size, self.max_question_tokens)
         given = coupled(canvas, queries) if coupled is not None else None
         with _timed(t, "gestalt"):
             gestalt = self.gestalt(scene, k)

@@ -10,11 +10,11 @@ import hashlib
 import re
 import unicodedata
 from collections import OrderedDict
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from arr_coc.config import MAX_QUESTION_CHARS
+from arr_coc.config import MAX_QUESTION_TOKENS
 from arr_coc.errors import MissingDependencyError
 from arr_coc.weights import encoder_name  # noqa: F401  (what trained weights record; re-exported here)
 
@@ -30,10 +30,27 @@ class QueryEncoder(Protocol):
     def encode(self, queries: Sequence[str]) -> torch.Tensor: ...
 
 
-def check_queries(queries: str | Sequence[str], batch_size: int, max_chars: int = MAX_QUESTION_CHARS) -> list[str]:
+_WORDS = re.compile(r"\w+|[^\w\s]")
+
+
+def count_tokens(text: str, tokenizer: Any = None) -> int:
+    """A question's length in tokens: the tokenizer's (no special tokens) when one is given, else words and
+    punctuation marks, which no subword tokenizer counts fewer of.
+
+    >>> count_tokens("What is the total?")
+    5
+    """
+    if tokenizer is None:
+        return len(_WORDS.findall(text))
+    return len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def check_queries(queries: str | Sequence[str], batch_size: int, max_tokens: int = MAX_QUESTION_TOKENS,
+                  tokenizer: Any = None) -> list[str]:
     """Broadcast one question to the batch, or check there is one per image; reject empty or overlong text.
 
-    ``max_chars``: the longest question taken (:data:`arr_coc.config.MAX_QUESTION_CHARS` gives the reason).
+    ``max_tokens``: the longest question taken, in ``tokenizer``'s tokens (:func:`count_tokens`;
+    :data:`arr_coc.config.MAX_QUESTION_TOKENS` gives the reason).
 
     >>> check_queries("Where is the total?", 2)
     ['Where is the total?', 'Where is the total?']
@@ -49,10 +66,11 @@ def check_queries(queries: str | Sequence[str], batch_size: int, max_chars: int 
         problem = question_problem(q)
         if problem:
             raise ValueError(f"question {i} {problem}")
-        if len(q) > max_chars:
-            raise ValueError(f"question {i} has {len(q)} characters, above the limit of {max_chars} (a question, not "
-                             f"a document); shorten it, or raise the limit with --max-question-chars "
-                             f"(ARR.max_question_chars)")
+        n = count_tokens(q, tokenizer)
+        if n > max_tokens:
+            raise ValueError(f"question {i} has {n} tokens, above the limit of {max_tokens} (a question, not "
+                             f"a document); shorten it, or raise the limit with --max-question-tokens "
+                             f"(ARR.max_question_tokens)")
     return queries
 
 

@@ -418,6 +418,15 @@ def random_cells(
     return select_cells(relevance, chosen, k)
 
 
+def module_dtype(module: nn.Module) -> torch.dtype | None:
+    """The dtype of a module's first floating parameter (what its inputs are cast to), None without one.
+
+    >>> module_dtype(nn.Linear(2, 2).double()), module_dtype(TopKSampler())
+    (torch.float64, None)
+    """
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+
+
 def select(sampler: nn.Module, relevance: Tensor, k: int, *, valid: Tensor | None = None,
            query_emb: Tensor | None = None, seed: int | None = None) -> Selection:
     """The one way a sampler is called: ``sampler`` on a detached relevance map [B, Hc, Wc], K cells each.
@@ -431,6 +440,9 @@ def select(sampler: nn.Module, relevance: Tensor, k: int, *, valid: Tensor | Non
         [[[0, 1], [1, 0]]]
     """
     generator = None if seed is None else torch.Generator().manual_seed(seed)
+    dtype = module_dtype(sampler)  # a learned sampler moved to float64 / bfloat16 reads in its own precision
+    if dtype is not None:
+        relevance, query_emb = relevance.to(dtype), None if query_emb is None else query_emb.to(dtype)
     return sampler(relevance.detach(), k, valid=valid, query_emb=query_emb, generator=generator)
 
 

@@ -52,6 +52,20 @@ def check_threads(dtype: Any, device: Any, what: str) -> None:
                            f"of its output; {FIX.format(limit=limit)}")
 
 
+def check_model(model: Any, what: str) -> None:
+    """:func:`check_threads` for a VLM adapter (its language model and vision tower) or any module.
+
+    Args:
+        model: a VLM adapter (``.lm``, ``.visual``) or an ``nn.Module``.
+        what: who asks, for the message (e.g. ``"ask"`` gives ``"ask with a bfloat16 model on the CPU: ..."``).
+    """
+    parts = [getattr(model, name) for name in ("lm", "visual") if hasattr(model, name)] or [model]
+    for part in parts:
+        weight = next(part.parameters(), None) if hasattr(part, "parameters") else None
+        if weight is not None:
+            check_threads(weight.dtype, weight.device, f"{what} with a {str(weight.dtype).removeprefix('torch.')} model")
+
+
 _fitted = False
 
 

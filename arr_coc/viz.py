@@ -12,6 +12,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arr_coc.weights import atomic_write
+
 FIGSIZE_IN = (18.0, 6.0)  # three square-ish panels side by side
 DPI = 100  # 18 x 6 in at 100 dpi -> a 1800 x 600 px PNG (no tight bbox, so the size is fixed)
 N_NUMBERED = 10  # rank labels beyond ten clutter the panel without saying more
@@ -203,5 +205,5 @@ def plot_allocation(
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, format="png")
-    return path
+    # whole or not at all: a failed save (a full disk) never leaves a 0-byte or truncated PNG behind
+    return atomic_write(path, lambda f: fig.savefig(f, format="png"))

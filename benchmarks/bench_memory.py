@@ -6,7 +6,7 @@ for that process. Linux counts in it the memory of the process that started it, 
 pixels (13377 x 13377); one more row is refused from the header. Writes the table to
 ``benchmarks/results/memory.md`` and prints it.
 
-    python benchmarks/bench_memory.py            # about 3 minutes on 2 CPU cores
+    python benchmarks/bench_memory.py            # about 15 minutes on 2 busy CPU cores
     python benchmarks/bench_memory.py --quick    # the receipt and a 13000 x 13000 PNG only
 """
 from __future__ import annotations
@@ -21,14 +21,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from large_png import write_png  # beside this script
 from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[1]
 # asked of a child process: importing arr_coc here would load torch into this (measuring) process
-MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.canvas import MAX_IMAGE_PIXELS as m; print(m)"],
+MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.imageio import MAX_IMAGE_PIXELS as m; print(m)"],
                                       capture_output=True, text=True, check=True).stdout)
 
 LIMIT_MB = 2048  # what `look` may take on any image it accepts
+# every PNG colour type (benchmarks/large_png.py), as PIL opens it
+KINDS = {"RGB": "RGB", "RGBA": "RGBA (4 bytes/px)", "I;16": "16-bit grey", "P;trns": "palette with transparency",
+         "P": "palette", "LA": "grey + alpha", "L": "8-bit grey", "1": "1-bit"}
 SIDE = math.isqrt(MAX_IMAGE_PIXELS)  # 13377: the largest legal square
 
 
@@ -49,15 +53,16 @@ def cases(folder: Path, quick: bool) -> list[tuple[str, Path]]:
     out = [("bundled receipt 992x1484 JPEG", ROOT / "examples" / "receipt.jpg")]
     specs = [(f"13000x13000 RGB PNG (the reported 7.3 GB case)", "RGB", (13000, 13000), "png")]
     if not quick:
-        specs += [(f"{SIDE}x{SIDE} RGB PNG (largest legal)", "RGB", (SIDE, SIDE), "png"),
-                  (f"{SIDE}x{SIDE} RGBA PNG (largest legal, 4 bytes/px)", "RGBA", (SIDE, SIDE), "png"),
-                  (f"{SIDE}x{SIDE} 16-bit grey PNG (largest legal)", "I;16", (SIDE, SIDE), "png"),
-                  (f"{SIDE}x{SIDE} RGB JPEG (largest legal, decoded at 1/4)", "RGB", (SIDE, SIDE), "jpg"),
+        specs += [(f"{SIDE}x{SIDE} {KINDS[mode]} PNG (largest legal)", mode, (SIDE, SIDE), "png") for mode in KINDS]
+        specs += [(f"{SIDE}x{SIDE} RGB JPEG (largest legal, decoded at 1/4)", "RGB", (SIDE, SIDE), "jpg"),
                   ("13377x67 RGB PNG (thin, aspect 199.7)", "RGB", (13377, 67), "png"),
                   (f"{SIDE}x{SIDE + 1} RGB PNG (one row over: refused)", "RGB", (SIDE, SIDE + 1), "png")]
     for name, mode, size, ext in specs:
         path = folder / f"{mode.replace(';', '_')}_{size[0]}x{size[1]}.{ext}"
-        subprocess.run([sys.executable, __file__, "--make", str(path), mode, str(size[0]), str(size[1])], check=True)
+        if ext == "png":  # written a row at a time: every PNG colour type, in seconds
+            write_png(path, mode, *size)
+        else:
+            subprocess.run([sys.executable, __file__, "--make", str(path), mode, str(size[0]), str(size[1])], check=True)
         out.append((name, path))
     return out
 

@@ -223,7 +223,8 @@ def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str,
     def answer_prefill(t: dict[str, float], visual: list, prompts: list, look: Any = None) -> tuple:
         prompt = prefill(adapter, visual, prompts, look=look)
         _, logits = decode(adapter, prompt, max_new_tokens=1, timings=t)
-        t.pop("decode", None)  # one token: its decoding is the prefill's last step
+        # one token: generate runs the prompt's last token and its logits, which a single pass's prefill does
+        t["prefill"] = t.get("prefill", 0.0) + t.pop("decode", 0.0)
         return prompt, logits
 
     def full() -> tuple:

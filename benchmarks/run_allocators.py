@@ -47,10 +47,11 @@ def main(argv: list[str] | None = None) -> None:
     weights, hints = {}, []
     for learner in ("selector", "pruner"):
         out = ROOT / "out" / f"train_{learner}"
-        cfg = TrainConfig(learner=learner, out=str(out), features=str(ROOT / "out" / "features"))
+        cfg = TrainConfig(learner=learner, out=str(out), features=str(ROOT / "out" / "features"),
+                          fresh=not args.skip_train)
         if not args.skip_train:
             train(cfg)
-        weights[learner] = str(out / f"{learner}.pt")
+        weights[learner] = str(out / learner)
         hints.append(f"to ship {weights[learner]}: arr-coc train --learner {learner} --out {out} --features "
                      f"{cfg.features} --resume --export {learner}")
         (OUT / "train").mkdir(parents=True, exist_ok=True)

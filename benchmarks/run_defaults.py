@@ -33,7 +33,7 @@ def run(dataset: str, limit: int, candidates: tuple[str, ...] = CANDIDATES) -> P
     extra = ["--reader", "none"] if dataset == "coco" else ["--limit", str(limit)]
     # `eval` refuses the shipped weights on non-test images unless they are named: here they are being
     # chosen, which is what the validation images are for (they were never trained on)
-    weights = ["--scorer-weights", str(PACKAGED / "contextual.pt"), "--pruner-weights", str(PACKAGED / "pruner.pt")]
+    weights = ["--scorer-weights", str(PACKAGED / "contextual"), "--pruner-weights", str(PACKAGED / "pruner")]
     code = main(["eval", dataset, "--split", "val", "--methods", "full", "uniform_image", *candidates,
                  "--tokens", *BUDGETS, "--out", str(OUT), *weights, *extra])
     if code:

@@ -5,7 +5,7 @@
 1. Features of every FUNSD, SROIE and COCO record with the default channels (cached in
    out/features; the first run reads every page with OCR, ~30 min on 2 cores).
 2. ``arr_coc.train.train``: proxy objective at a 10% token budget on the training images; the
-   validation images are watched every 50 steps. Weights go to out/train/scorer.pt (shipping them
+   validation images are watched every 50 steps. Weights go to out/train/scorer/ (shipping them
    as the default is `arr-coc train ... --resume --export contextual`, printed at the end); metrics,
    config and the loss curve to benchmarks/results/train/.
 3. On the test images only (never trained on, never used to choose anything): the evaluation
@@ -55,8 +55,9 @@ def main(argv: list[str] | None = None) -> None:
     hand = ARR(config).eval()
     records = [r for name in DATASETS for r in load_dataset(name)]
     examples = build_examples(hand, records, ROOT / "out" / "features")
-    cfg = TrainConfig(datasets=DATASETS, tokens="10%", steps=args.steps, out=str(ROOT / "out" / "train"))
-    weights = Path(cfg.out) / "scorer.pt"
+    cfg = TrainConfig(datasets=DATASETS, tokens="10%", steps=args.steps, out=str(ROOT / "out" / "train"),
+                      fresh=not args.skip_train)
+    weights = Path(cfg.out) / "scorer"
     if not args.skip_train:
         run = train(cfg, config, examples=examples, query_encoder=hand.query_encoder)
         for name in ("metrics.json", "loss.png", "config.json"):
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
 
 def ship_hint(cfg: TrainConfig, name: str) -> str:
     """How to ship a finished run as the weights ``name``: resume it at its last step and export (no retraining)."""
-    return (f"weights: {cfg.out}/{cfg.learner}.pt; to ship them as {name!r}: arr-coc train --learner {cfg.learner} "
+    return (f"weights: {cfg.out}/{cfg.learner}/; to ship them as {name!r}: arr-coc train --learner {cfg.learner} "
             f"--datasets {' '.join(cfg.datasets)} --steps {cfg.steps} --out {cfg.out} --resume --export {name}")
 
 

@@ -1,4 +1,6 @@
-"""Render the bundled form page, ``examples/form.jpg``: a filled-in request form with known field values.
+"""Render the bundled form page, ``arr_coc/examples/form.jpg``: a filled-in request form with known field values.
+
+The image ships in the wheel as package data; ``examples/form.jpg`` in the checkout links to it.
 
 Deterministic; fonts come from matplotlib's bundled DejaVu. Run:
     python examples/make_form.py
@@ -68,4 +70,4 @@ def render(path: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(render(Path(__file__).with_name("form.jpg")))
+    print(render(Path(__file__).resolve().parents[1] / "arr_coc" / "examples" / "form.jpg"))  # package data

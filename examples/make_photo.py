@@ -1,4 +1,6 @@
-"""Write the bundled photo, ``examples/photo.jpg``: scikit-image's "Chelsea the cat", enlarged 2x.
+"""Write the bundled photo, ``arr_coc/examples/photo.jpg``: scikit-image's "Chelsea the cat", enlarged 2x.
+
+The image ships in the wheel as package data; ``examples/photo.jpg`` in the checkout links to it.
 
 The photograph is CC0 (no copyright restrictions; by Stefan van der Walt), shipped inside scikit-image
 as ``skimage.data.chelsea()``. Enlarged to 902 x 600 px so the default 273-saccade budget fits the
@@ -20,4 +22,4 @@ def render(path: Path) -> Path:
 
 
 if __name__ == "__main__":
-    print(render(Path(__file__).with_name("photo.jpg")))
+    print(render(Path(__file__).resolve().parents[1] / "arr_coc" / "examples" / "photo.jpg"))  # package data

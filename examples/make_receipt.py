@@ -1,4 +1,6 @@
-"""Render the bundled example, ``examples/receipt.jpg``: a shop receipt with a known total.
+"""Render the bundled receipt, ``arr_coc/examples/receipt.jpg``: a shop receipt with a known total.
+
+The image ships in the wheel as package data; ``examples/receipt.jpg`` in the checkout links to it.
 
 Deterministic (fixed seed); fonts come from matplotlib's bundled DejaVu. Run:
     python examples/make_receipt.py
@@ -62,4 +64,4 @@ def render(path: Path, scale: float = 1.6) -> Path:
 
 
 if __name__ == "__main__":
-    print(render(Path(__file__).with_name("receipt.jpg")))
+    print(render(Path(__file__).resolve().parents[1] / "arr_coc" / "examples" / "receipt.jpg"))  # package data

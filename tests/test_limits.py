@@ -99,8 +99,8 @@ def test_benchmarks_leave_omp_thread_limit_to_tesseracts_own_process():
 
 # ------------------------------------------------------------------ bounds on what drives size
 LONG = "What is the total? " * 6000  # 114,000 characters: the first look's attention would take tens of GB
-TOO_LONG = ("question 0 has 114000 characters, above the limit of 500 (a question, not a document); shorten it, or "
-            "raise the limit with --max-question-chars (ARR.max_question_chars)")
+TOO_LONG = ("question 0 has 30000 tokens, above the limit of 128 (a question, not a document); shorten it, or "
+            "raise the limit with --max-question-tokens (ARR.max_question_tokens)")
 
 
 def _one_line_error(capsys, argv) -> str:
@@ -120,7 +120,8 @@ def _one_line_error(capsys, argv) -> str:
 def test_an_overlong_question_is_refused_in_one_line_before_work(command, receipt, capsys):
     argv = [command[0], str(receipt), LONG, *command[1:], "--query-encoder", "hashing", "--channels", "mvp"]
     assert _one_line_error(capsys, argv) == TOO_LONG
-    assert _one_line_error(capsys, [*argv, "--max-question-chars", "0"]) == "--max-question-chars must be an integer >= 1, got 0"
+    assert _one_line_error(capsys, [*argv, "--max-question-tokens", "0"]) == ("--max-question-tokens must be an "
+                                                                              "integer >= 1, got 0")
 
 
 def test_the_question_limit_is_one_constant_and_can_be_raised(receipt, capsys):
@@ -128,34 +129,73 @@ def test_the_question_limit_is_one_constant_and_can_be_raised(receipt, capsys):
 
     from arr_coc.app import service
     from arr_coc.cli import main
-    from arr_coc.config import MAX_QUESTION_CHARS, ARRConfig, SamplerConfig, TextureConfig
+    from arr_coc.config import MAX_QUESTION_TOKENS, ARRConfig, SamplerConfig, TextureConfig
     from arr_coc.pipeline import ARR
     from arr_coc.query import HashingQueryEncoder
 
-    assert service.MAX_QUESTION_CHARS is MAX_QUESTION_CHARS == 500  # the app and the library agree
-    with pytest.raises(ValueError, match="the question has 501 characters"):
-        service.check_question("x" * 501)
+    assert service.MAX_QUESTION_TOKENS is MAX_QUESTION_TOKENS == 128  # the app and the library agree
+    with pytest.raises(ValueError, match="^the question has 129 words and punctuation marks; keep it to 128$"):
+        service.check_question("x " * 129)
+    service.check_question("x " * 128)
     arr = ARR(ARRConfig(texture=TextureConfig(channels=("rgb", "edges")),
                         sampler=SamplerConfig(saccades=4)), query_encoder=HashingQueryEncoder()).eval()
     image = torch.rand(1, 3, 112, 112)
     with pytest.raises(ValueError) as err:
         arr(image, LONG)
     assert str(err.value) == TOO_LONG
-    arr(image, "x" * 500)  # at the limit: taken
-    arr.max_question_chars = len(LONG)  # raised on this ARR only
+    arr(image, "x " * 128)  # at the limit: taken
+    arr.max_question_tokens = 30000  # raised on this ARR only
     assert arr(image, LONG).positions.shape == (1, 4, 2)
-    argv = ["look", str(receipt), "x" * 600, "--query-encoder", "hashing", "--channels", "rgb", "--json"]
-    assert _one_line_error(capsys, argv).startswith("question 0 has 600 characters, above the limit of 500")
-    assert main([*argv, "--max-question-chars", "600"]) == 0  # the option raises it
-    assert len(json.loads(capsys.readouterr().out)["question"]) == 600
+    question = " ".join(["x"] * 130)
+    argv = ["look", str(receipt), question, "--query-encoder", "hashing", "--channels", "rgb", "--json"]
+    assert _one_line_error(capsys, argv).startswith("question 0 has 130 tokens, above the limit of 128")
+    assert main([*argv, "--max-question-tokens", "130"]) == 0  # the option raises it
+    assert json.loads(capsys.readouterr().out)["question"] == question
 
 
-def test_the_vlm_first_look_refuses_an_overlong_question_in_the_library():
+@pytest.mark.parametrize("relevance", ["vlm", "arr"])
+def test_the_vlm_path_counts_the_question_in_its_own_tokens(relevance):
+    """60 long words pass the word count (60) but are 1499 tokens of the tiny model's character tokenizer."""
+    from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
+    from arr_coc.pipeline import ARR
+    from arr_coc.query import HashingQueryEncoder, count_tokens
     from arr_coc.vlm import ask, load_vlm
 
+    adapter = load_vlm("tiny:qwen2_5_vl")
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder()).eval()
+    question = " ".join(["Pneumonoultramicroscopic"] * 60)
+    assert count_tokens(question) == 60 and count_tokens(question, adapter.tokenizer) == 1499
     with pytest.raises(ValueError) as err:
-        ask(load_vlm("tiny:qwen2_5_vl"), ["examples/receipt.jpg"], [LONG], relevance="vlm", max_new_tokens=1)
-    assert str(err.value) == TOO_LONG
+        ask(adapter, ["examples/receipt.jpg"], [question], arr=arr, relevance=relevance, max_new_tokens=1)
+    assert str(err.value) == ("question 0 has 1499 tokens, above the limit of 128 (a question, not a document); "
+                              "shorten it, or raise the limit with --max-question-tokens (ARR.max_question_tokens)")
+    arr.max_question_tokens = 1499  # raised on the ARR the VLM path allocates with
+    assert ask(adapter, ["examples/receipt.jpg"], [question], arr=arr, relevance=relevance, max_new_tokens=1)[0].text
+
+
+LOOK = """
+import resource, sys, torch
+import arr_coc.vlm.look as look
+from arr_coc.vlm import load_vlm, stages
+if sys.argv[1] == "unbounded":
+    look.LOOK_TOKENS = 10**9
+adapter = load_vlm("tiny:qwen2_5_vl")
+before, after = adapter.prompt_ids("Q")
+with torch.inference_mode():
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    seen = stages.look_at(adapter, [torch.rand(3, 112, 112)], [(4, 4)], prompts=[(before, after[:1] * 4000 + after)])
+print(tuple(seen.attention[0].shape), (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) // 1024)
+"""
+
+
+def test_the_first_look_reads_attention_from_a_bounded_number_of_question_tokens():
+    """A 4015-token question: the read is [layers, heads, 64, G], and the look's peak far below the unbounded read's."""
+    from arr_coc.vlm.look import LOOK_TOKENS
+
+    bounded, unbounded = (_python(["-c", LOOK, which], None).stdout.split(")") for which in ("bounded", "unbounded"))
+    assert bounded[0] == f"(2, 2, {LOOK_TOKENS}, 16" and unbounded[0] == "(2, 2, 4015, 16"
+    # measured: 101 MB bounded (the question's prefill), 581 MB with every question token read
+    assert int(bounded[1]) < 0.5 * int(unbounded[1])
 
 
 def test_max_pixels_above_the_largest_canvas_is_refused_with_the_limit(receipt, capsys):
@@ -253,3 +293,41 @@ def test_the_app_takes_whole_saccades_and_its_field_does_not_round():
     import gradio as gr
 
     assert gr.Number(precision=None).preprocess(2.5) == 2.5 and gr.Number(precision=0).preprocess(2.5) == 2
+
+
+STAGES = """
+import sys, tempfile
+import torch
+from arr_coc.eval.vlm_reader import evaluate_vlm
+from arr_coc.vlm import load_vlm, stages
+adapter = load_vlm("tiny:qwen2_5_vl", dtype=sys.argv[1])
+calls = {
+    "look_at": lambda: stages.look_at(adapter, [torch.rand(3, 56, 56)], [(2, 2)], ["What is the total?"]),
+    "encode": lambda: stages.encode(adapter, [], []),
+    "prefill": lambda: stages.prefill(adapter, [], []),
+    "decode": lambda: stages.decode(adapter, None),
+    "evaluate_vlm": lambda: evaluate_vlm([], None, adapter, tempfile.mkdtemp()),
+}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "ok")
+    except Exception as err:
+        print(name, type(err).__name__, err)
+print("threads", torch.get_num_threads())
+"""
+
+
+def test_the_vlm_stages_and_eval_refuse_a_half_precision_model_under_the_limit_in_one_line():
+    limited = _python(["-c", STAGES, "bfloat16"], "1").stdout.splitlines()
+    fix = ("on the CPU: OMP_THREAD_LIMIT=1 is below torch's 2 threads, so its half-precision matmul computes only "
+           "part of its output; unset OMP_THREAD_LIMIT or torch.set_num_threads(1)")
+    assert limited == [f"look_at ThreadLimitError the first look with a bfloat16 model {fix}",
+                       f"encode ThreadLimitError encode with a bfloat16 model {fix}",
+                       f"prefill ThreadLimitError prefill with a bfloat16 model {fix}",
+                       f"decode ThreadLimitError decode with a bfloat16 model {fix}",
+                       f"evaluate_vlm ThreadLimitError eval with the VLM reader with a bfloat16 model {fix}",
+                       "threads 2"]  # refused, and the process's thread pool left as it was
+    # the controls: the same calls without the limit, and a float32 model under it, get past the check
+    for free in (_python(["-c", STAGES, "bfloat16"], None).stdout, _python(["-c", STAGES, "float32"], "1").stdout):
+        assert free.splitlines()[:2] == ["look_at ok", "encode ok"] and "ThreadLimitError" not in free

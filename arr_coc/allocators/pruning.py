@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
 from arr_coc.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
 from arr_coc.soft_topk import standardized_soft_topk
-from arr_coc.weights import LEARNED_FORMAT, atomic_save
+from arr_coc.weights import LEARNED_FORMAT, is_name, load_learned, pretrained_path, save_folder
 
 
 def _check_k(k: int, mask: Tensor) -> None:
@@ -120,7 +120,26 @@ def cells_of(indices: Tensor, grid: tuple[int, int] | Tensor) -> Tensor:
     return torch.stack((indices // wc, indices % wc), -1)
 
 
-class PatchSelector(nn.Module):
+class Pretrained:
+    """``from_pretrained`` / ``save_pretrained`` of a learned allocator (its ``kind``: selector or pruner)."""
+
+    kind: str
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | Path = "auto") -> Any:
+        """Trained weights, checked against the module they rebuild: ``"auto"`` (the shipped ones), a shipped name,
+        a folder, or a Hub id (downloaded)."""
+        spec = str(name_or_path)
+        if not (is_name(spec) or Path(spec).exists()):
+            name_or_path = pretrained_path(spec)
+        return load_learned(cls.kind, name_or_path)[0]
+
+    def save_pretrained(self, folder: str | Path, channels: Sequence[str] = (), **meta: Any) -> Path:
+        """``folder/model.safetensors`` + ``folder/config.json``; ``channels``: the ARR channels it was fed."""
+        return save_learned(Path(folder), self.kind, self, channels, **meta)  # type: ignore[arg-type]
+
+
+class PatchSelector(Pretrained, nn.Module):
     """A small CNN that scores every token cell from the pixels, then keeps the top-K cells.
 
     Three convolutions: a `stem` x `stem` patchify (stride `stem`), a `cell/stem` x `cell/stem` one
@@ -134,6 +153,8 @@ class PatchSelector(nn.Module):
         >>> sel(torch.rand(2, 3, 32, 48), k=5).positions.shape
         torch.Size([2, 5, 2])
     """
+
+    kind = "selector"
 
     def __init__(self, cell: int = 28, width: int = 16, stem: int = 4, seed: int = 0) -> None:
         super().__init__()
@@ -173,7 +194,7 @@ class PatchSelector(nn.Module):
         return soft_weights(imp.flatten(1), k, valid.flatten(1), temperature).view_as(imp)
 
 
-class TokenPruner(nn.Module):
+class TokenPruner(Pretrained, nn.Module):
     """Post-encoding pruning: an MLP scores each token (with the query, if `query_dim`), `prune` keeps K.
 
     The MLP is Linear(D + Dq, hidden) -> GELU -> Linear(hidden, 1); `hidden` defaults to D // 4 (at
@@ -186,6 +207,8 @@ class TokenPruner(nn.Module):
         >>> tuple(kept.shape), tuple(idx.shape)
         ((2, 3, 16), (2, 3))
     """
+
+    kind = "pruner"
 
     def __init__(self, dim: int, query_dim: int = 0, hidden: int | None = None, keep_order: bool = False,
                  seed: int = 0) -> None:
@@ -227,7 +250,7 @@ class TokenPruner(nn.Module):
 
 
 def save_learned(path: Path, kind: str, module: nn.Module, channels: Sequence[str], **meta: Any) -> Path:
-    """Write a trained selector or pruner with what rebuilds it (its config) and what it was fed (channels)."""
-    atomic_save({"format": LEARNED_FORMAT, "kind": kind, "config": module.config, "channels": list(channels),
-                 "state": module.state_dict(), **meta}, Path(path))
-    return Path(path)
+    """Write a trained selector or pruner as a folder (``model.safetensors`` + ``config.json``) with what rebuilds
+    it (its config) and what it was fed (channels)."""
+    return save_folder({"format": LEARNED_FORMAT, "kind": kind, "config": module.config, "channels": list(channels),
+                        "state": module.state_dict(), **meta}, Path(path))

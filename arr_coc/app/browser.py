@@ -13,7 +13,7 @@ import time
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -27,10 +27,15 @@ def free_port() -> int:
 
 
 @contextmanager
-def server(*args: str, timeout_s: float = 120.0) -> Iterator[str]:
-    """``arr-coc serve --port P *args`` in a child process; yields its URL once the page answers."""
+def server(*args: str, timeout_s: float = 120.0, command: Sequence[str] = (sys.executable, "-m", "arr_coc.cli"),
+           cwd: str | Path | None = None, env: dict[str, str] | None = None) -> Iterator[str]:
+    """``arr-coc serve --port P *args`` in a child process; yields its URL once the page answers.
+
+    ``command`` runs ``arr-coc`` (default: this interpreter's package; the wheel test passes an installed
+    ``arr-coc`` script), in ``cwd`` with ``env`` (default: this process's).
+    """
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "arr_coc.cli", "serve", "--port", str(port), *args],
+    proc = subprocess.Popen([*command, "serve", "--port", str(port), *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}/"
     try:

@@ -20,10 +20,11 @@ from torch import Tensor
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
 from arr_coc.app import views
 from arr_coc.cache import ImageCache
+from arr_coc.canvas import load_bounded
 from arr_coc.config import (
     DEFAULT_SACCADES,
     MAX_NEW_TOKENS,
-    MAX_QUESTION_CHARS,
+    MAX_QUESTION_TOKENS,
     PIPELINE_CHANNELS,
     ARRConfig,
     CanvasConfig,
@@ -31,14 +32,18 @@ from arr_coc.config import (
     ScorerConfig,
     TextureConfig,
 )
-from arr_coc.imageio import load_image
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
-from arr_coc.query import QueryEncoder
+from arr_coc.query import QueryEncoder, count_tokens
 from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
+from arr_coc.weights import atomic_write
 
 MAX_UPLOAD_PIXELS = 40_000_000  # 40 MP: any camera photo or A4 scan at 600 dpi; more is a decompression bomb
+# What the caches between requests may hold, in bytes: canvases and their question-free texture (a canvas of
+# the largest default size is 38.5 MB: four of them), and the image part of the question-coupled channels.
+SCENE_CACHE_BYTES = 160 * 2**20
+CHANNEL_CACHE_BYTES = 64 * 2**20
 PARTS = ("propositional", "perspectival", "participatory")
 # Ablation presets of the part sliders (and the sampler for "random": relevance ignored, the baseline)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -125,6 +130,8 @@ class Result:
 def read_upload(path: str | Path, max_pixels: int = MAX_UPLOAD_PIXELS) -> Tensor:
     """An uploaded file as a [3, H, W] image, refusing non-images and decompression bombs before decoding.
 
+    Decoded as files are, no larger than the largest canvas needs (:func:`arr_coc.canvas.load_bounded`).
+
     >>> import tempfile, os
     >>> f = tempfile.NamedTemporaryFile(suffix=".png", delete=False); _ = f.write(b"not an image"); f.close()
     >>> read_upload(f.name)
@@ -144,15 +151,16 @@ def read_upload(path: str | Path, max_pixels: int = MAX_UPLOAD_PIXELS) -> Tensor
     if w * h > max_pixels:
         raise ValueError(f"the upload is {w}x{h} px = {w * h / 1e6:.0f} megapixels; send an image of at most "
                          f"{max_pixels / 1e6:.0f} MP")
-    return load_image(path)
+    return load_bounded(path, CanvasConfig.max_pixels)
 
 
 def check_question(question: str | None) -> str:
     q = (question or "").strip()
     if not q:
         raise ValueError("the question is empty; type what you want to know about the image")
-    if len(q) > MAX_QUESTION_CHARS:
-        raise ValueError(f"the question has {len(q)} characters; keep it under {MAX_QUESTION_CHARS}")
+    n = count_tokens(q)
+    if n > MAX_QUESTION_TOKENS:
+        raise ValueError(f"the question has {n} words and punctuation marks; keep it to {MAX_QUESTION_TOKENS}")
     return q
 
 
@@ -177,7 +185,8 @@ class Microscope:
 
     def forget(self) -> None:
         """Drop every cached image: the next request on any image pays for its texture and OCR again."""
-        self.channel_cache, self.scenes, self._arrs = ImageCache(max_items=64), ImageCache(max_items=16), {}
+        self.channel_cache, self.scenes = ImageCache(CHANNEL_CACHE_BYTES), ImageCache(SCENE_CACHE_BYTES)
+        self._arrs: dict[str, ARR] = {}
 
     def arr(self, settings: Settings) -> ARR:
         key = json.dumps(settings.config().to_dict(), sort_keys=True, default=str)
@@ -292,11 +301,12 @@ def render(result: Result, out_dir: Path) -> Rendered:
              for k, v in d["timings_ms"].items()]
     rows.append(f"| **total** | **{sum(d['timings_ms'].values()):.1f}** |")
     json_path = out_dir / "allocation.json"
-    json_path.write_text(json.dumps(d, indent=1))
+    text = json.dumps(d, indent=1)
+    atomic_write(json_path, lambda f: f.write(text.encode()))  # a download is whole or absent, never truncated
     png_path = out_dir / "allocation.png"
     picture = views.side_by_side([sacc, heat, tokens], [f"{len(result.sent)} saccades (numbered by rank)", "relevance",
                                                         f"tokens per region: {tok['sent']} sent"])
-    picture.save(png_path, compress_level=1)  # fast: the download is written on every request
+    atomic_write(png_path, lambda f: picture.save(f, format="PNG", compress_level=1))  # fast: written every request
     return Rendered(sacc, heat, parts, views.channels_view(result.cell_texture, result.layout),
                     Image.fromarray(to_hwc_uint8(gview)), Image.fromarray(to_hwc_uint8(fview)), tokens,
                     result.answer, summary, "\n".join(rows), json_path, png_path)

@@ -10,6 +10,7 @@ import itertools
 import shutil
 import tempfile
 import time
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from arr_coc.app.service import PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Sett
 from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.texture import CHANNELS
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+EXAMPLES = resources.files("arr_coc") / "examples"  # package data: the wheel carries the bundled images
 EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is the date of the request?",
                      "photo.jpg": "Where is the cat?"}
 MAX_FILE_SIZE = "25mb"  # a phone photo or a scanned page; larger uploads are refused before they reach Python
@@ -42,8 +43,8 @@ def _settings(saccades: Any, method: str, channels: list[str], weights: str, che
         raise ValueError("choose at least one texture channel")
     if weights == "checkpoint":
         if not checkpoint:
-            raise ValueError("upload a scorer checkpoint (a .pt file from `arr-coc train`) or choose shipped or "
-                             "hand-set")
+            raise ValueError("upload scorer weights (model.safetensors from `arr-coc train` or `save_pretrained`, or "
+                             "an older .pt file) or choose shipped or hand-set")
         spec = checkpoint
     else:
         spec = SCORER_WEIGHTS[weights]
@@ -56,7 +57,7 @@ def _settings(saccades: Any, method: str, channels: list[str], weights: str, che
 
 def build(scope: Microscope) -> gr.Blocks:
     """The page, wired to ``scope``."""
-    examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items() if (EXAMPLES / n).exists()]
+    examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items()]
     requests = itertools.count(1)  # numbers each request in the status line, so every answer reads differently
     downloads = tempfile.TemporaryDirectory(prefix="arr-coc-downloads-")  # removed when the server ends
 
@@ -76,7 +77,8 @@ def build(scope: Microscope) -> gr.Blocks:
             ch = gr.CheckboxGroup(list(CHOOSABLE), value=list(PIPELINE_CHANNELS), label=f"texture channels {suffix}")
             wt = gr.Radio(["shipped", "hand-set", "checkpoint"], value="shipped", label=f"scorer weights {suffix}",
                           info="shipped: trained, when it fits the channels; checkpoint: a file from `arr-coc train`")
-            ck = gr.File(label=f"scorer checkpoint {suffix} (.pt)", file_types=[".pt"], type="filepath", height=80)
+            ck = gr.File(label=f"scorer weights {suffix} (model.safetensors or .pt)",
+                         file_types=[".safetensors", ".pt"], type="filepath", height=80)
             preset = gr.Radio(list(PRESETS), value="all on", label=f"preset {suffix}")
             sliders = [gr.Slider(0, 2, value=1, step=0.05, label=f"{p} {suffix}", info="1 = as trained, 0 = off")
                        for p in PARTS]
@@ -96,8 +98,7 @@ def build(scope: Microscope) -> gr.Blocks:
             with gr.Column(scale=1, min_width=320):
                 upload = gr.File(label="image", file_types=["image"], type="filepath", elem_id="image-file", height=100)
                 question = gr.Textbox(label="question", value="What is the total?", elem_id="question")
-                if examples:
-                    gr.Examples(examples, [upload, question], label="bundled examples")
+                gr.Examples(examples, [upload, question], label="bundled examples")
                 saccades = gr.Number(value=DEFAULT_SACCADES, label="saccades K (full-resolution tokens)",
                                      precision=None, step=1, minimum=1, maximum=MAX_SACCADES, elem_id="saccades")
                 ctl_a = controls("")

@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from functools import lru_cache
-from pathlib import Path
+from importlib import resources
 from typing import Any, TypeVar
 
 import torch
@@ -49,7 +49,7 @@ from .efficientnet_lite import EfficientNetLite0, load_efficientnet_lite0, norma
 T = TypeVar("T")
 
 CACHE_NAME = "efficientnet_cam"
-CLASS_NAMES_FILE = Path(__file__).with_name("imagenet_classes.txt")
+CLASS_NAMES_FILE = resources.files(__package__) / "imagenet_classes.txt"  # package data (pyproject.toml)
 STRIDE = 32  # output stride of the network: one feature cell per 32x32 input pixels
 # Cosine similarities of MiniLM questions to class names: a matching class scores ~0.6, the next unrelated
 # one ~0.4; TAU = 0.05 makes that gap a factor e^4 ~ 55, and synonyms within ~0.05 keep comparable weight.

@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.imageops import to_hwc_uint8
+from arr_coc.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require_rapidocr
 from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
 
@@ -77,8 +77,6 @@ BELOW_WEIGHT = 0.6
 GAP_WEIGHT = 0.5
 # Two boxes are on one text row when their vertical overlap is at least half the smaller height.
 ROW_OVERLAP = 0.5
-# Painting builds a [N, h, w] product; above this many elements the boxes are painted on blocks of step px.
-MAX_PAINT_ELEMENTS = 1 << 24
 # "Key: value" or "Key --- value": the first colon after a non-digit ("Time: 14:37" splits at "Time:", "14:37"
 # does not split), or the first run of two or more leaders (-, _, .), the dashes and dots forms print between
 # a key and its value ("Closures--- Standard Blue").
@@ -191,38 +189,6 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
                      scores=torch.tensor(scores, dtype=torch.float32), legible=legible, emb=emb)
 
 
-def paint_boxes(boxes_px: Tensor, values: Tensor, size: tuple[int, int]) -> Tensor:
-    """``[H, W]`` map: each (y0, x0, y1, x1) box painted with its value, overlaps take the max, 0 elsewhere.
-
-    Vectorised over boxes: per box a row coverage ``[N, h]`` and a column coverage ``[N, w]`` (fraction of
-    each pixel, or block of ``step`` px when ``N*H*W`` exceeds ``MAX_PAINT_ELEMENTS``, inside the box); the
-    map is the max over boxes of ``value * outer(rows, cols)``. Fractional edges keep sub-pixel boxes exact
-    in the area average a token cell takes of them.
-
-    Example:
-        >>> paint_boxes(torch.tensor([[0., 0., 1., 2.], [0., 1., 2., 3.]]), torch.tensor([0.5, 1.0]), (2, 4)).tolist()
-        [[0.5, 1.0, 1.0, 0.0], [0.0, 1.0, 1.0, 0.0]]
-    """
-    height, width = size
-    n = boxes_px.shape[0]
-    if n == 0:
-        return values.new_zeros(height, width)
-    step = max(1, math.ceil(math.sqrt(n * height * width / MAX_PAINT_ELEMENTS)))
-    b = boxes_px.to(values)
-
-    def coverage(lo: Tensor, hi: Tensor, length: int) -> Tensor:  # [N, ceil(length / step)]
-        edges = (torch.arange(0, length + step, step, device=values.device, dtype=values.dtype)).clamp_max(length)
-        edges = edges[: math.ceil(length / step) + 1]
-        overlap = torch.minimum(hi[:, None], edges[None, 1:]) - torch.maximum(lo[:, None], edges[None, :-1])
-        return overlap.clamp_min(0) / (edges[1:] - edges[:-1])[None]
-
-    rows, cols = coverage(b[:, 0], b[:, 2], height), coverage(b[:, 1], b[:, 3], width)  # [N, h], [N, w]
-    painted = (values[:, None, None] * rows[:, :, None] * cols[:, None, :]).amax(0)  # [h, w]
-    if step > 1:
-        painted = painted.repeat_interleave(step, 0)[:height].repeat_interleave(step, 1)[:, :width]
-    return painted
-
-
 def sharpen(sim: Tensor, legible: Tensor) -> Tensor:
     """Key weights in [0, 1]: ``relu(s - m) / (max s - m)``, m = median over the legible lines and one 0.
 
@@ -300,15 +266,42 @@ def value_regions(boxes_px: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
     return regions, values
 
 
+def lines_entry(query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> str:
+    """The cache entry name of an image's :class:`TextLines` (the embeddings depend on the encoder)."""
+    return f"text_lines:{det_limit_side_len}:{type(query_encoder).__name__}:{query_encoder.dim}"
+
+
+def lines_from_text(boxes_px: Tensor, texts: list[str], query_encoder: Any) -> TextLines:
+    """:class:`TextLines` from lines whose text is known (a PDF's text layer, rendered text): no OCR.
+
+    Every line counts as legible (confidence 1); "Key: value" lines are split as OCR lines are.
+    """
+    boxes = [tuple(float(v) for v in b) for b in boxes_px.reshape(-1, 4).tolist()]
+    boxes, texts, scores = _split_lines(boxes, [str(t) for t in texts], [1.0] * len(texts))
+    legible = torch.tensor([bool(t) for t in texts], dtype=torch.bool)
+    emb = torch.zeros(len(texts), int(query_encoder.dim))
+    if bool(legible.any()):
+        emb[legible] = query_encoder.encode([t for t, ok in zip(texts, legible.tolist()) if ok]).float().cpu()
+    return TextLines(boxes_px=torch.tensor(boxes, dtype=torch.float32).reshape(-1, 4), texts=tuple(texts),
+                     scores=torch.ones(len(texts)), legible=legible, emb=emb)
+
+
+def image_lines(cache: Any, image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN,
+                known: Any = None) -> TextLines:
+    """One image's cached :class:`TextLines`: ``known()`` (lines from a text layer) if given, else OCR.
+
+    Whichever fills the cache first is what ``text_match`` and ``key_value`` read for this image: a
+    context seeds its pages' text layer here, so those channels never run OCR on them.
+    """
+    compute = known if known is not None else (lambda: detect_lines(image, query_encoder, det_limit_side_len))
+    return cache.get(lines_entry(query_encoder, det_limit_side_len), image, compute)
+
+
 def _lines(inputs: TextureInputs, channel: str) -> tuple[list[TextLines], Tensor]:
     """Per image its cached :class:`TextLines`, and the question embeddings ``[B, D]``."""
     query_emb = inputs.query_emb  # raises the TextureInputs error before any OCR runs without an encoder
-    encoder = inputs.query_encoder
     side = int(inputs.option(channel, "det_limit_side_len", DET_LIMIT_SIDE_LEN))
-    # The embeddings depend on the encoder, so it is part of the entry's name.
-    name = f"text_lines:{side}:{type(encoder).__name__}:{encoder.dim}"
-    lines = [inputs.cache.get(name, image, lambda image=image: detect_lines(image, encoder, side))
-             for image in inputs.pixels]  # OCR is per image
+    lines = [image_lines(inputs.cache, image, inputs.query_encoder, side) for image in inputs.pixels]  # OCR per image
     return lines, query_emb
 
 

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from arr_coc.cli import options as opt
 
@@ -40,20 +41,24 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the answer, tokens sent and full, FLOPs and each stage's time as JSON")
     opt.max_new_tokens_option(p)
+    opt.decoding(p)
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, ScorerConfig
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import ask as answer
     from arr_coc.vlm import load_vlm
     from arr_coc.vlm.ask import default_relevance
+    from arr_coc.vlm.generation import from_decode
 
     if args.tokens is not None and args.no_gestalt:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
     opt.check_question(args)
+    decode = opt.from_args(DecodeConfig, args, opt.DECODE_OPTIONS)  # checked before anything loads
+    stream = streams(args, decode)
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     relevance = default_relevance(adapter) if args.relevance == "auto" else args.relevance
@@ -65,22 +70,31 @@ def run(args: argparse.Namespace) -> int:
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler)
     arr = ARR(config, query_encoder=encoder).eval()
-    arr.max_question_chars = args.max_question_chars
+    arr.max_question_tokens = args.max_question_tokens
     if args.device:
         arr = arr.to(args.device)
     start = time.perf_counter()
+    streamer = None
+    if stream:
+        from transformers import TextStreamer
+
+        streamer = TextStreamer(adapter.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        print(f"question      {args.question!r}")
+        print("answer        ", end="", flush=True)  # the streamer writes the answer on, then ends the line
     with torch.inference_mode():
         a = answer(adapter, [args.image], [args.question], arr=arr, mode=args.mode, layout=args.layout,
                    gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator,
-                   relevance=relevance)[0]
+                   relevance=relevance, generation_config=from_decode(decode, args.max_new_tokens),
+                   streamer=streamer, seed=decode.seed)[0]
     run_s = time.perf_counter() - start
     if args.json:
         print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "mode": args.mode,
                           "layout": args.layout, **a.to_json(), "load_s": round(load_s, 3)}, indent=2))
         return 0
     tf, ff = a.flops["total"], a.flops_full["total"]
-    print(f"question      {a.question!r}")
-    print(f"answer        {a.text!r}")
+    if not stream:
+        print(f"question      {a.question!r}")
+        print(f"answer        {a.text!r}")
     print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout {args.layout}"
           f"  allocator {args.allocator}  relevance {a.relevance}")
     print(f"visual tokens sent {a.visual_tokens} = {a.gestalt_tokens} gestalt + {a.saccades} saccades  |  "
@@ -92,3 +106,13 @@ def run(args: argparse.Namespace) -> int:
           f"{st['allocation'] / 1e3:.2f} s, vision {st['vision'] / 1e3:.2f} s, prefill {st['prefill'] / 1e3:.2f} s, "
           f"decode {st['decode'] / 1e3:.2f} s)")
     return 0
+
+
+def streams(args: argparse.Namespace, decode: Any) -> bool:
+    """Whether the answer streams: ``--stream`` / ``--no-stream``, else when text goes to a terminal; never into
+    JSON, and not over beams (transformers streams one sequence, which beam search only settles at the end)."""
+    if args.stream and (args.json or decode.num_beams > 1):
+        raise ValueError("--stream prints one sequence as text as it grows: not with --json or --num-beams above 1")
+    if args.stream is not None:
+        return args.stream
+    return not args.json and decode.num_beams == 1 and sys.stdout.isatty()

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     encoder = opt.query_encoder(args)
     load_ms = (time.perf_counter() - start) * 1e3
     arr = ARR(config, query_encoder=encoder).eval()
-    arr.max_question_chars = args.max_question_chars
+    arr.max_question_tokens = args.max_question_tokens
     with torch.inference_mode():
         alloc = arr([args.image], [args.question])
     out = args.out

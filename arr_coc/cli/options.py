@@ -16,9 +16,10 @@ from typing import Any, Sequence, Union, get_args, get_origin, get_type_hints
 
 from arr_coc.config import (
     MAX_NEW_TOKENS,
-    MAX_QUESTION_CHARS,
+    MAX_QUESTION_TOKENS,
     ARRConfig,
     CanvasConfig,
+    DecodeConfig,
     GestaltConfig,
     SamplerConfig,
     ScorerConfig,
@@ -37,6 +38,9 @@ SAMPLER_OPTIONS: Options = {"name": "--sampler", "saccades": "--saccades"}
 # sampler takes its trained parameters from --scorer-weights when that run trained it)
 SAMPLER_NAME_OPTIONS: Options = {"name": "--sampler"}
 SEED_OPTIONS: Options = {"seed": "--seed"}
+# `ask` decodes with transformers' generate: the common GenerationConfig settings
+DECODE_OPTIONS: Options = {"do_sample": "--do-sample", "temperature": "--temperature", "top_p": "--top-p",
+                           "num_beams": "--num-beams", "stop": "--stop", "seed": "--seed"}
 
 TOKENS_HELP = ("T total visual tokens (gestalt + saccades), as tokens (529) or a share of full resolution (25%%): "
                "the largest square gestalt of at most T/2 tokens (sides 16, 12, 8, 6, 4, 2, 1, clamped to the "
@@ -154,9 +158,9 @@ def image_question() -> argparse.ArgumentParser:
     parent, g = _parent("input")
     g.add_argument("image", help="image file (any format PIL reads)")
     g.add_argument("question", help='the question, e.g. "What is the total?"')
-    g.add_argument("--max-question-chars", type=int, default=MAX_QUESTION_CHARS, metavar="N",
-                   help="the longest question taken, in characters: the VLM's first look grows with its square "
-                        "(default %(default)s)")
+    g.add_argument("--max-question-tokens", type=int, default=MAX_QUESTION_TOKENS, metavar="N",
+                   help="the longest question taken, in tokens (the VLM's where one reads it, else words and "
+                        "punctuation marks): the VLM prefills it over the whole image (default %(default)s)")
     return parent
 
 
@@ -165,7 +169,7 @@ def check_question(args: argparse.Namespace) -> None:
     from arr_coc.config import check_int
     from arr_coc.query import check_queries
 
-    check_queries([args.question], 1, check_int("--max-question-chars", args.max_question_chars))
+    check_queries([args.question], 1, check_int("--max-question-tokens", args.max_question_tokens))
 
 
 def add_saccades(parser: argparse.ArgumentParser) -> None:
@@ -209,6 +213,15 @@ def vlm(required: bool = True) -> argparse.ArgumentParser:
     return parent
 
 
+def decoding(parser: argparse.ArgumentParser) -> None:
+    """How the VLM writes its answer (:class:`arr_coc.config.DecodeConfig`), and whether it streams."""
+    g = parser.add_argument_group("decoding (transformers' generate; default: greedy)")
+    add_options(g, DecodeConfig, DECODE_OPTIONS)
+    g.add_argument("--stream", action=argparse.BooleanOptionalAction, default=None,
+                   help="print the answer as it is generated (default: when printing text to a terminal; "
+                        "not with --json or --num-beams above 1)")
+
+
 def max_new_tokens_option(g: argparse._ActionsContainer, default: int = MAX_NEW_TOKENS) -> None:
     g.add_argument("--max-new-tokens", type=int, default=default, help=MAX_NEW_TOKENS_HELP)
 
@@ -219,7 +232,8 @@ def data() -> argparse.ArgumentParser:
     parent, g = _parent("data")
     g.add_argument("dataset", help=f"dataset: {', '.join(DATASETS.names())}")
     g.add_argument("--data", type=Path, default=None,
-                   help="dataset folder (jsonl: the .jsonl file); default: ../shared/data/<name> or $ARR_COC_DATA")
+                   help="dataset folder (jsonl: the .jsonl file); default: $ARR_COC_DATA/<name>, or "
+                        "../shared/data/<name> beside a source checkout")
     g.add_argument("--limit", type=int, default=None, help="evaluate N records (a seeded subset spread over images)")
     g.add_argument("--split", choices=("train", "val", "test"), default=None,
                    help="only the images of this split (by image id, as `arr-coc train` splits them; DocVQA, "
@@ -281,12 +295,13 @@ def _table_sources() -> list[tuple[type, Options]]:
         (ScorerConfig, {**SCORER_OPTIONS, "query_dim": "", "hidden": "", "part_scale": ""}),
         (SamplerConfig, {**SAMPLER_OPTIONS, "kwargs": ""}),
         (ARRConfig, SEED_OPTIONS),
+        (DecodeConfig, DECODE_OPTIONS),
         (TrainConfig, {f.name: "--" + f.name.replace("_", "-") for f in fields(TrainConfig)}),
     ]
 
 
 def _cell(value: Any) -> str:
-    if value is None:
+    if value is None or value == ():
         return "none"
     if isinstance(value, tuple):
         return " ".join(map(str, value))

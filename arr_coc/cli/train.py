@@ -25,14 +25,15 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p = command("train", [opt.pipeline(canvas=())], help=HELP,
                 description="Train the scorer (or --learner selector|pruner) on dataset records split by image "
                             "(train / val / test), evaluate on held-out images every --eval-every steps, "
-                            "checkpoint to OUT/checkpoint.pt (--resume continues exactly), write OUT/<learner>.pt, "
+                            "checkpoint to OUT/checkpoint.pt (--resume continues exactly; --fresh replaces an earlier "
+                            "run), write OUT/<learner>/ (model.safetensors + config.json), "
                             "OUT/metrics.json and OUT/loss.png. Multi-process: "
                             "torchrun --nproc_per_node N -m arr_coc.cli train ...")
     opt.add_options(p.add_argument_group("training"), TrainConfig, train_options())
     opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # its parameters train too, if it has any
     p.add_argument("--export", default=None, metavar="NAME_OR_PATH",
-                   help="publish the trained weights: a name ships them in arr_coc/weights/ with a registry entry "
-                        "(then loadable by that name), a path gets a copy")
+                   help="publish the trained weights: a name ships them in arr_coc/weights/NAME/ with a registry "
+                        "entry (then loadable by that name), a path gets a copy of the folder")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -55,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{split:<5} IoU    initial {m['initial'][split]['iou']:.3f}  learned {m['learned'][split]['iou']:.3f}  "
               f"random {m['random'][split]['iou']:.3f}  |  answer coverage initial "
               f"{m['initial'][split]['coverage']:.3f}  learned {m['learned'][split]['coverage']:.3f}")
-    out, weights = Path(cfg.out), Path(cfg.out) / f"{cfg.learner}.pt"
-    print(f"written       {weights}  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
+    out, weights = Path(cfg.out), Path(cfg.out) / cfg.learner
+    print(f"written       {weights}/  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
     if args.export:
         print(f"exported      {export(weights, args.export)}")
     return 0

@@ -125,13 +125,24 @@ def register(spec: DatasetSpec) -> DatasetSpec:
 
 
 def default_root(name: str) -> Path:
-    """The dataset's folder in the shared data directory (``$ARR_COC_DATA`` or ``<repo>/../shared/data``)."""
+    """The dataset's folder in the evaluation data directory: ``$ARR_COC_DATA``, else ``../shared/data`` beside a
+    source checkout.
+
+    The fallback exists for evaluating from the project's own checkout (the benchmarks and the tests that read
+    real data); an installed package has no such neighbour, so there the folder comes from ``--data`` or
+    ``ARR_COC_DATA``.
+    """
     folder = DATASETS.get(name).folder
     if folder is None:
         raise ValueError(f"dataset {name!r} has no default folder; pass its path (--data PATH)")
     env = os.environ.get("ARR_COC_DATA")
-    base = Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data"
-    return base / folder
+    if env:
+        return Path(env) / folder
+    checkout = Path(__file__).resolve().parents[2]
+    if not (checkout / "pyproject.toml").is_file():  # installed: site-packages has no ../shared/data
+        raise ValueError(f"no data folder for {name!r}: pass --data DIR or set ARR_COC_DATA (the ../shared/data "
+                         f"default applies to a source checkout only)")
+    return checkout.parent / "shared" / "data" / folder
 
 
 def split_of(group: str, dataset: str, shares: tuple[float, float, float] = (0.6, 0.15, 0.25)) -> str:

@@ -62,6 +62,7 @@ from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.run import learned_maps, record_seed
 from arr_coc.eval.store import RowStore
 from arr_coc.plan import Plan
+from arr_coc.threads import check_model
 from arr_coc.vlm import encode as encode_plans
 from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.generation import generate, synchronize
@@ -267,8 +268,8 @@ def answer_jobs(jobs: Sequence[Job], adapter: Any, settings: VLMEvalSettings) ->
     prefill = assemble(adapter.embed_tokens, [p[0] for p in prompts], [j.visual for j in jobs],
                        [p[1] for p in prompts], adapter.rope_rows)
     times: dict[str, float] = {}
-    tokens, _ = generate(adapter, prefill, max_new_tokens=settings.max_new_tokens,
-                         eos_token_id=adapter.text_config.eos_token_id, timings=times)
+    tokens, _ = generate(adapter, prefill, max_new_tokens=settings.max_new_tokens, logits=False,  # greedy
+                         timings=times)
     rows, n = [], len(jobs)
     for job, (pre, suf), generated in zip(jobs, prompts, tokens.tolist()):
         text, ids = answer_text(adapter, generated)
@@ -300,8 +301,10 @@ def evaluate_vlm(records: Sequence[Record], arr: Any, adapter: Any, out_dir: Pat
     Raises:
         ValueError: ``out_dir`` holds rows made with other settings (unless ``settings.fresh``), or the
             ARR's cell is not the model's.
+        ThreadLimitError: a bfloat16 / float16 model on the CPU under an ``OMP_THREAD_LIMIT`` below torch's threads.
     """
     settings = settings or VLMEvalSettings()
+    check_model(adapter, "eval with the VLM reader")  # before any record: a half-precision model under OMP_THREAD_LIMIT
     if arr.config.canvas.cell != adapter.cell:
         raise ValueError(f"the ARR canvas cell is {arr.config.canvas.cell} px but {adapter.name} needs {adapter.cell} px")
     if "vlm" in settings.methods:  # refused before any record is allocated, in ask's words

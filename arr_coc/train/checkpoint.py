@@ -1,4 +1,5 @@
-"""Files of a training run: the resumable checkpoint (refused under other settings) and the weights it exports."""
+"""Files of a training run: its folder (never taken over silently), the resumable checkpoint (refused under other
+settings, checked against the model) and the weights it exports (a folder of model.safetensors + config.json)."""
 from __future__ import annotations
 
 import json
@@ -11,20 +12,59 @@ import torch
 from torch import nn
 
 from arr_coc.config import ARRConfig
+from arr_coc.errors import UserError, WeightsError
 from arr_coc.train.config import TrainConfig
 from arr_coc.weights import (
+    LEARNED_FORMAT,
     SCORER_FORMAT,
     atomic_save,
+    atomic_write,
+    check_fields,
+    check_state,
     encoder_name,
     is_name,
     load_file,
     publish,
+    read_weights,
+    save_folder,
+    scorer_file,
 )
 
 CHECKPOINT_FORMAT = "arr-coc-train/1"
 WEIGHTS_FORMAT = SCORER_FORMAT  # what ARR loads as ScorerConfig.weights
 # fields that may change between a run and its resume; every other field must match
-RESUMABLE = ("steps", "eval_every", "out", "resume", "progress", "device", "gradient_checkpointing")
+RESUMABLE = ("steps", "eval_every", "out", "resume", "fresh", "progress", "device", "gradient_checkpointing")
+CHECKPOINT = "checkpoint.pt"
+# what a run writes into its folder besides the checkpoint (`--fresh` removes them with it)
+RUN_FILES = ("config.json", "metrics.json", "loss.png")
+
+
+def claim_run_folder(out: Path, cfg: TrainConfig, rank: int = 0) -> Path:
+    """The checkpoint path of a run into ``out``, after checking the folder is this run's to write.
+
+    A folder holding an earlier run's checkpoint is continued (``--resume``), replaced (``--fresh``:
+    its checkpoint, weights and reports are removed, by rank 0) or refused; ``--resume`` with no
+    checkpoint to continue is refused too. Nothing is read or written before this check.
+
+    Raises:
+        UserError: one line naming the folder and the flag to use.
+    """
+    ckpt = out / CHECKPOINT
+    if cfg.resume and cfg.fresh:
+        raise UserError("--resume continues the run in OUT and --fresh replaces it; pass one of them")
+    if cfg.resume and not ckpt.is_file():
+        raise UserError(f"--resume: {out} holds no {CHECKPOINT} to continue from; drop --resume to start a new run")
+    if ckpt.exists() and not (cfg.resume or cfg.fresh):
+        raise UserError(f"{out} holds an earlier run's {CHECKPOINT}; rerun with --resume to continue it or --fresh to "
+                        f"replace it, or pass another --out")
+    if cfg.fresh and rank == 0:
+        for name in (CHECKPOINT, *RUN_FILES):
+            (out / name).unlink(missing_ok=True)
+        for learner in ("scorer", "selector", "pruner"):
+            if (out / learner).is_dir():
+                shutil.rmtree(out / learner)
+            (out / f"{learner}.pt").unlink(missing_ok=True)  # weights of an older arr-coc
+    return ckpt
 
 
 def save_checkpoint(path: Path, step: int, objective: nn.Module, optimizer: torch.optim.Optimizer,
@@ -33,17 +73,20 @@ def save_checkpoint(path: Path, step: int, objective: nn.Module, optimizer: torc
     atomic_save({"format": CHECKPOINT_FORMAT, "step": step, "objective": objective.state_dict(),
                   "optimizer": optimizer.state_dict(), "history": history, "train_config": _norm(asdict(cfg)),
                   "arr_config": _norm(arr_config.to_dict()), "query_encoder": query_encoder}, path)
-    (path.parent / "config.json").write_text(json.dumps({"train": asdict(cfg), "arr": arr_config.to_dict(),
-                                                         "query_encoder": query_encoder}, indent=1, default=str))
+    text = json.dumps({"train": asdict(cfg), "arr": arr_config.to_dict(), "query_encoder": query_encoder}, indent=1,
+                      default=str)
+    atomic_write(path.parent / "config.json", lambda f: f.write(text.encode()))
 
 
 def load_checkpoint(path: Path, cfg: TrainConfig, arr_config: ARRConfig, query_encoder: str) -> dict:
-    """A checkpoint to resume from (tensors and plain values only: it cannot run code); a corrupt file or
-    a different configuration, query encoder included, is a clear error."""
+    """A checkpoint to resume from (tensors and plain values only: it cannot run code); a corrupt file,
+    missing fields or a different configuration, query encoder included, is a clear error."""
     try:
         ckpt = load_file(path, CHECKPOINT_FORMAT, "an arr-coc training checkpoint")
+        check_fields(path, ckpt, {"step": int, "objective": dict, "optimizer": dict, "history": list,
+                                  "train_config": dict, "arr_config": dict}, {"query_encoder": str})
     except ValueError as err:
-        raise ValueError(f"{err}; delete it to start afresh") from None
+        raise WeightsError(f"{err}; rerun with --fresh to start afresh") from None
     saved, now = ckpt["train_config"], asdict(cfg)
     diff = [k for k in now if k not in RESUMABLE and _norm(saved.get(k)) != _norm(now[k])]
     if _norm(ckpt["arr_config"]) != _norm(arr_config.to_dict()):
@@ -56,30 +99,37 @@ def load_checkpoint(path: Path, cfg: TrainConfig, arr_config: ARRConfig, query_e
     return ckpt
 
 
+def resume_from(path: Path, ckpt: dict, objective: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+    """Load a checked checkpoint into the objective and optimizer; tensors that do not fit are one line."""
+    check_state(path, ckpt["objective"], objective, "objective")
+    objective.load_state_dict(ckpt["objective"])
+    try:
+        optimizer.load_state_dict(ckpt["optimizer"])
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:  # the file's optimizer state, not our code
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise WeightsError(f"{path}: optimizer state does not fit this run ({first}); rerun with --fresh") from None
+
+
 def _norm(v: Any) -> Any:  # as JSON sees it: tuples and lists compare equal
     return json.loads(json.dumps(v, default=str))
 
 
 def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict, trained_images: dict | None = None) -> Path:
-    """The trained scorer (and sampler) with what it needs to be rebuilt: channels, configs, metrics, and the
-    content hash of every train and val image (``trained_images``, read by the leakage check)."""
-    atomic_save({"format": WEIGHTS_FORMAT, "scorer_name": arr.config.scorer.name, "channels": list(arr.channels),
-                  "query_encoder": encoder_name(arr.query_encoder),
-                  "scorer": arr.scorer.state_dict(), "sampler": arr.sampler.state_dict(),
-                  "arr_config": arr.config.to_dict(), "train_config": asdict(cfg), "metrics": metrics,
-                  "trained_images": dict(trained_images or {})}, path)
-    return path
+    """The trained scorer (and sampler) as a weights folder, with what rebuilds it: channels, configs, metrics,
+    and the content hash of every train and val image (``trained_images``, read by the leakage check)."""
+    return save_folder(scorer_file(arr, train_config=asdict(cfg), metrics=metrics,
+                                   trained_images=dict(trained_images or {})), path)
 
 
 def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dict,
                trained_images: dict | None = None) -> Path:
-    """Write what a run trained into ``out``: ``scorer.pt`` (scorer and sampler) or ``<learner>.pt``, each with
-    ``trained_images`` (``{pixel digest: label}`` of its train and val images)."""
+    """Write what a run trained into ``out``: the folder ``scorer/`` (scorer and sampler) or ``<learner>/``,
+    each with ``trained_images`` (``{pixel digest: label}`` of its train and val images)."""
     if cfg.learner == "scorer":
-        return export_weights(out / "scorer.pt", arr, cfg, metrics, trained_images)
+        return export_weights(out / "scorer", arr, cfg, metrics, trained_images)
     from arr_coc.allocators.pruning import save_learned
 
-    return save_learned(out / f"{cfg.learner}.pt", cfg.learner, learner.net, arr.channels, metrics=metrics,
+    return save_learned(out / cfg.learner, cfg.learner, learner.net, arr.channels, metrics=metrics,
                         train_config=asdict(cfg), query_encoder=encoder_name(arr.query_encoder),
                         trained_images=dict(trained_images or {}))
 
@@ -87,13 +137,11 @@ def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dic
 def export(weights: Path, target: str) -> str:
     """Publish a run's weights (`arr-coc train --export TARGET`); returns what was written.
 
-    A bare name (``log_polar``) becomes the shipped entry of that name: ``arr_coc/weights/<name>.pt``
-    and its line in the registry, loadable by name from then on. Anything else is a path, and gets a copy.
+    A bare name (``log_polar``) becomes the shipped entry of that name: ``arr_coc/weights/<name>/``
+    and its line in the registry, loadable by name from then on. Anything else is a folder, and gets a copy.
     """
     if is_name(target):
         entry = publish(weights, target)
         return f"{entry.path} (shipped as {target!r}: --{entry.kind}-weights {target} loads it)"
-    path = Path(target)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(weights, path)
-    return str(path)
+    saved = read_weights(weights, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
+    return str(save_folder(saved, Path(target)))

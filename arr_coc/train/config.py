@@ -21,7 +21,7 @@ class TrainConfig:
         "help": 'what to fit: the relevance "scorer", the pixel "selector" or the token "pruner"'})
     datasets: tuple[str, ...] = field(default=("funsd", "sroie", "coco"), metadata={"help": "datasets to train on"})
     data: str | None = field(default=None, metadata={
-        "help": "datasets' root folder (default ../shared/data or $ARR_COC_DATA)"})
+        "help": "datasets' root folder (default $ARR_COC_DATA, or ../shared/data beside a source checkout)"})
     limit: int | None = field(default=None, metadata={"help": "records per dataset (a seeded subset spread over images)"})
     tokens: str = field(default="10%", metadata={
         "help": "total visual tokens per example, gestalt + K saccades split as in `arr-coc eval`: "
@@ -42,7 +42,8 @@ class TrainConfig:
     eval_every: int = field(default=50, metadata={"help": "held-out evaluation and checkpoint every N steps"})
     seed: int = field(default=0, metadata={"help": "seed of the data order, Gumbel noise and subsets"})
     out: str = field(default="out/train", metadata={
-        "help": "output folder: checkpoint.pt, config.json, <learner>.pt, metrics.json, loss.png"})
+        "help": "output folder: checkpoint.pt, config.json, <learner>/ (model.safetensors + config.json), "
+                "metrics.json, loss.png"})
     features: str = field(default="out/features", metadata={
         "help": "cache of the texture features (one file per image)"})
     vlm: str | None = field(default=None, metadata={
@@ -63,6 +64,9 @@ class TrainConfig:
     split: str | None = field(default=None, metadata={
         "help": "only this official split of benchmarks that have one (docvqa, infovqa, textvqa, chartqa: train)"})
     resume: bool = field(default=False, metadata={"help": "continue from OUT/checkpoint.pt exactly where it stopped"})
+    fresh: bool = field(default=False, metadata={
+        "help": "OUT holds an earlier run's checkpoint: replace it, its weights and reports (without --resume or "
+                "--fresh such a run is refused)"})
     progress: bool = field(default=True, metadata={"help": "progress bars"})
 
     def __post_init__(self) -> None:

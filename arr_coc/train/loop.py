@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import split_of
-from arr_coc.train.checkpoint import export_run, load_checkpoint, save_checkpoint
+from arr_coc.train.checkpoint import claim_run_folder, export_run, load_checkpoint, resume_from, save_checkpoint
 from arr_coc.train.config import LEARNERS, Run, TrainConfig
 from arr_coc.train.features import Example, build_examples, collate
 from arr_coc.train.objective import (
@@ -34,7 +34,7 @@ from arr_coc.train.objective import (
     hard_metrics,
     seed_of,
 )
-from arr_coc.weights import encoder_name, image_digests
+from arr_coc.weights import atomic_write, encoder_name, image_digests
 
 __all__ = ["Run", "TrainConfig", "accumulate", "batch_indices", "plot_history", "train"]
 
@@ -83,6 +83,8 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         raise ValueError(f"unknown objective {cfg.objective!r}; choose proxy or vlm")
     if cfg.learner not in LEARNERS:
         raise ValueError(f"unknown learner {cfg.learner!r}; choose one of {', '.join(LEARNERS)}")
+    out = Path(cfg.out)
+    ckpt_path = claim_run_folder(out, cfg, rank)  # before any work: an earlier run's files are never replaced silently
     vlm = _frozen_vlm(cfg, arr_config or ARRConfig())
     torch.manual_seed(cfg.seed)
     arr_config = arr_config or ARRConfig()
@@ -101,7 +103,6 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
                          f"--objective vlm --vlm PATH_OR_ID")
     if not split["train"]:
         raise ValueError("no training examples: every image fell into the held-out splits; use more records")
-    out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     learner = Learner.build(cfg.learner, arr, examples[0].cells.shape[0])
     if cfg.learner == "selector":
@@ -116,11 +117,9 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
     initial = {s: hard_metrics(learner, split[s], cfg.tokens) for s in ("val", "test")}
     history, start = [], 0
-    ckpt_path = out / "checkpoint.pt"
-    if cfg.resume and ckpt_path.exists():
+    if cfg.resume:
         ckpt = load_checkpoint(ckpt_path, cfg, arr_config, encoder_name(arr.query_encoder))
-        objective.load_state_dict(ckpt["objective"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        resume_from(ckpt_path, ckpt, objective, optimizer)
         history, start = ckpt["history"], ckpt["step"]
     began = time.perf_counter()
     bar = tqdm(range(start, cfg.steps), desc="train", disable=not cfg.progress or rank != 0)
@@ -151,7 +150,8 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         # what the leakage check refuses to score these weights on: the images they learned from or were chosen on
         seen = image_digests((e.image, f"{e.dataset} {s} image {e.image_id}") for s in ("train", "val") for e in split[s])
         export_run(out, cfg, arr, learner, run.metrics, seen)
-        (out / "metrics.json").write_text(json.dumps(run.metrics, indent=1))
+        text = json.dumps(run.metrics, indent=1)
+        atomic_write(out / "metrics.json", lambda f: f.write(text.encode()))
         plot_history(history, out / "loss.png", initial["val"]["iou"])
     if world > 1:
         dist.barrier()
@@ -244,6 +244,8 @@ def plot_history(history: Sequence[dict], path: Path, initial_iou: float | None 
         ax2.set_ylabel("answer IoU on validation images")
         fig.legend(loc="upper center", ncol=2, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.9))
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    try:
+        atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=120))
+    finally:
+        plt.close(fig)
     return path

@@ -19,9 +19,9 @@ import torch
 
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig, check_int, resolve_device, resolve_dtype
 from arr_coc.plan import Plan
-from arr_coc.threads import check_threads
+from arr_coc.threads import check_model
 from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (decode_flops: the VLM evaluation's import)
-from arr_coc.vlm.generation import answer_text, stage_ms, timed
+from arr_coc.vlm.generation import answer_text, decoding_config, stage_ms, timed
 from arr_coc.vlm.processing import LAYOUTS, MODES, VisualTokens
 from arr_coc.vlm.protocol import ADAPTERS, VLMAdapter
 from arr_coc.vlm.stages import (
@@ -156,7 +156,8 @@ class Answer:
 def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr: Any = None,
         saccades: int | None = None, mode: str = "sparse", layout: str = "scaled", gestalt: bool = True,
         max_new_tokens: int = MAX_NEW_TOKENS, config: ARRConfig | None = None, allocator: str = "arr",
-        relevance: str = "auto", look_layers: Sequence[int] | None = None) -> list[Answer]:
+        relevance: str = "auto", look_layers: Sequence[int] | None = None, generation_config: Any = None,
+        streamer: Any = None, seed: int | None = None) -> list[Answer]:
     """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades.
 
     Args:
@@ -180,6 +181,13 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
             over the cells, is the relevance; the answer then reuses that prefill. Everything runs
             on the model's device. ``"auto"``: :func:`arr_coc.vlm.stages.default_relevance`.
         look_layers: decoder layers the first look reads (default: the middle half).
+        generation_config: how to decode, a ``transformers.GenerationConfig`` passed to the model's own
+            ``generate`` (sampling, beams, stop strings, ...; unset fields come from the checkpoint's
+            ``generation_config.json``, as in transformers). None: plain greedy decoding.
+            ``max_new_tokens`` applies where it sets no length.
+        streamer: a transformers streamer (e.g. ``TextStreamer(adapter.tokenizer, skip_prompt=True)``),
+            one question at a time.
+        seed: seeds sampling's draws on a generator forked from torch's (None: torch's global one).
     """
     if allocator not in allocators():
         raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
@@ -187,9 +195,11 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
         if value not in choices:
             raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
     adapter.check_layout(layout)
-    weight = next(adapter.lm.parameters())
-    check_threads(weight.dtype, weight.device, f"ask with a {str(weight.dtype).removeprefix('torch.')} model")
+    check_model(adapter, "ask")
     max_new_tokens = check_int("max_new_tokens", max_new_tokens)
+    decoding_config(adapter, generation_config, max_new_tokens)  # refused before any work
+    if seed is not None:
+        seed = check_int("seed", seed, 0)
     if saccades is not None:
         saccades = check_int("saccades", saccades)
     if relevance == "auto":
@@ -210,7 +220,8 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
         visual = encode(adapter, planned.plans, planned.images, layout=layout, weights=planned.weights,
                         encoded=planned.gestalt_tokens)
     prompt = prefill(adapter, visual, planned.prompts, look=planned.look)
-    tokens, _ = decode(adapter, prompt, max_new_tokens=max_new_tokens, timings=t)
+    tokens, _ = decode(adapter, prompt, max_new_tokens=max_new_tokens, generation_config=generation_config,
+                       streamer=streamer, seed=seed, logits=False, timings=t)
     return answers(adapter, planned.queries, tokens, visual, prompt, planned.plans, allocator, relevance, t)
 
 

@@ -342,7 +342,7 @@ class LlavaAdapter(VLMAdapter):
         if not torch.equal(ids.to(pos.dtype), pos):
             raise ValueError("LLaVA's 1-D RoPE takes whole-number positions")
         out = self.lm(inputs_embeds=x["inputs_embeds"], attention_mask=x["attention_mask"], position_ids=ids,
-                      past_key_values=x.get("past_key_values"), use_cache=x.get("past_key_values") is not None)
+                      cache=x.get("past_key_values"), use_cache=x.get("past_key_values") is not None)
         return out.last_hidden_state
 
     def native_inputs(self, images: Sequence[Tensor], questions: Sequence[str]) -> dict[str, Tensor]:

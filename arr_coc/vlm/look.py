@@ -6,7 +6,8 @@ the text after the image (the question's tokens), ``G`` gestalt tokens of one im
 
 1. :func:`first_look` prefills chat prefix + gestalt into a KV cache, then runs the text after the
    image (the question) on top of it. From the input of chosen decoder layers it recomputes how
-   strongly each question token attends to each gestalt token (:func:`question_attention`), with
+   strongly each question token (the last :data:`LOOK_TOKENS` of them) attends to each gestalt token
+   (:func:`question_attention`), with
    the layer's own norm, query/key projections and the model's own rotary tables: no
    ``output_attentions``, so the model may run under SDPA or FlashAttention. The question is then
    cut from the cache again.
@@ -26,9 +27,14 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.vlm.generation import timed
-from arr_coc.vlm.processing import Prefill, VisualTokens, assemble, left_pad_rows
+from arr_coc.vlm.generation import model_positions, timed
+from arr_coc.vlm.processing import Prefill, VisualTokens, assemble, left_pad_ids, left_pad_rows
 from arr_coc.vlm.protocol import VLMAdapter
+
+# The first look reads attention from the last LOOK_TOKENS tokens after the image (the end of the question and
+# the generation prompt, where the answer will be read from), so its read costs [layers, heads, 64, context]
+# floats however long the question; chat-templated benchmark questions are shorter and are read whole.
+LOOK_TOKENS = 64
 
 
 @dataclass
@@ -41,7 +47,7 @@ class FirstLook:
     grids: list[tuple[int, int]]  # per image the gestalt grid (rows, cols)
     prefixes: list[list[int]]  # token ids before the image
     suffixes: list[list[int]]  # token ids after the image (the question and the generation prompt)
-    attention: list[Tensor]  # per image [layers, H, Q_b, G]: question-token attention to each gestalt token
+    attention: list[Tensor]  # per image [layers, H, Q_b, G], Q_b <= LOOK_TOKENS: question-token attention to the gestalt
     layers: tuple[int, ...]  # the decoder layers read
 
     def maps(self) -> list[Tensor]:
@@ -87,13 +93,6 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat([-b, a], dim=-1)
 
 
-def layer_positions(adapter: VLMAdapter, position_ids: Tensor) -> Tensor:
-    """The positions the adapter's LLM takes: M-RoPE [3, B, L] float as is; 1-D RoPE [B, L] long."""
-    if adapter.rope_rows == 1:
-        return position_ids[0].round().long()
-    return position_ids
-
-
 def question_attention(adapter: VLMAdapter, layer: int, hidden: Tensor, position_ids: Tensor, attention_mask: Tensor,
                        n_queries: int) -> Tensor:
     """Attention probabilities of the last ``n_queries`` tokens over every token, in decoder layer ``layer``.
@@ -117,7 +116,7 @@ def question_attention(adapter: VLMAdapter, layer: int, hidden: Tensor, position
     if getattr(attn, "q_norm", None) is not None:  # Qwen3: RMSNorm per head before the rotation
         q, k = attn.q_norm(q), attn.k_norm(k)
     q, k = q.transpose(1, 2), k.transpose(1, 2)  # [B, heads, n, hd]
-    cos, sin = adapter.lm.rotary_emb(x, layer_positions(adapter, position_ids))  # [B, L, hd]
+    cos, sin = adapter.lm.rotary_emb(x, model_positions(adapter, position_ids))  # [B, L, hd]
     cos, sin = cos[:, None], sin[:, None]
     q = q * cos[:, :, length - n_queries:] + rotate_half(q) * sin[:, :, length - n_queries:]
     k = k * cos + rotate_half(k) * sin
@@ -175,7 +174,8 @@ def chunk(embed_tokens: Callable[[Tensor], Tensor], visuals: Sequence[Tensor], p
     layers = len(deepstack[0]) if deepstack else 0
     stacked = [torch.cat([ds[j] for ds in deepstack]) for j in range(layers)]
     nxt = torch.tensor([float(r[3]) for r in rows], device=dev)
-    return Prefill(embeds, mask, pos, nxt, vmask, stacked)
+    ids = left_pad_ids([[-1] * len(vis) + list(t) for vis, t in zip(visuals, texts)], mask.shape[1], dev)
+    return Prefill(embeds, mask, pos, nxt, vmask, stacked, ids)
 
 
 @torch.no_grad()
@@ -233,13 +233,13 @@ def first_look(adapter: VLMAdapter, gestalt: Sequence[VisualTokens], grids: Sequ
     with timed(timings, "allocation/first look", dev):
         cache.crop(-tail.inputs_embeds.shape[1])  # keep prefix + gestalt only
         positions = torch.cat([head.position_ids, tail.position_ids], 2)
-        n_q = tail.inputs_embeds.shape[1]
+        n_q = min(tail.inputs_embeds.shape[1], LOOK_TOKENS)  # the read's cost is bounded, not the question's
         probs = torch.stack([question_attention(adapter, i, torch.cat(seen.seen[i], 1), positions, mask, n_q)
                              for i in layers], 1)  # [B, layers, H, Q, L]
         attention = []
         for b, (pre, vis, suf) in enumerate(zip(prefixes, gestalt, suffixes)):
             g0 = head.inputs_embeds.shape[1] - len(vis)  # the gestalt is the last part of the left-padded head
-            attention.append(probs[b, :, :, n_q - len(suf):, g0:g0 + len(vis)])
+            attention.append(probs[b, :, :, n_q - min(len(suf), n_q):, g0:g0 + len(vis)])
     return FirstLook(cache, head.attention_mask, list(gestalt), [tuple(g) for g in grids], prefixes, suffixes,
                      attention, layers)
 

@@ -53,6 +53,7 @@ class Prefill:
     next_position: Tensor  # [B] float, the position of the first generated token
     visual_mask: Tensor  # [B, L] bool, True on visual tokens
     deepstack: list[Tensor]  # per injected layer [sum of N over the batch, D], in visual_mask order
+    token_ids: Tensor | None = None  # [B, L] long text ids, -1 on visual tokens and padding (what generate reads back)
 
 
 def box_centres(boxes: Tensor) -> Tensor:
@@ -214,6 +215,19 @@ def left_pad_rows(rows: Sequence[tuple[Tensor, Tensor, Tensor]], rope_rows: int
     return embeds, mask, pos, vmask
 
 
+def left_pad_ids(rows: Sequence[Sequence[int]], length: int, device: Any = None) -> Tensor:
+    """Token id rows left-padded with -1 to ``length``: [B, length] long, as :func:`left_pad_rows` lays out embeddings.
+
+    >>> left_pad_ids([[5, -1, 7], [9]], 3).tolist()
+    [[5, -1, 7], [-1, -1, 9]]
+    """
+    out = torch.full((len(rows), length), -1, dtype=torch.long, device=device)
+    for i, r in enumerate(rows):
+        if len(r):
+            out[i, length - len(r):] = torch.as_tensor(list(r), dtype=torch.long)
+    return out
+
+
 def assemble(embed_tokens: Callable[[Tensor], Tensor], prefixes: Sequence[Sequence[int]],
              visuals: Sequence[VisualTokens], suffixes: Sequence[Sequence[int]], rope_rows: int) -> Prefill:
     """Splice each image's visual tokens between its prompt's prefix and suffix tokens; left-pad.
@@ -248,7 +262,9 @@ def assemble(embed_tokens: Callable[[Tensor], Tensor], prefixes: Sequence[Sequen
         raise ValueError("every image must carry the same number of deepstack layers")
     deepstack = [torch.cat([v.deepstack[j] for v in visuals]) for j in range(layers)]
     nxt = torch.tensor([float(r[3]) for r in rows], device=dev)
-    return Prefill(embeds, mask, pos, nxt, vmask, deepstack)
+    ids = left_pad_ids([[*pre, *[-1] * len(vis), *suf] for pre, vis, suf in zip(prefixes, visuals, suffixes)],
+                       mask.shape[1], dev)
+    return Prefill(embeds, mask, pos, nxt, vmask, deepstack, ids)
 
 
 # CLIP's pixel normalisation, which the Qwen-VL and LLaVA towers share

@@ -46,6 +46,7 @@ class VLMAdapter(ABC):
     head: torch.nn.Module  # the LM head
     text_config: Any  # the LLM's config (decode cache, eos)
     tokenizer: Any
+    image_token_id: int  # the image placeholder id: what the prompt ids hold at visual tokens
 
     # ------------------------------------------------------------------ declared capabilities
     def require(self, capability: str, why: str) -> None:

@@ -274,7 +274,7 @@ class QwenVLAdapter(VLMAdapter):
 
     def language_model(self, x: dict) -> Tensor:
         out = self.lm(inputs_embeds=x["inputs_embeds"], attention_mask=x["attention_mask"],
-                      position_ids=x["position_ids"], past_key_values=x.get("past_key_values"),
+                      position_ids=x["position_ids"], cache=x.get("past_key_values"),
                       use_cache=x.get("past_key_values") is not None, **self.deepstack_kwargs(x))
         return out.last_hidden_state
 

@@ -14,7 +14,8 @@ call them too, timing or swapping one stage at a time.
   the first look encoded is reused.
 * :func:`prefill` -- the prompts around the visual tokens, or their continuation of the first
   look's cache.
-* :func:`decode` -- greedy decoding.
+* :func:`decode` -- the answer through the model's own ``generate`` (greedy by default, any
+  ``GenerationConfig``).
 """
 from __future__ import annotations
 
@@ -29,9 +30,10 @@ from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig
 from arr_coc.plan import Plan
 from arr_coc.samplers import SAMPLERS, Sampler, select, shift_nonnegative
+from arr_coc.threads import check_model
 from arr_coc.vlm.generation import generate, timed
 from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
-from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble
+from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble, left_pad_ids
 from arr_coc.vlm.protocol import FIRST_LOOK, PROCESSOR, VLMAdapter
 
 if TYPE_CHECKING:
@@ -159,6 +161,7 @@ def look_at(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tu
     ``timings`` collects ``vision/gestalt``, ``prefill/gestalt`` and ``allocation/first look``.
     """
     check_look(adapter, "sparse", True, "the first look")
+    check_model(adapter, "the first look")
     device = adapter.device
     with timed(timings, "vision/gestalt", device):
         seen = adapter.encode_gestalt([img.to(device) for img in images], gestalts)
@@ -214,13 +217,16 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
         raise ValueError(f"sampler {allocator!r} runs on the first look (relevance 'vlm'); with relevance 'arr' "
                          "ARR samples with its own (ARRConfig(sampler=SamplerConfig(name=...)))")
     arr, k = arr_for(adapter, arr), saccades
+    if prompts is None and isinstance(questions, (str, list, tuple)):  # in the VLM's own tokens, before any work
+        asked = [questions] if isinstance(questions, str) else list(questions)
+        check_queries(asked, len(asked), arr.max_question_tokens, adapter.tokenizer)
     seen: FirstLook | None = None  # the first look, when one runs
     if relevance == "vlm":
         check_look(adapter, encoding, gestalt, "relevance 'vlm'")
         cfg = arr.config.canvas
         with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
             canvas = make_canvas(images, cell=adapter.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
-            queries = check_queries(questions, canvas.batch_size, arr.max_question_chars)
+            queries = check_queries(questions, canvas.batch_size, arr.max_question_tokens, adapter.tokenizer)
         seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
         device = adapter.device
         with timed(t, "allocation/relevance", device):
@@ -287,6 +293,7 @@ def encode(adapter: VLMAdapter, plans: Sequence[Plan], images: Sequence[Tensor],
             default: the pixels as a PIL image).
     """
     adapter.check_layout(layout)
+    check_model(adapter, "encode")
     if not (len(plans) == len(images)) or (weights is not None and len(weights) != len(plans)) \
             or (encoded is not None and len(encoded) != len(plans)):
         raise ValueError(f"need one plan, image (and weight map, encoded gestalt) per image, got {len(plans)} plans "
@@ -350,6 +357,7 @@ def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
             prompts: Sequence[tuple[Sequence[int], Sequence[int]]], *, look: FirstLook | None = None) -> Prompt:
     """Each image's visual tokens between its prompt's ids before and after, left-padded (:func:`assemble`);
     with ``look``, the saccades and the question that continue its cache (whose prompts they are)."""
+    check_model(adapter, "prefill")
     if look is not None:
         return Prompt(second_pass_prefill(adapter, look, visuals), list(zip(look.prefixes, look.suffixes)), look)
     prompts = [(list(p), list(s)) for p, s in prompts]
@@ -358,18 +366,26 @@ def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
 
 
 def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW_TOKENS,
-           timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor]:
-    """Greedy answers (tokens [B, T], logits [B, T, V]) up to the model's end of sequence.
+           generation_config: Any = None, streamer: Any = None, seed: int | None = None, logits: bool = True,
+           timings: dict[str, float] | None = None) -> tuple[Tensor, Tensor | None]:
+    """The answers (tokens [B, T]; logits [B, T, V] without beam search) from the model's own ``generate``
+    (:func:`arr_coc.vlm.generation.generate`): greedy by default, or any ``transformers.GenerationConfig``.
 
+    ``max_new_tokens`` is the limit where ``generation_config`` sets none; ``streamer`` a transformers
+    streamer (one prompt); ``seed`` seeds sampling without touching torch's global generator;
+    ``logits=False`` keeps no logits (None in their place).
     ``timings`` collects ``prefill`` (the prompt's forward) and ``decode`` milliseconds. A first
     look's cache is consumed: it answers once.
     """
+    check_model(adapter, "decode")
     g: dict[str, float] = {}
-    look = prompt.look
-    out = generate(adapter, prompt.prefill, max_new_tokens=max_new_tokens,
-                   eos_token_id=adapter.text_config.eos_token_id,
-                   cache=None if look is None else look.cache, past_mask=None if look is None else look.attention_mask,
-                   timings=g if timings is not None else None)
+    look, past = prompt.look, {}
+    if look is not None:
+        cached = [[*pre, *[-1] * len(vis)] for pre, vis in zip(look.prefixes, look.gestalt)]
+        past = dict(cache=look.cache, past_mask=look.attention_mask,
+                    past_ids=left_pad_ids(cached, look.attention_mask.shape[1], look.attention_mask.device))
+    out = generate(adapter, prompt.prefill, generation_config=generation_config, max_new_tokens=max_new_tokens,
+                   streamer=streamer, seed=seed, logits=logits, timings=g if timings is not None else None, **past)
     if timings is not None:
         timings["prefill"] = timings.get("prefill", 0.0) + g["prefill_ms"]
         timings["decode"] = timings.get("decode", 0.0) + g["decode_ms"]

@@ -1,35 +1,98 @@
-"""The one way every arr-coc file is written and read: a ``dict`` with a ``"format"`` tag, saved atomically.
+"""The one way every arr-coc file is written and read: atomically (whole or not at all), a ``dict`` with a ``"format"`` tag.
 
-Scorer weights, allocator weights, training checkpoints and feature caches are all read with
-``torch.load(weights_only=True)``, so a file from someone else can hold tensors and plain values but
-never code.
+Every file arr-coc writes (weights, checkpoints, pictures, metrics) goes through :func:`atomic_write`:
+a temporary file beside the target, renamed over it once complete, removed on any failure (a full
+disk ends in one line saying where and how much space is free). Training checkpoints, feature caches
+and weights of the older ``.pt`` kind are read with ``torch.load(weights_only=True)``, so a file from
+someone else can hold tensors and plain values but never code.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import pickle
+import shutil
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Callable
 
 import torch
+
+from arr_coc.errors import DiskFullError, WeightsError
 
 SCORER_FORMAT = "arr-coc-scorer/2"  # trained relevance scorer (and the sampler trained with it)
 LEARNED_FORMAT = "arr-coc-allocator/1"  # trained selector or pruner (arr_coc.allocators.pruning)
 LEARNED_KINDS = ("selector", "pruner")  # what a LEARNED_FORMAT file holds, in the evaluation's table order
 
 
-def atomic_save(obj: dict, path: str | Path) -> Path:
-    """Write ``obj`` with ``torch.save``; a run killed mid-write leaves the old file or none, never half of one."""
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)  # no room: the disk, the user's quota, the process's file size limit
+
+
+def open_temp(path: Path) -> IO[bytes]:
+    """How :func:`atomic_write` opens its temporary file (tests pass another opener to fail on purpose)."""
+    return open(path, "wb")
+
+
+def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *,
+                 opener: Callable[[Path], IO[bytes]] | None = None) -> Path:
+    """Write ``path`` through ``write(file)`` whole or not at all: a temporary file beside it, renamed once complete.
+
+    A failure (a full disk, an interruption, an error in ``write``) removes the temporary file and
+    leaves the earlier ``path`` as it was, or none.
+
+    Raises:
+        DiskFullError: no space (or quota, or file-size limit) left; one line naming the path and the space free.
+
+    Example:
+        >>> import tempfile
+        >>> p = atomic_write(Path(tempfile.mkdtemp()) / "a.txt", lambda f: f.write(b"whole"))
+        >>> p.read_bytes(), [q.name for q in p.parent.iterdir()]
+        (b'whole', ['a.txt'])
+    """
     path = Path(path)
-    tmp = path.with_suffix(path.suffix + f".{os.getpid()}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with (opener or open_temp)(tmp) as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        full = _full(err)
+        if full is not None:
+            raise DiskFullError(f"{path}: {os.strerror(full).lower()} while writing it ({_free(path.parent)} "
+                                f"free there); nothing was written: free some space or write elsewhere") from None
+        raise
     return path
 
 
+def _full(err: BaseException | None) -> int | None:
+    """The errno of a full disk behind ``err``, if any (torch.save reports a failed write in a RuntimeError whose
+    context is the OSError)."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno in _FULL:
+            return err.errno
+        err = err.__cause__ or err.__context__
+    return None
+
+
+def _free(folder: Path) -> str:
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return "unknown space"
+    return next(f"{free / 1024 ** i:.1f} {unit}" for i, unit in enumerate(("B", "KiB", "MiB", "GiB", "TiB"))
+                if free < 1024 ** (i + 1) or unit == "TiB")
+
+
+def atomic_save(obj: dict, path: str | Path) -> Path:
+    """Write ``obj`` with ``torch.save`` through :func:`atomic_write`: the old file or the new one, never half of one."""
+    return atomic_write(path, lambda f: torch.save(obj, f))
+
+
 def load_file(path: str | Path, fmt: str | tuple[str, ...], what: str) -> dict[str, Any]:
-    """Read an arr-coc file of format ``fmt`` (tensors and plain values only) or raise a one-line ``ValueError``.
+    """Read an arr-coc file of format ``fmt`` (tensors and plain values only) or raise a one-line ``WeightsError``.
 
     Args:
         path: the file.
@@ -44,27 +107,39 @@ def load_file(path: str | Path, fmt: str | tuple[str, ...], what: str) -> dict[s
         >>> load_file(p, "other/1", "scorer weights (made by `arr-coc train`)")
         Traceback (most recent call last):
         ...
-        ValueError: ... holds 'demo/1', not scorer weights (made by `arr-coc train`) ('other/1')
+        arr_coc.errors.WeightsError: ... holds 'demo/1', not scorer weights (made by `arr-coc train`) ('other/1')
     """
     path = Path(path)
     fmts = (fmt,) if isinstance(fmt, str) else tuple(fmt)
     if not path.is_file():
-        raise ValueError(f"{path}: no such file; expected {what}")
+        raise WeightsError(f"{path}: no such file; expected {what}")
+    with path.open("rb") as f:
+        head = f.read(4)
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):  # torch.save's zip, or an old pickle
+        raise WeightsError(f"{path} is not a file torch.save wrote (it begins {head!r}); expected {what}")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError, AttributeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ValueError(f"{path} cannot be read as {what}: {first}") from None
+        raise WeightsError(f"{path} cannot be read as {what}: {first}") from None
     if not isinstance(saved, dict) or saved.get("format") not in fmts:
         tag = saved.get("format") if isinstance(saved, dict) else type(saved).__name__
-        raise ValueError(f"{path} holds {tag!r}, not {what} ({' or '.join(map(repr, fmts))})")
+        raise WeightsError(f"{path} holds {tag!r}, not {what} ({' or '.join(map(repr, fmts))})")
     return saved
 
 
 def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a file's bytes, hex: what the registry records of each shipped file."""
+    """The SHA-256 of a file's bytes, hex; of a folder, of its files' names and bytes in name order.
+
+    What the registry records of each shipped file or weights folder.
+    """
+    path = Path(path)
     h = hashlib.sha256()
-    with Path(path).open("rb") as f:
+    if path.is_dir():
+        for child in sorted(p for p in path.iterdir() if p.is_file()):
+            h.update(f"{child.name}\0{file_sha256(child)}\0".encode())
+        return h.hexdigest()
+    with path.open("rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

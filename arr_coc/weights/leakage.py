@@ -21,12 +21,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from PIL import Image, ImageOps
 
-from arr_coc.weights.files import (
-    LEARNED_FORMAT,
-    LEARNED_KINDS,
-    SCORER_FORMAT,
-    load_file,
-)
+from arr_coc.weights.files import LEARNED_FORMAT, LEARNED_KINDS, SCORER_FORMAT
+from arr_coc.weights.folders import read_weights
 from arr_coc.weights.registry import entries, entry_of, resolve
 
 SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevance scorer plays no part in
@@ -34,7 +30,7 @@ SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevanc
 
 def trained_on(path: str | Path) -> tuple[str, ...]:
     """The datasets a weights file from ``arr-coc train`` learned from (its saved training settings)."""
-    saved = load_file(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
+    saved = read_weights(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     return tuple(saved.get("train_config", {}).get("datasets", ()))
 
 
@@ -74,7 +70,7 @@ def image_digests(images: Iterable[tuple[str | Path, str]]) -> dict[str, str]:
 
 @lru_cache(maxsize=64)
 def _trained_images(path: str, mtime_ns: int) -> dict[str, str]:
-    saved = load_file(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
+    saved = read_weights(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     return dict(saved.get("trained_images") or {})
 
 
@@ -90,12 +86,12 @@ def weights_in_play(arr: Any, methods: Sequence[str], learned: Mapping[str, Any]
     if any(m not in SCORER_FREE for m in methods):
         entry = entry_of(arr.weights_source)
         source = entry.path if entry is not None else Path(arr.weights_source)
-        if arr.weights_source != "hand-set" and source.is_file():
+        if arr.weights_source != "hand-set" and source.exists():
             files.append(source)
     for m in LEARNED_KINDS:
         if m in methods:
             path, _ = resolve(str((learned or {}).get(m, "auto")), m)
-            if path.is_file():
+            if path.exists():
                 files.append(path)
     return files
 
@@ -140,7 +136,7 @@ def _refuse_by_name(dataset: str, split: str | None, arr: Any, methods: Sequence
     for what, entry in shipped:
         datasets = trained_on(entry.path)
         if dataset in datasets:
-            raise ValueError(f"the shipped {what} weights (arr_coc/weights/{entry.file}) were trained on the train "
+            raise ValueError(f"the shipped {what} weights (arr_coc/weights/{entry.file}/) were trained on the train "
                              f"images of {', '.join(datasets)} and chosen on val; scoring them on {dataset} "
                              f"{'--split ' + split if split else 'without --split test'} would count images they "
                              f"learned from: add --split test (or pass --scorer-weights none or your own weights)")

@@ -275,10 +275,10 @@ def test_saved_selector_and_pruner_reload_bit_exactly(tmp_path):
     from arr_coc.weights import load_learned
 
     pruner, selector = TokenPruner(6, query_dim=3, hidden=5, seed=4), PatchSelector(cell=8, width=4, seed=2)
-    save_learned(tmp_path / "p.pt", "pruner", pruner, ["a", "b"], metrics={"iou": 0.5})
-    save_learned(tmp_path / "s.pt", "selector", selector, ["a", "b"])
-    p2, meta = load_learned("pruner", tmp_path / "p.pt", channels=["a", "b"], query_dim=3)
-    s2, _ = load_learned("selector", tmp_path / "s.pt", cell=8)
+    save_learned(tmp_path / "p", "pruner", pruner, ["a", "b"], metrics={"iou": 0.5})
+    save_learned(tmp_path / "s", "selector", selector, ["a", "b"])
+    p2, meta = load_learned("pruner", tmp_path / "p", channels=["a", "b"], query_dim=3)
+    s2, _ = load_learned("selector", tmp_path / "s", cell=8)
     tokens, query, pixels = torch.randn(2, 7, 6), torch.randn(2, 3), torch.rand(1, 3, 16, 24)
     assert torch.equal(p2.score(tokens, query), pruner.score(tokens, query))
     assert torch.equal(s2.importance(pixels), selector.importance(pixels))
@@ -289,21 +289,22 @@ def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
     from arr_coc.allocators.pruning import save_learned
     from arr_coc.weights import load_learned
 
-    save_learned(tmp_path / "p.pt", "pruner", TokenPruner(6, query_dim=3), ["a", "b"])
-    save_learned(tmp_path / "s.pt", "selector", PatchSelector(cell=8, width=4), ["a", "b"])
-    save_learned(tmp_path / "q.pt", "pruner", TokenPruner(6, query_dim=3), ["a"], query_encoder="MiniLMQueryEncoder")
+    save_learned(tmp_path / "p", "pruner", TokenPruner(6, query_dim=3), ["a", "b"])
+    save_learned(tmp_path / "s", "selector", PatchSelector(cell=8, width=4), ["a", "b"])
+    save_learned(tmp_path / "q", "pruner", TokenPruner(6, query_dim=3), ["a"], query_encoder="MiniLMQueryEncoder")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     cases = [
         (("pruner", tmp_path / "missing.pt"), {}, r"missing.pt: no such file; expected pruner weights \(train one "
                                                   r"with `arr-coc train --learner pruner`\)"),
-        (("pruner", tmp_path / "s.pt"), {}, "s.pt holds selector weights, not pruner weights"),
-        (("pruner", tmp_path / "junk.pt"), {}, "junk.pt cannot be read as pruner weights"),
-        (("pruner", tmp_path / "p.pt"), {"channels": ["a", "c"]}, r"prunes tokens of channels \['a', 'b'\], "
+        (("pruner", tmp_path / "s"), {}, "s holds selector weights, not pruner weights"),
+        (("pruner", tmp_path / "junk.pt"), {}, r"junk.pt is not a file torch.save wrote \(it begins b'not '\); "
+                                               "expected pruner weights"),
+        (("pruner", tmp_path / "p"), {"channels": ["a", "c"]}, r"prunes tokens of channels \['a', 'b'\], "
                                                                   r"this ARR makes \['a', 'c'\]"),
-        (("pruner", tmp_path / "p.pt"), {"query_dim": 384}, "expects 3-wide query embeddings, got 384"),
-        (("pruner", tmp_path / "q.pt"), {"query_encoder": "HashingQueryEncoder"},
+        (("pruner", tmp_path / "p"), {"query_dim": 384}, "expects 3-wide query embeddings, got 384"),
+        (("pruner", tmp_path / "q"), {"query_encoder": "HashingQueryEncoder"},
          "trained on questions embedded by MiniLMQueryEncoder, this ARR uses HashingQueryEncoder"),
-        (("selector", tmp_path / "s.pt"), {"cell": 28}, "scores 8 px cells, the canvas uses 28 px"),
+        (("selector", tmp_path / "s"), {"cell": 28}, "scores 8 px cells, the canvas uses 28 px"),
         (("oracle",), {}, "unknown learned allocator 'oracle'; choose one of selector, pruner"),
     ]
     for args, kw, message in cases:
@@ -317,8 +318,8 @@ def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
     from arr_coc.weights import PACKAGED, load_learned
 
     for kind in ("selector", "pruner"):
-        if not (PACKAGED / f"{kind}.pt").exists():
-            pytest.fail(f"arr_coc/weights/{kind}.pt is missing: run benchmarks/run_allocators.py")
+        if not (PACKAGED / kind / "model.safetensors").exists():
+            pytest.fail(f"arr_coc/weights/{kind}/ is missing: run benchmarks/run_allocators.py")
         net, meta = load_learned(kind, cell=ARRConfig().canvas.cell)
         # the shipped files were trained before the total was named tokens: their settings say "budget"
         assert meta["train_config"]["learner"] == kind and meta["train_config"]["budget"] == "10%"

@@ -11,7 +11,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 import arr_coc.channels.text as text  # registers text_match and key_value
-from arr_coc import ARR, ARRConfig, SamplerConfig
+from arr_coc import ARR, ARRConfig, SamplerConfig, imageops
 from arr_coc.cache import ImageCache
 from arr_coc.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions
 from arr_coc.config import TextureConfig
@@ -177,7 +177,7 @@ def test_paint_boxes_takes_the_max_and_matches_a_per_box_loop():
 
 
 def test_paint_boxes_on_blocks_keeps_each_box_where_it_is(monkeypatch):
-    monkeypatch.setattr(text, "MAX_PAINT_ELEMENTS", 100)  # forces blocks of several px
+    monkeypatch.setattr(imageops, "MAX_PAINT_ELEMENTS", 100)  # forces blocks of several px
     m = paint_boxes(torch.tensor([[8.0, 8.0, 16.0, 24.0]]), torch.ones(1), (40, 40))
     assert m.shape == (40, 40) and float(m.max()) == 1.0
     assert float(m[:4].sum()) == 0.0 and float(m[:, 32:].sum()) == 0.0 and float(m[10:14, 10:22].min()) > 0

@@ -179,3 +179,70 @@ def test_a_checkpoint_holding_code_is_refused_without_running_it(tmp_path):
     kind, message = outcome(lambda: load_checkpoint(ckpt, cfg, MVP, "HashingQueryEncoder"))
     assert kind == "error" and "cannot be read as an arr-coc training checkpoint" in message
     assert not marker.exists()
+
+
+# ----------------------------------------------------------------------------- train's run folder
+
+
+def train_argv(pages: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", "--datasets", "jsonl", "--data", str(pages), "--channels", "mvp", "--query-encoder", "hashing",
+            "--steps", "2", "--eval-every", "2", "--batch-size", "2", "--tokens", "25%", "--out", str(out),
+            "--features", str(out.parent / "features"), "--no-progress", *extra]
+
+
+def test_train_never_replaces_an_earlier_run_silently(pages, tmp_path):
+    out = tmp_path / "run"
+    code, _, err = run_cli(train_argv(pages, out, "--resume"))
+    assert (code, err.strip()) == (2, f"arr-coc: error: --resume: {out} holds no checkpoint.pt to continue from; "
+                                      "drop --resume to start a new run")
+    assert not out.exists()  # refused before any work
+    assert run_cli(train_argv(pages, out))[0] == 0
+    kept = {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    code, _, err = run_cli(train_argv(pages, out))  # the same command again
+    assert (code, err.strip()) == (2, f"arr-coc: error: {out} holds an earlier run's checkpoint.pt; rerun with "
+                                      "--resume to continue it or --fresh to replace it, or pass another --out")
+    assert {p.name: p.read_bytes() for p in out.rglob("*") if p.is_file()} == kept
+    code, _, err = run_cli(train_argv(pages, out, "--resume", "--fresh"))
+    assert (code, err.strip()) == (2, "arr-coc: error: --resume continues the run in OUT and --fresh replaces it; "
+                                      "pass one of them")
+    assert run_cli(train_argv(pages, out, "--resume"))[0] == 0  # finished at step 2: resumes, nothing to redo
+    (out / "scorer.pt").write_bytes(b"weights of an older arr-coc")
+    assert run_cli(train_argv(pages, out, "--fresh", "--seed", "1"))[0] == 0
+    assert not (out / "scorer.pt").exists()
+    assert json.loads((out / "config.json").read_text())["train"]["seed"] == 1
+
+
+def test_train_into_a_full_disk_ends_in_one_line_and_leaves_no_temporary(pages, tmp_path, monkeypatch):
+    import errno
+
+    from arr_coc.weights import files
+
+    def opener(path):
+        if "checkpoint" in path.name:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return open(path, "wb")
+
+    monkeypatch.setattr(files, "open_temp", opener)
+    out = tmp_path / "run"
+    code, _, err = run_cli(train_argv(pages, out))
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"arr-coc: error: {out / 'checkpoint.pt'}: no space left on device while writing it (")
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_a_checkpoint_that_does_not_fit_the_run_is_one_line(pages, tmp_path):
+    out = tmp_path / "run"
+    assert run_cli(train_argv(pages, out))[0] == 0
+    ckpt = torch.load(out / "checkpoint.pt", weights_only=True)
+    del ckpt["optimizer"]
+    torch.save(ckpt, out / "checkpoint.pt")
+    code, _, err = run_cli(train_argv(pages, out, "--resume", "--steps", "4"))
+    assert (code, err.strip()) == (2, f"arr-coc: error: {out / 'checkpoint.pt'}: lacks the field 'optimizer'; rerun "
+                                      "with --fresh to start afresh")
+    ckpt["optimizer"] = {}
+    name = next(iter(ckpt["objective"]))
+    ckpt["objective"][name] = torch.zeros(7, 7)
+    torch.save(ckpt, out / "checkpoint.pt")
+    code, _, err = run_cli(train_argv(pages, out, "--resume", "--steps", "4"))
+    assert code == 2 and err.strip().startswith(f"arr-coc: error: {out / 'checkpoint.pt'}: objective.{name} has shape "
+                                                "[7, 7], the model's is [")

@@ -22,6 +22,7 @@ from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train import TrainConfig, batch_indices, load_checkpoint, train
 from arr_coc.train import features as feats
 from arr_coc.train.features import build_examples, cell_target
+from arr_coc.weights import LEARNED_FORMAT, MODEL, SCORER_FORMAT, read_weights
 
 CONFIG = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 
@@ -65,6 +66,11 @@ def answered(dataset, tmp_path_factory):
 def answered_examples(answered, tmp_path_factory):
     arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
     return build_examples(arr, load_dataset("jsonl", answered), tmp_path_factory.mktemp("features"), progress=False)
+
+
+def weights(folder):
+    """A scorer weights folder's contents (tensors and settings)."""
+    return read_weights(folder, (SCORER_FORMAT, LEARNED_FORMAT), "weights")
 
 
 def cfg(tmp_path, **kw):
@@ -115,7 +121,8 @@ def test_training_beats_the_hand_set_scorer_on_held_out_pages(examples, tmp_path
     assert m["learned"]["test"]["iou"] >= 2 * m["initial"]["test"]["iou"]  # the seeds' success criterion
     assert m["learned"]["test"]["iou"] > m["random"]["test"]["iou"]
     out = Path(tmp_path / "run")
-    assert {p.name for p in out.iterdir()} >= {"scorer.pt", "metrics.json", "loss.png", "checkpoint.pt", "config.json"}
+    assert {p.name for p in out.iterdir()} >= {"scorer", "metrics.json", "loss.png", "checkpoint.pt", "config.json"}
+    assert sorted(p.name for p in (out / "scorer").iterdir()) == ["config.json", "model.safetensors"]
     assert [h["step"] for h in run.history if "val" in h] == [10, 20, 30, 40]
 
 
@@ -147,7 +154,7 @@ def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
     with pytest.raises(ValueError, match="query encoder MiniLMQueryEncoder -> HashingQueryEncoder"):
         train(replace(c, resume=True, steps=4), CONFIG, examples=examples, query_encoder=HashingQueryEncoder())
     ckpt.write_bytes(ckpt.read_bytes()[:100])
-    with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint.*delete it"):
+    with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint.*rerun with --fresh"):
         train(replace(c, resume=True, steps=4), CONFIG, examples=examples)
     torch.save({"format": "arr-coc-train/1", "step": argparse.Namespace(step=1)}, ckpt)  # an object, not a value
     with pytest.raises(ValueError, match="cannot be read as an arr-coc training checkpoint"):  # weights_only refuses it
@@ -160,13 +167,13 @@ def test_bad_checkpoints_are_clear_errors(examples, tmp_path):
 def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_path):
     c = cfg(tmp_path, steps=5, eval_every=5)
     train(c, CONFIG, examples=examples, query_encoder=HashingQueryEncoder())  # the examples' encoder
-    path = Path(c.out) / "scorer.pt"
+    path = Path(c.out) / "scorer"
     with pytest.raises(ValueError, match="trained on questions embedded by HashingQueryEncoder, this ARR uses "
                                          "MiniLMQueryEncoder"):
         ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(path))))
     trained = ARR(replace(CONFIG, scorer=ScorerConfig(weights=str(path))), query_encoder=HashingQueryEncoder())
     assert trained.weights_source == str(path)
-    saved = torch.load(path, weights_only=True)
+    saved = weights(path)
     for k, v in saved["scorer"].items():
         assert torch.equal(trained.scorer.state_dict()[k], v)
     hand = ARR(CONFIG, query_encoder=HashingQueryEncoder())
@@ -184,23 +191,23 @@ def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys, m
     argv = ["train", "--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder",
             "hashing", "--steps", "6", "--eval-every", "3", "--batch-size", "4", "--tokens", "25%",
             "--out", str(tmp_path / "run"), "--features", str(tmp_path / "f"), "--no-progress",
-            "--export", str(tmp_path / "w.pt")]
+            "--export", str(tmp_path / "w")]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "test  IoU    initial" in out and "learned" in out and "random" in out
-    assert (tmp_path / "w.pt").read_bytes() == (tmp_path / "run" / "scorer.pt").read_bytes()
+    assert (tmp_path / "w" / MODEL).read_bytes() == (tmp_path / "run" / "scorer" / MODEL).read_bytes()
     # a name publishes into the registry (here a stand-in folder): the finished run resumes and exports
     shipped = tmp_path / "shipped"
     shipped.mkdir()
     monkeypatch.setattr(registry, "PACKAGED", shipped)
     assert main(argv[:-2] + ["--resume", "--export", "mine"]) == 0
     assert "shipped as 'mine': --scorer-weights mine loads it" in capsys.readouterr().out
-    assert (shipped / "mine.pt").read_bytes() == (tmp_path / "run" / "scorer.pt").read_bytes()
+    assert (shipped / "mine" / MODEL).read_bytes() == (tmp_path / "run" / "scorer" / MODEL).read_bytes()
     entry = entries()["mine"]
     assert entry.trained_on["datasets"] == ["jsonl"] and entry.settings["train"]["steps"] == 6
     mine = ARR(replace(CONFIG, scorer=ScorerConfig(weights="mine")), query_encoder=HashingQueryEncoder())
-    assert mine.weights_source == "trained, shipped: arr_coc/weights/mine.pt"
-    first = torch.load(tmp_path / "w.pt", weights_only=True)  # resumed at its last step: the same weights
+    assert mine.weights_source == "trained, shipped: arr_coc/weights/mine"
+    first = weights(tmp_path / "w")  # resumed at its last step: the same weights
     assert all(torch.equal(mine.scorer.state_dict()[k], v) for k, v in first["scorer"].items())
     assert main(argv[:-2] + ["--batch-size", "3", "--resume"]) == 2  # changed setting: refused, clearly
     assert "different configuration (batch_size)" in capsys.readouterr().err
@@ -222,8 +229,7 @@ def test_torchrun_with_two_processes_takes_the_steps_of_one(dataset, answered, t
            "-m", "arr_coc.cli", "train", *common, "--out", str(tmp_path / "two")]
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    one = torch.load(tmp_path / "one" / "scorer.pt", weights_only=True)
-    two = torch.load(tmp_path / "two" / "scorer.pt", weights_only=True)
+    one, two = weights(tmp_path / "one" / "scorer"), weights(tmp_path / "two" / "scorer")
     assert two["metrics"]["processes"] == 2
     for k, v in one["scorer"].items():
         torch.testing.assert_close(two["scorer"][k], v, atol=1e-5, rtol=1e-5)
@@ -244,7 +250,7 @@ def test_answer_cross_entropy_through_a_frozen_tiny_vlm_decreases(dataset, tmp_p
     ce = [h["answer_ce"] for h in run.history]
     assert all(np.isfinite(ce)) and sum(ce[-4:]) / 4 < sum(ce[:4]) / 4
     with pytest.raises(ValueError, match="objective 'vlm' needs --vlm"):
-        train(cfg(tmp_path, objective="vlm"), CONFIG, examples=examples)
+        train(cfg(tmp_path / "no_vlm", objective="vlm"), CONFIG, examples=examples)
 
 
 @pytest.mark.parametrize("sampler", ["log_polar", "adaptive_stratified"])
@@ -252,12 +258,12 @@ def test_learnable_sampler_parameters_train_and_ship_with_the_scorer(examples, t
     config = replace(CONFIG, sampler=SamplerConfig(name=sampler))
     c = cfg(tmp_path, steps=4, eval_every=4, lr=0.05)
     train(c, config, examples=examples, query_encoder=HashingQueryEncoder())  # the examples' questions are hashed
-    saved = torch.load(Path(c.out) / "scorer.pt", weights_only=True)
+    saved = weights(Path(c.out) / "scorer")
     assert saved["query_encoder"] == "HashingQueryEncoder"
     init = ARR(config, query_encoder=HashingQueryEncoder()).sampler.state_dict()
     assert saved["sampler"].keys() == init.keys()
     assert any(not torch.equal(saved["sampler"][k], v) for k, v in init.items())  # the sampler learned too
-    loaded = ARR(replace(config, scorer=ScorerConfig(weights=str(Path(c.out) / "scorer.pt"))),
+    loaded = ARR(replace(config, scorer=ScorerConfig(weights=str(Path(c.out) / "scorer"))),
                  query_encoder=HashingQueryEncoder())
     assert all(torch.equal(loaded.sampler.state_dict()[k], v) for k, v in saved["sampler"].items())
 
@@ -265,13 +271,13 @@ def test_learnable_sampler_parameters_train_and_ship_with_the_scorer(examples, t
 def test_arr_loads_the_shipped_weights_only_where_they_fit():
     from arr_coc.weights import PACKAGED
 
-    shipped = PACKAGED / "contextual.pt"
-    assert shipped.exists(), "the trained default scorer ships inside the package"
+    shipped = PACKAGED / "contextual"
+    assert (shipped / MODEL).exists(), "the trained default scorer ships inside the package"
     arr = ARR(ARRConfig())  # default channels and query encoder (MiniLM, loaded lazily), weights="auto"
-    assert arr.weights_source == "trained, shipped: arr_coc/weights/contextual.pt"
+    assert arr.weights_source == "trained, shipped: arr_coc/weights/contextual"
     # trained on MiniLM questions: under another query encoder they do not apply, so they are not forced
     assert ARR(ARRConfig(), query_encoder=HashingQueryEncoder()).weights_source == "hand-set"
-    saved = torch.load(shipped, weights_only=True)
+    saved = weights(shipped)
     assert saved["metrics"]["learned"]["test"]["iou"] > saved["metrics"]["initial"]["test"]["iou"]
     assert all(torch.equal(arr.scorer.state_dict()[k], v) for k, v in saved["scorer"].items())
     mvp = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder())
@@ -290,8 +296,8 @@ def test_patch_selector_and_token_pruner_train_export_and_reload(examples, tmp_p
     # the bright patch is 4 of 48 cells: 12 cells (25%) at random cover it ~25%; learned, nearly all
     assert m["learned"]["test"]["coverage"] > 0.8 > m["random"]["test"]["coverage"]
     assert m["learned"]["test"]["coverage"] > m["initial"]["test"]["coverage"] + 0.3
-    saved = Path(tmp_path / "run" / f"{learner}.pt")
-    assert not (tmp_path / "run" / "scorer.pt").exists()
+    saved = Path(tmp_path / "run" / learner)
+    assert not (tmp_path / "run" / "scorer").exists()
     arr = ARR(CONFIG, query_encoder=HashingQueryEncoder())
     net, meta = load_learned(learner, saved, channels=arr.channels, query_dim=arr.query_encoder.dim, cell=28)
     assert meta["metrics"]["learned"] == m["learned"] and meta["channels"] == list(arr.channels)
@@ -313,7 +319,7 @@ def vlm_cfg(tmp_path, **kw):
 
 
 def trained(run_dir):
-    return torch.load(Path(run_dir) / "scorer.pt", weights_only=True)["scorer"]
+    return weights(Path(run_dir) / "scorer")["scorer"]
 
 
 def test_vqa_jsonl_without_boxes_trains_the_answer_objective_and_refuses_the_proxy(answered, answered_examples,
@@ -322,7 +328,7 @@ def test_vqa_jsonl_without_boxes_trains_the_answer_objective_and_refuses_the_pro
     run = train(vlm_cfg(tmp_path), CONFIG, examples=answered_examples, query_encoder=HashingQueryEncoder())
     assert all(np.isfinite(h["answer_ce"]) for h in run.history)
     with pytest.raises(ValueError, match="objective 'proxy' needs answer boxes, and no training example has any"):
-        train(cfg(tmp_path), CONFIG, examples=answered_examples)
+        train(cfg(tmp_path / "proxy"), CONFIG, examples=answered_examples)
     argv = ["train", "--datasets", "jsonl", "--data", str(answered), "--channels", "mvp", "--query-encoder",
             "hashing", "--features", str(tmp_path / "f"), "--out", str(tmp_path / "p"), "--no-progress"]
     assert main(argv) == 2

@@ -219,7 +219,7 @@ def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_o
     vis = adapter.encode([img], [chosen], gestalt=[(2, 2)])
     pre, suf = adapter.prompt_ids(q)
     tokens, _ = generate(adapter, assemble(adapter.embed_tokens, [pre], vis, [suf], adapter.rope_rows),
-                         max_new_tokens=4, eos_token_id=adapter.text_config.eos_token_id)
+                         max_new_tokens=4)
     stop = tokens[0].tolist()
     assert a.tokens == stop[:len(a.tokens)] and len(a.tokens) >= 1
     # negative control: ARR's texture relevance picks other cells

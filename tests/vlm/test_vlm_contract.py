@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import check_batch_equals_singles
 from PIL import Image
+from transformers import GenerationConfig
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.pipeline import ARR
@@ -135,7 +136,7 @@ def test_size_one_squares_are_exactly_the_sparse_saccades(adapter, gestalt):
     assert far(vis.embeds[vis.n_gestalt:], sliced.embeds[sliced.n_gestalt:])
 
 
-# ----------------------------------------------------------------------------- generation and batching
+# ----------------------------------------------------------------------------- decoding (the model's own generate) and batching
 
 
 def manual_decode(adapter, pf, steps, shift=0.0):
@@ -156,26 +157,120 @@ def manual_decode(adapter, pf, steps, shift=0.0):
     return torch.stack(tokens, 1), torch.stack(logits, 1)
 
 
-def test_cached_generate_equals_manual_decode_with_custom_positions(adapter):
+def encodings(adapter, img, cells):
+    """Every layout and encoding the adapter supports, as (name, visual tokens) of one image."""
+    boxes = torch.tensor([[4, 3, 2], [1, 1, 1], [0, 2, 2]])  # (y, x, side) squares, one token each
+    for layout in adapter.layouts:
+        for mode in ("sparse", "slice"):
+            yield f"{layout} {mode}", adapter.encode([img], [cells], mode=mode, gestalt=[(3, 3)], layout=layout)
+        yield f"{layout} squares", adapter.encode_patches([img], [boxes], gestalt=[(3, 3)], layout=layout)
+    hc, wc = img.shape[1] // adapter.cell, img.shape[2] // adapter.cell
+    yield "weighted", adapter.encode([img], [cells], mode="weighted", weights=[torch.linspace(0.5, 1, hc * wc)
+                                                                               .view(hc, wc)])
+
+
+def check_greedy(adapter, pf, steps=5, **kwargs):
+    """generate's greedy tokens and logits equal the cache-free reference up to its end token; returns them."""
+    tokens, logits = generate(adapter, pf, max_new_tokens=steps, **kwargs)
+    ref_tokens, ref_logits = manual_decode(adapter, pf, steps)
+    n = tokens.shape[1]
+    assert tokens.tolist() == ref_tokens[:, :n].tolist()
+    assert n == steps or tokens[0, -1].item() == adapter.text_config.eos_token_id
+    torch.testing.assert_close(logits, ref_logits[:, :n], atol=atol(adapter), rtol=0)
+    return tokens, logits
+
+
+def test_generate_equals_the_greedy_reference_in_every_layout_and_encoding(adapter):
+    """transformers' generate from the prompt's explicit positions decodes what a cache-free greedy loop does."""
     img = image(adapter, 6, 5, seed=3)
     cells = torch.tensor([[5, 4], [1, 1], [3, 0], [0, 4]])
-    vis = adapter.encode([img], [cells], gestalt=[(3, 3)], layout=adapter.layouts[-1])
-    pf = prefill_for(adapter, ["Date?"], vis)
-    tokens, logits = generate(adapter, pf, max_new_tokens=5)
-    ref_tokens, ref_logits = manual_decode(adapter, pf, 5)
-    assert tokens.shape == (1, 5) and tokens.tolist() == ref_tokens.tolist()
-    torch.testing.assert_close(logits, ref_logits, atol=atol(adapter), rtol=0)
-    # negative control: decoding one position early changes what the model computes
-    _, wrong = manual_decode(adapter, pf, 5, shift=-1.0)
-    assert far(wrong[:, 1:], logits[:, 1:])
+    seen = {}
+    for name, vis in encodings(adapter, img, cells):
+        pf = prefill_for(adapter, ["Date?"], vis)
+        seen[name] = (pf, check_greedy(adapter, pf)[1])
+    assert len(seen) == 3 * len(adapter.layouts) + 1
+    # negative control: the same tokens at another layout's positions (LLaVA's one layout: reversed) differ
+    pf, logits = seen[f"{adapter.layouts[0]} sparse"]
+    if len(adapter.layouts) > 1:
+        other = seen[f"{adapter.layouts[1]} sparse"][0]
+        torch.testing.assert_close(other.inputs_embeds, pf.inputs_embeds)  # only the positions differ
+        wrong = replace(pf, position_ids=other.position_ids)
+    else:
+        wrong = replace(pf, position_ids=reversed_visual_positions(pf))
+    assert far(generate(adapter, wrong, max_new_tokens=1)[1], logits[:, :1])
+    # and decoding one position early (the cache length, not the prompt's next position, for a gestalt) differs
+    _, early = manual_decode(adapter, pf, 5, shift=-1.0)
+    assert far(early[:, 1:logits.shape[1]], logits[:, 1:])
 
 
 def test_generate_stops_rows_at_eos(adapter):
-    img = image(adapter, 3, 3)
-    pf = prefill_for(adapter, ["?"], adapter.encode_native([img]))
-    first = generate(adapter, pf, max_new_tokens=3)[0][0, 0].item()
-    tokens, _ = generate(adapter, pf, max_new_tokens=6, eos_token_id=first)
-    assert tokens.tolist() == [[first]]
+    imgs = [image(adapter, 3, 3), image(adapter, 4, 3, seed=1)]
+    pf = prefill_for(adapter, ["What is the total?", "Date?"], adapter.encode_native(imgs))
+    ref = manual_decode(adapter, pf, 6)[0].tolist()
+
+    def cut(row, eos):  # the row's length when eos ends it
+        return row.index(eos) + 1 if eos in row else len(row)
+
+    # an end token the first row meets before the second does
+    eos = next(t for t in ref[0] if cut(ref[0], t) < cut(ref[1], t))
+    n0, n1 = cut(ref[0], eos), cut(ref[1], eos)
+    tokens, _ = generate(adapter, pf, generation_config=GenerationConfig(max_new_tokens=6, eos_token_id=eos))
+    assert tokens.tolist() == [ref[0][:n0] + [eos] * (n1 - n0), ref[1][:n1]]
+
+
+def test_sampling_is_reproducible_with_a_seed_and_leaves_torchs_generator_alone(adapter):
+    pf = prefill_for(adapter, ["Date?"], adapter.encode([image(adapter, 4, 4, seed=2)], [torch.tensor([[1, 2]])],
+                                                        gestalt=[(2, 2)]))
+    config = GenerationConfig(do_sample=True, temperature=3.0, top_k=0, max_new_tokens=8, min_new_tokens=8)
+    state = torch.get_rng_state()
+    a, logits = generate(adapter, pf, generation_config=config, seed=5)
+    b, _ = generate(adapter, pf, generation_config=config, seed=5)
+    c, _ = generate(adapter, pf, generation_config=config, seed=6)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert a.shape == (1, 8) and a.tolist() == b.tolist() and a.tolist() != c.tolist()
+    greedy, greedy_logits = generate(adapter, pf, max_new_tokens=8)
+    assert a.tolist() != greedy.tolist()  # it really sampled, from the same first distribution
+    torch.testing.assert_close(logits[:, 0], greedy_logits[:, 0])
+
+
+def test_beam_search_decodes_a_batch_as_each_prompt_alone(adapter):
+    imgs, questions = [image(adapter, 5, 4, seed=8), image(adapter, 3, 6, seed=9)], ["What is the total?", "Date?"]
+    cells = [torch.tensor([[4, 3], [0, 0]]), torch.tensor([[2, 5], [1, 0]])]
+    vis = adapter.encode(imgs, cells, gestalt=[(2, 2), (2, 2)])
+    config = GenerationConfig(num_beams=2, max_new_tokens=4)
+    tokens, logits = generate(adapter, prefill_for(adapter, questions, vis), generation_config=config)
+    assert logits is None and tokens.shape[0] == 2 and 1 <= tokens.shape[1] <= 4
+    eos = adapter.text_config.eos_token_id
+    for b in range(2):
+        one, _ = generate(adapter, prefill_for(adapter, [questions[b]], [vis[b]]), generation_config=config)
+        n = one.shape[1]
+        assert tokens[b, :n].tolist() == one[0].tolist() and set(tokens[b, n:].tolist()) <= {eos}
+
+
+def test_stop_strings_end_the_answer_at_their_first_match(adapter):
+    pf = prefill_for(adapter, ["Name?"], adapter.encode([image(adapter, 4, 5, seed=4)], [torch.tensor([[3, 4]])],
+                                                        gestalt=[(2, 2)]))
+    config = GenerationConfig(max_new_tokens=8, min_new_tokens=8)
+    greedy = generate(adapter, pf, generation_config=config)[0][0].tolist()
+    text = [adapter.tokenizer.decode([t]) for t in greedy]
+    # a one-character token after the first that no earlier token holds (a stop string may end inside a token)
+    at = next(i for i, t in enumerate(text) if i >= 1 and len(t) == 1 and t.strip() and t not in "".join(text[:i]))
+    config.stop_strings = [text[at]]
+    tokens = generate(adapter, pf, generation_config=config)[0][0].tolist()
+    assert tokens == greedy[:at + 1] and at + 1 < len(greedy)
+
+
+def test_a_streamer_prints_the_answer_as_it_is_generated(adapter):
+    from transformers import TextStreamer
+
+    class Kept(TextStreamer):
+        def on_finalized_text(self, text, stream_end=False):
+            self.text = getattr(self, "text", "") + text
+
+    streamer = Kept(adapter.tokenizer, skip_prompt=True, skip_special_tokens=True)
+    a = ask(adapter, image(adapter, 6, 8), "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="arr",
+            max_new_tokens=6, streamer=streamer)[0]
+    assert streamer.text.strip() == a.text and len(a.tokens) >= 1
 
 
 def test_a_batch_of_different_sizes_equals_each_image_alone(adapter):

@@ -138,7 +138,7 @@ def test_second_pass_equals_one_fresh_prefill_of_the_same_sequence(pair):
     assert visuals[0].positions.tolist() == fresh[0].positions.tolist()
     pre, suf = fast.prompt_ids(qs[0])
     single = assemble(fast.embed_tokens, [pre], visuals, [suf], fast.rope_rows)
-    ref_tokens, ref_logits = generate(fast, single, max_new_tokens=4, eos_token_id=fast.text_config.eos_token_id)
+    ref_tokens, ref_logits = generate(fast, single, max_new_tokens=4)
     tokens, logits = second_pass(fast, look, visuals, max_new_tokens=4)
     assert tokens.tolist() == ref_tokens.tolist()
     torch.testing.assert_close(logits, ref_logits, atol=ATOL, rtol=0)
@@ -196,3 +196,25 @@ def test_first_look_refuses_what_it_cannot_read(pair):
     other = fast.encode([img], [torch.tensor([[0, 0]])], gestalt=[(1, 1)])
     with pytest.raises(ValueError, match="not the one the first look prefilled"):
         second_pass_prefill(fast, look, other)
+
+
+@pytest.mark.parametrize("config", [dict(num_beams=2, max_new_tokens=4),
+                                    dict(do_sample=True, temperature=2.0, top_k=0, max_new_tokens=4)])
+def test_the_first_looks_cache_decodes_beams_and_samples_as_one_fresh_pass(pair, config):
+    from transformers import GenerationConfig
+
+    fast, _ = pair
+    qs = ["What is the total?", "Date?"]
+    cells = [torch.tensor([[5, 3], [0, 0], [2, 2]]), torch.tensor([[1, 6], [2, 0]])]
+    _, _, look, visuals = two_pass_setup(fast, [(6, 4), (3, 7)], [(3, 2), (2, 4)], cells, qs)
+    prompts = [fast.prompt_ids(q) for q in qs]
+    fresh = assemble(fast.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], fast.rope_rows)
+    gc = GenerationConfig(**config)
+    ref, _ = generate(fast, fresh, generation_config=gc, seed=1)
+    tokens, _ = decode(fast, prefill(fast, visuals, [], look=look), generation_config=gc, seed=1)
+    assert tokens.shape[0] == 2 and tokens.tolist() == ref.tolist()
+    # negative control: another seed draws other samples (beams do not draw)
+    if config.get("do_sample"):
+        _, _, look, visuals = two_pass_setup(fast, [(6, 4), (3, 7)], [(3, 2), (2, 4)], cells, qs)
+        other, _ = decode(fast, prefill(fast, visuals, [], look=look), generation_config=gc, seed=2)
+        assert other.tolist() != tokens.tolist()

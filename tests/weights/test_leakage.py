@@ -36,10 +36,9 @@ def jsonl(folder: Path, images: list[Path]) -> Path:
 def trained(tmp_path: Path) -> tuple[Path, list[Path]]:
     """Scorer weights that record two training images (as `arr-coc train` does), and those images."""
     seen = [page(tmp_path / "train" / f"{i}.png", i) for i in range(2)]
-    saved = torch.load(W.PACKAGED / "contextual.pt", weights_only=True)
+    saved = W.read_weights(W.PACKAGED / "contextual", W.SCORER_FORMAT, "scorer weights")
     saved["trained_images"] = W.image_digests((p, f"sroie train image {p.stem}") for p in seen)
-    torch.save(saved, tmp_path / "scorer.pt")
-    return tmp_path / "scorer.pt", seen
+    return W.save_folder(saved, tmp_path / "scorer"), seen
 
 
 def test_the_pixel_hash_follows_the_pixels_not_the_file(tmp_path: Path) -> None:
@@ -74,9 +73,9 @@ def test_weights_named_by_registry_name_refuse_their_training_images(trained, tm
     monkeypatch.setattr(registry, "PACKAGED", shelf)
     W.publish(weights, "contextual", root=shelf)  # shipped under the default's name: ``auto`` loads it
     arr = ARR(ARRConfig())
-    assert arr.weights_source == registry.SHIPPED + "contextual.pt"
+    assert arr.weights_source == registry.SHIPPED + "contextual"
     with pytest.raises(ValueError, match=rf"^{seen[0]} has the pixels of sroie train image 0, which the weights "
-                                         rf"{shelf / 'contextual.pt'} learned from"):
+                                         rf"{shelf / 'contextual'} learned from"):
         W.refuse_leakage("jsonl", None, arr, ("arr",), images=seen)
     assert W.entries(shelf)["contextual"].trained_on["hashed_images"] == 2
 
@@ -105,6 +104,6 @@ def test_the_shipped_scorer_refuses_a_renamed_copy_of_a_form_it_trained_on(tmp_p
     Image.open(trained_form).save(copy)  # another name and format, the same pixels
     records = load_dataset("jsonl", jsonl(tmp_path, [copy]))
     with pytest.raises(ValueError, match=rf"^{copy} has the pixels of funsd (train|val) image {trained_form.stem}, "
-                                         rf"which the weights .*contextual.pt learned from"):
+                                         rf"which the weights .*contextual learned from"):
         W.refuse_leakage("jsonl", None, ARR(ARRConfig()), ("arr",), images=[r.image for r in records])
     W.refuse_leakage("jsonl", None, ARR(ARRConfig()), ("arr",), images=[page(tmp_path / "new.png", 3)])

@@ -16,7 +16,9 @@ SHIPPED = ("adaptive_stratified", "contextual", "log_polar", "pruner", "selector
 def test_the_registry_lists_every_shipped_file_and_each_entry_is_what_its_file_holds():
     entries = W.entries()
     assert tuple(sorted(entries)) == SHIPPED
-    assert sorted(p.name for p in W.PACKAGED.glob("*.pt")) == sorted(e.file for e in entries.values())
+    assert sorted(p.parent.name for p in W.PACKAGED.glob("*/model.safetensors")) == sorted(
+        e.file for e in entries.values())
+    assert not list(W.PACKAGED.glob("*.pt"))  # every shipped entry is a folder
     for name, entry in entries.items():
         assert W.describe(entry.path, name) == entry, f"registry.json is stale for {name}: re-export it"
         assert entry.trained_on["datasets"] == ["funsd", "sroie", "coco"] and entry.trained_on["images"] == "train"
@@ -26,10 +28,10 @@ def test_the_registry_lists_every_shipped_file_and_each_entry_is_what_its_file_h
 
 
 def test_a_changed_file_no_longer_matches_its_entry(tmp_path):
-    copy = tmp_path / "contextual.pt"
-    saved = torch.load(W.PACKAGED / "contextual.pt", weights_only=True)
+    copy = tmp_path / "contextual"
+    saved = W.read_weights(W.PACKAGED / "contextual", W.SCORER_FORMAT, "scorer weights")
     saved["scorer"] = {k: v + 1 for k, v in saved["scorer"].items()}
-    torch.save(saved, copy)
+    W.save_folder(saved, copy)
     changed = W.describe(copy, "contextual")
     assert changed.sha256 != W.entry("contextual").sha256
     assert changed.trained_on == W.entry("contextual").trained_on  # same run settings, other numbers
@@ -43,15 +45,14 @@ def _state(arr):
 @pytest.mark.parametrize("name", ["log_polar", "adaptive_stratified"])
 def test_trained_sampler_parameters_load_by_name_exactly_as_by_path(name):
     by_name = ARR(ARRConfig(scorer=ScorerConfig(weights=name), sampler=SamplerConfig(name=name)))
-    by_path = ARR(ARRConfig(scorer=ScorerConfig(weights=str(W.PACKAGED / f"{name}.pt")),
-                            sampler=SamplerConfig(name=name)))
+    by_path = ARR(ARRConfig(scorer=ScorerConfig(weights=str(W.PACKAGED / name)), sampler=SamplerConfig(name=name)))
     initial = ARR(ARRConfig(scorer=ScorerConfig(weights="none"), sampler=SamplerConfig(name=name)))
-    assert by_name.weights_source == f"trained, shipped: arr_coc/weights/{name}.pt"
-    assert by_path.weights_source == str(W.PACKAGED / f"{name}.pt")
+    assert by_name.weights_source == f"trained, shipped: arr_coc/weights/{name}"
+    assert by_path.weights_source == str(W.PACKAGED / name)
     a, b, c = _state(by_name), _state(by_path), _state(initial)
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert any(k.startswith("p.") and not torch.equal(a[k], c[k]) for k in a), "the sampler's parameters trained"
-    saved = torch.load(W.PACKAGED / f"{name}.pt", weights_only=True)
+    saved = W.read_weights(W.PACKAGED / name, W.SCORER_FORMAT, "scorer weights")
     assert all(torch.equal(a["p." + k], v) for k, v in saved["sampler"].items())
 
 
@@ -71,12 +72,12 @@ def test_learned_classes_resolve_to_the_allocators_they_rebuild():
     assert tuple(W.loaders.LEARNED_CLASSES) == W.LEARNED_KINDS
 
 
-def test_publish_writes_the_file_and_its_entry_and_refuses_bad_names(tmp_path):
-    src = tmp_path / "run" / "scorer.pt"
-    src.parent.mkdir()
-    shutil.copyfile(W.PACKAGED / "log_polar.pt", src)
+def test_publish_writes_the_folder_and_its_entry_and_refuses_bad_names(tmp_path):
+    src = tmp_path / "run" / "scorer"
+    shutil.copytree(W.PACKAGED / "log_polar", src)
     entry = W.publish(src, "my_sampler", root=tmp_path)
-    assert (tmp_path / "my_sampler.pt").read_bytes() == src.read_bytes()
+    assert [(tmp_path / "my_sampler" / f).read_bytes() for f in (W.MODEL, W.CONFIG)] == [
+        (src / f).read_bytes() for f in (W.MODEL, W.CONFIG)]
     table = json.loads((tmp_path / "registry.json").read_text())
     assert list(table) == ["my_sampler"] and table["my_sampler"]["sha256"] == W.entry("log_polar").sha256
     assert W.entries(tmp_path)["my_sampler"] == entry
@@ -90,29 +91,27 @@ def test_publish_writes_the_file_and_its_entry_and_refuses_bad_names(tmp_path):
     torch.save({"format": "arr-coc-train/1", "step": 3}, tmp_path / "checkpoint.pt")
     with pytest.raises(ValueError, match="checkpoint.pt holds 'arr-coc-train/1', not weights made by `arr-coc train`"):
         W.publish(tmp_path / "checkpoint.pt", "x", root=tmp_path)
-    with pytest.raises(ValueError, match="registry.json cannot be read as weights made by `arr-coc train`"):
+    with pytest.raises(ValueError, match=r"registry.json is not a file torch.save wrote \(it begins b'{\\n \"'\); expected weights made by"):
         W.publish(tmp_path / "registry.json", "x", root=tmp_path)
-    (tmp_path / "checkpoint.pt").unlink()
-    assert sorted(p.name for p in tmp_path.glob("*.pt")) == ["my_sampler.pt"]  # nothing half-written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint.pt", "my_sampler", "registry.json", "run"]
 
 
 def test_shipped_sampler_weights_are_refused_on_the_images_they_trained_on():
     arr = ARR(ARRConfig(scorer=ScorerConfig(weights="log_polar"), sampler=SamplerConfig(name="log_polar")))
-    with pytest.raises(ValueError, match=r"shipped scorer weights \(arr_coc/weights/log_polar.pt\) were trained on "
+    with pytest.raises(ValueError, match=r"shipped scorer weights \(arr_coc/weights/log_polar/\) were trained on "
                                          "the train images of funsd, sroie, coco"):
         W.refuse_leakage("sroie", "val", arr, ("arr",))
     W.refuse_leakage("sroie", "test", arr, ("arr",))  # held out
     W.refuse_leakage("docvqa", None, arr, ("arr",))  # never trained on
-    own = ARR(ARRConfig(scorer=ScorerConfig(weights=str(W.PACKAGED / "log_polar.pt")),
-                        sampler=SamplerConfig(name="log_polar")))
+    own = ARR(ARRConfig(scorer=ScorerConfig(weights=str(W.PACKAGED / "log_polar")), sampler=SamplerConfig(name="log_polar")))
     W.refuse_leakage("sroie", "val", own, ("arr",))  # a path is the user's own choice, as before
 
 
 def test_the_registry_is_read_from_where_it_is_published(tmp_path, monkeypatch):
     monkeypatch.setattr(registry, "PACKAGED", tmp_path)
     assert W.entries() == {}
-    W.publish(W.PACKAGED / "contextual.pt", "contextual", root=tmp_path)
-    assert W.resolve("auto", "contextual") == (tmp_path / "contextual.pt", W.entries()["contextual"])
+    W.publish(W.PACKAGED / "contextual", "contextual", root=tmp_path)
+    assert W.resolve("auto", "contextual") == (tmp_path / "contextual", W.entries()["contextual"])
     assert W.resolve("some/file.pt", "contextual") == (registry.Path("some/file.pt"), None)
 
 

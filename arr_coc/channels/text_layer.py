@@ -1,0 +1,138 @@
+"""Text-layer channel: the words of a page that ARE the question's words, matched exactly, no model, no OCR.
+
+A born-digital PDF carries its text layer and a rendered text knows every word's box
+(:mod:`arr_coc.documents`), so the question can be matched to the page's words directly: both are
+cut into terms (case-folded, punctuation stripped at the ends, stop words and 1-character terms
+dropped), and each page word whose term is a question term is painted over its box with the term's
+weight. A word that also continues a pair of consecutive question terms (a quoted phrase, "section
+3.2") counts ``1 + PHRASE_BONUS`` times per neighbour it pairs with, so the phrase outranks its words
+scattered over the page.
+
+Weights: ``options["text_layer"]["weights"]`` maps terms to weights (a context passes each term's
+inverse page frequency over its pages, so words common to every page count little); by default every
+term weighs 1. The map is divided by ``options["text_layer"]["norm"]`` when given (a context passes
+one value for all its pages, keeping pages comparable), else by the image's own maximum.
+
+Where the words come from: the per-image cache entry ``WORDS_ENTRY`` (a context seeds it with the
+page's words in canvas pixels); a page nobody seeded (a scan) is read by RapidOCR, each line's words
+boxed by their share of its characters.
+
+Example:
+    >>> from arr_coc.cache import ImageCache
+    >>> from arr_coc.texture import compute_texture
+    >>> page, cache = torch.ones(3, 28, 56), ImageCache()
+    >>> _ = cache.get(WORDS_ENTRY, page, lambda: [("Total", (0.0, 0.0, 14.0, 28.0)), ("tax", (14.0, 28.0, 28.0, 56.0))])
+    >>> tex = compute_texture(page[None], ("text_layer",), queries=["What is the total?"], cache=cache)
+    >>> float(tex[0, 0, 7, 10]), float(tex[0, 0, 20, 40])
+    (1.0, 0.0)
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from arr_coc.imageops import paint_boxes, to_hwc_uint8
+from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
+from arr_coc.texture import TextureInputs, register_channel
+
+WORDS_ENTRY = "page_words"  # cache entry: list of (text, (y0, x0, y1, x1) px) in the image's pixels
+# A word pairing with a neighbour as the question pairs them counts this much more per neighbour.
+PHRASE_BONUS = 1.0
+# Question words that say what kind of question it is, not what it is about.
+STOP_WORDS = frozenset("""a an the of in on at to for from by with and or is are was were be been what which who whom
+whose where when why how does do did this that these those it its as into than then there their about after before
+comes come say says said page number title section""".split())
+_EDGE = re.compile(r"^[^\w]+|[^\w]+$")
+
+Word = tuple[str, tuple[float, float, float, float]]
+
+
+def term(word: str) -> str:
+    """A word's matching form: case-folded, punctuation stripped at both ends (inner dots stay: ``3.2``).
+
+    >>> term('"Hello,'), term("3.2"), term("(e.g.)")
+    ('hello', '3.2', 'e.g')
+    """
+    return _EDGE.sub("", word.casefold())
+
+
+def question_terms(question: str) -> list[str]:
+    """The question's terms in order, stop words and 1-character terms dropped.
+
+    >>> question_terms('What comes after "the float package"?')
+    ['float', 'package']
+    """
+    return [t for t in (term(w) for w in question.split()) if len(t) > 1 and t not in STOP_WORDS]
+
+
+def word_values(words: Sequence[str], question: str, weights: Mapping[str, float] | None = None) -> list[float]:
+    """Each word's match value: its term's weight if a question term, times 1 + PHRASE_BONUS per phrase neighbour.
+
+    >>> word_values(["a", "float", "package", "here", "float"], 'What comes after "float package"?')
+    [0.0, 2.0, 2.0, 0.0, 1.0]
+    """
+    q = question_terms(question)
+    pairs = set(zip(q, q[1:]))
+    terms = [term(w) for w in words]
+    out = []
+    for i, t in enumerate(terms):
+        if t not in q:
+            out.append(0.0)
+            continue
+        w = 1.0 if weights is None else float(weights.get(t, 0.0))
+        links = (i > 0 and (terms[i - 1], t) in pairs) + (i + 1 < len(terms) and (t, terms[i + 1]) in pairs)
+        out.append(w * (1.0 + PHRASE_BONUS * links))
+    return out
+
+
+def match_map(words: Sequence[Word], question: str, size: tuple[int, int],
+              weights: Mapping[str, float] | None = None) -> Tensor:
+    """``[H, W]`` the matching words' boxes painted with their values (unnormalised; overlaps take the max)."""
+    values = word_values([w for w, _ in words], question, weights)
+    hit = [i for i, v in enumerate(values) if v > 0]
+    if not hit:
+        return torch.zeros(size)
+    boxes = torch.tensor([words[i][1] for i in hit], dtype=torch.float32)
+    return paint_boxes(boxes, torch.tensor([values[i] for i in hit]), size)
+
+
+def ocr_words(image: Tensor, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> list[Word]:
+    """The words RapidOCR reads on ``image`` [3, H, W]: each line split at spaces, boxes by character share."""
+    require_rapidocr("the text_layer channel on a page without a text layer")
+    out = rapidocr_engine(det_limit_side_len)(np.ascontiguousarray(to_hwc_uint8(image.float())[..., ::-1]))
+    words: list[Word] = []
+    for quad, text in zip(out.boxes if out.boxes is not None else (), out.txts or ()):
+        q = np.asarray(quad, dtype=np.float64)
+        y0, x0, y1, x1 = q[:, 1].min(), q[:, 0].min(), q[:, 1].max(), q[:, 0].max()
+        text = str(text)
+        for m in re.finditer(r"\S+", text):
+            a, b = m.start() / max(1, len(text)), m.end() / max(1, len(text))
+            words.append((m.group(), (float(y0), float(x0 + a * (x1 - x0)), float(y1), float(x0 + b * (x1 - x0)))))
+    return words
+
+
+def image_words(cache: Any, image: Tensor, known: Callable[[], list[Word]] | None = None,
+                det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> list[Word]:
+    """One image's cached words: ``known()`` (a text layer) when given and not cached yet, else OCR."""
+    return cache.get(WORDS_ENTRY, image, known if known is not None else (lambda: ocr_words(image, det_limit_side_len)))
+
+
+@register_channel("text_layer", differentiable=False, needs_query=True)
+def _text_layer(inputs: TextureInputs) -> Tensor:
+    """Page words that are the question's words, exactly (text layer, or OCR on a scan): weighted, phrases first."""
+    if inputs.queries is None:
+        raise ValueError("the text_layer channel matches the question to the page's words: pass queries=")
+    weights = inputs.option("text_layer", "weights")
+    norm = inputs.option("text_layer", "norm")
+    side = int(inputs.option("text_layer", "det_limit_side_len", DET_LIMIT_SIDE_LEN))
+    size = tuple(inputs.pixels.shape[-2:])
+    maps = []
+    for image, question in zip(inputs.pixels, inputs.queries):
+        m = match_map(image_words(inputs.cache, image, det_limit_side_len=side), question, size, weights)
+        top = float(norm) if norm is not None else float(m.max())
+        maps.append(m / top if top > 0 else m)
+    return torch.stack(maps)[:, None].to(inputs.pixels).clamp(0, 1)  # [B, 1, H, W]

@@ -1,0 +1,14 @@
+"""Contexts: one token budget over many pages (a PDF, several images, a long text rendered as pages).
+
+``allocate_context(arr, context, question, tokens=T)`` gives every page a small gestalt by one
+rule and places the saccades by one ranking over the cells of all pages (:mod:`.allocate`);
+:func:`load_context` turns a PDF, a text file or images into pages (:mod:`.inputs`); :func:`split_context`
+is the token rule (:mod:`.budget`); :func:`text_tokens` counts the text a context replaces (:mod:`.tokens`).
+"""
+from arr_coc.contexts.allocate import ContextAllocation, PageAllocation, allocate_context
+from arr_coc.contexts.budget import split_context
+from arr_coc.contexts.inputs import MAX_PAGES, load_context
+from arr_coc.contexts.tokens import DEFAULT_TOKENIZER, text_tokens, tokenizer_name
+
+__all__ = ["ContextAllocation", "PageAllocation", "allocate_context", "split_context", "MAX_PAGES", "load_context",
+           "DEFAULT_TOKENIZER", "text_tokens", "tokenizer_name"]
