@@ -92,6 +92,10 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     arr_config = replace(arr_config, scorer=replace(arr_config.scorer, weights="none"))
     arr = ARR(arr_config, query_encoder=query_encoder)
     arr.scorer.requires_grad_(cfg.learner == "scorer")
+    if not arr_config.scorer.where_prior:  # the where prior is off: its weights take no part, so they take no step
+        for name in ("where", "prior"):  # the contextual scorer's where head, the mvp scorer's spatial prior
+            if getattr(arr.scorer, name, None) is not None:
+                getattr(arr.scorer, name).requires_grad_(False)
     if examples is None:
         examples = _examples(arr, cfg, rank, world)
     split = {s: [e for e in examples if split_of(e.split_group, e.dataset) == s] for s in ("train", "val", "test")}
