@@ -245,6 +245,11 @@ class ScorerConfig:
     # 1 = as trained, 0 = that way of knowing off; an ablation knob (the microscope's sliders), never trained
     part_scale: tuple[float, float, float] = field(default=(1.0, 1.0, 1.0), metadata={
         "help": "scale of the propositional, perspectival and participatory parts: 1 = as trained, 0 = off"})
+    # the query-weighted where prior (relevance.where_basis): where on the image a question's answer lay in
+    # the training layouts. Off by default: on unseen layouts (LaTeX manual pages) it pulled "What is the
+    # page number?" to the top of the page and read worse than the same scorer without it (docs/defaults.md)
+    where_prior: float = field(default=0.0, metadata={
+        "help": "scale of the trained where prior (where answers lay in the training layouts): 0 = off, 1 = as trained"})
 
     def __post_init__(self) -> None:
         self.query_dim, self.hidden = check_int("query_dim", self.query_dim), check_int("hidden", self.hidden)
@@ -252,6 +257,8 @@ class ScorerConfig:
             raise TypeError(f"scorer weights must be 'auto', 'none' or a file path, got {self.weights!r}")
         if not self.weights.strip():
             raise ValueError("scorer weights are empty; pass auto, none or a file path")
+        if not (isinstance(self.where_prior, (int, float)) and 0 <= self.where_prior < float("inf")):
+            raise ValueError(f"where_prior must be a finite number >= 0 (0 = off, 1 = as trained), got {self.where_prior!r}")
 
 
 @dataclass

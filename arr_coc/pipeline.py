@@ -270,7 +270,8 @@ class ARR(nn.Module):
             if dtype is not None:
                 cells, query_emb, gestalt_vector = (x.to(dtype) for x in (cells, query_emb, gestalt_vector))
             relevance = self.scorer(cells, query_emb, gestalt_vector, scene.canvas.valid,
-                                    scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale)
+                                    scale=None if tuple(scale) == (1.0, 1.0, 1.0) else scale,
+                                    where=self.config.scorer.where_prior)
         return relevance, query_emb, cells
 
     def cell_stack(self, scene: Scene, queries: Sequence[str], timings: dict[str, float] | None = None,

@@ -195,8 +195,9 @@ class ContextualScorer(nn.Module):
         nn.init.zeros_(self.context[2].bias)
 
     def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor,
-                scale: Sequence[float] | Tensor | None = None) -> Relevance:
-        """Relevance of every cell; ``scale`` [3] multiplies each part's context weight (see :func:`mix`)."""
+                scale: Sequence[float] | Tensor | None = None, where: float = 1.0) -> Relevance:
+        """Relevance of every cell; ``scale`` [3] multiplies each part's context weight (see :func:`mix`),
+        ``where`` the query-weighted where prior (1 = as trained, 0 = off)."""
         _check(cell_texture, valid, self.width)
         scale = part_scale(scale, cell_texture)
         z = lambda names: standardize(gather_channels(cell_texture, self.layout, names), valid)  # noqa: E731
@@ -205,8 +206,9 @@ class ContextualScorer(nn.Module):
         # participatory: coupling channels keep their absolute [0, 1] match level, the others are z-scored
         part_in = torch.cat([gather_channels(cell_texture, self.layout, [n]) * valid[:, None] if n in PARTICIPATORY
                              else z([n]) for n in self.part_names], 1)
-        part = linear_map(part_in, self.part(query_emb), None) + linear_map(where_basis(valid).to(part_in),
-                                                                             self.where(query_emb))
+        part = linear_map(part_in, self.part(query_emb), None)
+        if where:
+            part = part + where * linear_map(where_basis(valid).to(part_in), self.where(query_emb))
         parts = torch.cat([standardize(torch.stack([prop, persp], 1), valid), part[:, None] * valid[:, None]], 1)
         weights = torch.softmax(self.context(torch.cat([query_emb, gestalt_vec], -1)), -1)  # [B, 3]
         return Relevance(map=mix(parts, weights, scale), parts=parts, weights=weights, scale=scale)
@@ -255,8 +257,8 @@ class MVPScorer(nn.Module):
         return prior[:, 0]
 
     def forward(self, cell_texture: Tensor, query_emb: Tensor, gestalt_vec: Tensor, valid: Tensor,
-                scale: Sequence[float] | Tensor | None = None) -> Relevance:
-        """Relevance of every cell; ``scale`` [3] multiplies each tension weight (the spatial prior stays)."""
+                scale: Sequence[float] | Tensor | None = None, where: float = 1.0) -> Relevance:
+        """Relevance of every cell; ``scale`` [3] multiplies each tension weight, ``where`` the spatial prior."""
         _check(cell_texture, valid, self.width)
         scale = part_scale(scale, cell_texture)
         info = linear_map(gather_channels(cell_texture, self.layout, self.info_names), self.info)
@@ -264,5 +266,5 @@ class MVPScorer(nn.Module):
         part = linear_map(cell_texture, self.part, self.part_bias.expand(cell_texture.shape[0]))
         parts = torch.stack([info, persp, part], 1) * valid[:, None]  # [B, 3, Hc, Wc]
         weights = self.tension[None].expand(cell_texture.shape[0], -1)
-        mixed = mix(parts, weights, scale) + self.spatial_prior(valid)
+        mixed = mix(parts, weights, scale) + where * self.spatial_prior(valid)
         return Relevance(map=mixed * valid, parts=parts, weights=weights, scale=scale)

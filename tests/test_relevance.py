@@ -222,3 +222,20 @@ def test_where_prior_receives_gradient_through_the_soft_topk():
     (-(chosen * target.flatten(1)).sum()).backward()
     assert s.where.weight.grad is not None and s.where.weight.grad.abs().sum() > 0
     assert s.where.bias.grad[0] < 0  # more weight on the top-row bump covers more of the answer
+
+
+@pytest.mark.parametrize("name", ["contextual", "mvp"])
+def test_where_scale_zero_is_the_scorer_without_its_prior_and_one_is_as_trained(name):
+    s = SCORERS.get(name)(LAYOUT)
+    tex, q, g, valid = inputs()
+    with torch.no_grad():  # a trained-looking prior: the answer at the top of the image
+        if name == "contextual":
+            s.where.bias[0] = 3.0
+        else:
+            s.prior[0, 0, 0] = 3.0
+    on, off, half = (s(tex, q, g, valid, where=w).map for w in (1.0, 0.0, 0.5))
+    with torch.no_grad():
+        (s.where.bias if name == "contextual" else s.prior).zero_()
+    torch.testing.assert_close(off, s(tex, q, g, valid).map)  # off: exactly the map with no prior at all
+    assert not torch.allclose(on, off)  # negative control: the prior moved the map
+    torch.testing.assert_close(half - off, 0.5 * (on - off))  # linear in the scale

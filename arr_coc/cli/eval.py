@@ -101,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as err:
                 print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
                 methods.remove(m)
-    refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before any work, with the reason
+    # before any work, with the reason: by dataset name, and by the pixels of every image to be scored
+    refuse_leakage(args.dataset, args.split, arr, methods, learned, images=sorted({r.image for r in records}))
     settings = EvalSettings(methods=methods, tokens=args.tokens or DEFAULT_TOKENS, seed=args.seed,
                             margin_px=args.margin, reader=None if args.reader == "none" else args.reader,
                             reading=args.reading,
@@ -139,7 +140,8 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
                                batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
                                seed=args.seed, model=args.model, learned=learned, fresh=args.fresh,
                                patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
-    refuse_leakage(args.dataset, args.split, arr, methods, learned)  # before the model loads
+    refuse_leakage(args.dataset, args.split, arr, methods, learned,  # before the model loads
+                   images=sorted({r.image for r in records}))
     device = rank_device(args.device)
     adapter = load_vlm(args.model, dtype=args.dtype, device=device)
     if adapter.cell != config.canvas.cell:  # the canvas is built on the model's token cell

@@ -31,7 +31,7 @@ Options = dict[str, "str | tuple[str, ...]"]
 # Options that come from a config dataclass: field name -> option strings (the first names the dest).
 CANVAS_OPTIONS: Options = {"cell": "--cell", "max_pixels": "--max-pixels"}
 TEXTURE_OPTIONS: Options = {"channels": "--channels"}
-SCORER_OPTIONS: Options = {"name": "--scorer", "weights": "--scorer-weights"}
+SCORER_OPTIONS: Options = {"name": "--scorer", "weights": "--scorer-weights", "where_prior": "--where-prior"}
 # `look` and `ask` spend K saccades on top of the gestalt (or split --tokens T as eval does)
 SAMPLER_OPTIONS: Options = {"name": "--sampler", "saccades": "--saccades"}
 # `eval` and `train` take total tokens: only the sampler's name (the method arr sends; a learnable

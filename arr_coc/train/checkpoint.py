@@ -114,19 +114,24 @@ def _norm(v: Any) -> Any:  # as JSON sees it: tuples and lists compare equal
     return json.loads(json.dumps(v, default=str))
 
 
-def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict) -> Path:
-    """The trained scorer (and sampler) as a weights folder, with what rebuilds it: channels, configs, metrics."""
-    return save_folder(scorer_file(arr, train_config=asdict(cfg), metrics=metrics), path)
+def export_weights(path: Path, arr: Any, cfg: TrainConfig, metrics: dict, trained_images: dict | None = None) -> Path:
+    """The trained scorer (and sampler) as a weights folder, with what rebuilds it: channels, configs, metrics,
+    and the content hash of every train and val image (``trained_images``, read by the leakage check)."""
+    return save_folder(scorer_file(arr, train_config=asdict(cfg), metrics=metrics,
+                                   trained_images=dict(trained_images or {})), path)
 
 
-def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dict) -> Path:
-    """Write what a run trained into ``out``: the folder ``scorer/`` (scorer and sampler) or ``<learner>/``."""
+def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dict,
+               trained_images: dict | None = None) -> Path:
+    """Write what a run trained into ``out``: the folder ``scorer/`` (scorer and sampler) or ``<learner>/``,
+    each with ``trained_images`` (``{pixel digest: label}`` of its train and val images)."""
     if cfg.learner == "scorer":
-        return export_weights(out / "scorer", arr, cfg, metrics)
+        return export_weights(out / "scorer", arr, cfg, metrics, trained_images)
     from arr_coc.allocators.pruning import save_learned
 
     return save_learned(out / cfg.learner, cfg.learner, learner.net, arr.channels, metrics=metrics,
-                        train_config=asdict(cfg), query_encoder=encoder_name(arr.query_encoder))
+                        train_config=asdict(cfg), query_encoder=encoder_name(arr.query_encoder),
+                        trained_images=dict(trained_images or {}))
 
 
 def export(weights: Path, target: str) -> str:

@@ -34,7 +34,7 @@ from arr_coc.train.objective import (
     hard_metrics,
     seed_of,
 )
-from arr_coc.weights import atomic_write, encoder_name
+from arr_coc.weights import atomic_write, encoder_name, image_digests
 
 __all__ = ["Run", "TrainConfig", "accumulate", "batch_indices", "plot_history", "train"]
 
@@ -92,6 +92,10 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
     arr_config = replace(arr_config, scorer=replace(arr_config.scorer, weights="none"))
     arr = ARR(arr_config, query_encoder=query_encoder)
     arr.scorer.requires_grad_(cfg.learner == "scorer")
+    if not arr_config.scorer.where_prior:  # the where prior is off: its weights take no part, so they take no step
+        for name in ("where", "prior"):  # the contextual scorer's where head, the mvp scorer's spatial prior
+            if getattr(arr.scorer, name, None) is not None:
+                getattr(arr.scorer, name).requires_grad_(False)
     if examples is None:
         examples = _examples(arr, cfg, rank, world)
     split = {s: [e for e in examples if split_of(e.split_group, e.dataset) == s] for s in ("train", "val", "test")}
@@ -147,7 +151,9 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
             "random": {s: hard_metrics(learner, split[s], cfg.tokens, random_seed=cfg.seed) for s in ("val", "test")},
             "train_seconds": run.seconds, "processes": world,
         }
-        export_run(out, cfg, arr, learner, run.metrics)
+        # what the leakage check refuses to score these weights on: the images they learned from or were chosen on
+        seen = image_digests((e.image, f"{e.dataset} {s} image {e.image_id}") for s in ("train", "val") for e in split[s])
+        export_run(out, cfg, arr, learner, run.metrics, seen)
         text = json.dumps(run.metrics, indent=1)
         atomic_write(out / "metrics.json", lambda f: f.write(text.encode()))
         plot_history(history, out / "loss.png", initial["val"]["iou"])

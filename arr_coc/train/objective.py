@@ -43,11 +43,12 @@ class Learner(nn.Module):
     embedding, i.e. pruning after everything was encoded.
     """
 
-    def __init__(self, kind: str, net: nn.Module) -> None:
+    def __init__(self, kind: str, net: nn.Module, where: float = 1.0) -> None:
         super().__init__()
         if kind not in LEARNERS:
             raise ValueError(f"unknown learner {kind!r}; choose one of {', '.join(LEARNERS)}")
         self.kind, self.net = kind, net
+        self.where = where  # the scorer's where prior, trained as it will be used (ScorerConfig.where_prior)
 
     @classmethod
     def build(cls, kind: str, arr: Any, channels: int) -> "Learner":
@@ -57,11 +58,11 @@ class Learner(nn.Module):
             return cls(kind, PatchSelector(cell=arr.config.canvas.cell))
         if kind == "pruner":
             return cls(kind, TokenPruner(channels, query_dim=arr.query_encoder.dim, hidden=PRUNER_HIDDEN))
-        return cls(kind, arr.scorer)
+        return cls(kind, arr.scorer, arr.config.scorer.where_prior)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         if self.kind == "scorer":
-            return self.net(batch["cells"], batch["query"], batch["gestalt"], batch["valid"]).map
+            return self.net(batch["cells"], batch["query"], batch["gestalt"], batch["valid"], where=self.where).map
         if self.kind == "pruner":
             b, c, h, w = batch["cells"].shape
             return self.net.score(batch["cells"].flatten(2).transpose(1, 2), batch["query"]).view(b, h, w)

@@ -6,7 +6,7 @@
 - :mod:`~arr_coc.weights.convert`: ``python -m arr_coc.weights.convert``, older ``.pt`` weights into folders.
 - :mod:`~arr_coc.weights.registry`: the shipped weights by name (``registry.json``), what each was trained on.
 - :mod:`~arr_coc.weights.loaders`: scorer (+ sampler) weights into an ARR, the selector and the pruner.
-- :mod:`~arr_coc.weights.leakage`: shipped weights are never scored on images they learned from.
+- :mod:`~arr_coc.weights.leakage`: weights are never scored on images they learned from (by dataset and by pixels).
 """
 from __future__ import annotations
 
@@ -22,7 +22,16 @@ from arr_coc.weights.files import (
                                    weights_digest,
 )
 from arr_coc.weights.folders import CONFIG, MODEL, is_folder_weights, pretrained_path, read_weights, save_folder
-from arr_coc.weights.leakage import SCORER_FREE, refuse_leakage, trained_on
+from arr_coc.weights.leakage import (
+                                   SCORER_FREE,
+                                   image_digests,
+                                   pixel_digest,
+                                   refuse_leakage,
+                                   refuse_seen_images,
+                                   trained_images,
+                                   trained_on,
+                                   weights_in_play,
+)
 from arr_coc.weights.loaders import (
     encoder_name,
     load_learned,
@@ -46,7 +55,8 @@ from arr_coc.weights.registry import (
 
 __all__ = ["CONFIG", "LEARNED_FORMAT", "LEARNED_KINDS", "MODEL", "PACKAGED", "SCORER_FORMAT", "SCORER_FREE",
            "SHIPPED", "Entry", "atomic_save", "atomic_write", "check_fields", "check_names", "check_state",
-           "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "is_folder_weights", "is_name",
-           "load_file", "load_learned", "load_learned_methods", "load_scorer_weights", "pretrained_config", "pretrained_path", "publish",
-           "read_weights", "scorer_file",
-           "refuse_leakage", "resolve", "save_folder", "trained_on", "weights_digest"]
+           "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "image_digests",
+           "is_folder_weights", "is_name", "load_file", "load_learned", "load_learned_methods", "load_scorer_weights",
+           "pixel_digest", "pretrained_config", "pretrained_path", "publish", "read_weights", "refuse_leakage",
+           "refuse_seen_images", "resolve", "save_folder", "scorer_file", "trained_images", "trained_on",
+           "weights_digest", "weights_in_play"]

@@ -35,8 +35,9 @@ class Entry:
 
     ``trained_on`` says which images it learned from: ``datasets``, ``images`` (``"train"``: the train
     images of :func:`arr_coc.data.datasets.split_of`; val chose its settings, test was never seen),
-    ``split`` (an official split asked for, or None), ``limit`` and ``seed``, and whatever else the file
-    records under ``trained_on`` (e.g. content hashes of its training images). ``sha256`` is the folder's
+    ``split`` (an official split asked for, or None), ``limit``, ``seed``, ``hashed_images`` (how many train
+    and val images the file records by pixel hash, ``trained_images``, for the leakage check) and whatever else
+    the file records under ``trained_on``. ``sha256`` is the folder's
     (:func:`~arr_coc.weights.files.file_sha256`); ``converted_from`` the ``.pt`` file it was converted from, if any.
     """
 
@@ -73,7 +74,9 @@ def describe(path: str | Path, name: str) -> Entry:
     saved = read_weights(path, (SCORER_FORMAT, LEARNED_FORMAT), "weights made by `arr-coc train`")
     train = dict(saved.get("train_config") or {})
     trained_on = {"datasets": list(train.pop("datasets", ())), "images": "train", "split": train.pop("split", None),
-                  "limit": train.pop("limit", None), "seed": train.pop("seed", None), **(saved.get("trained_on") or {})}
+                  "limit": train.pop("limit", None), "seed": train.pop("seed", None),
+                  # the pixel hashes themselves live in the file (``trained_images``), where the leakage check reads them
+                  "hashed_images": len(saved.get("trained_images") or {}), **(saved.get("trained_on") or {})}
     settings: dict[str, Any] = {"channels": list(saved.get("channels", ())),
                                 "query_encoder": saved.get("query_encoder", "MiniLMQueryEncoder")}
     if saved["format"] == SCORER_FORMAT:

@@ -305,9 +305,9 @@ def test_jsonl_rejects_duplicate_ids_folders_with_several_files_and_no_path(json
 
 # -------------------------------------------------------------------------------- registry and subsets
 def test_registry_holds_every_loader_and_unknown_names_list_them() -> None:
-    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "docvqa", "infovqa", "textvqa", "chartqa", "mpdocvqa",
-                                "slidevqa"]
-    with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, docvqa"):
+    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "texlive", "docvqa", "infovqa", "textvqa", "chartqa",
+                                "mpdocvqa", "slidevqa"]
+    with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, texlive, docvqa"):
         load_dataset("vqav2")
 
 
@@ -326,6 +326,7 @@ def test_specs_say_how_each_dataset_is_read_split_and_scored() -> None:
         "sroie": ("SROIE", "hash", "anls", "tesseract", "sroie"),
         "coco": ("COCO128", "hash", "anls", None, "coco128"),  # boxes, no text: coverage only
         "jsonl": ("JSONL", "hash", "anls", "tesseract", None),
+        "texlive": ("TeX Live manuals", "official", "anls", "tesseract", None),  # pages rendered to a cache
         "docvqa": ("DocVQA", "official", "anls", "vlm", None),
         "infovqa": ("InfoVQA", "official", "anls", "vlm", None),
         "textvqa": ("TextVQA", "official", "vqa_accuracy", "vlm", None),
