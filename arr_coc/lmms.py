@@ -21,25 +21,36 @@ log-likelihoods, sample, use beams, show several images or none are refused with
 """
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING
 
-import torch
-from lmms_eval.api.instance import Instance
-from lmms_eval.api.model import lmms
-from lmms_eval.models.registry_v2 import ModelManifest
-
-from arr_coc.budget import budget_tokens, split_budget
-from arr_coc.config import ARRConfig, GestaltConfig, check_int
+if TYPE_CHECKING:
+    from lmms_eval.models.registry_v2 import ModelManifest
 
 MODEL_ID = "arr_coc"
-OPTIONS = ("pretrained", "tokens", "saccades", "relevance", "mode", "layout", "allocator", "dtype", "device",
-           "batch_size", "max_batch_size")
 
 
+# Defined before this module imports lmms_eval: importing lmms_eval.models loads every entry point, this
+# one included, so when this module is imported first its entry point must already resolve (a missing
+# attribute there is dropped silently by lmms-eval's registry and `--model arr_coc` would be unknown).
 def manifest() -> ModelManifest:
     """What lmms-eval's registry loads from the ``lmms_eval.models`` entry point: ``--model arr_coc``."""
+    from lmms_eval.models.registry_v2 import ModelManifest
+
     return ModelManifest(model_id=MODEL_ID, simple_class_path=f"{__name__}.ArrCoc")
+
+
+from dataclasses import replace  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+from lmms_eval.api.instance import Instance  # noqa: E402
+from lmms_eval.api.model import lmms  # noqa: E402
+
+from arr_coc.budget import budget_tokens, split_budget  # noqa: E402
+from arr_coc.config import ARRConfig, GestaltConfig, check_int  # noqa: E402
+
+OPTIONS = ("pretrained", "tokens", "saccades", "relevance", "mode", "layout", "allocator", "dtype", "device",
+           "batch_size", "max_batch_size")
 
 
 class ArrCoc(lmms):

@@ -79,6 +79,10 @@ def test_the_model_is_registered_through_lmms_evals_entry_point_group():
     from arr_coc.lmms import ArrCoc
 
     assert get_model("arr_coc") is ArrCoc
+    # imported before lmms_eval (as the doctests and users do), the entry point must still resolve
+    first = "import arr_coc.lmms as m; from lmms_eval.models import get_model; assert get_model('arr_coc') is m.ArrCoc"
+    done = subprocess.run([sys.executable, "-c", first], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_lmms_eval_answers_every_sample_at_the_budget(task_dir: Path):

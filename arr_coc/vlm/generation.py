@@ -8,7 +8,7 @@ from typing import Any, Iterator, Sequence
 import torch
 from torch import Tensor
 
-from arr_coc.config import MAX_NEW_TOKENS, DecodeConfig
+from arr_coc.config import MAX_NEW_TOKENS, DecodeConfig, check_int
 from arr_coc.vlm.processing import Prefill
 from arr_coc.vlm.protocol import VLMAdapter
 
@@ -75,6 +75,7 @@ def greedy(max_new_tokens: int = MAX_NEW_TOKENS) -> Any:
     """
     from transformers import GenerationConfig
 
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens)  # the project's line, before transformers' own
     return GenerationConfig(do_sample=False, num_beams=1, repetition_penalty=1.0, max_new_tokens=max_new_tokens)
 
 
