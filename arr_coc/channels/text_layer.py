@@ -6,7 +6,11 @@ cut into terms (case-folded, punctuation stripped at the ends, stop words and 1-
 dropped), and each page word whose term is a question term is painted over its box with the term's
 weight. A word that also continues a pair of consecutive question terms (a quoted phrase, "section
 3.2") counts ``1 + PHRASE_BONUS`` times per neighbour it pairs with, so the phrase outranks its words
-scattered over the page.
+scattered over the page. A phrase the question quotes ("...") and the page holds verbatim (the same
+run of terms, stop words included) is the occurrence the question names: each of its words counts
+``1 + 2 * PHRASE_BONUS`` times the weight of all the quote's terms, more than any partial match can.
+Stop words alone never match; inside a verbatim quote they do ('after "and there is no"' names one
+place, where its one content word "no" occurs all over).
 
 Weights: ``options["text_layer"]["weights"]`` maps terms to weights (a context passes each term's
 inverse page frequency over its pages, so words common to every page count little); by default every
@@ -47,6 +51,7 @@ STOP_WORDS = frozenset("""a an the of in on at to for from by with and or is are
 whose where when why how does do did this that these those it its as into than then there their about after before
 comes come say says said page number title section""".split())
 _EDGE = re.compile(r"^[^\w]+|[^\w]+$")
+_QUOTE = re.compile(r'"([^"]+)"|\u201c([^\u201d]+)\u201d')  # "straight" or \u201ccurly\u201d double quotes
 
 Word = tuple[str, tuple[float, float, float, float]]
 
@@ -69,23 +74,47 @@ def question_terms(question: str) -> list[str]:
     return [t for t in (term(w) for w in question.split()) if len(t) > 1 and t not in STOP_WORDS]
 
 
+def quoted_terms(question: str) -> list[tuple[str, ...]]:
+    """The terms of each phrase the question quotes, stop words kept (a quote is meant word for word).
+
+    >>> quoted_terms('What comes after "and there is no"?')
+    [('and', 'there', 'is', 'no')]
+    """
+    return [t for m in _QUOTE.finditer(question) if (t := tuple(x for w in (m[1] or m[2]).split() if (x := term(w))))]
+
+
 def word_values(words: Sequence[str], question: str, weights: Mapping[str, float] | None = None) -> list[float]:
-    """Each word's match value: its term's weight if a question term, times 1 + PHRASE_BONUS per phrase neighbour.
+    """Each word's match value: its term's weight if a question term, times 1 + PHRASE_BONUS per phrase neighbour;
+    the words of a quote found verbatim: 1 + 2 PHRASE_BONUS times the quote's summed term weights.
 
     >>> word_values(["a", "float", "package", "here", "float"], 'What comes after "float package"?')
-    [0.0, 2.0, 2.0, 0.0, 1.0]
+    [0.0, 6.0, 6.0, 0.0, 1.0]
+    >>> word_values(["is", "no", "and", "there", "is", "no"], 'What comes after "and there is no"?')
+    [0.0, 1.0, 12.0, 12.0, 12.0, 12.0]
     """
     q = question_terms(question)
     pairs = set(zip(q, q[1:]))
     terms = [term(w) for w in words]
+
+    def weight(t: str) -> float:
+        return 1.0 if weights is None else float(weights.get(t, 0.0))
+
     out = []
     for i, t in enumerate(terms):
         if t not in q:
             out.append(0.0)
             continue
-        w = 1.0 if weights is None else float(weights.get(t, 0.0))
         links = (i > 0 and (terms[i - 1], t) in pairs) + (i + 1 < len(terms) and (t, terms[i + 1]) in pairs)
-        out.append(w * (1.0 + PHRASE_BONUS * links))
+        out.append(weight(t) * (1.0 + PHRASE_BONUS * links))
+    kept = [i for i, t in enumerate(terms) if t]  # punctuation-only words are not words of a quote
+    seq = [terms[i] for i in kept]
+    for quote in quoted_terms(question):
+        value = (1.0 + 2 * PHRASE_BONUS) * sum(weight(t) for t in quote)
+        n = len(quote)
+        for j in range(len(seq) - n + 1):
+            if tuple(seq[j:j + n]) == quote:
+                for i in kept[j:j + n]:
+                    out[i] = max(out[i], value)
     return out
 
 

@@ -10,12 +10,14 @@ from arr_coc.contexts.allocate import (
     PageAllocation,
     SeenContext,
     allocate_context,
-    rank_cells,
+    rank_parts,
     see_context,
 )
 from arr_coc.contexts.budget import split_context
 from arr_coc.contexts.inputs import MAX_PAGES, load_context
+from arr_coc.contexts.ranking import RankParts, rank_cells, ranking_score
 from arr_coc.contexts.tokens import DEFAULT_TOKENIZER, text_tokens, tokenizer_name
 
-__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate_context", "see_context", "rank_cells", "split_context", "MAX_PAGES", "load_context",
+__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate_context", "see_context", "rank_cells",
+           "rank_parts", "RankParts", "ranking_score", "split_context", "MAX_PAGES", "load_context",
            "DEFAULT_TOKENIZER", "text_tokens", "tokenizer_name"]

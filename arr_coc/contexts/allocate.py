@@ -12,12 +12,11 @@
 4. the ``text_layer`` channel (:mod:`arr_coc.channels.text_layer`) paints the page words that are the
    question's words, weighted by their inverse page frequency over the context and divided by one
    context-wide maximum, so it is comparable across pages;
-5. one ranking over every valid cell of every page: the page's relevance scaled to [0, 1] over its
-   cells (the scorer standardises parts per image, so its scale differs from page to page; a z-score
-   let a 15-cell page's outlier beat a matched page), plus ``text_weight`` x the cell's text-layer
-   match (the matching words' area in the cell), plus ``page_weight`` x the page's best matching
-   word (the detail goes to the pages the question names); the top K cells, ties broken by page then
-   cell order, are the saccades.
+5. one ranking over every valid cell of every page (:mod:`arr_coc.contexts.ranking`): the page's
+   relevance scaled to [0, 1] over its cells, plus ``text_weight`` x the cell's text-layer match,
+   plus ``page_weight`` x the page's best matching word, plus ``near_weight`` x where a matched
+   line's answer sits (the rest of the line, the line below); the top K cells, ties broken by page
+   then cell order, are the saccades.
 
 The total sent is exact: sum of the gestalts + K. A context of one page keeps today's path: the
 ARR's own sampler on its own relevance (``ContextAllocation.allocation`` is the usual
@@ -25,7 +24,6 @@ ARR's own sampler on its own relevance (``ContextAllocation.allocation`` is the 
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -34,9 +32,20 @@ import torch
 from torch import Tensor
 
 from arr_coc.channels.text import image_lines, lines_from_text
-from arr_coc.channels.text_layer import image_words, question_terms, term, word_values
+from arr_coc.channels.text_layer import image_words, word_values
 from arr_coc.contexts.budget import split_context
 from arr_coc.contexts.inputs import MAX_PAGES, load_context
+from arr_coc.contexts.ranking import (
+    NEAR_WEIGHT,
+    PAGE_WEIGHT,
+    TEXT_WEIGHT,
+    RankParts,
+    idf,
+    near_map,
+    rank_cells,
+    ranking_score,
+    unit,
+)
 from arr_coc.contexts.result import ContextAllocation, Line, PageAllocation
 from arr_coc.contexts.tokens import text_tokens as count_tokens
 from arr_coc.contexts.tokens import tokenizer_name
@@ -49,10 +58,6 @@ from arr_coc.plan import Plan
 from arr_coc.query import check_queries
 from arr_coc.texture import compute_texture, pool_to_cells
 
-# Set by hand, not tuned (docs/coc.md): a cell on a matched word of the question outranks the page's
-# most relevant unmatched cells (relevance is in [0, 1]); a page holding the question's words outranks pages without.
-TEXT_WEIGHT = 4.0
-PAGE_WEIGHT = 2.0
 CHUNK = 4  # pages scored at once: ~0.3 GB of texture per A4 page at 150 dpi
 OCR = Callable[[Tensor], Sequence[Line]]
 
@@ -188,19 +193,6 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
     return SeenContext(ctx, scenes, words, lines, sources, t)
 
 
-def _unit(rel: Tensor) -> Tensor:
-    """A page's relevance scaled to [0, 1] over its cells (its best cell 1): the scorer's scale varies by page."""
-    lo, hi = rel.min(), rel.max()
-    return (rel - lo) / (hi - lo) if float(hi - lo) > 0 else torch.zeros_like(rel)
-
-
-def _idf(pages_words: Sequence[Sequence[Line]], question: str) -> dict[str, float]:
-    """Each question term's weight: log(1 + pages / pages holding it); 0 where no page holds it."""
-    n = len(pages_words)
-    have = [{term(w) for w, _ in ws} for ws in pages_words]
-    return {t: (math.log(1 + n / df) if (df := sum(t in h for h in have)) else 0.0) for t in set(question_terms(question))}
-
-
 def _one_page(arr: ARR, seen: SeenContext, question: str, tokens: int | None, saccades: int | None,
               t: dict[str, float]) -> tuple[PageAllocation, Allocation]:
     scene = seen.scenes[0]
@@ -221,7 +213,7 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
                      saccades: int | None = None, pages: Any = None, dpi: float = DEFAULT_DPI,
                      layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES, tokenizer: Any = None,
                      ocr: OCR | None = None, text_weight: float = TEXT_WEIGHT, page_weight: float = PAGE_WEIGHT,
-                     chunk: int = CHUNK) -> ContextAllocation:
+                     near_weight: float = NEAR_WEIGHT, chunk: int = CHUNK) -> ContextAllocation:
     """Allocate one budget over a context's pages for a question.
 
     Args:
@@ -237,7 +229,7 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
         tokenizer: the VLM's tokenizer (or processor) to count the text tokens; default the offline one.
         ocr: ``ocr(canvas [3, H, W]) -> [(line text, (y0, x0, y1, x1) px)]`` for pages without text;
             default the text channels' own cached RapidOCR.
-        text_weight, page_weight: the ranking's weights (see the module docstring).
+        text_weight, page_weight, near_weight: the ranking's weights (:mod:`arr_coc.contexts.ranking`).
         chunk: pages computed at once.
 
     Returns:
@@ -255,7 +247,8 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
         out = [page_alloc]
     else:
         with torch.no_grad():  # a ranking, not a training step: no graph over the pages
-            out = _many_pages(arr, seen, question, tokens, saccades, text_weight, page_weight, t)
+            weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight)
+            out = _many_pages(arr, seen, question, tokens, saccades, weights, t)
     has_text = [p for p in out if p.words]
     text = "\n\n".join(" ".join(w for w, _ in p.words) for p in has_text)
     n_text = count_tokens(text, tokenizer) if has_text else None
@@ -263,65 +256,67 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
     return ContextAllocation(question, out, ctx.source, dict(ctx.meta), n_text, tokenizer_name(tokenizer), t, alloc)
 
 
-def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
-    """The K best cells over every page's score map [hc_i, wc_i], per page as [k_i, 2] (y, x) in rank order.
+def rank_parts(arr: ARR, seen: SeenContext, question: str, k: int = 0, t: dict[str, float] | None = None,
+               relevance: Sequence[Tensor] | None = None) -> list[RankParts]:
+    """Every page's :class:`~arr_coc.contexts.ranking.RankParts` for a question.
 
-    Ties go to the earlier page, then the earlier cell (a stable sort), so the result is deterministic.
-
-    >>> [c.tolist() for c in rank_cells([torch.tensor([[0.1, 0.9]]), torch.tensor([[0.5], [0.9]])], 3)]
-    [[[0, 1]], [[1, 0], [0, 0]]]
+    Args:
+        arr, seen: the ARR and the context's pages (:func:`see_context`).
+        question: the question.
+        k: the saccades the ARR's gestalt is made for.
+        t: stage times (ms) are added here.
+        relevance: each page's relevance in [0, 1] when already known (the text parts of another
+            wording of a question); otherwise every page is scored.
     """
-    flat = torch.cat([s.reshape(-1) for s in scores])
-    order = torch.sort(flat, descending=True, stable=True).indices[:k]
-    offsets = torch.tensor([0] + [s.numel() for s in scores]).cumsum(0)
-    page_of = torch.searchsorted(offsets, order, right=True) - 1
-    out = []
-    for i, s in enumerate(scores):
-        mine = order[page_of == i] - offsets[i]  # rank order kept
-        out.append(torch.stack([mine // s.shape[1], mine % s.shape[1]], -1).long().reshape(-1, 2))
-    return out
-
-
-def _many_pages(arr: ARR, seen: SeenContext, question: str, tokens: int | None, saccades: int | None,
-                text_weight: float, page_weight: float, t: dict[str, float]) -> list[PageAllocation]:
+    t = {} if t is None else t
     cell = seen.scenes[0].canvas.cell
-    grids = [g for scene in seen.scenes for g in scene.extents]
-    gestalts, k = split_context(grids, tokens=tokens, saccades=saccades)
     images = [seen.image(i) for i in range(len(seen))]
-    rels: list[Tensor] = []
+    rels: list[Tensor] = list(relevance) if relevance is not None else []
     i = 0
-    for scene in seen.scenes:
+    for scene in seen.scenes if relevance is None else ():
         b = scene.canvas.batch_size
         for j in range(b):
             _hand_over(arr, images[i + j], seen.words[i + j], seen.lines[i + j])
         tc: dict[str, float] = {}
         g = arr.gestalt(scene, k)
-        relevance, _ = arr.score(scene, [question] * b, g.vector, timings=tc)
+        relevance_map, _ = arr.score(scene, [question] * b, g.vector, timings=tc)
         for name, ms in tc.items():
             t[name] = t.get(name, 0.0) + ms
         c = scene.canvas
-        rels.extend(_unit(relevance.map[r, : h // c.cell, : w // c.cell]) for r, (h, w) in enumerate(c.sizes))
+        rels.extend(unit(relevance_map.map[r, : h // c.cell, : w // c.cell]) for r, (h, w) in enumerate(c.sizes))
         i += b
     start = time.perf_counter()
     words = seen.words
-    idf = _idf(words, question)
-    norm = max((max(word_values([w for w, _ in ws], question, idf), default=0.0) for ws in words), default=0.0)
-    scores = []
-    for img, rel, ws in zip(images, rels, words):
-        best = max(word_values([w for w, _ in ws], question, idf), default=0.0) / norm if norm > 0 else 0.0
+    weights = idf(words, question)
+    values = [word_values([w for w, _ in ws], question, weights) for ws in words]
+    norm = max((max(v, default=0.0) for v in values), default=0.0)
+    parts = []
+    for img, rel, ws, ls, vs in zip(images, rels, words, seen.lines, values):
         if norm > 0:
+            image_words(arr.cache, img, known=lambda ws=ws: ws)  # seeded again: the cache may have dropped it
             m = compute_texture(img[None], ("text_layer",), queries=[question], cache=arr.cache,
-                                options={"text_layer": {"weights": idf, "norm": norm}})
+                                options={"text_layer": {"weights": weights, "norm": norm}})
             text = pool_to_cells(m, cell)[0, 0]  # [hc, wc]
+            near = near_map(ws, ls, [v / norm for v in vs], tuple(img.shape[-2:]), cell)
         else:
-            text = torch.zeros_like(rel)
-        scores.append(rel + text_weight * text + page_weight * best)
+            text = near = torch.zeros_like(rel)
+        parts.append(RankParts(rel, text, near[: rel.shape[0], : rel.shape[1]],
+                               max(vs, default=0.0) / norm if norm > 0 else 0.0))
     t["text_layer"] = (time.perf_counter() - start) * 1e3
+    return parts
+
+
+def _many_pages(arr: ARR, seen: SeenContext, question: str, tokens: int | None, saccades: int | None,
+                weights: dict[str, float], t: dict[str, float]) -> list[PageAllocation]:
+    cell = seen.scenes[0].canvas.cell
+    grids = [g for scene in seen.scenes for g in scene.extents]
+    gestalts, k = split_context(grids, tokens=tokens, saccades=saccades)
+    scores = [ranking_score(p, **weights) for p in rank_parts(arr, seen, question, k, t)]
     start = time.perf_counter()
     out = []
-    for i, (page, img, s, cells) in enumerate(zip(seen.context.pages, images, scores, rank_cells(scores, k))):
+    for i, (page, s, cells) in enumerate(zip(seen.context.pages, scores, rank_cells(scores, k))):
         flat = s.reshape(-1)[cells[:, 0] * s.shape[1] + cells[:, 1]]
         plan = Plan("coc", "cells", tuple(s.shape), gestalt=gestalts[i], cells=cells, scores=flat)
-        out.append(PageAllocation(page.index, img, plan, cell, s, words[i], seen.sources[i]))
+        out.append(PageAllocation(page.index, seen.image(i), plan, cell, s, seen.words[i], seen.sources[i]))
     t["selection"] = (time.perf_counter() - start) * 1e3
     return out

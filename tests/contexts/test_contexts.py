@@ -150,13 +150,13 @@ def test_text_layer_channel_equals_the_matching_words_rasterised():
         for i, (w, (y0, x0, y1, x1)) in enumerate(words):
             v = values.get(w, 0.0)
             if w == "brown" and i > 0 and words[i - 1][0] == "quick":
-                v = 1.0  # the quoted pair counts twice (normalised to 1); "brown" alone counts half
+                v = 1.0  # the quote found verbatim: 3 x its two terms' weights (normalised to 1); "brown" alone 1 / 6
             ref[int(y0):int(y1), int(x0):int(x1)] = torch.maximum(ref[int(y0):int(y1), int(x0):int(x1)], torch.tensor(v))
         return torch.nn.functional.avg_pool2d(ref[None, None], 28)[0, 0]
 
     assert all(float(b[k]).is_integer() for _, b in words for k in range(4))  # rendered boxes are whole pixels
-    torch.testing.assert_close(got, raster({"quick": 1.0, "brown": 0.5}), atol=1e-6, rtol=0)
-    assert not torch.allclose(got, raster({"quick": 1.0, "brown": 0.5, "fox": 0.5}), atol=1e-3)  # control: one more word
+    torch.testing.assert_close(got, raster({"quick": 1.0, "brown": 1 / 6}), atol=1e-6, rtol=0)
+    assert not torch.allclose(got, raster({"quick": 1.0, "brown": 1 / 6, "fox": 1 / 6}), atol=1e-3)  # control: one more word
 
 
 def test_allocation_hands_the_rendered_words_to_the_channel():

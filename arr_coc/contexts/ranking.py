@@ -1,0 +1,144 @@
+"""The ranking of cells over a context's pages: its parts per page, their weighted sum, the global top K.
+
+A cell's ranking score (:func:`ranking_score`) is the sum of four parts (:class:`RankParts`), each in [0, 1]:
+
+- ``relevance``: the page's ARR relevance scaled to [0, 1] over its cells (the scorer standardises its
+  parts per image, so its raw scale differs by page; a z-score let a 15-cell page's outlier beat a
+  matched page);
+- ``text``: the cell's text-layer match (:mod:`arr_coc.channels.text_layer`: the matching words' area
+  in the cell, IDF-weighted, phrases first, one maximum over the context);
+- ``page``: the page's best matching word over the context's best (the detail goes to the pages the
+  question names);
+- ``near``: where the answer to a matched phrase sits (:func:`near_map`): the rest of the matched line
+  right of the phrase and the line below it, weighted by the line's match. The question names the
+  words *around* its answer ("the title of section 3.2", 'what comes after "..."', "the total"), not
+  the answer: the key_value channel's geometry (:func:`arr_coc.channels.text.value_regions`) placed
+  on the text layer's lines.
+
+The weights (``TEXT_WEIGHT``, ``PAGE_WEIGHT``, ``NEAR_WEIGHT``) were chosen on validation documents
+(docs/coc.md, "Questions over a long context"). :func:`rank_cells` takes the top K over all pages.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from arr_coc.channels.text import value_regions
+from arr_coc.channels.text_layer import question_terms, quoted_terms, term
+from arr_coc.imageops import paint_boxes
+
+Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px)
+
+# A cell on a matched word of the question outranks the page's most relevant unmatched cells (relevance is
+# in [0, 1]); a page holding the question's words outranks pages without; the place of the best match's
+# answer ranks with the words that name it. Chosen on validation documents (docs/coc.md: the val grid):
+# every near weight from 1 to 8 covered the answers equally, 0 did not; the text and page weights set by
+# hand before were not beaten, so they are kept.
+TEXT_WEIGHT = 4.0
+PAGE_WEIGHT = 2.0
+NEAR_WEIGHT = 4.0
+
+
+@dataclass(frozen=True)
+class RankParts:
+    """One page's ranking parts for one question (each ``[hc, wc]`` over its cells, ``page`` a number).
+
+    Attributes:
+        relevance: the ARR's relevance scaled to [0, 1] over the page's cells.
+        text: the text-layer match of each cell, in [0, 1] over the context.
+        near: where a matched line's answer sits (:func:`near_map`), in [0, 1].
+        page: the page's best matching word over the context's best, in [0, 1].
+    """
+
+    relevance: Tensor
+    text: Tensor
+    near: Tensor
+    page: float
+
+
+def ranking_score(parts: RankParts, text_weight: float = TEXT_WEIGHT, page_weight: float = PAGE_WEIGHT,
+                  near_weight: float = NEAR_WEIGHT) -> Tensor:
+    """``[hc, wc]`` a page's cell scores: relevance + the weighted text, page and near parts.
+
+    >>> p = RankParts(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 0.0]]), 1.0)
+    >>> ranking_score(p, 4.0, 2.0, 2.0).tolist()
+    [[4.0, 6.0]]
+    """
+    return parts.relevance + text_weight * parts.text + page_weight * parts.page + near_weight * parts.near
+
+
+def unit(rel: Tensor) -> Tensor:
+    """A page's relevance scaled to [0, 1] over its cells (its best cell 1): the scorer's scale varies by page."""
+    lo, hi = rel.min(), rel.max()
+    return (rel - lo) / (hi - lo) if float(hi - lo) > 0 else torch.zeros_like(rel)
+
+
+def idf(pages_words: Sequence[Sequence[Line]], question: str) -> dict[str, float]:
+    """Each question term's weight (a quote's stop words too): log(1 + pages / pages holding it); 0 where none does."""
+    n = len(pages_words)
+    have = [{term(w) for w, _ in ws} for ws in pages_words]
+    terms = set(question_terms(question)).union(*quoted_terms(question))
+    return {t: (math.log(1 + n / df) if (df := sum(t in h for h in have)) else 0.0) for t in terms}
+
+
+def near_map(words: Sequence[Line], lines: Sequence[Line], values: Sequence[float], size: tuple[int, int],
+             cell: int) -> Tensor:
+    """``[hc, wc]`` where the answer to each matched line sits: the rest of its line, and the line below.
+
+    Each line holding matched words (``values[i] > 0`` for word i, a word belonging to the line its
+    centre lies in) is a key of weight = its best word's value. It is cut after its best word, as
+    :func:`~arr_coc.channels.text.split_key_value` cuts "Key: value", and
+    :func:`~arr_coc.channels.text.value_regions` lifts the value lines: the rest of the row (a section
+    number's title) at the key's weight, the nearest line below (the words that follow a quoted line
+    end) at ``BELOW_WEIGHT`` of it. The empty stretches that channel paints for faint values OCR missed
+    are left out: a text layer knows every word. A cell gets the best value of any lifted line
+    touching it (max over the cell): the answer needs every cell it touches, not the cells it fills.
+    """
+    hc, wc = size[0] // cell, size[1] // cell
+    if not lines or not any(v > 0 for v in values):
+        return torch.zeros(hc, wc)
+    lb = torch.tensor([b for _, b in lines], dtype=torch.float32).reshape(-1, 4)  # [L, 4]
+    wb = torch.tensor([b for _, b in words], dtype=torch.float32).reshape(-1, 4)  # [N, 4]
+    v = torch.tensor(list(values), dtype=torch.float32)
+    cy, cx = (wb[:, 0] + wb[:, 2]) / 2, (wb[:, 1] + wb[:, 3]) / 2
+    inside = (cy[:, None] >= lb[None, :, 0]) & (cy[:, None] <= lb[None, :, 2]) \
+        & (cx[:, None] >= lb[None, :, 1]) & (cx[:, None] <= lb[None, :, 3])  # [N, L]
+    line_of = torch.where(inside.any(1), inside.float().argmax(1), torch.full_like(v, -1, dtype=torch.long))
+    keys, weights, rest = lb.clone(), torch.zeros(len(lines)), []
+    for i in torch.unique(line_of[(v > 0) & (line_of >= 0)]).tolist():
+        mine = (line_of == i).nonzero().flatten()
+        best = float(v[mine].max())
+        cut = float(wb[mine[v[mine] == best], 3].max())  # the end of the line's best (rightmost) word
+        weights[i] = best
+        keys[i, 3] = cut
+        if lb[i, 3] - cut > 0:
+            rest.append([float(lb[i, 0]), cut, float(lb[i, 2]), float(lb[i, 3])])
+    boxes = torch.cat([keys, torch.tensor(rest, dtype=torch.float32).reshape(-1, 4)])
+    regions, vals = value_regions(boxes, torch.cat([weights, torch.zeros(len(rest))]))
+    m = len(boxes)
+    painted = paint_boxes(regions[2 * m:], vals[2 * m:], tuple(size))  # the lifted lines, not the gaps
+    return F.max_pool2d(painted[None, None, : hc * cell, : wc * cell], cell)[0, 0]
+
+
+def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
+    """The K best cells over every page's score map [hc_i, wc_i], per page as [k_i, 2] (y, x) in rank order.
+
+    Ties go to the earlier page, then the earlier cell (a stable sort), so the result is deterministic.
+
+    >>> [c.tolist() for c in rank_cells([torch.tensor([[0.1, 0.9]]), torch.tensor([[0.5], [0.9]])], 3)]
+    [[[0, 1]], [[1, 0], [0, 0]]]
+    """
+    flat = torch.cat([s.reshape(-1) for s in scores])
+    order = torch.sort(flat, descending=True, stable=True).indices[:k]
+    offsets = torch.tensor([0] + [s.numel() for s in scores]).cumsum(0)
+    page_of = torch.searchsorted(offsets, order, right=True) - 1
+    out = []
+    for i, s in enumerate(scores):
+        mine = order[page_of == i] - offsets[i]  # rank order kept
+        out.append(torch.stack([mine // s.shape[1], mine % s.shape[1]], -1).long().reshape(-1, 2))
+    return out
