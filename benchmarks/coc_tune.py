@@ -44,6 +44,29 @@ def coverage(cells: torch.Tensor, boxes: list, size: tuple[int, int], cell: int)
     return float((mask * px).sum() / mask.sum().clamp_min(1e-9))
 
 
+def write(args: argparse.Namespace, grid: list[tuple], cov: dict[tuple, list[float]], docs: list[str], n_q: int) -> None:
+    """grid.csv and summary.md in ``args.out``: each setting's mean coverage per source and compression."""
+    cols = [(s, c) for s in args.sources for c in args.compression]
+    with open(args.out / "grid.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["quotes", "text_weight", "page_weight", "near_weight", *(f"{s} {c:g}x" for s, c in cols), "mean"])
+        rows = []
+        for setting in grid:
+            vals = [statistics.fmean(cov[(*setting, s, c)] or [float("nan")]) for s, c in cols]
+            rows.append((*setting, *vals, statistics.fmean(vals)))
+            w.writerow([*setting, *(round(v, 4) for v in rows[-1][4:])])
+    cmd = "python benchmarks/coc_tune.py " + " ".join(sys.argv[1:])
+    lines = [f"made by: `{cmd}`", "",
+             f"{args.split} contexts ({len(docs)}): {', '.join(docs)}; {n_q} questions; "
+             f"answer coverage (share of the answer boxes inside saccade cells), mean over questions.", "",
+             "| quotes | text w | page w | near w | " + " | ".join(f"{s} {c:g}x" for s, c in cols) + " | mean |",
+             "|---|---:|---:|---:|" + "---:|" * (len(cols) + 1)]
+    for r in rows:
+        lines.append(f"| {r[0]} | {r[1]:g} | {r[2]:g} | {r[3]:g} | " + " | ".join(f"{100 * v:.1f}%" for v in r[4:]) + " |")
+    (args.out / "summary.md").write_text("\n".join(lines) + "\n")
+    print((args.out / "summary.md").read_text())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="val", choices=["train", "val"])
@@ -78,32 +101,14 @@ def main() -> None:
             image = seen.image(a)
             sy, sx = image.shape[-2] / ctx.pages[a].size[0], image.shape[-1] / ctx.pages[a].size[1]
             boxes = [(b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx) for b in q.boxes]
-            n_q, docs = n_q + 1, docs | {name}
+            n_q, docs = n_q + 1, docs | {f"{name} ({source})"}
             for quotes, tw, pw, nw in grid:
                 scores = [ranking_score(p, tw, pw, nw) for p in (on if quotes == "on" else off)]
                 for c in args.compression:
                     _, k = split_context(grids, tokens=max(2 * len(ctx), round(n_text / c)))
                     cells = rank_cells(scores, k)[a]
                     cov[(quotes, tw, pw, nw, source, c)].append(coverage(cells, boxes, tuple(image.shape[-2:]), seen.scenes[0].canvas.cell))
-    cols = [(s, c) for s in args.sources for c in args.compression]
-    with open(args.out / "grid.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["quotes", "text_weight", "page_weight", "near_weight", *(f"{s} {c:g}x" for s, c in cols), "mean"])
-        rows = []
-        for setting in grid:
-            vals = [statistics.fmean(cov[(*setting, s, c)]) for s, c in cols]
-            rows.append((*setting, *vals, statistics.fmean(vals)))
-            w.writerow([*setting, *(round(v, 4) for v in rows[-1][4:])])
-    cmd = "python benchmarks/coc_tune.py " + " ".join(sys.argv[1:])
-    lines = [f"made by: `{cmd}`", "",
-             f"{args.split} documents ({len(docs)}): {', '.join(sorted(docs))}; {n_q} questions (both sources counted); "
-             f"answer coverage (share of the answer boxes inside saccade cells), mean over questions.", "",
-             "| quotes | text w | page w | near w | " + " | ".join(f"{s} {c:g}x" for s, c in cols) + " | mean |",
-             "|---|---:|---:|---:|" + "---:|" * (len(cols) + 1)]
-    for r in rows:
-        lines.append(f"| {r[0]} | {r[1]:g} | {r[2]:g} | {r[3]:g} | " + " | ".join(f"{100 * v:.1f}%" for v in r[4:]) + " |")
-    (args.out / "summary.md").write_text("\n".join(lines) + "\n")
-    print((args.out / "summary.md").read_text())
+        write(args, grid, cov, sorted(docs), n_q)  # after every context: a run cut short keeps what it has
 
 
 if __name__ == "__main__":
