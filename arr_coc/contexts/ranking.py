@@ -36,9 +36,9 @@ Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) 
 
 # A cell on a matched word of the question outranks the page's most relevant unmatched cells (relevance is
 # in [0, 1]); a page holding the question's words outranks pages without; the place of the best match's
-# answer ranks with the words that name it. Chosen on validation documents (docs/coc.md: the val grid):
-# every near weight from 1 to 8 covered the answers equally, 0 did not; the text and page weights set by
-# hand before were not beaten, so they are kept.
+# answer ranks with the words that name it (near = text). On the validation grid (docs/coc.md) every near
+# weight from 1 to 8 covered every answer and 0 did not; the text and page weights (set by hand before)
+# made no difference there, so they are kept.
 TEXT_WEIGHT = 4.0
 PAGE_WEIGHT = 2.0
 NEAR_WEIGHT = 4.0
