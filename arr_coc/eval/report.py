@@ -3,7 +3,9 @@
 ``write_reports`` turns ``records.jsonl`` into ``summary.csv``, ``summary.md`` (its first line names the
 command that made it) and ``summary.png``: for the OCR readers (``reader="ocr"``) answer coverage and
 reading accuracy against the share of full-resolution tokens; for the VLM reader (``reader="vlm"``)
-the benchmark's score and what each answer cost (allocation, vision, prefill, decode time, FLOPs).
+the benchmark's score and what each answer cost (allocation, vision, prefill, decode time, FLOPs);
+for questions over contexts (``reader="context"``, :mod:`arr_coc.eval.context_run`) page hit,
+coverage and reading against the compression ratio, with the reading as a share of full resolution's.
 """
 from __future__ import annotations
 
@@ -16,12 +18,14 @@ from typing import Iterable, Sequence
 
 from arr_coc.allocators.methods import METHODS as REGISTRY
 from arr_coc.allocators.methods import methods_for
+from arr_coc.eval.context_methods import CONTEXT_METHODS
 from arr_coc.eval.store import RowStore
 from arr_coc.samplers import SAMPLERS
 
 COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "seen", "reading")  # seen: variable-size allocators
 COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")  # the VLM reader's
-READERS = ("ocr", "vlm")
+CONTEXT_COLUMNS = ("page_hit", "coverage", "reading", "compression", "text_tokens")  # questions over contexts
+READERS = ("ocr", "vlm", "context")
 
 
 def _mean(values: list) -> float:
@@ -40,7 +44,8 @@ def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
 
     def order(key):
         dataset, method, budget = key
-        b = -1.0 if budget == "full" else (float(budget[:-1]) if budget.endswith("%") else 1e9 + float(budget))
+        b = -1.0 if budget == "full" else (float(budget[:-1]) if budget.endswith("%") else
+                                           2e9 + float(budget[:-1]) if budget.endswith("x") else 1e9 + float(budget))
         return dataset, b, methods.index(method) if method in methods else len(methods)
 
     out = []
@@ -143,6 +148,27 @@ def cost_table(summary: Sequence[dict], metric: str) -> str:
     return "\n".join(lines)
 
 
+def context_table(summary: Sequence[dict]) -> str:
+    """Questions over contexts: page hit, coverage and reading per (budget, method), reading / full's reading.
+
+    >>> rows = [{"dataset": "d", "method": m, "budget": b, "n": 2, "tokens": t, "compression": c, "page_hit": 1.0,
+    ...          "coverage": 1.0, "reading": r} for m, b, t, c, r in (("full", "full", 900, 1.0, 0.8),
+    ...                                                                ("coc", "10x", 90, 10.0, 0.6))]
+    >>> print(context_table(rows).splitlines()[-1])
+    | 10x | coc | 90 | 10.0x | 2 | 100% | 100% | 0.600 | 75% |
+    """
+    full = {s["dataset"]: s["reading"] for s in summary if s["method"] == "full"}
+    lines = ["| budget | method | tokens sent | compression | n | page hit | coverage | reading | reading / full |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        ref = full.get(s["dataset"], float("nan"))
+        share = s["reading"] / ref if ref == ref and ref > 0 else float("nan")
+        lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} | {s['compression']:.1f}x | {s['n']} | "
+                     f"{fmt(s['page_hit'], True)} | {fmt(s['coverage'], True)} | {fmt(s['reading'])} | "
+                     f"{fmt(share, True)} |")
+    return "\n".join(lines)
+
+
 def pivot_table(summary: Sequence[dict], column: str) -> str:
     """One metric as methods x budgets (the mean tokens sent in each header), for READMEs.
 
@@ -180,7 +206,8 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
         keys: (record_id, method, budget), e.g. :func:`arr_coc.eval.store.requested` for a run: the tables
             hold exactly those rows; without it every row of the folder counts once.
         made_by: the command that made the rows, written as the first line of summary.md.
-        reader: ``ocr`` (the OCR readers' rows) or ``vlm`` (the model's answers and their cost).
+        reader: ``ocr`` (the OCR readers' rows), ``vlm`` (the model's answers and their cost) or ``context``
+            (questions over contexts: :mod:`arr_coc.eval.context_run`).
 
     Raises:
         ValueError: no rows for ``keys``, or an unknown ``reader``.
@@ -190,10 +217,11 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
     rows = RowStore(jsonl.parent).rows(keys)
     if not rows:
         raise ValueError(f"{jsonl} holds no rows for the records, methods and token counts asked for")
-    columns = COLUMNS if reader == "ocr" else COST_COLUMNS
-    every = summarize_kinds(rows, columns)  # "all" rows first, then one block per question kind
+    columns = {"ocr": COLUMNS, "vlm": COST_COLUMNS, "context": CONTEXT_COLUMNS}[reader]
+    every = summarize_kinds(rows, columns, CONTEXT_METHODS if reader == "context" else None)  # "all", then per kind
     summary = [{k: v for k, v in s.items() if k != "kind"} for s in every if s["kind"] == "all"]
-    table = markdown_table(summary) if reader == "ocr" else cost_table(summary, rows[0]["metric"])
+    table = {"ocr": markdown_table, "context": context_table}.get(
+        reader, lambda s: cost_table(s, rows[0]["metric"]))(summary)
     kinds = sorted({s["kind"] for s in every} - {"all"})
     if kinds:
         column = "score" if reader == "vlm" else "reading" if any(s["reading"] == s["reading"] for s in summary) \
@@ -210,6 +238,8 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
     md_path.write_text(f"made by: {made_by}\n\n{table}\n")
     if reader == "ocr":
         plot_summary(summary, png_path)
+    elif reader == "context":
+        plot_contexts(summary, png_path)
     else:
         plot_costs(summary, png_path, rows[0]["metric"], rows[0].get("model", ""))
     return csv_path, md_path, png_path
@@ -270,5 +300,28 @@ def plot_costs(summary: Sequence[dict], path: Path, metric: str, model: str = ""
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{summary[0]['dataset'] if summary else ''}: {model} answering at equal visual tokens")
+    fig.savefig(path, dpi=110)
+    return path
+
+
+def plot_contexts(summary: Sequence[dict], path: Path) -> Path:
+    """Questions over contexts: reading and page hit against the compression ratio, one line per method."""
+    fig, axes, colours = _figure()
+    for ax, col, label in ((axes[0], "reading", "reading (contains ANLS of OCR)"), (axes[1], "page_hit", "page hit")):
+        for i, method in enumerate(CONTEXT_METHODS):
+            pts = sorted((s["compression"], s[col]) for s in summary if s["method"] == method and s[col] == s[col])
+            if not pts:
+                continue
+            if method == "full":
+                ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
+                continue
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colours(i), label=method,
+                    ls=":" if method == "uniform" else "-")
+        ax.set_xlabel("compression (text tokens / visual tokens sent)")
+        ax.set_ylabel(label)
+        ax.set_ylim(-0.02, 1.02)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{summary[0]['dataset'] if summary else ''}: questions over whole contexts at equal visual tokens")
     fig.savefig(path, dpi=110)
     return path
