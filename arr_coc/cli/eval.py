@@ -163,6 +163,8 @@ def _refuse_context_options(args: argparse.Namespace, what: str, options: tuple[
 
 def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
     """``eval`` over contexts with an OCR reader: texlive-contexts, or multi-page records (MP-DocVQA, SlideVQA)."""
+    import itertools
+
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.contexts import CONTEXT_DPI, TEXLIVE_CONTEXTS, record_contexts, texlive_contexts
     from arr_coc.eval.context_methods import CONTEXT_METHODS, NEEDS_BM25
@@ -216,10 +218,13 @@ def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
             keys.update(*(settings.keys(q) for q in item.questions))
             yield item
 
-    jsonl = evaluate_contexts(asked(items), arr, out, settings)
-    if not keys:
+    items = iter(items)
+    first = next(items, None)  # before any work: a run without a question says so
+    if first is None:
         raise ValueError(f"no context of {args.dataset} has a question with these options"
-                         + (f" (documents with at least {pages} pages of split {args.split})" if texlive else ""))
+                         + (f" (documents with at least {pages} pages" + (f" of the {args.split} split" if args.split
+                                                                           else "") + ")" if texlive else ""))
+    jsonl = evaluate_contexts(asked(itertools.chain([first], items)), arr, out, settings)
     csv_path, md_path, png_path = write_reports(jsonl, keys=keys, made_by=opt.command_line(args), reader="context")
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")

@@ -108,13 +108,13 @@ def texlive_contexts(split: str | None = None, *, pages: int = 20, source: str =
         seed: which questions are drawn.
         root: a PDF or a folder of PDFs instead of the installed corpus (split by family alike).
 
-    Yields:
-        One :class:`ContextItem` per document that has a question, in name order.
+    Returns:
+        One :class:`ContextItem` per document that has a question, in name order, made as they are taken
+        (the options and the document list are checked at once).
     """
     from arr_coc.documents.corpus import documents
     from arr_coc.documents.page import Context
     from arr_coc.documents.pdf import read_pdf
-    from arr_coc.documents.questions import context_questions
     from arr_coc.documents.text_pages import TextLayout, render_text
 
     if source not in CONTEXT_SOURCES:
@@ -134,8 +134,15 @@ def texlive_contexts(split: str | None = None, *, pages: int = 20, source: str =
         ctx = render_text("\n".join(p.text for p in pdf.pages), TextLayout(), f"{doc.name} (text)")
         return Context(ctx.pages[:pages], ctx.source, ctx.meta)
 
+    return _items(docs, made, source, pages, questions, seed)
+
+
+def _items(docs: list, made: Callable[[Any, bool], Any], source: str, pages: int, questions: int,
+           seed: int) -> Iterator[ContextItem]:
+    from arr_coc.documents.questions import context_questions
+
     for doc in docs:
-        ctx = made(doc, render=False)  # the text layer alone: questions without rendering the PDF
+        ctx = made(doc, False)  # the text layer alone: questions without rendering the PDF
         context_id = f"{doc.name}#{source}#{pages}p"
         first = ctx.pages[0].index
         qs = [ContextQuestion(_question_id(context_id, q.page, q.kind, q.question), q.question, tuple(q.answers),
