@@ -97,9 +97,10 @@ class Page:
     def text(self, elem_id: str) -> str:
         return self.driver.find_element(self.by.ID, elem_id).text
 
-    def upload(self, path: str | Path) -> None:
-        """Choose ``path`` in the image field (clearing the one there) and wait until it has reached the server."""
-        field = self.driver.find_element(self.by.ID, "image-file")
+    def upload(self, path: str | Path, field_id: str = "image-file") -> None:
+        """Choose ``path`` in a file field (the image's, or ``context-files``), clearing what is there, and wait
+        until it has reached the server."""
+        field = self.driver.find_element(self.by.ID, field_id)
         if not field.find_elements(self.by.CSS_SELECTOR, "input[type=file]"):
             field.find_element(self.by.CSS_SELECTOR, "button[aria-label=Clear]").click()
         self.wait(lambda d: field.find_elements(self.by.CSS_SELECTOR, "input[type=file]"))
@@ -125,3 +126,13 @@ class Page:
 
     def image_src(self, elem_id: str) -> str:
         return self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} img").get_attribute("src")
+
+    def table(self, elem_id: str) -> list[list[str]]:
+        """The body rows of the (markdown) table in element ``elem_id``, as cell texts."""
+        rows = self.driver.find_elements(self.by.CSS_SELECTOR, f"#{elem_id} table tbody tr")
+        return [[td.text.strip() for td in r.find_elements(self.by.TAG_NAME, "td")] for r in rows]
+
+    def value(self, elem_id: str) -> str:
+        """The value of the input in element ``elem_id`` (a number or text field)."""
+        box = self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} textarea, #{elem_id} input")
+        return box.get_attribute("value")
