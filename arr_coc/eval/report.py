@@ -14,7 +14,7 @@ import math
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from arr_coc.allocators.methods import METHODS as REGISTRY
 from arr_coc.allocators.methods import methods_for
@@ -255,29 +255,43 @@ def _figure():
     return fig, fig.subplots(1, 2), matplotlib.colormaps["tab20"]
 
 
-def plot_summary(summary: Sequence[dict], path: Path) -> Path:
-    """Reading accuracy and answer coverage vs share of full-resolution tokens, one line per method."""
+def _plot_methods(summary: Sequence[dict], path: Path, panels: Sequence[tuple[str, str]], x: Any, xlabel: str,
+                  methods: Sequence[str], dashed: Sequence[str], title: str, label: Any = str) -> Path:
+    """Two panels (column, y label) of one metric against ``x(summary row)``, a line per method; full as a level."""
     fig, axes, colours = _figure()
-    dataset = summary[0]["dataset"] if summary else ""
-    for ax, col, label in ((axes[0], "reading", "reading accuracy (ANLS of OCR)"),
-                           (axes[1], "coverage", "answer-box coverage")):
-        for i, method in enumerate(methods_for("ocr")):  # one colour per method in both panels
-            pts = sorted((s["share"], s[col]) for s in summary if s["method"] == method and s[col] == s[col])
+    for ax, (col, ylabel) in zip(axes, panels):
+        for i, method in enumerate(methods):  # one colour per method in both panels
+            pts = sorted((x(s), s[col]) for s in summary if s["method"] == method and s[col] == s[col])
             if not pts:
                 continue
             if method == "full":
                 ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
                 continue
-            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=colours(i),
-                    ls=":" if method in ("uniform_image", "random") else "-", label=method_label(method))
-        ax.set_xlabel("tokens sent (% of full resolution)")
-        ax.set_ylabel(label)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colours(i),
+                    ls=":" if method in dashed else "-", label=label(method))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[int(not axes[0].get_lines())].legend(fontsize=8)  # COCO has no reading panel to hold it
-    fig.suptitle(f"{dataset}: what survives at equal token budgets")
+    fig.suptitle(f"{summary[0]['dataset'] if summary else ''}: {title}")
     fig.savefig(path, dpi=110)
     return path
+
+
+def plot_summary(summary: Sequence[dict], path: Path) -> Path:
+    """Reading accuracy and answer coverage vs share of full-resolution tokens, one line per method."""
+    return _plot_methods(summary, path, (("reading", "reading accuracy (ANLS of OCR)"),
+                                         ("coverage", "answer-box coverage")),
+                         lambda s: 100 * s["share"], "tokens sent (% of full resolution)", methods_for("ocr"),
+                         ("uniform_image", "random"), "what survives at equal token budgets", method_label)
+
+
+def plot_contexts(summary: Sequence[dict], path: Path) -> Path:
+    """Questions over contexts: reading and page hit against the compression ratio, one line per method."""
+    return _plot_methods(summary, path, (("reading", "reading (contains ANLS of OCR)"), ("page_hit", "page hit")),
+                         lambda s: s["compression"], "compression (text tokens / visual tokens sent)",
+                         CONTEXT_METHODS, ("uniform",), "questions over whole contexts at equal visual tokens")
 
 
 def plot_costs(summary: Sequence[dict], path: Path, metric: str, model: str = "") -> Path:
@@ -303,25 +317,3 @@ def plot_costs(summary: Sequence[dict], path: Path, metric: str, model: str = ""
     fig.savefig(path, dpi=110)
     return path
 
-
-def plot_contexts(summary: Sequence[dict], path: Path) -> Path:
-    """Questions over contexts: reading and page hit against the compression ratio, one line per method."""
-    fig, axes, colours = _figure()
-    for ax, col, label in ((axes[0], "reading", "reading (contains ANLS of OCR)"), (axes[1], "page_hit", "page hit")):
-        for i, method in enumerate(CONTEXT_METHODS):
-            pts = sorted((s["compression"], s[col]) for s in summary if s["method"] == method and s[col] == s[col])
-            if not pts:
-                continue
-            if method == "full":
-                ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
-                continue
-            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colours(i), label=method,
-                    ls=":" if method == "uniform" else "-")
-        ax.set_xlabel("compression (text tokens / visual tokens sent)")
-        ax.set_ylabel(label)
-        ax.set_ylim(-0.02, 1.02)
-        ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
-    fig.suptitle(f"{summary[0]['dataset'] if summary else ''}: questions over whole contexts at equal visual tokens")
-    fig.savefig(path, dpi=110)
-    return path
