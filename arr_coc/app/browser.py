@@ -120,9 +120,14 @@ class Page:
         return self.text("status")
 
     def tab(self, name: str) -> None:
-        """Show the tab labelled ``name``."""
-        buttons = self.driver.find_elements(self.by.CSS_SELECTOR, "button[role=tab]")
-        next(b for b in buttons if b.text.strip() == name).click()
+        """Show the tab labelled ``name`` (once the page has drawn it; a tab Gradio moved into its overflow
+        menu is clicked all the same)."""
+        def button(driver: Any) -> Any:
+            return next((b for b in driver.find_elements(self.by.CSS_SELECTOR, "button[role=tab]")
+                         if (b.get_attribute("textContent") or "").strip() == name), None)
+
+        self.wait(button)
+        self.driver.execute_script("arguments[0].click();", button(self.driver))
 
     def image_src(self, elem_id: str) -> str:
         return self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} img").get_attribute("src")
