@@ -94,14 +94,12 @@ def _prompt(template: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from arr_coc.allocators.methods import LEARNED_METHODS
-    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.contexts import TEXLIVE_CONTEXTS
     from arr_coc.data.datasets import load_dataset
     from arr_coc.eval.report import write_reports
     from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, MARGIN_PX, EvalSettings
     from arr_coc.eval.run import evaluate as run_eval
     from arr_coc.eval.store import requested
-    from arr_coc.pipeline import ARR
     from arr_coc.weights import load_learned_methods, refuse_leakage
 
     if args.reader == "vlm" and not args.model:
@@ -114,12 +112,9 @@ def run(args: argparse.Namespace) -> int:
                                               split=args.split)
     if args.reader != "vlm" and (texlive or any(r.pages for r in records)):
         return _evaluate_contexts(args, records)
-    _refuse_context_options(args, "a dataset of single images")
-    config = ARRConfig(canvas=opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS),
-                       texture=opt.texture_config(args.channels, args.clip_model),
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
-                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=args.seed)
-    arr = ARR(config, query_encoder=opt.query_encoder(args, load=False)).eval()
+    _refuse_context_options(args, "read by the VLM here (--reader vlm)" if args.reader == "vlm"
+                            else "a dataset of single images")
+    config, arr = _arr(args)
     learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
     if args.reader == "vlm":
         return _evaluate_vlm(args, records, config, arr, learned)
@@ -151,6 +146,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _arr(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The ARR the command line describes (canvas, channels, scorer, sampler, question encoder) and its config."""
+    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
+    from arr_coc.pipeline import ARR
+
+    config = ARRConfig(canvas=opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS),
+                       texture=opt.texture_config(args.channels, args.clip_model),
+                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
+                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=args.seed)
+    return config, ARR(config, query_encoder=opt.query_encoder(args, load=False)).eval()
+
+
 CONTEXT_OPTIONS = ("compression", "pages", "source", "dpi", "questions", "contexts", "text_weight", "page_weight")
 
 
@@ -165,12 +172,10 @@ def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
     """``eval`` over contexts with an OCR reader: texlive-contexts, or multi-page records (MP-DocVQA, SlideVQA)."""
     import itertools
 
-    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.data.contexts import CONTEXT_DPI, TEXLIVE_CONTEXTS, record_contexts, texlive_contexts
     from arr_coc.eval.context_methods import CONTEXT_METHODS, NEEDS_BM25
     from arr_coc.eval.context_run import CONTEXT_MARGIN_PX, DEFAULT_BUDGETS, ContextEvalSettings, evaluate_contexts
     from arr_coc.eval.report import write_reports
-    from arr_coc.pipeline import ARR
     from arr_coc.weights import refuse_leakage
 
     texlive = args.dataset == TEXLIVE_CONTEXTS
@@ -187,7 +192,7 @@ def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
             raise ValueError(f"--limit counts records; {TEXLIVE_CONTEXTS} takes --contexts N (documents) and "
                              f"--questions Q (per document)")
         source, pages = args.source or "pdf", 20 if args.pages is None else args.pages
-        made = {"split": args.split, "source": source, "pages": pages, "dpi": args.dpi or CONTEXT_DPI,
+        made = {"split": args.split, "source": source, "pages": pages, "dpi": CONTEXT_DPI if args.dpi is None else args.dpi,
                 "questions": 8 if args.questions is None else args.questions, "seed": args.seed,
                 "data": None if args.data is None else str(args.data)}
         items = texlive_contexts(args.split, pages=pages, source=source, dpi=made["dpi"], questions=made["questions"],
@@ -203,11 +208,7 @@ def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
                                    margin_px=CONTEXT_MARGIN_PX if args.margin is None else args.margin,
                                    text_weight=args.text_weight, page_weight=args.page_weight, contexts=made,
                                    fresh=args.fresh)
-    config = ARRConfig(canvas=opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS),
-                       texture=opt.texture_config(args.channels, args.clip_model),
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
-                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=args.seed)
-    arr = ARR(config, query_encoder=opt.query_encoder(args, load=False)).eval()
+    _, arr = _arr(args)
     # the same documents as the single-page texlive set: its split rule and trained-on check apply
     refuse_leakage("texlive" if texlive else args.dataset, args.split, arr, ["coc"], {},
                    images=sorted({str(p) for r in records for p in r.pages}))

@@ -123,6 +123,8 @@ def texlive_contexts(split: str | None = None, *, pages: int = 20, source: str =
         raise ValueError(f"--pages must be a whole number of pages, at least 1, got {pages!r}")
     if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
         raise ValueError(f"--questions must be a whole number, at least 1, got {questions!r}")
+    if n_docs is not None and (isinstance(n_docs, bool) or not isinstance(n_docs, int) or n_docs < 1):
+        raise ValueError(f"--contexts must be a whole number of documents, at least 1, got {n_docs!r}")
     paths, base = corpus_pdfs(root)
     docs = documents(paths, split=split) if base is None else documents(paths, root=base, split=split)
     docs = sorted((d for d in docs if d.n_pages >= pages), key=lambda d: d.name)[:n_docs]

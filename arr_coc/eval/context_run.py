@@ -122,6 +122,9 @@ class ContextEvalSettings:
             READERS.get(self.reader)  # fail now, not after the first context
         if not (math.isfinite(self.margin_px) and self.margin_px >= 0):
             raise ValueError(f"--margin must be >= 0 px, got {self.margin_px}")
+        for name, w in self.weights().items():
+            if not (math.isfinite(w) and w >= 0):
+                raise ValueError(f"--{name.replace('_', '-')} must be a finite weight >= 0, got {w}")
         if NEEDS_BM25 in self.methods:
             require_bm25()
 
