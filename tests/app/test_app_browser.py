@@ -131,7 +131,7 @@ def red(image: np.ndarray) -> np.ndarray:
 def test_the_context_tab_shows_the_budget_per_page_the_strip_and_the_opened_page(tmp_path):
     pdf = key_pdf(tmp_path / "manual.pdf", 40)  # page 38 (index 37) alone says where the brass key is
     with server("--query-encoder", "hashing", "--threads", "1") as url, chromium() as driver:
-        page = Page(driver, url)
+        page = Page(driver, url, timeout_s=300)  # five pages through the default channels on a shared CPU
         page.tab("Context (PDF or pages)")
         page.upload(pdf, "context-files")
         page.fill("question", "Where is the brass key?")
