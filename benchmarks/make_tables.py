@@ -7,8 +7,8 @@ Steps, each a command of its own (printed as it starts), each writing under benc
 * ``look``  -- ``arr-coc look examples/receipt.jpg "What is the total?" --top 4``: its output replaces the
   console blocks of README.md and docs/usage.md (line by line; the README keeps its ``...``);
 * ``eval``  -- the region reading (OCR reads the answer box + margin of what the VLM gets), every method,
-  FUNSD, SROIE and COCO test images, ``--limit`` balanced questions each, 5 / 10 / 25 / 50 % of the tokens;
-* ``find``  -- the find reading (OCR reads the whole view, not told where the answer is), FUNSD and SROIE,
+  FUNSD, SROIE, COCO and texlive (LaTeX manual pages, a layout nothing was trained on) test images, ``--limit`` balanced questions each, 5 / 10 / 25 / 50 % of the tokens;
+* ``find``  -- the find reading (OCR reads the whole view, not told where the answer is), FUNSD, SROIE, texlive,
   full, uniform image and ``arr`` at the same token counts;
 * ``goals`` -- full and ``arr`` at 6 % and 11 % of the tokens, both readings, FUNSD and SROIE;
 * ``allocators`` -- every allocator (samplers, variable-size patches, quadtree, the shipped selector and
@@ -41,12 +41,15 @@ STEPS = ("look", "eval", "find", "goals", "allocators", "bench")
 TOKENS = ("5%", "10%", "25%", "50%")
 GOAL_TOKENS = ("6%", "11%")
 GOALS = {"6%": 0.90, "11%": 0.95}  # reading at that share of the tokens, as a share of full resolution's
-EVAL_METHODS = ("full", "uniform_image", "random", "topk", "arr", "selector", "pruner")
+# the question-blind selector is in the allocators' table (docs/allocators.md), not the headline
+EVAL_METHODS = ("full", "uniform_image", "random", "topk", "arr", "pruner")
 FIND_METHODS = ("full", "uniform_image", "arr")
 ALLOCATORS = ("full", "uniform_image", "random", "topk", "stratified", "patches", "patches_edges", "quadtree",
               "selector", "pruner")
 ALLOCATOR_TOKENS = ("10%", "25%")
-TITLES = {"funsd": "FUNSD forms", "sroie": "SROIE receipts", "coco": "COCO objects"}
+TITLES = {"funsd": "FUNSD forms", "sroie": "SROIE receipts", "coco": "COCO objects", "texlive": "LaTeX pages (unseen)"}
+TEXT_DATASETS = ("funsd", "sroie", "texlive")  # the datasets with text to read (both readings)
+ALLOCATOR_DATASETS = ("funsd", "sroie", "coco")  # the allocator table of docs/allocators.md
 LOOK = ["look", "examples/receipt.jpg", "What is the total?", "--out", "out/receipt_arr.png", "--top", "4"]
 LOOK_DOCS = ("README.md", "docs/usage.md")
 DETERMINISTIC = ("question", "image", "tokens", "context", "top", "scorer")  # `look` lines a test compares
@@ -70,10 +73,10 @@ def runs(steps: Sequence[str], limit: int) -> list[list[str]]:
     if "eval" in steps:
         todo += [eval_command(d, "region", EVAL_METHODS, TOKENS, RESULTS / "eval", limit) for d in TITLES]
     if "find" in steps:
-        todo += [eval_command(d, "find", FIND_METHODS, TOKENS, RESULTS / "eval_find", limit)
-                 for d in ("funsd", "sroie")]
+        todo += [eval_command(d, "find", FIND_METHODS, TOKENS, RESULTS / "eval_find", limit) for d in TEXT_DATASETS]
     if "allocators" in steps:
-        todo += [eval_command(d, "region", ALLOCATORS, ALLOCATOR_TOKENS, RESULTS / "allocators", limit) for d in TITLES]
+        todo += [eval_command(d, "region", ALLOCATORS, ALLOCATOR_TOKENS, RESULTS / "allocators", limit)
+                 for d in ALLOCATOR_DATASETS]
     return todo
 
 
@@ -176,7 +179,7 @@ def cells(rows: list[dict], method: str, column: str) -> str:
 def headline(limit: int) -> str:
     """The README's table: both readings on the documents, coverage on COCO, every method at 5 / 10 / 25 / 50 %."""
     names = {"uniform_image": "uniform image", "random": "random", "topk": "top-K", "arr": "**arr** (default)",
-             "selector": "selector", "pruner": "pruner"}
+             "pruner": "pruner"}
     lines = [f"| test images, {limit} balanced questions each; {' / '.join(t[:-1] for t in TOKENS)} % of the tokens | "
              + " | ".join(names.values()) + " |", "|---|" + "---|" * len(names)]
     for dataset, title in TITLES.items():
@@ -220,7 +223,7 @@ def goal_table(limit: int, per_kind: bool) -> str:
 def kind_tables(limit: int) -> str:
     """Per question kind: full, uniform image and ``arr`` at every token count, both readings."""
     out = []
-    for dataset in ("funsd", "sroie"):
+    for dataset in TEXT_DATASETS:
         for reading, folder, methods in (("region", "eval", EVAL_METHODS), ("find", "eval_find", FIND_METHODS)):
             rows = summary(RESULTS / folder, dataset, methods, TOKENS, limit)
             out += [f"{TITLES[dataset]}, {reading} reading (ANLS; {' / '.join(TOKENS)} of the tokens):", "",
@@ -238,10 +241,10 @@ def kind_tables(limit: int) -> str:
 def allocator_table(limit: int) -> str:
     """Every allocator at 10 % and 25 %: reading on the documents, coverage on COCO (seen at any size when it
     differs; [n/limit] where fewer questions had a row, as a quadtree below its first tiling)."""
-    head = [f"{TITLES[d].split()[0]} {b}" for d in TITLES for b in ALLOCATOR_TOKENS]
+    head = [f"{TITLES[d].split()[0]} {b}" for d in ALLOCATOR_DATASETS for b in ALLOCATOR_TOKENS]
     lines = ["| method | " + " | ".join(head) + " |", "|---|" + "---:|" * len(head)]
     found = {d: summary(RESULTS / "allocators", d, ALLOCATORS, ALLOCATOR_TOKENS, limit, complete=False)
-             for d in TITLES}
+             for d in ALLOCATOR_DATASETS}
     for method in ALLOCATORS:
         row = []
         for d, rows in found.items():

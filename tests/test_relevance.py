@@ -239,3 +239,25 @@ def test_where_scale_zero_is_the_scorer_without_its_prior_and_one_is_as_trained(
     torch.testing.assert_close(off, s(tex, q, g, valid).map)  # off: exactly the map with no prior at all
     assert not torch.allclose(on, off)  # negative control: the prior moved the map
     torch.testing.assert_close(half - off, 0.5 * (on - off))  # linear in the scale
+
+
+def test_the_shipped_scorer_has_no_where_prior_so_the_option_changes_nothing():
+    """Trained with the prior off, the shipped scorer's prior is exactly zero: scale 1 sends what scale 0 sends."""
+    from arr_coc import ARR
+    from arr_coc.config import ARRConfig, ScorerConfig
+
+    arr = ARR.from_pretrained("contextual")
+    assert arr.scorer.where.weight.abs().sum() == 0 and arr.scorer.where.bias.abs().sum() == 0
+    from pathlib import Path
+
+    image, question = Path(__file__).parents[1] / "examples" / "receipt.jpg", "What is the date?"
+    scene = arr.see(image)
+    vector = arr.gestalt(scene, 1).vector
+    off = arr.score(scene, [question], vector)[0].map
+    arr.config = ARRConfig(**{**arr.config.__dict__, "scorer": ScorerConfig(**{**arr.config.scorer.__dict__,
+                                                                               "where_prior": 1.0})})
+    assert arr.config.scorer.where_prior == 1.0
+    torch.testing.assert_close(arr.score(scene, [question], vector)[0].map, off, rtol=0, atol=0)
+    with torch.no_grad():  # negative control: a prior that is there moves the map
+        arr.scorer.where.bias[0] = 3.0
+    assert not torch.allclose(arr.score(scene, [question], vector)[0].map, off)

@@ -29,7 +29,7 @@ from arr_coc.data.loading import finish
 
 PAGES_PER_DOCUMENT = 2
 DPI = 150.0  # the documents package's default: 10 pt body text ~21 px high
-VERSION = 1  # of the cached records: bump when how pages or questions are chosen changes
+VERSION = 2  # of the cached records: bump when how pages or questions are chosen changes
 
 
 def default_folder() -> Path:
@@ -79,7 +79,7 @@ def _records_of(doc, folder: Path, seed: int) -> list[Record]:
         n = sum(r.image_id == image_id and r.record_id.split("#")[-1].startswith(q.kind) for r in records)
         records.append(Record(TEXLIVE.name, f"{image_id}#{q.kind}{n or ''}", image, image_id, q.question,
                               q.answers[0], tuple(q.boxes), answers=tuple(q.answers), metric=TEXLIVE.metric,
-                              group=doc.family))
+                              kind=q.kind, group=doc.family))
     return records
 
 

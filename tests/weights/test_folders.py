@@ -103,7 +103,10 @@ def test_the_conversion_command_converts_a_registry_in_place_and_checks_it(tmp_p
         "contextual: contextual.pt -> contextual/ (model.safetensors + config.json)",
         "pruner: pruner.pt -> pruner/ (model.safetensors + config.json)"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["contextual", "pruner", "registry.json"]
-    assert W.entries(tmp_path) == {n: W.entry(n) for n in ("contextual", "pruner")}  # what ships, bit for bit
+    for name, entry in W.entries(tmp_path).items():  # each folder is its .pt, bit for bit, and names it
+        legacy = LEGACY / f"{name}.pt"
+        assert entry.converted_from == {"file": f"{name}.pt", "sha256": W.file_sha256(legacy)}
+        check_same(legacy, tmp_path / entry.file)
     assert convert_registry(tmp_path) == []  # a second run has nothing to do
     assert main([str(tmp_path / "nope.pt")]) == 2
     assert capsys.readouterr().err.strip() == (f"convert: error: {tmp_path / 'nope.pt'}: no such file; expected "
