@@ -25,7 +25,10 @@ thread count, speed-ups as the range over repeats, beside the FLOP estimate of
 :func:`arr_coc.vlm.cost.flops_estimate`. Writes a markdown table and a PNG under ``--out``.
 
     python benchmarks/bench_vlm.py [--size 1344] [--saccades 273] [--repeats 5] [--depth N]
-                                   [--dtype auto|float32|bfloat16] [--tiny] [--channels ...]
+                                   [--dtype auto|float32|bfloat16] [--tiny] [--channels ...] [--device cuda]
+
+``--device cuda``: the VLM on the GPU (ARR stays on the CPU), every timed stage synchronised with it; the
+table and plot are then ``bench_vlm_cuda.md`` / ``.png``.
 """
 from __future__ import annotations
 
@@ -41,9 +44,10 @@ from typing import Any, Sequence
 import torch
 
 # the model, its weights and inputs sit beside this script (running it puts the folder on sys.path)
-from qwen_3b import ROOT, build_model, choose_dtype, page, prompt_ids, qwen25_vl_3b_config  # noqa: E402
+from qwen_3b import ROOT, build_model, choose_dtype, device_note, page, prompt_ids, qwen25_vl_3b_config  # noqa: E402
 from tqdm import tqdm
 
+from arr_coc.config import resolve_device
 from arr_coc.plan import Plan
 from arr_coc.vlm import VLMAdapter, allocate, decode, encode, prefill
 from arr_coc.vlm.cost import prefill_flops
@@ -88,7 +92,7 @@ def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str,
 
     def full() -> tuple:
         t: dict[str, float] = {}
-        with timed(t, "vision"):
+        with timed(t, "vision", adapter.device):
             vis = encode(adapter, [Plan("full", "full", grid)], [image])
         prompt, logits = answer_prefill(t, vis, [(pre, suf)])
         return stage_ms(t), {}, vis[0], prompt.prefill.inputs_embeds.shape[1], logits, None
@@ -99,7 +103,7 @@ def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str,
             t: dict[str, float] = {}
             planned = allocate(adapter, [image], [question], saccades=saccades, arr=arr, relevance=relevance,
                                look_layers=layers, prompts=[(pre, suf)], timings=t)
-            with timed(t, "vision"):
+            with timed(t, "vision", adapter.device):
                 vis = encode(adapter, planned.plans, planned.images, encoded=planned.gestalt_tokens)
             prompt, logits = answer_prefill(t, vis, planned.prompts, planned.look)
             detail = {k.split("/", 1)[1]: v for k, v in t.items() if k.startswith("allocation/")}
@@ -111,13 +115,18 @@ def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str,
     def native() -> tuple:  # the model's own downscale at the sparse paths' token count: nothing to allocate
         t: dict[str, float] = {}
         tokens = arr.config.gestalt.grid_for(saccades, grid)
-        with timed(t, "vision"):
+        with timed(t, "vision", adapter.device):
             vis = encode(adapter, [Plan("native_budget", "native", grid, native=tokens[0] * tokens[1] + saccades)],
                          [image])
         prompt, logits = answer_prefill(t, vis, [(pre, suf)])
         return stage_ms(t), {}, vis[0], prompt.prefill.inputs_embeds.shape[1], logits, None
 
     return {METHODS[0]: full, METHODS[1]: native, METHODS[2]: sparse("arr"), METHODS[3]: sparse("vlm")}
+
+
+def result_stem(device: torch.device) -> str:
+    """The results' file name: ``bench_vlm`` on the CPU, ``bench_vlm_cuda`` on a GPU (the CPU table stays)."""
+    return "bench_vlm" if device.type == "cpu" else f"bench_vlm_{device.type}"
 
 
 def peak_rss_gib() -> float:
@@ -144,6 +153,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--flops-only", action="store_true",
                     help="no timing: the model is built on the meta device (no memory) and only the FLOP table "
                          "(allocation included) and ARR's allocation time on the page are reported")
+    ap.add_argument("--device", default="cpu", help="where the VLM runs (cpu, cuda, cuda:1); ARR stays on the CPU")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     return ap.parse_args(argv)
@@ -211,13 +221,17 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
         return flop_table(args)
     start = time.perf_counter()
     torch.manual_seed(args.seed)
-    dtype, dtype_note = choose_dtype(args.dtype)
+    try:
+        device = resolve_device(args.device)
+    except ValueError as err:
+        raise SystemExit(f"--device: {err}") from None
+    dtype, dtype_note = choose_dtype(args.dtype, device)
     print(f"dtype: {dtype_note}")
 
     t = time.perf_counter()
     config = qwen25_vl_3b_config(tiny=args.tiny, layers=args.depth)
     small = qwen25_vl_3b_config(tiny=args.tiny, layers=1, vocab=None if args.tiny else 64)
-    model = build_model(config, dtype, small_config=small, seed=args.seed)
+    model = build_model(config, dtype, small_config=small, seed=args.seed).to(device)
     adapter = Qwen25VLAdapter(model)
     build_s, build_rss = time.perf_counter() - t, peak_rss_gib()
     n_vit = sum(p.numel() for p in adapter.visual.parameters())
@@ -288,8 +302,9 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     agree = arr_row["work_ms"] / native["work_ms"]
     overhead = arr_row["total_ms"] / native["total_ms"] - 1
     run_s = time.perf_counter() - start
-    lines = [describe(args, name, n_all, n_vit, grid, cell, gestalt, pre, suf, arr, dtype_note, build_s, run_s,
-                      finite), "", "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
+    lines = [describe(args, name, n_all, n_vit, grid, cell, gestalt, pre, suf, arr, dtype_note + device_note(device),
+                      build_s, run_s, finite), "",
+             "| " + " | ".join(COLUMNS) + " |", "|---|" + "---:|" * (len(COLUMNS) - 1)]
     for r in rows:
         lines.append(f"| {r['method']} | {r['visual_tokens']} | {r['allocation_ms']:.0f} | {r['vision_ms']:.0f} | "
                      f"{r['prefill_ms']:.0f} | {min(r['totals_ms']):.0f} / {r['total_ms']:.0f} / "
@@ -328,10 +343,11 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     print(table)
     args.out.mkdir(parents=True, exist_ok=True)
     command = " ".join(["python benchmarks/bench_vlm.py", *(sys.argv[1:] if argv is None else argv)])
-    (args.out / "bench_vlm.md").write_text(f"made by: `{command}`\n\n{table}\n")
-    plot(rows, args.out / "bench_vlm.png", f"{name}, {args.size}x{args.size} px page, "
-                                           f"gestalt {gestalt[0]}x{gestalt[1]} + K = {args.saccades}, {dtype}")
-    print(f"wrote {args.out / 'bench_vlm.md'} and {args.out / 'bench_vlm.png'}")
+    md, png = (args.out / (result_stem(device) + ext) for ext in (".md", ".png"))
+    md.write_text(f"made by: `{command}`\n\n{table}\n")
+    plot(rows, png, f"{name}, {args.size}x{args.size} px page, gestalt {gestalt[0]}x{gestalt[1]} + K = "
+                    f"{args.saccades}, {dtype}, {device.type}")
+    print(f"wrote {md} and {png}")
     return rows
 
 

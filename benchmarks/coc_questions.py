@@ -19,7 +19,13 @@ ratio c, T = text tokens / c visual tokens go to every method (equal tokens):
 Metrics on the answer's page: page hit (it gets full-resolution tokens), answer coverage (share of the
 answer boxes' area inside full-resolution cells), reading: the OCR reader (``--reader``) reads the
 answer region from exactly what the VLM would see (``arr_coc.eval.reading.render``), scored by
-``contains_score`` (ANLS over the best word window). Writes rows.csv, summary.md in ``--out``.
+``contains_score`` (ANLS over the best word window).
+
+A thin driver over the library's context evaluation (what ``arr-coc eval texlive-contexts`` runs):
+contexts and questions from :func:`arr_coc.data.contexts.texlive_contexts`, the methods from
+:mod:`arr_coc.eval.context_methods`, the rows from :func:`arr_coc.eval.context_run.evaluate_contexts`
+into ``--out/<source>/records.jsonl`` (resumable); this script writes them as rows.csv, timing.csv and
+summary.md in ``--out``.
 """
 from __future__ import annotations
 
@@ -27,104 +33,46 @@ import argparse
 import csv
 import statistics
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
-import bm25s
-import torch
-from tqdm import tqdm
-
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import TextureConfig
-from arr_coc.contexts import allocate_context, rank_cells, see_context, split_context, text_tokens, tokenizer_name
-from arr_coc.documents.corpus import documents
-from arr_coc.documents.page import Context
-from arr_coc.documents.pdf import read_pdf
-from arr_coc.documents.questions import context_questions
-from arr_coc.documents.text_pages import TextLayout, render_text
-from arr_coc.eval.reading import contains_score, make_reader, read_region, render
-from arr_coc.imageops import paint_boxes
-from arr_coc.plan import Plan
-from arr_coc.views import downsampled_grid
+from arr_coc.contexts import tokenizer_name
+from arr_coc.data.contexts import texlive_contexts
+from arr_coc.eval.context_methods import BM25Pages
+from arr_coc.eval.context_run import ContextEvalSettings, evaluate_contexts
+from arr_coc.eval.store import RowStore
 
-METHODS = ("coc", "equal split", "uniform", "first pages", "bm25 pages")
+# the library's method names -> this benchmark's table labels (as published in docs/coc.md)
+LABELS = {"coc": "coc", "equal_split": "equal split", "uniform": "uniform", "first_pages": "first pages",
+          "bm25_pages": "bm25 pages"}
+METHODS = tuple(LABELS.values())
 # Qwen2.5-VL-3B on this CPU (benchmarks/results/bench_vlm.md): full resolution, 2334 prompt tokens,
 # 105.5 s of tower + prefill; the VLM time a token costs, for the time-saved estimate.
 VLM_MS_PER_TOKEN = 105507 / 2334
 
 
-def contexts(split: str, n_docs: int, pages: int, dpi: float, sources: list[str]):
-    docs = sorted((d for d in documents(split=split) if d.n_pages >= pages), key=lambda d: d.name)[:n_docs]
-    for d in docs:
-        pdf = read_pdf(d.path, pages=f"1-{pages}", dpi=dpi)
-        if "pdf" in sources:
-            yield d.name, "pdf", pdf
-        if "text" in sources:
-            ctx = render_text("\n".join(p.text for p in pdf.pages), TextLayout(), f"{d.name} (text)")
-            yield d.name, "text", Context(ctx.pages[:pages], ctx.source, ctx.meta)
+def contexts(args: argparse.Namespace, source: str):
+    return texlive_contexts(args.split, pages=args.pages, source=source, dpi=args.dpi, questions=args.questions,
+                            n_docs=args.docs)
 
 
-def cells_plan(grid, gestalt, cells) -> Plan:
-    return Plan("x", "cells", tuple(grid), gestalt=gestalt, cells=cells.reshape(-1, 2))
-
-
-def whole_pages(order, grids, total) -> dict[int, Plan]:
-    """Pages in ``order`` at full resolution while they fit; the rest downscaled onto the next page."""
-    plans, left = {}, total
-    for i in order:
-        full = grids[i][0] * grids[i][1]
-        if full <= left:
-            plans[i], left = Plan("x", "full", tuple(grids[i])), left - full
-        elif left >= 1:
-            plans[i], left = Plan("x", "native", tuple(grids[i]), native=left), 0
-        if left == 0:
-            break
-    return plans
-
-
-def methods(alloc, grids, total, bm25_order) -> dict[str, dict[int, Plan]]:
-    n = len(grids)
-    gestalts, k = split_context(grids, tokens=total)
-    scores = [p.relevance for p in alloc.pages]
-    out = {"coc": {i: cells_plan(grids[i], gestalts[i], c) for i, c in enumerate(rank_cells(scores, k))}}
-    share = [k // n + (i < k % n) for i in range(n)]
-    out["equal split"] = {i: cells_plan(grids[i], gestalts[i], rank_cells([scores[i]], min(share[i], scores[i].numel()))[0])
-                          for i in range(n)}
-    per = [total // n + (i < total % n) for i in range(n)]
-    out["uniform"] = {i: Plan("x", "native", tuple(grids[i]), native=per[i]) for i in range(n)}
-    out["first pages"] = whole_pages(range(n), grids, total)
-    out["bm25 pages"] = whole_pages(bm25_order, grids, total)
-    return out
-
-
-def sent(plan: Plan | None) -> int:
-    if plan is None:
-        return 0
-    if plan.kind == "native":
-        gh, gw = downsampled_grid(*plan.grid, plan.native)
-        return gh * gw
-    return plan.tokens
-
-
-def score(plan: Plan | None, image, cell, boxes, answers, reader) -> tuple[int, float, float]:
-    """(page hit, answer coverage, reading) of one page's plan; a page not sent scores 0."""
-    if plan is None:
-        return 0, 0.0, 0.0
-    hc, wc = plan.grid
-    if plan.kind == "full":
-        hit_cells = torch.ones(hc, wc)
-    elif plan.kind == "cells":
-        hit_cells = torch.zeros(hc, wc)
-        hit_cells[plan.cells[:, 0], plan.cells[:, 1]] = 1
-    else:
-        hit_cells = torch.zeros(hc, wc)
-    mask = paint_boxes(torch.tensor(boxes, dtype=torch.float32), torch.ones(len(boxes)), tuple(image.shape[-2:]))
-    full_px = hit_cells.repeat_interleave(cell, 0).repeat_interleave(cell, 1)
-    coverage = float((mask * full_px).sum() / mask.sum().clamp_min(1e-9))
-    view = render(plan, image, cell)
-    reading = contains_score(read_region(reader, view, boxes), list(answers))
-    return int(hit_cells.sum() > 0), coverage, reading
+def table_rows(store_rows: list[dict], source: str) -> tuple[list[dict], list[tuple]]:
+    """The library's rows of one source as this benchmark's rows.csv rows and timing.csv rows."""
+    full = {r["record_id"]: r["reading"] for r in store_rows if r["method"] == "full"}
+    rows, timing = [], {}
+    for r in store_rows:
+        if r["method"] == "full":
+            continue
+        rows.append(dict(doc=r["image_id"].split("#")[0], source=source, pages=r["pages"], question=r["question"],
+                         answer=r["answer"], kind=r["kind"], page=r["answer_pages"][0],
+                         compression=float(r["budget"][:-1]), budget=r["budget_tokens"], tokens=r["tokens"],
+                         text_tokens=r["text_tokens"], method=LABELS[r["method"]], page_hit=int(r["page_hit"]),
+                         coverage=round(r["coverage"], 4), reading=round(r["reading"], 4),
+                         full_reading=round(full[r["record_id"]], 4)))
+        timing[r["record_id"]] = (source, r["pages"], r["see_ms"], r["alloc_ms"], r["full_tokens"])
+    return rows, list(timing.values())
 
 
 def main() -> None:
@@ -141,6 +89,7 @@ def main() -> None:
     ap.add_argument("--page-weight", type=float, default=None, help="ranking weight (default: the library's)")
     ap.add_argument("--channels", nargs="+", default=None, help="the ARR's channels (default: the pipeline's)")
     ap.add_argument("--out", type=Path, default=None, help="default benchmarks/results/coc/<split>")
+    ap.add_argument("--fresh", action="store_true", help="replace rows of --out made with other settings")
     ap.add_argument("--bm25-rank", action="store_true",
                     help="only print where BM25 ranks each question's page (text alone: no allocation, no reading)")
     ap.add_argument("--summarize", action="store_true",
@@ -162,59 +111,30 @@ def main() -> None:
         return
     if args.bm25_rank:
         ranks = []
-        for name, source, ctx in contexts(args.split, args.docs, args.pages, args.dpi, args.sources):
-            texts = [p.text for p in ctx.pages]
-            retriever = bm25s.BM25()
-            retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
-            for q in context_questions(ctx, args.questions):
-                ids, _ = retriever.retrieve(bm25s.tokenize([q.question], stopwords="en", show_progress=False),
-                                            k=len(texts), show_progress=False)
-                ranks.append([int(i) for i in ids[0]].index(q.page - ctx.pages[0].index) + 1)
-                print(f"{name} {source}: {q.question!r} page {q.page + 1}: BM25 rank {ranks[-1]}")
+        for source in args.sources:
+            for item in contexts(args, source):
+                ctx = item.load()
+                bm25 = BM25Pages([p.text for p in ctx.pages])
+                for q in item.questions:
+                    ranks.append(bm25.rank(q.question).index(q.pages[0]) + 1)
+                    print(f"{item.context_id.split('#')[0]} {source}: {q.question!r} page "
+                          f"{ctx.pages[q.pages[0]].index + 1}: BM25 rank {ranks[-1]}")
         print(f"BM25 ranks the answer's page first for {sum(r == 1 for r in ranks)} of {len(ranks)} questions")
         return
-    weights = {k: v for k, v in (("text_weight", args.text_weight), ("page_weight", args.page_weight)) if v is not None}
-    reader = make_reader(args.reader)
     arr = ARR(ARRConfig(texture=TextureConfig(channels=tuple(args.channels)) if args.channels else TextureConfig())).eval()
     rows, timing = [], []
-    ctxs = list(contexts(args.split, args.docs, args.pages, args.dpi, args.sources))
-    for name, source, ctx in tqdm(ctxs, desc="contexts"):
-        qs = context_questions(ctx, args.questions)
-        if not qs:
-            continue
-        start = time.perf_counter()
-        with torch.inference_mode():
-            seen = see_context(arr, ctx)
-        see_ms = (time.perf_counter() - start) * 1e3
-        n_text = text_tokens("\n\n".join(p.text for p in ctx.pages))
-        texts = [p.text for p in ctx.pages]
-        retriever = bm25s.BM25()
-        retriever.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
-        for q in tqdm(qs, desc=f"{name} {source}", leave=False):
-            start = time.perf_counter()
-            with torch.inference_mode():
-                alloc = allocate_context(arr, seen, q.question, tokens=2 * len(ctx), **weights)
-            alloc_ms = (time.perf_counter() - start) * 1e3
-            timing.append((source, len(ctx), see_ms, alloc_ms, sum(p.plan.full_tokens for p in alloc.pages)))
-            docs_ids, _ = retriever.retrieve(bm25s.tokenize([q.question], stopwords="en", show_progress=False),
-                                             k=len(texts), show_progress=False)
-            order = [int(i) for i in docs_ids[0]]
-            grids = [p.plan.grid for p in alloc.pages]
-            a = q.page - ctx.pages[0].index
-            page, cell = alloc.pages[a], alloc.pages[a].cell
-            sy, sx = page.image.shape[-2] / ctx.pages[a].size[0], page.image.shape[-1] / ctx.pages[a].size[1]
-            boxes = [(b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx) for b in q.boxes]
-            full = score(Plan("x", "full", tuple(page.plan.grid)), page.image, cell, boxes, q.answers, reader)
-            for c in args.compression:
-                total = max(2 * len(ctx), round(n_text / c))
-                for method, plans in methods(alloc, grids, total, order).items():
-                    hit, cov, reading = score(plans.get(a), page.image, cell, boxes, q.answers, reader)
-                    rows.append(dict(doc=name, source=source, pages=len(ctx), question=q.question, answer=q.answers[0],
-                                     kind=q.kind, page=a, compression=c, budget=total,
-                                     tokens=sum(sent(p) for p in plans.values()), text_tokens=n_text, method=method,
-                                     page_hit=hit, coverage=round(cov, 4), reading=round(reading, 4),
-                                     full_reading=round(full[2], 4)))
-        write_rows(out, rows, timing)  # after every context: a long run keeps what it has
+    for source in args.sources:
+        settings = ContextEvalSettings(methods=("full", *LABELS), budgets=[f"{c:g}x" for c in args.compression],
+                                       reader=args.reader, text_weight=args.text_weight, page_weight=args.page_weight,
+                                       contexts={"split": args.split, "source": source, "pages": args.pages,
+                                                 "dpi": args.dpi, "questions": args.questions, "seed": 0},
+                                       fresh=args.fresh)
+        jsonl = evaluate_contexts(contexts(args, source), arr, out / source, settings)
+        keys = set().union(*(settings.keys(q) for item in contexts(args, source) for q in item.questions))
+        got, times = table_rows(RowStore(jsonl.parent).rows(keys), source)
+        rows += got
+        timing += times
+    write_rows(out, rows, timing)
     (out / "summary.md").write_text(summary(rows, timing, args))
     print((out / "summary.md").read_text())
 

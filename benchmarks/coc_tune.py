@@ -2,7 +2,7 @@
 
     python benchmarks/coc_tune.py --docs 5 --questions 6 --compression 10 20
 
-The contexts and questions of ``benchmarks/coc_questions.py`` (validation or train documents only: a
+The contexts and questions of ``benchmarks/coc_questions.py`` (made here the same way) (validation or train documents only: a
 setting is never chosen on test documents). Each question's ranking parts
 (:func:`arr_coc.contexts.rank_parts`) are computed once; every setting of the grid then ranks the
 cells (:func:`arr_coc.contexts.ranking_score`, :func:`arr_coc.contexts.rank_cells`) with the K of
@@ -22,16 +22,31 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
-from coc_questions import contexts
 from tqdm import tqdm
 
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import TextureConfig
 from arr_coc.contexts import rank_cells, rank_parts, ranking_score, see_context, split_context, text_tokens
+from arr_coc.documents.corpus import documents
+from arr_coc.documents.page import Context
+from arr_coc.documents.pdf import read_pdf
 from arr_coc.documents.questions import context_questions
+from arr_coc.documents.text_pages import TextLayout, render_text
 from arr_coc.imageops import paint_boxes
 
 CHANNELS = "rgb y x eccentricity edges edges_inv highpass lowpass saliency distance text_match key_value".split()
+
+
+def contexts(split: str, n_docs: int, pages: int, dpi: float, sources: list[str]):
+    """The first ``pages`` pages of the split's first ``n_docs`` documents (by name), as PDF and re-set text."""
+    docs = sorted((d for d in documents(split=split) if d.n_pages >= pages), key=lambda d: d.name)[:n_docs]
+    for d in docs:
+        pdf = read_pdf(d.path, pages=f"1-{pages}", dpi=dpi)
+        if "pdf" in sources:
+            yield d.name, "pdf", pdf
+        if "text" in sources:
+            ctx = render_text("\n".join(p.text for p in pdf.pages), TextLayout(), f"{d.name} (text)")
+            yield d.name, "text", Context(ctx.pages[:pages], ctx.source, ctx.meta)
 
 
 def coverage(cells: torch.Tensor, boxes: list, size: tuple[int, int], cell: int) -> float:

@@ -1,8 +1,8 @@
 """The real-size Qwen2.5-VL-3B-Instruct architecture with random weights, built in seconds, and its inputs.
 
 Shared by ``bench_vlm.py`` and ``bench_train_memory.py``: the published config (``--depth`` shrinks both
-towers for quick checks of the timing harness), cheap random weights, the dtype probe, the page and a
-fixed prompt. Timing needs the shapes, not trained values.
+towers for quick checks of the timing harness), cheap random weights, the dtype probe, the device note, the
+page and a fixed prompt. Timing needs the shapes, not trained values.
 """
 from __future__ import annotations
 
@@ -124,10 +124,13 @@ def probe_dtypes(m: int = 1024, k: int = 2048, n: int = 5504, repeats: int = 3) 
     return out
 
 
-def choose_dtype(choice: str) -> tuple[torch.dtype, str]:
-    """``auto``: bfloat16 if the probe matmul runs faster in it, else float32; the reason as text."""
+def choose_dtype(choice: str, device: torch.device = torch.device("cpu")) -> tuple[torch.dtype, str]:
+    """``auto``: on the CPU bfloat16 if the probe matmul runs faster in it, else float32; on a GPU bfloat16
+    (the dtype the checkpoints ship in); the reason as text."""
     if choice != "auto":
         return getattr(torch, choice), f"{choice} (chosen by --dtype)"
+    if device.type != "cpu":  # the probe times this CPU, not the device
+        return torch.bfloat16, f"bfloat16 (auto on {device.type})"
     probe = probe_dtypes()
     f32, bf16 = probe[torch.float32], probe[torch.bfloat16]
     measured = f"a 1024x2048 @ 2048x5504 matmul took {f32:.1f} ms in float32, {bf16:.1f} ms in bfloat16"
@@ -138,6 +141,15 @@ def choose_dtype(choice: str) -> tuple[torch.dtype, str]:
         dtype = getattr(torch, choice)
         why = f"{choice} (chosen by --dtype; {measured})"
     return dtype, why
+
+
+def device_note(device: torch.device) -> str:
+    """What the model ran on beyond the CPU: the GPU's name and its peak memory; empty on the CPU."""
+    if device.type != "cuda":
+        return ""
+    cap = ".".join(map(str, torch.cuda.get_device_capability(device)))
+    return (f", on {torch.cuda.get_device_name(device)} (compute capability {cap}, CUDA {torch.version.cuda}; "
+            f"peak GPU memory {torch.cuda.max_memory_allocated(device) / 2 ** 30:.1f} GiB)")
 
 
 def page(size: int) -> torch.Tensor:

@@ -45,3 +45,28 @@ def key_pdf(path: Path, pages: int) -> Path:
             fig.text(0.1, 0.3, "the brass key is under the mat" if i == 37 else "nothing to see here", fontsize=9)
             pdf.savefig(fig)
     return path
+
+
+STORY_WORDS = ("harbour lantern copper meadow violet engine quiet marble falcon river orchard silver candle thunder "
+               "garden bridge velvet compass winter saddle amber willow pepper cobalt").split()
+
+
+def story_pdf(path: Path, pages: int, lines: int = 9, seed: int = 0) -> Path:
+    """A PDF of ``pages`` small pages (4.8 x 3.6 in) with a text layer: per page a numbered section heading set
+    larger than the body, then ``lines`` body lines of 7 seeded random words (so phrases and answers are unique)."""
+    import random
+
+    import matplotlib
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    rng = random.Random(seed)
+    with matplotlib.rc_context({"pdf.fonttype": 42}), PdfPages(path) as pdf:
+        for i in range(pages):
+            fig = Figure(figsize=(4.8, 3.6))
+            fig.text(0.06, 0.9, f"{i + 1}.{i + 2} {rng.choice(STORY_WORDS).title()} {rng.choice(STORY_WORDS)}",
+                     fontsize=12)
+            for j in range(lines):
+                fig.text(0.06, 0.8 - j * 0.065, " ".join(rng.choice(STORY_WORDS) for _ in range(7)), fontsize=9)
+            pdf.savefig(fig)
+    return path

@@ -130,3 +130,21 @@ def test_flops_only_counts_the_first_look_and_windows_without_running_the_model(
     assert full["total"] > vlm["total"]
     md = (tmp_path / "bench_vlm_flops.md").read_text()
     assert "| sparse, vlm relevance | 106 | 144 + 160 |" in md and "ARR's allocation on this page, measured" in md
+
+
+def test_device_option_names_its_results_and_refuses_a_device_that_holds_no_data(tmp_path):
+    import pytest
+    import torch
+
+    bench = load_bench()
+    assert bench.result_stem(torch.device("cpu")) == "bench_vlm"  # the CPU table keeps its name
+    assert bench.result_stem(torch.device("cuda", 1)) == "bench_vlm_cuda"
+    # auto on a GPU is bfloat16 without timing this CPU; an explicit dtype wins there too
+    assert bench.choose_dtype("auto", torch.device("cuda")) == (torch.bfloat16, "bfloat16 (auto on cuda)")
+    assert bench.choose_dtype("float32", torch.device("cuda"))[0] == torch.float32
+    assert bench.device_note(torch.device("cpu")) == ""
+    with pytest.raises(SystemExit, match=r"^--device: device 'meta' holds no data; use cpu or a GPU$"):
+        bench.main(["--tiny", "--device", "meta", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"^--device: unknown device 'gpu0'; e.g. cpu, cuda, cuda:1, mps$"):
+        bench.main(["--tiny", "--device", "gpu0", "--out", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []  # refused before any model is built or file written

@@ -97,9 +97,10 @@ class Page:
     def text(self, elem_id: str) -> str:
         return self.driver.find_element(self.by.ID, elem_id).text
 
-    def upload(self, path: str | Path) -> None:
-        """Choose ``path`` in the image field (clearing the one there) and wait until it has reached the server."""
-        field = self.driver.find_element(self.by.ID, "image-file")
+    def upload(self, path: str | Path, field_id: str = "image-file") -> None:
+        """Choose ``path`` in a file field (the image's, or ``context-files``), clearing what is there, and wait
+        until it has reached the server."""
+        field = self.driver.find_element(self.by.ID, field_id)
         if not field.find_elements(self.by.CSS_SELECTOR, "input[type=file]"):
             field.find_element(self.by.CSS_SELECTOR, "button[aria-label=Clear]").click()
         self.wait(lambda d: field.find_elements(self.by.CSS_SELECTOR, "input[type=file]"))
@@ -119,9 +120,24 @@ class Page:
         return self.text("status")
 
     def tab(self, name: str) -> None:
-        """Show the tab labelled ``name``."""
-        buttons = self.driver.find_elements(self.by.CSS_SELECTOR, "button[role=tab]")
-        next(b for b in buttons if b.text.strip() == name).click()
+        """Show the tab labelled ``name`` (once the page has drawn it; a tab Gradio moved into its overflow
+        menu is clicked all the same)."""
+        def button(driver: Any) -> Any:
+            return next((b for b in driver.find_elements(self.by.CSS_SELECTOR, "button[role=tab]")
+                         if (b.get_attribute("textContent") or "").strip() == name), None)
+
+        self.wait(button)
+        self.driver.execute_script("arguments[0].click();", button(self.driver))
 
     def image_src(self, elem_id: str) -> str:
         return self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} img").get_attribute("src")
+
+    def table(self, elem_id: str) -> list[list[str]]:
+        """The body rows of the (markdown) table in element ``elem_id``, as cell texts."""
+        rows = self.driver.find_elements(self.by.CSS_SELECTOR, f"#{elem_id} table tbody tr")
+        return [[td.text.strip() for td in r.find_elements(self.by.TAG_NAME, "td")] for r in rows]
+
+    def value(self, elem_id: str) -> str:
+        """The value of the input in element ``elem_id`` (a number or text field)."""
+        box = self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} textarea, #{elem_id} input")
+        return box.get_attribute("value")

@@ -23,8 +23,9 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.train.loop import TrainConfig
 
     p = command("train", [opt.pipeline(canvas=())], help=HELP,
-                description="Train the scorer (or --learner selector|pruner) on dataset records split by image "
-                            "(train / val / test), evaluate on held-out images every --eval-every steps, "
+                description="Train the scorer (or --learner selector|pruner) on dataset records split by group "
+                            "(one company, form template or image on one side: train / val / test), evaluate on "
+                            "held-out images every --eval-every steps, "
                             "checkpoint to OUT/checkpoint.pt (--resume continues exactly; --fresh replaces an earlier "
                             "run), write OUT/<learner>/ (model.safetensors + config.json), "
                             "OUT/metrics.json and OUT/loss.png. Multi-process: "
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     if not result.metrics:  # not rank 0
         return 0
     m = result.metrics
-    print(f"examples      {m['examples']}  (split by image; test images never trained on)")
+    print(f"examples      {m['examples']}  (split by group; test images never trained on)")
     print(f"tokens        {m['tokens']} of full resolution per example; {m['processes']} process(es); "
           f"{m['train_seconds']:.0f} s")
     for split in ("val", "test"):

@@ -3,7 +3,9 @@
 ``write_reports`` turns ``records.jsonl`` into ``summary.csv``, ``summary.md`` (its first line names the
 command that made it) and ``summary.png``: for the OCR readers (``reader="ocr"``) answer coverage and
 reading accuracy against the share of full-resolution tokens; for the VLM reader (``reader="vlm"``)
-the benchmark's score and what each answer cost (allocation, vision, prefill, decode time, FLOPs).
+the benchmark's score and what each answer cost (allocation, vision, prefill, decode time, FLOPs);
+for questions over contexts (``reader="context"``, :mod:`arr_coc.eval.context_run`) page hit,
+coverage and reading against the compression ratio, with the reading as a share of full resolution's.
 """
 from __future__ import annotations
 
@@ -12,16 +14,18 @@ import math
 from collections import defaultdict
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from arr_coc.allocators.methods import METHODS as REGISTRY
 from arr_coc.allocators.methods import methods_for
+from arr_coc.eval.context_methods import CONTEXT_METHODS
 from arr_coc.eval.store import RowStore
 from arr_coc.samplers import SAMPLERS
 
 COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "seen", "reading")  # seen: variable-size allocators
 COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")  # the VLM reader's
-READERS = ("ocr", "vlm")
+CONTEXT_COLUMNS = ("page_hit", "coverage", "reading", "compression", "text_tokens")  # questions over contexts
+READERS = ("ocr", "vlm", "context")
 
 
 def _mean(values: list) -> float:
@@ -40,7 +44,8 @@ def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
 
     def order(key):
         dataset, method, budget = key
-        b = -1.0 if budget == "full" else (float(budget[:-1]) if budget.endswith("%") else 1e9 + float(budget))
+        b = -1.0 if budget == "full" else (float(budget[:-1]) if budget.endswith("%") else
+                                           2e9 + float(budget[:-1]) if budget.endswith("x") else 1e9 + float(budget))
         return dataset, b, methods.index(method) if method in methods else len(methods)
 
     out = []
@@ -143,6 +148,27 @@ def cost_table(summary: Sequence[dict], metric: str) -> str:
     return "\n".join(lines)
 
 
+def context_table(summary: Sequence[dict]) -> str:
+    """Questions over contexts: page hit, coverage and reading per (budget, method), reading / full's reading.
+
+    >>> rows = [{"dataset": "d", "method": m, "budget": b, "n": 2, "tokens": t, "compression": c, "page_hit": 1.0,
+    ...          "coverage": 1.0, "reading": r} for m, b, t, c, r in (("full", "full", 900, 1.0, 0.8),
+    ...                                                                ("coc", "10x", 90, 10.0, 0.6))]
+    >>> print(context_table(rows).splitlines()[-1])
+    | 10x | coc | 90 | 10.0x | 2 | 100% | 100% | 0.600 | 75% |
+    """
+    full = {s["dataset"]: s["reading"] for s in summary if s["method"] == "full"}
+    lines = ["| budget | method | tokens sent | compression | n | page hit | coverage | reading | reading / full |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for s in summary:
+        ref = full.get(s["dataset"], float("nan"))
+        share = s["reading"] / ref if ref == ref and ref > 0 else float("nan")
+        lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} | {s['compression']:.1f}x | {s['n']} | "
+                     f"{fmt(s['page_hit'], True)} | {fmt(s['coverage'], True)} | {fmt(s['reading'])} | "
+                     f"{fmt(share, True)} |")
+    return "\n".join(lines)
+
+
 def pivot_table(summary: Sequence[dict], column: str) -> str:
     """One metric as methods x budgets (the mean tokens sent in each header), for READMEs.
 
@@ -180,7 +206,8 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
         keys: (record_id, method, budget), e.g. :func:`arr_coc.eval.store.requested` for a run: the tables
             hold exactly those rows; without it every row of the folder counts once.
         made_by: the command that made the rows, written as the first line of summary.md.
-        reader: ``ocr`` (the OCR readers' rows) or ``vlm`` (the model's answers and their cost).
+        reader: ``ocr`` (the OCR readers' rows), ``vlm`` (the model's answers and their cost) or ``context``
+            (questions over contexts: :mod:`arr_coc.eval.context_run`).
 
     Raises:
         ValueError: no rows for ``keys``, or an unknown ``reader``.
@@ -190,10 +217,11 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
     rows = RowStore(jsonl.parent).rows(keys)
     if not rows:
         raise ValueError(f"{jsonl} holds no rows for the records, methods and token counts asked for")
-    columns = COLUMNS if reader == "ocr" else COST_COLUMNS
-    every = summarize_kinds(rows, columns)  # "all" rows first, then one block per question kind
+    columns = {"ocr": COLUMNS, "vlm": COST_COLUMNS, "context": CONTEXT_COLUMNS}[reader]
+    every = summarize_kinds(rows, columns, CONTEXT_METHODS if reader == "context" else None)  # "all", then per kind
     summary = [{k: v for k, v in s.items() if k != "kind"} for s in every if s["kind"] == "all"]
-    table = markdown_table(summary) if reader == "ocr" else cost_table(summary, rows[0]["metric"])
+    table = {"ocr": markdown_table, "context": context_table}.get(
+        reader, lambda s: cost_table(s, rows[0]["metric"]))(summary)
     kinds = sorted({s["kind"] for s in every} - {"all"})
     if kinds:
         column = "score" if reader == "vlm" else "reading" if any(s["reading"] == s["reading"] for s in summary) \
@@ -210,6 +238,8 @@ def write_reports(jsonl: Path, out_dir: Path | None = None, keys: Iterable[tuple
     md_path.write_text(f"made by: {made_by}\n\n{table}\n")
     if reader == "ocr":
         plot_summary(summary, png_path)
+    elif reader == "context":
+        plot_contexts(summary, png_path)
     else:
         plot_costs(summary, png_path, rows[0]["metric"], rows[0].get("model", ""))
     return csv_path, md_path, png_path
@@ -225,29 +255,43 @@ def _figure():
     return fig, fig.subplots(1, 2), matplotlib.colormaps["tab20"]
 
 
-def plot_summary(summary: Sequence[dict], path: Path) -> Path:
-    """Reading accuracy and answer coverage vs share of full-resolution tokens, one line per method."""
+def _plot_methods(summary: Sequence[dict], path: Path, panels: Sequence[tuple[str, str]], x: Any, xlabel: str,
+                  methods: Sequence[str], dashed: Sequence[str], title: str, label: Any = str) -> Path:
+    """Two panels (column, y label) of one metric against ``x(summary row)``, a line per method; full as a level."""
     fig, axes, colours = _figure()
-    dataset = summary[0]["dataset"] if summary else ""
-    for ax, col, label in ((axes[0], "reading", "reading accuracy (ANLS of OCR)"),
-                           (axes[1], "coverage", "answer-box coverage")):
-        for i, method in enumerate(methods_for("ocr")):  # one colour per method in both panels
-            pts = sorted((s["share"], s[col]) for s in summary if s["method"] == method and s[col] == s[col])
+    for ax, (col, ylabel) in zip(axes, panels):
+        for i, method in enumerate(methods):  # one colour per method in both panels
+            pts = sorted((x(s), s[col]) for s in summary if s["method"] == method and s[col] == s[col])
             if not pts:
                 continue
             if method == "full":
                 ax.axhline(pts[0][1], color="k", ls="--", lw=1, label="full resolution")
                 continue
-            ax.plot([100 * p[0] for p in pts], [p[1] for p in pts], marker="o", color=colours(i),
-                    ls=":" if method in ("uniform_image", "random") else "-", label=method_label(method))
-        ax.set_xlabel("tokens sent (% of full resolution)")
-        ax.set_ylabel(label)
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=colours(i),
+                    ls=":" if method in dashed else "-", label=label(method))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
         ax.set_ylim(-0.02, 1.02)
         ax.grid(alpha=0.3)
     axes[int(not axes[0].get_lines())].legend(fontsize=8)  # COCO has no reading panel to hold it
-    fig.suptitle(f"{dataset}: what survives at equal token budgets")
+    fig.suptitle(f"{summary[0]['dataset'] if summary else ''}: {title}")
     fig.savefig(path, dpi=110)
     return path
+
+
+def plot_summary(summary: Sequence[dict], path: Path) -> Path:
+    """Reading accuracy and answer coverage vs share of full-resolution tokens, one line per method."""
+    return _plot_methods(summary, path, (("reading", "reading accuracy (ANLS of OCR)"),
+                                         ("coverage", "answer-box coverage")),
+                         lambda s: 100 * s["share"], "tokens sent (% of full resolution)", methods_for("ocr"),
+                         ("uniform_image", "random"), "what survives at equal token budgets", method_label)
+
+
+def plot_contexts(summary: Sequence[dict], path: Path) -> Path:
+    """Questions over contexts: reading and page hit against the compression ratio, one line per method."""
+    return _plot_methods(summary, path, (("reading", "reading (contains ANLS of OCR)"), ("page_hit", "page hit")),
+                         lambda s: s["compression"], "compression (text tokens / visual tokens sent)",
+                         CONTEXT_METHODS, ("uniform",), "questions over whole contexts at equal visual tokens")
 
 
 def plot_costs(summary: Sequence[dict], path: Path, metric: str, model: str = "") -> Path:
@@ -272,3 +316,4 @@ def plot_costs(summary: Sequence[dict], path: Path, metric: str, model: str = ""
     fig.suptitle(f"{summary[0]['dataset'] if summary else ''}: {model} answering at equal visual tokens")
     fig.savefig(path, dpi=110)
     return path
+

@@ -108,17 +108,21 @@ class EvalSettings:
             check_float("size_prior", self.patch_options["size_prior"], strict=False)
 
 
-def run_settings(arr: ARR, settings: EvalSettings) -> dict:
-    """Everything besides its key that a row depends on: recorded in the output folder and checked."""
+def arr_settings(arr: ARR) -> dict:
+    """What an ARR's rows depend on: channels, canvas, gestalt, scorer and its weights, sampler, question encoder."""
     c = arr.config
     encoder = arr.query_encoder
     return {"format": SETTINGS_FORMAT, "channels": list(arr.channels), "texture_options": c.texture.options,
             "canvas": vars(c.canvas), "gestalt_grid": c.gestalt.grid, "scorer": c.scorer.name,
             "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
-            "query_encoder": f"{type(encoder).__name__}/{encoder.dim}", "reader": settings.reader,
-            "reading": settings.reading, "margin_px": settings.margin_px, "seed": settings.seed,
-            "patch_options": settings.patch_options or {}}
+            "query_encoder": f"{type(encoder).__name__}/{encoder.dim}"}
+
+
+def run_settings(arr: ARR, settings: EvalSettings) -> dict:
+    """Everything besides its key that a row depends on: recorded in the output folder and checked."""
+    return {**arr_settings(arr), "reader": settings.reader, "reading": settings.reading,
+            "margin_px": settings.margin_px, "seed": settings.seed, "patch_options": settings.patch_options or {}}
 
 
 def evaluate(records: Sequence[Record], arr: ARR, out_dir: Path, settings: EvalSettings | None = None,

@@ -2,17 +2,21 @@
 
 One server, one browser, one user session: a good request, three bad ones (not an image, an empty
 question, a budget the image cannot hold) that each show their error in the page, a good request
-after them that still works, and two configurations compared side by side.
+after them that still works, and two configurations compared side by side. The context tab: a
+5-page range of a PDF, one question, the per-page budget summing to the total, the strip's outlines
+on exactly the pages given saccades, the opened page with its saccades, another page opened.
 """
 from __future__ import annotations
 
 import io
+import re
 import socket
 import urllib.error
 import urllib.request
 
 import numpy as np
 import pytest
+from conftest import key_pdf
 from PIL import Image, ImageDraw
 
 from arr_coc.app.browser import Page, chromium, server
@@ -117,3 +121,47 @@ def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
         assert COMPARE_WITH != SamplerConfig.name
         assert f"method {SamplerConfig.name}" in a and f"method {COMPARE_WITH}" in b
         assert all("tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in s for s in (a, b))
+
+
+def red(image: np.ndarray) -> np.ndarray:
+    """Where the saccade outlines are: (220, 0, 0) drawn, antialiased by the resize around them."""
+    return (image[..., 0] > 180) & (image[..., 1] < 60) & (image[..., 2] < 60)
+
+
+def test_the_context_tab_shows_the_budget_per_page_the_strip_and_the_opened_page(tmp_path):
+    pdf = key_pdf(tmp_path / "manual.pdf", 40)  # page 38 (index 37) alone says where the brass key is
+    with server("--query-encoder", "hashing", "--threads", "1") as url, chromium() as driver:
+        page = Page(driver, url, timeout_s=300)  # five pages through the default channels on a shared CPU
+        page.tab("Context (PDF or pages)")
+        page.upload(pdf, "context-files")
+        page.fill("question", "Where is the brass key?")
+        page.fill("context-tokens", 60)
+        page.fill("context-pages", "36-40")
+        status = page.run("context-run")
+        assert status.startswith("Done"), status
+        summary = page.text("context-summary")
+        m = re.search(r"5 pages: sent 60 visual tokens = (\d+) gestalt \+ (\d+) saccades, of (\d+) at full", summary)
+        assert m, summary
+        gestalt, saccades = int(m[1]), int(m[2])
+        rows = page.table("context-summary")  # page | gestalt (h x w) | saccades | text from
+        assert [r[0] for r in rows] == ["36", "37", "38", "39", "40"] and {r[3] for r in rows} == {"text layer"}
+        grids = [tuple(map(int, r[1].split("x"))) for r in rows]
+        per_page = [int(r[2]) for r in rows]
+        # 5 pages at T = 60: a 2x2 gestalt each (5 x 4 <= 30), K = 40 ranked over all pages
+        assert grids == [(2, 2)] * 5 and gestalt == 20 and saccades == 40 == sum(per_page)
+        assert sum(h * w for h, w in grids) + sum(per_page) == 60
+        assert max(per_page) == per_page[2] > 0  # the detail goes to the key's page
+
+        strip = fetch(page.image_src("context-strip"))  # 5 equal pages, 8 px of grey between them
+        width = (strip.shape[1] - 4 * 8) / 5
+        outlined = sorted({int(x // (width + 8)) for x in np.nonzero(red(strip).any(0))[0]})
+        assert strip.shape[0] == 240 and outlined == [i for i, k in enumerate(per_page) if k > 0]
+
+        assert page.value("context-open") == "38"  # the page with the most saccades is opened
+        opened = fetch(page.image_src("context-page"))
+        assert opened.shape[0] == 900 and red(opened).sum() > 0
+        quiet = next(i for i, k in enumerate(per_page) if k == 0)  # a page without saccades, opened by number
+        page.fill("context-open", 36 + quiet)
+        page.driver.find_element(page.by.CSS_SELECTOR, "#context-open input").send_keys("\n")
+        page.wait(lambda d: page.text("status") == f"Page {36 + quiet}.")
+        page.wait(lambda d: page.image_src("context-page") and not red(fetch(page.image_src("context-page"))).any())
