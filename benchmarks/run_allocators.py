@@ -43,7 +43,17 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--limit", type=int, default=40, help="test records per dataset")
     p.add_argument("--tokens", nargs="+", default=["10%", "25%"], help="total visual tokens per row (counts or shares)")
     p.add_argument("--skip-train", action="store_true", help="evaluate the weights already in out/train_<learner>")
+    p.add_argument("--from-summaries", action="store_true",
+                   help="train and evaluate nothing: rewrite report.md and allocators.png from the committed "
+                        "<dataset>/summary.csv (what `make tables` writes there)")
     args = p.parse_args(argv)
+    if args.from_summaries:
+        summaries = {name: read_summary(OUT / name / "summary.csv") for name in DATASETS}
+        made_by = "python benchmarks/run_allocators.py --from-summaries"
+        (OUT / "report.md").write_text(f"made by: `{made_by}` (from the rows of {made_from(OUT)})\n\n"
+                                       + report_tables(summaries))
+        plot(summaries, OUT / "allocators.png")
+        return
     weights, hints = {}, []
     for learner in ("selector", "pruner"):
         out = ROOT / "out" / f"train_{learner}"
@@ -70,6 +80,22 @@ def main(argv: list[str] | None = None) -> None:
     plot(summaries, OUT / "allocators.png")
     print(report)
     print("\n".join(hints))
+
+
+def read_summary(path: Path) -> list[dict]:
+    """The overall rows (kind ``all``) of an evaluation's summary.csv, numbers as floats (empty / nan: nan)."""
+    import csv
+
+    with path.open() as f:
+        rows = [r for r in csv.DictReader(f) if r.get("kind", "all") == "all"]
+    text = ("dataset", "kind", "method", "budget")
+    return [{k: v if k in text else int(v) if k == "n" else float(v or "nan") for k, v in r.items()} for r in rows]
+
+
+def made_from(folder: Path) -> str:
+    """The commands that made each dataset's summary (their summary.md's first line)."""
+    lines = [(folder / name / "summary.md").read_text().splitlines()[0] for name in DATASETS]
+    return "; ".join(f"`{line.removeprefix('made by: ').strip('`')}`" for line in lines)
 
 
 def report_tables(summaries: dict[str, list[dict]]) -> str:
