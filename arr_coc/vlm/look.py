@@ -9,8 +9,8 @@ the text after the image (the question's tokens), ``G`` gestalt tokens of one im
    strongly each question token (the last :data:`LOOK_TOKENS` of them) attends to each gestalt token
    (:func:`question_attention`), with
    the layer's own norm, query/key projections and the model's own rotary tables: no
-   ``output_attentions``, so the model may run under SDPA or FlashAttention. The question is then
-   cut from the cache again.
+   ``output_attentions``, so the model keeps its own attention kernel (tested under SDPA against eager
+   weights; no FlashAttention path is tested). The question is then cut from the cache again.
 2. :func:`second_pass_prefill` lays out the saccades and the question that continue that cache
    (:func:`arr_coc.vlm.stages.prefill`, then ``decode``). The prompt is the sequence a single pass
    builds (prefix, gestalt, saccades, question; ``processing.assemble``), so the answer is the single
