@@ -125,7 +125,8 @@ def test_word_boxes_hold_the_ink_and_the_renderers_pen_point(name, tmp_path):
 
 @pytest.mark.parametrize("name", [n for n in VARIANTS if n != "crop past the media box"])
 def test_word_centres_agree_with_poppler(name, tmp_path):
-    # poppler clips the crop box to the media box but keeps the media box's width: the one case left out.
+    # Left out: a CropBox past the MediaBox, which poppler reads 595 pt wide with x from the MediaBox's edge
+    # where PDFium renders the clipped 545 pt (the ink test above covers it).
     path = _write(tmp_path, name)
     page = read_pdf(path, dpi=DPI, render=False).pages[0]
     s = DPI / 72
@@ -134,7 +135,7 @@ def test_word_centres_agree_with_poppler(name, tmp_path):
     for wd, (_, _, _, size) in zip(page.words, WORDS):
         (cy, cx), (y, x) = ((wd.box[0] + wd.box[2]) / 2, (wd.box[1] + wd.box[3]) / 2), theirs[wd.text]
         # poppler's box spans the font's ascent to descent, PDFium's the ink: centres up to 0.12 em apart
-        # (measured: at most 0.11 em, "beta" on its side).
+        # (measured: at most 0.115 em, "beta" turned 90 degrees).
         assert math.hypot(cy - y, cx - x) < 0.12 * size * s, (name, wd, (y, x))
 
 
@@ -157,7 +158,8 @@ def test_the_letter_size_geometry_misses_the_ink(name, tmp_path, monkeypatch):
     dark = _dark(wrong)
     missed = (dark & ~_mask(dark.shape, [wd.box for wd in wrong.words], 1.5)).sum() / dark.sum()
     # measured: all of the ink for 50 pt, 91 % for 40 pt, 37 % for 17 pt (the words overlap their old boxes)
-    assert missed > {50: 0.99, 40: 0.85, 17: 0.3, 0: -1}[LETTER_ERROR_PT[name]] and (missed == 0) == (name == "inherited rotate 90")
+    bound = {50: 0.99, 40: 0.85, 17: 0.3}.get(LETTER_ERROR_PT[name])
+    assert missed > bound if bound else missed == 0
 
 
 # Real manuals: three whose page box is inherited from the page tree, two whose pages set their own.
