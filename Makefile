@@ -12,6 +12,9 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	command -v tesseract >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
 		apt-get install -y -qq tesseract-ocr tesseract-ocr-eng >/dev/null; }
+	# poppler's pdftotext: the independent word boxes the PDF geometry is checked against (tests, benchmarks/pdf_boxes.py)
+	command -v pdftotext >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -qq poppler-utils >/dev/null; }
 	# headless Chromium and its driver for the microscope's browser test (selenium is told their paths)
 	command -v chromium >/dev/null && command -v chromedriver >/dev/null || { apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null; }

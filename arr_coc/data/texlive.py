@@ -29,7 +29,7 @@ from arr_coc.data.loading import finish
 
 PAGES_PER_DOCUMENT = 2
 DPI = 150.0  # the documents package's default: 10 pt body text ~21 px high
-VERSION = 2  # of the cached records: bump when how pages or questions are chosen changes
+VERSION = 3  # of the cached records: bump when how pages, questions or their boxes are made changes (3: true page boxes)
 
 
 def default_folder() -> Path:

@@ -4,7 +4,10 @@ PDFium (through pypdfium2, whose wheel ships the engine) reports each character 
 layer with its box in PDF points, origin at the bottom left of the page, and inserts generated
 spaces and line breaks where the layout has them. Here characters are grouped into words (split at
 whitespace) and lines (split at line breaks), and every box is moved into the rendered image's
-pixels: relative to the crop box, y flipped, the page's own rotation applied, scaled by the render.
+pixels: relative to the page's effective box, y flipped, the page's own rotation applied, scaled by
+the render. The effective box is the one PDFium renders: the CropBox clipped to the MediaBox, either
+inherited from the page tree (PDF 1.7 section 7.7.3.4) where the page leaves it out, as is /Rotate.
+PDFium ignores /UserUnit in rendering and in the text layer alike, so boxes and pixels still agree.
 
 Pages are chosen by 0-based indices or by a 1-based range string as a print dialog takes it
 (``"1-3,7"``). A missing file, a file that is not a PDF, an encrypted PDF and a page outside the
@@ -106,11 +109,24 @@ def page_indices(n_pages: int, pages: PageSpec, source: str = "the PDF") -> list
     return idx
 
 
-def _display_map(page: pdfium.PdfPage, scale_yx: tuple[float, float]):
+Frame = tuple[tuple[float, float, float, float], int]  # (left, bottom, right, top) points, clockwise degrees
+
+
+def display_frame(page: pdfium.PdfPage) -> Frame:
+    """The box a page is rendered from, in PDF points, and its clockwise rotation, as PDFium renders it.
+
+    ``FPDF_GetPageBoundingBox`` is the box PDFium's renderer maps onto the bitmap: the CropBox clipped
+    to the MediaBox, each taken from the page tree when the page does not set it. pypdfium2's
+    ``get_cropbox()`` instead reads the page's own dictionary only and, where the box is inherited,
+    answers US Letter (0, 0, 612, 792): on an inherited A4 page every box would move ~50 pt.
+    """
+    return tuple(float(v) for v in page.get_bbox()), page.get_rotation()
+
+
+def _display_map(frame: Frame, scale_yx: tuple[float, float]):
     """A function taking a PDF-point box (left, bottom, right, top) to a pixel box (y0, x0, y1, x1)."""
-    cl, cb, cr, ct = page.get_cropbox()
+    (cl, cb, cr, ct), rot = frame
     w0, h0 = cr - cl, ct - cb
-    rot = page.get_rotation()  # clockwise degrees, as the page is displayed
     sy, sx = scale_yx
 
     def to_display(x: float, y: float) -> tuple[float, float]:
@@ -140,15 +156,18 @@ def _starts_new_line(prev: Box, box: Box) -> bool:
     return box[1] < prev[1] and overlap < 0.5 * min(prev[2] - prev[0], box[2] - box[0])
 
 
-def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float]) -> tuple[list[Word], list[int], list[float]]:
+def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float],
+               loose: bool = False) -> tuple[list[Word], list[int], list[float]]:
     """The words of a page's text layer in pixels, the index of each line's first word, each line's font size.
 
     Args:
         page: an open PDFium page.
         scale_yx: pixels per display point, (y, x): the rendered size over the page's display size.
+        loose: box each character from its font's ascent to descent across its advance (the convention of
+            poppler's ``pdftotext -bbox``) instead of around its ink; for comparing with other engines.
     """
     tp = page.get_textpage()
-    to_px = _display_map(page, scale_yx)
+    to_px = _display_map(display_frame(page), scale_yx)
     words: list[Word] = []
     breaks: list[int] = []
     sizes: list[list[float]] = []  # per line: the drawn size of each character
@@ -193,10 +212,10 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float]) -> tuple[lis
                 end_word()
                 new_line = True
             prev = flat
-            boxes.append(to_px(left, bottom, right, top))
             # TeX fonts report a size of 1 and scale by the text matrix: the loose box (ascent to descent)
             # is the size as drawn.
-            _, lb, _, lt = tp.get_charbox(i, loose=True)
+            ll, lb, lr, lt = tp.get_charbox(i, loose=True)
+            boxes.append(to_px(ll, lb, lr, lt) if loose else to_px(left, bottom, right, top))
             line_sizes.append((lt - lb) * scale_yx[0])
         chars.append(ch)
     end_word()
