@@ -51,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     args.scorer_weights = "none"
     cfg = opt.from_args(TrainConfig, args, train_options())
     if args.export:
-        check_export(args.export, cfg.fresh)  # before any work: a user's files are never overwritten silently
+        # before any work: a user's files are never overwritten silently, nor an hour's run refused at its end
+        check_export(args.export, cfg.fresh, cfg.learner)
     config = ARRConfig(texture=opt.texture_config(args.channels, args.clip_model),
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
                        sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=cfg.seed)

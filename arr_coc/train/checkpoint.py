@@ -185,16 +185,24 @@ def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dic
                         trained_images=dict(trained_images or {}))
 
 
-def check_export(target: str, fresh: bool = False) -> None:
-    """Refuse, before any work, an ``--export`` folder whose files the copy would overwrite (unless ``fresh``).
+def check_export(target: str, fresh: bool = False, learner: str | None = None) -> None:
+    """Refuse, before any work, an ``--export`` target the trained weights could not go to.
 
     A registry name is the shipped entry of that name, replaced as a whole (its files are the package's own);
-    a path must be a folder (or nothing yet) holding neither ``model.safetensors`` nor ``config.json``.
+    ``auto`` and ``none`` are reserved, and ``selector`` / ``pruner`` hold only weights of that ``learner``.
+    A path must be a folder (or nothing yet) holding neither ``model.safetensors`` nor ``config.json``,
+    unless ``fresh``.
 
     Raises:
-        UserError: one line naming the folder, the files and the flag that replaces them.
+        UserError: one line naming the target and what to pass instead.
     """
     if is_name(target):
+        if target in ("auto", "none"):
+            raise UserError(f"--export {target}: the name is reserved (it means the default / no weights); "
+                            f"choose another")
+        if learner is not None and target in ("selector", "pruner") and learner != target:
+            raise UserError(f"--export {target}: the name is for {target} weights, and this run trains the "
+                            f"{learner}; choose another name")
         return
     path = Path(target)
     if path.exists() and not path.is_dir():

@@ -79,6 +79,18 @@ def test_export_into_a_folder_of_the_users_files_is_refused_before_training(page
                                       "(it gets model.safetensors and config.json)")
 
 
+@pytest.mark.parametrize("name, message", [
+    ("auto", "--export auto: the name is reserved (it means the default / no weights); choose another"),
+    ("selector", "--export selector: the name is for selector weights, and this run trains the scorer; choose "
+                 "another name"),
+])
+def test_export_to_a_name_the_weights_cannot_take_is_refused_before_training(pages, tmp_path, name, message):
+    out = tmp_path / "run"
+    code, _, err = run_cli(train_argv(pages, out, "--export", name))
+    assert (code, err.strip()) == (2, f"arr-coc: error: {message}")
+    assert not out.exists()
+
+
 def test_export_with_fresh_replaces_only_the_weights_files(pages, tmp_path):
     target = tmp_path / "mine"
     before = user_folder(target)
