@@ -149,6 +149,13 @@ def run_context(args: argparse.Namespace) -> int:
     if refused:
         raise ValueError(f"a context (several pages) is allocated by one ranking over its pages' cells and sent "
                          f"sparse with a gestalt per page; drop {', '.join(refused)}")
+    decoding = [flag for flag, on in (("--do-sample", args.do_sample), ("--temperature", args.temperature != 1.0),
+                                      ("--top-p", args.top_p != 1.0), ("--num-beams", args.num_beams != 1),
+                                      ("--stop", bool(args.stop)), ("--seed", args.seed is not None),
+                                      ("--stream", args.stream is not None)) if on]
+    if decoding:  # read_context decodes greedily, without streaming: these would go unused
+        raise ValueError(f"a context's answer is decoded greedily, in one piece; drop {', '.join(decoding)} (they "
+                         f"act on one image)")
     tokens = None
     if args.tokens is not None:
         if str(args.tokens).strip().endswith("%"):

@@ -428,6 +428,17 @@ def test_a_context_flag_for_another_kind_of_input_is_one_line(page_files, tmp_pa
     assert (code, err.strip()) == (2, "arr-coc: error: " + message)
 
 
+def test_ask_seed_without_sampling_is_one_line(page_files):
+    code, _, err = run_cli(ask_argv(page_files["image"], "tiny:qwen2_5_vl", "--seed", "3"))
+    assert (code, err.strip()) == (2, "arr-coc: error: seed seeds sampling's draws, and greedy decoding draws none; "
+                                      "add do_sample (--do-sample) or drop the seed")
+    code, _, err = run_cli(ask_argv(page_files["image"], "tiny:qwen2_5_vl", "--seed", "3", "--do-sample"))
+    assert code == 0, err
+    code, _, err = run_cli(ask_argv(page_files["pdf"], "tiny:qwen2_5_vl", "--seed", "3", "--do-sample"))
+    assert (code, err.strip()) == (2, "arr-coc: error: a context's answer is decoded greedily, in one piece; drop "
+                                      "--do-sample, --seed (they act on one image)")
+
+
 def test_a_context_flag_for_its_own_kind_of_input_acts(page_files, tmp_path):
     code, out, err = run_cli(["look", str(page_files["pdf"]), "Where?", "--channels", "mvp", "--query-encoder",
                               "hashing", "--scorer-weights", "none", "--pages", "1-2", "--dpi", "30", "--saccades", "8",
