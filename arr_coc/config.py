@@ -142,6 +142,9 @@ class DecodeConfig:
             self.seed = check_int("seed", self.seed, 0)
         if not self.do_sample and (self.temperature, self.top_p) != (1.0, 1.0):
             raise ValueError("temperature and top_p shape sampling; add do_sample (--do-sample)")
+        if not self.do_sample and self.seed is not None:  # greedy decoding draws nothing: the seed would go unused
+            raise ValueError("seed seeds sampling's draws, and greedy decoding draws none; add do_sample "
+                             "(--do-sample) or drop the seed")
         self.stop = tuple(self.stop)
         if any(not isinstance(s, str) or not s for s in self.stop):
             raise ValueError(f"stop strings must be non-empty text, got {list(self.stop)!r}")

@@ -59,12 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import ask as answer
     from arr_coc.vlm import load_vlm
-    from arr_coc.vlm.ask import default_relevance
+    from arr_coc.vlm.ask import default_relevance, refuse_total_tokens
     from arr_coc.vlm.generation import from_decode
 
     if args.tokens is not None and args.no_gestalt:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
     opt.check_question(args)
+    opt.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
     if opt.is_context(args):
         return run_context(args)
     args.image = args.inputs[0]
@@ -72,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
     stream = streams(args, decode)
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
+    refuse_total_tokens(adapter, args.tokens)  # a total the adapter cannot split as asked: before any work
     relevance = default_relevance(adapter) if args.relevance == "auto" else args.relevance
     # the vlm source reads the question with the VLM itself: MiniLM is then not loaded
     encoder = opt.query_encoder(args, load=relevance != "vlm")
@@ -138,6 +140,7 @@ def run_context(args: argparse.Namespace) -> int:
     from arr_coc.contexts import allocate_context, load_context
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
+    from arr_coc.vlm.ask import refuse_total_tokens
     from arr_coc.vlm.context import read_context
 
     refused = [flag for flag, on in (("--mode " + args.mode, args.mode != "sparse"), ("--no-gestalt", args.no_gestalt),
@@ -146,6 +149,13 @@ def run_context(args: argparse.Namespace) -> int:
     if refused:
         raise ValueError(f"a context (several pages) is allocated by one ranking over its pages' cells and sent "
                          f"sparse with a gestalt per page; drop {', '.join(refused)}")
+    decoding = [flag for flag, on in (("--do-sample", args.do_sample), ("--temperature", args.temperature != 1.0),
+                                      ("--top-p", args.top_p != 1.0), ("--num-beams", args.num_beams != 1),
+                                      ("--stop", bool(args.stop)), ("--seed", args.seed is not None),
+                                      ("--stream", args.stream is not None)) if on]
+    if decoding:  # read_context decodes greedily, without streaming: these would go unused
+        raise ValueError(f"a context's answer is decoded greedily, in one piece; drop {', '.join(decoding)} (they "
+                         f"act on one image)")
     tokens = None
     if args.tokens is not None:
         if str(args.tokens).strip().endswith("%"):
@@ -153,6 +163,7 @@ def run_context(args: argparse.Namespace) -> int:
         tokens = budget_tokens(args.tokens, 2 ** 62)
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
+    refuse_total_tokens(adapter, args.tokens, images=None)  # a total the adapter cannot split as asked
     load_s = time.perf_counter() - start
     context = load_context(args.inputs if len(args.inputs) > 1 else args.inputs[0], pages=args.pages, dpi=args.dpi,
                            layout=opt.text_layout(args), max_pages=args.max_pages)

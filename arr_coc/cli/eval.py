@@ -96,7 +96,6 @@ def run(args: argparse.Namespace) -> int:
     from arr_coc.allocators.methods import LEARNED_METHODS
     from arr_coc.data.contexts import TEXLIVE_CONTEXTS
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.eval.report import write_reports
     from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, MARGIN_PX, EvalSettings
     from arr_coc.eval.run import evaluate as run_eval
     from arr_coc.eval.store import requested
@@ -129,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
             except ValueError as err:
                 print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
                 methods.remove(m)
+    _refuse_unused(args, methods, "ocr")
     # before any work, with the reason: by dataset name, and by the pixels of every image to be scored
     refuse_leakage(args.dataset, args.split, arr, methods, learned, images=sorted({r.image for r in records}))
     settings = EvalSettings(methods=methods, tokens=args.tokens or DEFAULT_TOKENS, seed=args.seed,
@@ -139,11 +139,40 @@ def run(args: argparse.Namespace) -> int:
                             patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
                             fresh=args.fresh)
     jsonl = run_eval(records, arr, args.out / args.dataset, settings)
-    csv_path, md_path, png_path = write_reports(jsonl, keys=requested(records, settings.methods, settings.tokens),
+    csv_path, md_path, png_path = write_summary(jsonl, keys=requested(records, settings.methods, settings.tokens),
                                                 made_by=opt.command_line(args))
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0
+
+
+def write_summary(jsonl: Path, **kw: Any) -> tuple[Path, Path, Path]:
+    """:func:`arr_coc.eval.report.write_reports` whole or not at all: the reports are made in a temporary folder
+    beside the rows, then each is written into place by :func:`arr_coc.weights.atomic_write`. A full disk is one
+    line and leaves no temporary file, no empty report, and the earlier reports as they were."""
+    import shutil
+    import tempfile
+
+    from arr_coc.errors import DiskFullError
+    from arr_coc.eval.report import write_reports
+    from arr_coc.weights import atomic_write, disk_full
+
+    folder = jsonl.parent
+    stage = None
+    try:
+        stage = Path(tempfile.mkdtemp(prefix=".summary.", dir=folder))
+        made = write_reports(jsonl, stage, **kw)
+        return tuple(atomic_write(folder / p.name, lambda f, data=p.read_bytes(): f.write(data)) for p in made)
+    except DiskFullError:  # already one line, naming the report
+        raise
+    except OSError as err:  # no space for the temporary folder or a report in it
+        full = disk_full(folder / "summary.csv", err)
+        if full is not None:
+            raise full from None
+        raise
+    finally:
+        if stage is not None:
+            shutil.rmtree(stage, ignore_errors=True)
 
 
 def _arr(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -156,6 +185,45 @@ def _arr(args: argparse.Namespace) -> tuple[Any, Any]:
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
                        sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=args.seed)
     return config, ARR(config, query_encoder=opt.query_encoder(args, load=False)).eval()
+
+
+def _refuse_unused(args: argparse.Namespace, methods: Any, run: str) -> None:
+    """Refuse, before any work, an option this run would not use (``run``: ``ocr``, ``vlm`` or ``context``).
+
+    The model's options act only with ``--reader vlm``; ``--reading`` and ``--margin`` only with an OCR reader
+    (``--reading`` not over contexts, which read by finding); ``--size-prior`` only with a variable-size patch
+    method, ``--selector-weights`` / ``--pruner-weights`` only with that method (neither over contexts).
+    """
+    from arr_coc.allocators.methods import METHODS, SquaresMethod
+    from arr_coc.eval import vlm_reader
+
+    defaults = {"model": None, "dtype": None, "device": None, "batch_size": vlm_reader.VLMEvalSettings.batch_size,
+                "max_new_tokens": vlm_reader.VLMEvalSettings.max_new_tokens, "prompt": vlm_reader.PROMPT,
+                "reading": "region", "margin": None, "size_prior": None, "selector_weights": "auto",
+                "pruner_weights": "auto"}
+
+    def given(*names: str) -> list[str]:
+        return [f"--{n.replace('_', '-')}" for n in names if getattr(args, n) != defaults[n]]
+
+    def refuse(flags: list[str], why: str) -> None:
+        if flags:
+            raise ValueError(f"{' '.join(flags)} act{'s' if len(flags) == 1 else ''} only {why}; drop "
+                             f"{'it' if len(flags) == 1 else 'them'}")
+
+    if run != "vlm":
+        refuse(given("model", "dtype", "device", "batch_size", "max_new_tokens", "prompt"),
+               f"with --reader vlm (this run reads with {args.reader})")
+    if args.reader in ("vlm", "none"):
+        refuse(given("reading", "margin"), f"with an OCR reader, --reader tesseract or rapidocr (not {args.reader})")
+    elif run == "context":
+        refuse(given("reading"), "for single images (a context's answer is found on its pages, not read in a box)")
+    patches = [m for m in methods if m in METHODS.names() and isinstance(METHODS.get(m), SquaresMethod)]
+    if not patches or run == "context":
+        refuse(given("size_prior"), "with a variable-size patch method (" + ", ".join(
+            m for m in METHODS.names() if isinstance(METHODS.get(m), SquaresMethod)) + ") in --methods")
+    for m in ("selector", "pruner"):
+        if m not in methods or run == "context":
+            refuse(given(f"{m}_weights"), f"with the method {m} in --methods")
 
 
 CONTEXT_OPTIONS = ("compression", "pages", "source", "dpi", "questions", "contexts", "text_weight", "page_weight")
@@ -175,7 +243,6 @@ def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
     from arr_coc.data.contexts import CONTEXT_DPI, TEXLIVE_CONTEXTS, record_contexts, texlive_contexts
     from arr_coc.eval.context_methods import CONTEXT_METHODS, NEEDS_BM25
     from arr_coc.eval.context_run import CONTEXT_MARGIN_PX, DEFAULT_BUDGETS, ContextEvalSettings, evaluate_contexts
-    from arr_coc.eval.report import write_reports
     from arr_coc.weights import refuse_leakage
 
     texlive = args.dataset == TEXLIVE_CONTEXTS
@@ -187,6 +254,7 @@ def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
         except ImportError as err:
             print(f"arr-coc: leaving out method {NEEDS_BM25}: {err}", file=sys.stderr)
             methods.remove(NEEDS_BM25)
+    _refuse_unused(args, methods, "context")
     if texlive:
         if args.limit is not None:
             raise ValueError(f"--limit counts records; {TEXLIVE_CONTEXTS} takes --contexts N (documents) and "
@@ -226,7 +294,7 @@ def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
                          + (f" (documents with at least {pages} pages" + (f" of the {args.split} split" if args.split
                                                                            else "") + ")" if texlive else ""))
     jsonl = evaluate_contexts(asked(itertools.chain([first], items)), arr, out, settings)
-    csv_path, md_path, png_path = write_reports(jsonl, keys=keys, made_by=opt.command_line(args), reader="context")
+    csv_path, md_path, png_path = write_summary(jsonl, keys=keys, made_by=opt.command_line(args), reader="context")
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0
@@ -238,7 +306,6 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     import re
     from dataclasses import replace
 
-    from arr_coc.eval.report import write_reports
     from arr_coc.eval.vlm_reader import (
         DEFAULT_METHODS,
         DEFAULT_TOKENS,
@@ -251,6 +318,7 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     from arr_coc.weights import refuse_leakage
 
     methods = tuple(args.methods or DEFAULT_METHODS)
+    _refuse_unused(args, methods, "vlm")
     settings = VLMEvalSettings(methods=methods, tokens=tuple(args.tokens or DEFAULT_TOKENS),
                                batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
                                seed=args.seed, model=args.model, learned=learned, fresh=args.fresh,
@@ -266,7 +334,7 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     jsonl = evaluate_vlm(records, arr, adapter, out, settings)
     if int(os.environ.get("RANK", "0")):  # rank 0 reports
         return 0
-    csv_path, md_path, png_path = write_reports(jsonl, made_by=opt.command_line(args), reader="vlm")
+    csv_path, md_path, png_path = write_summary(jsonl, made_by=opt.command_line(args), reader="vlm")
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0

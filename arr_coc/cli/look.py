@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     check_int("top", args.top, 0)
     opt.check_question(args)
+    opt.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
     if opt.is_context(args):
         return run_context(args)
     args.image = args.inputs[0]

@@ -199,6 +199,37 @@ def is_context(args: argparse.Namespace) -> bool:
     return len(args.inputs) > 1 or is_pdf(Path(one)) or Path(one).suffix.lower() in TEXT_SUFFIXES
 
 
+def refuse_unused_context_options(args: argparse.Namespace) -> None:
+    """Refuse the context flags the inputs would not use: each acts on one kind of input only.
+
+    ``--pages`` and ``--dpi`` act on a PDF, the text layout flags on a text file, ``--max-pages`` on any context;
+    one image takes none of them. Compared with their defaults, so a flag given its default value passes.
+    """
+    from arr_coc.contexts import MAX_PAGES
+    from arr_coc.contexts.inputs import TEXT_SUFFIXES, is_pdf
+    from arr_coc.documents.pdf import DEFAULT_DPI
+    from arr_coc.documents.text_pages import TextLayout
+
+    layout, pdf, text, context = TextLayout(), "a PDF", "a text file", "a context"
+    flags = {"pages": ("--pages", None, pdf), "dpi": ("--dpi", DEFAULT_DPI, pdf),
+             "max_pages": ("--max-pages", MAX_PAGES, context), "font": ("--font", layout.font, text),
+             "font_size": ("--font-size", layout.size, text), "page_width": ("--page-width", layout.width, text),
+             "page_height": ("--page-height", layout.height, text)}
+    one = Path(args.inputs[0])
+    if not is_context(args):
+        kind, acting = "one image", ()
+    elif len(args.inputs) == 1 and is_pdf(one):
+        kind, acting = pdf, ("pages", "dpi", "max_pages")
+    elif len(args.inputs) == 1 and one.suffix.lower() in TEXT_SUFFIXES:
+        kind, acting = text, ("max_pages", "font", "font_size", "page_width", "page_height")
+    else:
+        kind, acting = "several images", ("max_pages",)
+    unused = [f"{flag} acts only on {on}" for name, (flag, default, on) in flags.items()
+              if name not in acting and getattr(args, name) != default]
+    if unused:
+        raise ValueError(f"{', '.join(unused)}, and the input is {kind}; drop {'it' if len(unused) == 1 else 'them'}")
+
+
 def text_layout(args: argparse.Namespace) -> Any:
     """The TextLayout the context flags ask for."""
     from arr_coc.documents.text_pages import TextLayout
@@ -294,6 +325,9 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
     if channels:
         groups = {"mvp": MVP_CHANNELS, "default": PIPELINE_CHANNELS}
         names = tuple(n for c in channels for n in groups.get(c, (c,)))
+    if clip_model and "clip" not in (names or PIPELINE_CHANNELS):  # the weights of a channel not computed
+        raise ValueError("--clip-model sets the weights of the 'clip' channel, which --channels does not include; "
+                         "add clip to --channels or drop --clip-model")
     return TextureConfig(channels=names, options={"clip": {"model": clip_model}} if clip_model else {})
 
 

@@ -34,15 +34,25 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # its parameters train too, if it has any
     p.add_argument("--export", default=None, metavar="NAME_OR_PATH",
                    help="publish the trained weights: a name ships them in arr_coc/weights/NAME/ with a registry "
-                        "entry (then loadable by that name), a path gets a copy of the folder")
+                        "entry (then loadable by that name), a path gets a copy of the folder (a folder already "
+                        "holding model.safetensors or config.json is refused before training, unless --fresh)")
+    # training starts from the hand-set scorer: any --scorer-weights given would go unused, and is refused
+    p.set_defaults(scorer_weights=None)
 
 
 def run(args: argparse.Namespace) -> int:
     from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
-    from arr_coc.train.checkpoint import export
+    from arr_coc.train.checkpoint import check_export, export
+    from arr_coc.train.config import SCORER_WEIGHTS_UNUSED
     from arr_coc.train.loop import TrainConfig, train
 
+    if args.scorer_weights not in (None, "none"):
+        raise ValueError(SCORER_WEIGHTS_UNUSED.format(args.scorer_weights))
+    args.scorer_weights = "none"
     cfg = opt.from_args(TrainConfig, args, train_options())
+    if args.export:
+        # before any work: a user's files are never overwritten silently, nor an hour's run refused at its end
+        check_export(args.export, cfg.fresh, cfg.learner)
     config = ARRConfig(texture=opt.texture_config(args.channels, args.clip_model),
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
                        sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=cfg.seed)
@@ -60,5 +70,5 @@ def run(args: argparse.Namespace) -> int:
     out, weights = Path(cfg.out), Path(cfg.out) / cfg.learner
     print(f"written       {weights}/  {out / 'metrics.json'}  {out / 'loss.png'}  {out / 'checkpoint.pt'}")
     if args.export:
-        print(f"exported      {export(weights, args.export)}")
+        print(f"exported      {export(weights, args.export, cfg.fresh)}")
     return 0

@@ -6,16 +6,19 @@ weights' hash, query encoder, reader, ...). A run with other settings is refused
 replaces the old rows), so a table never mixes rows of two configurations. Every read and write of
 the folder holds an exclusive ``fcntl`` lock and rows are appended only for keys not yet present, so
 concurrent runs into one folder never duplicate a row; a line cut by a killed run is dropped and redone.
+Every write is whole or nothing (:func:`~arr_coc.weights.atomic_write`, :func:`~arr_coc.weights.atomic_append`):
+a full disk is one line, and leaves the files as they were.
 """
 from __future__ import annotations
 
 import fcntl
 import json
 import math
-import os
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
+
+from arr_coc.weights.files import atomic_append, atomic_write
 
 Key = tuple[str, str, str]  # (record_id, method, budget)
 SETTINGS_FORMAT = "arr-coc-eval/1"
@@ -120,10 +123,8 @@ class RowStore:
                 if row_key(r) not in done:
                     done.add(row_key(r))
                     fresh.append(json.dumps(strict_json(r), allow_nan=False) + "\n")
-            with self.path.open("a", encoding="utf-8") as sink:
-                sink.write("".join(fresh))
-                sink.flush()
-                os.fsync(sink.fileno())
+            if fresh:
+                atomic_append(self.path, "".join(fresh).encode("utf-8"))
             return len(fresh)
 
     def rows(self, keys: Iterable[Key] | None = None) -> list[dict]:
@@ -148,7 +149,7 @@ class RowStore:
         text = self.path.read_text(encoding="utf-8")
         if text and not text.endswith("\n"):
             text = text[: text.rfind("\n") + 1]
-            self.path.write_text(text, encoding="utf-8")
+            atomic_write(self.path, lambda f: f.write(text.encode("utf-8")))
         rows = []
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip():
@@ -172,9 +173,8 @@ class RowStore:
         return saved if isinstance(saved, dict) else {"format": repr(saved)}
 
     def _write_settings(self, settings: dict) -> None:
-        tmp = self.settings_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self.settings_path)
+        text = json.dumps(settings, indent=1, sort_keys=True) + "\n"
+        atomic_write(self.settings_path, lambda f: f.write(text.encode("utf-8")))
 
 
 def _compatible(saved: dict, now: dict) -> bool:

@@ -2,11 +2,14 @@
 settings, checked against the model) and the weights it exports (a folder of model.safetensors + config.json)."""
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -15,7 +18,9 @@ from arr_coc.config import ARRConfig
 from arr_coc.errors import UserError, WeightsError
 from arr_coc.train.config import TrainConfig
 from arr_coc.weights import (
+    CONFIG,
     LEARNED_FORMAT,
+    MODEL,
     SCORER_FORMAT,
     atomic_save,
     atomic_write,
@@ -37,6 +42,47 @@ RESUMABLE = ("steps", "eval_every", "out", "resume", "fresh", "progress", "devic
 CHECKPOINT = "checkpoint.pt"
 # what a run writes into its folder besides the checkpoint (`--fresh` removes them with it)
 RUN_FILES = ("config.json", "metrics.json", "loss.png")
+LEARNER_FOLDERS = ("scorer", "selector", "pruner")  # <learner>/ weights folders (and <learner>.pt of an older arr-coc)
+LOCK = ".train.lock"  # held by a running run for its lifetime: two runs never share one folder
+
+
+@contextmanager
+def run_lock(out: Path, rank: int = 0) -> Iterator[None]:
+    """Hold ``out`` for one run (rank 0's, for all its processes) until it ends; a second run is refused at once.
+
+    An exclusive ``fcntl`` lock on ``out/.train.lock`` holding the run's process id; the system releases it
+    when the process dies, so a killed run never blocks the next. A folder this call had to create is
+    removed again when the run is refused before it wrote anything.
+
+    Raises:
+        UserError: another run holds the folder; one line naming its process id.
+    """
+    if rank != 0:
+        yield
+        return
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / LOCK, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            pid = handle.read().strip() or "unknown"
+            raise UserError(f"{out} is in use by another training run (process {pid}); wait for it to finish or "
+                            f"pass another --out") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        done = False
+        try:
+            yield
+            done = True
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            if created and not done and [p.name for p in out.iterdir()] == [LOCK]:
+                (out / LOCK).unlink(missing_ok=True)  # refused or failed before writing: leave no trace
+                out.rmdir()
 
 
 def claim_run_folder(out: Path, cfg: TrainConfig, rank: int = 0) -> Path:
@@ -57,10 +103,15 @@ def claim_run_folder(out: Path, cfg: TrainConfig, rank: int = 0) -> Path:
     if ckpt.exists() and not (cfg.resume or cfg.fresh):
         raise UserError(f"{out} holds an earlier run's {CHECKPOINT}; rerun with --resume to continue it or --fresh to "
                         f"replace it, or pass another --out")
+    taken = [name for name in (*RUN_FILES, *LEARNER_FOLDERS, *(f"{n}.pt" for n in LEARNER_FOLDERS))
+             if (out / name).exists()]
+    if taken and not ckpt.exists() and not cfg.fresh:  # files a run would overwrite, and no run to resume
+        raise UserError(f"{out} already holds {', '.join(taken)}, which this run would overwrite; rerun with --fresh "
+                        f"to replace them, or pass another --out")
     if cfg.fresh and rank == 0:
         for name in (CHECKPOINT, *RUN_FILES):
             (out / name).unlink(missing_ok=True)
-        for learner in ("scorer", "selector", "pruner"):
+        for learner in LEARNER_FOLDERS:
             if (out / learner).is_dir():
                 shutil.rmtree(out / learner)
             (out / f"{learner}.pt").unlink(missing_ok=True)  # weights of an older arr-coc
@@ -134,12 +185,42 @@ def export_run(out: Path, cfg: TrainConfig, arr: Any, learner: Any, metrics: dic
                         trained_images=dict(trained_images or {}))
 
 
-def export(weights: Path, target: str) -> str:
+def check_export(target: str, fresh: bool = False, learner: str | None = None) -> None:
+    """Refuse, before any work, an ``--export`` target the trained weights could not go to.
+
+    A registry name is the shipped entry of that name, replaced as a whole (its files are the package's own);
+    ``auto`` and ``none`` are reserved, and ``selector`` / ``pruner`` hold only weights of that ``learner``.
+    A path must be a folder (or nothing yet) holding neither ``model.safetensors`` nor ``config.json``,
+    unless ``fresh``.
+
+    Raises:
+        UserError: one line naming the target and what to pass instead.
+    """
+    if is_name(target):
+        if target in ("auto", "none"):
+            raise UserError(f"--export {target}: the name is reserved (it means the default / no weights); "
+                            f"choose another")
+        if learner is not None and target in ("selector", "pruner") and learner != target:
+            raise UserError(f"--export {target}: the name is for {target} weights, and this run trains the "
+                            f"{learner}; choose another name")
+        return
+    path = Path(target)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"--export {path} is a file; export into a folder (it gets {MODEL} and {CONFIG})")
+    taken = [name for name in (MODEL, CONFIG) if (path / name).exists()]
+    if taken and not fresh:
+        raise UserError(f"--export {path} already holds {' and '.join(taken)}; rerun with --fresh to replace "
+                        f"{'it' if len(taken) == 1 else 'them'}, or export into another folder")
+
+
+def export(weights: Path, target: str, fresh: bool = False) -> str:
     """Publish a run's weights (`arr-coc train --export TARGET`); returns what was written.
 
     A bare name (``log_polar``) becomes the shipped entry of that name: ``arr_coc/weights/<name>/``
-    and its line in the registry, loadable by name from then on. Anything else is a folder, and gets a copy.
+    and its line in the registry, loadable by name from then on. Anything else is a folder, and gets a copy;
+    a folder already holding weights files is refused unless ``fresh`` (:func:`check_export`).
     """
+    check_export(target, fresh)
     if is_name(target):
         entry = publish(weights, target)
         return f"{entry.path} (shipped as {target!r}: --{entry.kind}-weights {target} loads it)"

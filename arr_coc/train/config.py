@@ -101,3 +101,51 @@ class Run:
     history: list[dict] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
+
+
+SCORER_WEIGHTS_UNUSED = ("--scorer-weights {}: training starts from the hand-set scorer and writes new weights, so "
+                         "these would be ignored; drop --scorer-weights (it is for look, ask and eval)")
+
+
+def refuse_unused(cfg: TrainConfig, arr_config: Any) -> None:
+    """Refuse, in one line, settings this run would not use: every option of `arr-coc train` acts or is refused.
+
+    The VLM's settings act only with ``objective="vlm"``, ``candidates`` only with ``relaxation="candidates"``;
+    a selector or pruner learns its own map, so the scorer and sampler settings are not theirs; and training
+    always starts from the hand-set scorer, so scorer weights to load are never used.
+
+    >>> from arr_coc.config import ARRConfig
+    >>> refuse_unused(TrainConfig(vlm="tiny:llava"), ARRConfig())
+    Traceback (most recent call last):
+    ...
+    ValueError: --vlm tiny:llava acts only with --objective vlm (objective 'proxy' runs no VLM); drop it or pass --objective vlm
+    """
+    from arr_coc.config import SamplerConfig, ScorerConfig
+
+    base, scorer = TrainConfig(), ScorerConfig()
+
+    def given(names: tuple[str, ...]) -> list[str]:
+        return [f"--{n.replace('_', '-')}" + ("" if isinstance(getattr(cfg, n), bool) else f" {getattr(cfg, n)}")
+                for n in names if getattr(cfg, n) != getattr(base, n)]
+
+    def refuse(flags: list[str], why: str, fix: str) -> None:
+        if flags:
+            raise ValueError(f"{', '.join(flags)} act{'s' if len(flags) == 1 else ''} only {why}; drop "
+                             f"{'it' if len(flags) == 1 else 'them'} or {fix}")
+
+    if cfg.objective != "vlm":
+        refuse(given(("vlm", "relaxation", "candidates", "device", "dtype", "gradient_checkpointing")),
+               f"with --objective vlm (objective {cfg.objective!r} runs no VLM)", "pass --objective vlm")
+    elif cfg.relaxation != "candidates":
+        refuse(given(("candidates",)), f"with --relaxation candidates (relaxation {cfg.relaxation!r} encodes every "
+                                       f"cell)", "pass --relaxation candidates")
+    weights = arr_config.scorer.weights
+    if weights not in ("auto", "none"):  # auto: the default, which training never loads either
+        raise ValueError(SCORER_WEIGHTS_UNUSED.format(weights))
+    if cfg.learner != "scorer":
+        flags = [f"{flag} {now}" for flag, now, default in (
+            ("--scorer", arr_config.scorer.name, scorer.name), ("--where-prior", arr_config.scorer.where_prior,
+                                                                 scorer.where_prior),
+            ("--sampler", arr_config.sampler.name, SamplerConfig().name)) if now != default]
+        refuse(flags, f"with --learner scorer (a {cfg.learner} learns its own map, without the scorer and sampler)",
+               "pass --learner scorer")

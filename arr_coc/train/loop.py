@@ -23,8 +23,15 @@ from tqdm import tqdm
 
 from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import split_of
-from arr_coc.train.checkpoint import claim_run_folder, export_run, load_checkpoint, resume_from, save_checkpoint
-from arr_coc.train.config import LEARNERS, Run, TrainConfig
+from arr_coc.train.checkpoint import (
+    claim_run_folder,
+    export_run,
+    load_checkpoint,
+    resume_from,
+    run_lock,
+    save_checkpoint,
+)
+from arr_coc.train.config import LEARNERS, Run, TrainConfig, refuse_unused
 from arr_coc.train.features import Example, build_examples, collate
 from arr_coc.train.objective import (
     DTYPES,
@@ -69,8 +76,6 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
 
     ``examples`` (with their image ids) replaces reading the datasets, e.g. in tests.
     """
-    from arr_coc.pipeline import ARR
-
     rank, world = _distributed()
     if cfg.batch_size % world:
         raise ValueError(f"batch size {cfg.batch_size} must split evenly over {world} processes")
@@ -83,11 +88,24 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
         raise ValueError(f"unknown objective {cfg.objective!r}; choose proxy or vlm")
     if cfg.learner not in LEARNERS:
         raise ValueError(f"unknown learner {cfg.learner!r}; choose one of {', '.join(LEARNERS)}")
-    out = Path(cfg.out)
-    ckpt_path = claim_run_folder(out, cfg, rank)  # before any work: an earlier run's files are never replaced silently
-    vlm = _frozen_vlm(cfg, arr_config or ARRConfig())
-    torch.manual_seed(cfg.seed)
+    if cfg.candidates < 1:
+        raise ValueError(f"candidates must be >= 1 (the top candidates*K cells are encoded), got {cfg.candidates}")
     arr_config = arr_config or ARRConfig()
+    refuse_unused(cfg, arr_config)  # every setting acts, or the run is refused before any work
+    out = Path(cfg.out)
+    with run_lock(out, rank):  # held until the run ends: a second run into this folder is refused at once
+        # before any work: an earlier run's files are never replaced silently
+        ckpt_path = claim_run_folder(out, cfg, rank)
+        return _train(cfg, arr_config, out, ckpt_path, rank, world, examples, query_encoder)
+
+
+def _train(cfg: TrainConfig, arr_config: ARRConfig, out: Path, ckpt_path: Path, rank: int, world: int,
+           examples: Sequence[Example] | None, query_encoder: Any) -> Run:
+    """The run itself, in a folder already claimed (and locked) for it."""
+    from arr_coc.pipeline import ARR
+
+    vlm = _frozen_vlm(cfg, arr_config)
+    torch.manual_seed(cfg.seed)
     # training starts from the hand-set initialisation, never from previously shipped weights
     arr_config = replace(arr_config, scorer=replace(arr_config.scorer, weights="none"))
     arr = ARR(arr_config, query_encoder=query_encoder)

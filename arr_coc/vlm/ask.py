@@ -153,6 +153,32 @@ class Answer:
         }
 
 
+def fixed_gestalt(adapter: Any) -> int | None:
+    """The tokens of an adapter's gestalt when it cannot be chosen (LLaVA's tower view), else None."""
+    return getattr(adapter, "fixed_gestalt", None)
+
+
+def refuse_total_tokens(adapter: Any, tokens: Any, images: int | None = 1) -> None:
+    """Refuse ``--tokens T`` (a total split between gestalt and saccades) for an adapter whose gestalt is fixed.
+
+    The split would choose a gestalt grid the adapter does not send, and the total sent would not be T.
+
+    Args:
+        adapter: the loaded VLM adapter.
+        tokens: the ``--tokens`` value given (None: nothing to check).
+        images: images the total is spread over (one image: the message names the K that sends T), None when unknown.
+    """
+    fixed = fixed_gestalt(adapter)
+    if tokens is None or fixed is None:
+        return
+    hint = ""
+    if images == 1 and str(tokens).strip().isdigit() and int(tokens) > fixed:
+        hint = f"; --saccades {int(tokens) - fixed} sends {int(tokens)}"
+    raise ValueError(f"--tokens {tokens}: {adapter.name} sends its own fixed {fixed}-token gestalt per image (its "
+                     f"tower's whole-image view) beside K saccades, so T cannot be split as asked; give --saccades K "
+                     f"instead ({fixed} + K tokens per image{hint})")
+
+
 def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr: Any = None,
         saccades: int | None = None, mode: str = "sparse", layout: str = "scaled", gestalt: bool = True,
         max_new_tokens: int = MAX_NEW_TOKENS, config: ARRConfig | None = None, allocator: str = "arr",
@@ -212,6 +238,11 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
     if relevance == "vlm":
         check_look(adapter, mode, gestalt, "relevance 'vlm'")
     arr = arr_for(adapter, arr, config)
+    grid = arr.config.gestalt.grid
+    if gestalt and grid is not None and fixed_gestalt(adapter) is not None:  # a grid the adapter would not send
+        raise ValueError(f"{adapter.name} sends its own fixed {fixed_gestalt(adapter)}-token gestalt (its tower's "
+                         f"whole-image view), not the gestalt grid {tuple(grid)} asked for; leave GestaltConfig.grid "
+                         f"unset (and give K saccades rather than a total of tokens)")
     k = saccades if saccades is not None else arr.config.sampler.saccades
     t: dict[str, float] = {}
     planned = allocate(adapter, images, questions, saccades=k, arr=arr, relevance=relevance, allocator=allocator,

@@ -121,6 +121,9 @@ class LlavaAdapter(VLMAdapter):
         self.feature_layer, self.strategy = cfg.vision_feature_layer, cfg.vision_feature_select_strategy
         # "full" keeps CLS in front of the patch tokens
         self.native_tokens = self.side ** 2 + (self.strategy == "full")
+        # the gestalt is the tower's own S x S view, whatever grid a budget split asks for: a total of T tokens
+        # cannot be split between gestalt and saccades (arr_coc.vlm.ask.refuse_total_tokens)
+        self.fixed_gestalt = self.native_tokens
         mean, std = image_mean or CLIP_MEAN, image_std or CLIP_STD
         self.mean, self.std = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)
         self.visual, self.projector = model.model.vision_tower, model.model.multi_modal_projector

@@ -10,13 +10,15 @@
 """
 from __future__ import annotations
 
-from arr_coc.weights.checks import check_fields, check_names, check_state
+from arr_coc.weights.checks import SIZE_BOUNDS, check_fields, check_names, check_sizes, check_state
 from arr_coc.weights.files import (
                                    LEARNED_FORMAT,
                                    LEARNED_KINDS,
                                    SCORER_FORMAT,
+                                   atomic_append,
                                    atomic_save,
                                    atomic_write,
+                                   disk_full,
                                    file_sha256,
                                    load_file,
                                    weights_digest,
@@ -54,8 +56,9 @@ from arr_coc.weights.registry import (
 )
 
 __all__ = ["CONFIG", "LEARNED_FORMAT", "LEARNED_KINDS", "MODEL", "PACKAGED", "SCORER_FORMAT", "SCORER_FREE",
-           "SHIPPED", "Entry", "atomic_save", "atomic_write", "check_fields", "check_names", "check_state",
-           "describe", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "image_digests",
+           "SHIPPED", "SIZE_BOUNDS", "Entry", "atomic_append", "atomic_save", "atomic_write", "check_fields", "check_names",
+           "check_sizes", "check_state",
+           "describe", "disk_full", "encoder_name", "entries", "entry", "entry_of", "file_sha256", "image_digests",
            "is_folder_weights", "is_name", "load_file", "load_learned", "load_learned_methods", "load_scorer_weights",
            "pixel_digest", "pretrained_config", "pretrained_path", "publish", "read_weights", "refuse_leakage",
            "refuse_seen_images", "resolve", "save_folder", "scorer_file", "trained_images", "trained_on",

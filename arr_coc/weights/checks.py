@@ -1,8 +1,10 @@
 """What a weights or checkpoint file must hold to fit the model it is loaded into, checked before loading.
 
-After the format tag come the fields (present, of the right type) and the tensors (every key the
-model has and no other, each a dense tensor of the model's shape and dtype, finite). Anything else is
-a :class:`~arr_coc.errors.WeightsError` of one line naming the file and what is wrong.
+After the format tag come the fields (present, of the right type), the sizes a file's config asks
+modules to be built with (bounded before any module is built: a damaged width must not allocate
+terabytes) and the tensors (every key the model has and no other, each a dense tensor of the model's
+shape and dtype, finite). Anything else is a :class:`~arr_coc.errors.WeightsError` of one line naming
+the file and what is wrong.
 """
 from __future__ import annotations
 
@@ -39,7 +41,54 @@ def check_names(path: str | Path, name: str, values: Any) -> list[str]:
     """A list of strings (channel names), or one line saying what is not."""
     if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
         raise WeightsError(f"{path}: field {name!r} must be a list of names, got {values!r:.60}")
+    if len(values) > MAX_CHANNELS:
+        raise WeightsError(f"{path}: field {name!r} names {len(values)} channels, above the bound {MAX_CHANNELS}")
     return values
+
+
+# The largest value each size field of a weights file's config may hold, checked before any module is built.
+# Every bound is far above what arr-coc builds (widths 16..384, cells 14..32, 273 bins, 16x16 gestalts) and
+# far below what a machine holds: the widest, a Linear of 8192 x 8192 weights, is 256 MB in float32.
+SIZE_BOUNDS = {
+    "query_dim": 8192,  # question embedding width (MiniLM 384; large text encoders up to 4096)
+    "hidden": 8192,  # MLP widths: the scorer's context MLP, the pruner's, the adaptive sampler's
+    "dim": 8192,  # the pruner's token width (texture channels, ~16)
+    "width": 1024,  # the selector's convolution channels (16)
+    "cell": 1024,  # token cell in px (14..32)
+    "stem": 1024,  # the selector's first stride (4), a divisor of the cell
+    "n_bins": 65536,  # the log-polar sampler's bins (273)
+    "max_grid": 1024,  # the adaptive sampler's largest grid side (8)
+    "grid": 16384,  # gestalt rows / cols (16); a canvas holds at most 16384 cells
+    "saccades": 2 ** 24,  # K saccades of a sampler config (273)
+}
+MAX_CHANNELS = 256  # texture channels a file may name (the default set has 16)
+
+
+def check_sizes(path: str | Path, config: Any, where: str = "config") -> None:
+    """Every size field (:data:`SIZE_BOUNDS`) anywhere in ``config`` (nested dicts and lists) within its bound.
+
+    What is not a whole number is left to the module's own check; a whole number above its bound (or below 1)
+    is one line naming the field and the bound.
+
+    >>> check_sizes("w", {"scorer": {"query_dim": 384, "hidden": 64}, "gestalt": {"grid": [16, 16]}})
+    >>> check_sizes("w", {"scorer": {"query_dim": 10**12}}, "arr_config")
+    Traceback (most recent call last):
+    ...
+    arr_coc.errors.WeightsError: w: arr_config.scorer.query_dim = 1000000000000 is outside 1..8192, the bound of that size; the file is damaged or was not made by arr-coc
+    """
+    if isinstance(config, Mapping):
+        for key, value in config.items():
+            name = f"{where}.{key}"
+            bound = SIZE_BOUNDS.get(key) if isinstance(key, str) else None
+            if bound is not None:
+                for v in value if isinstance(value, (list, tuple)) else (value,):
+                    if isinstance(v, int) and not isinstance(v, bool) and not 1 <= v <= bound:
+                        raise WeightsError(f"{path}: {name} = {v} is outside 1..{bound}, the bound of that size; "
+                                           f"the file is damaged or was not made by arr-coc")
+            check_sizes(path, value, name)
+    elif isinstance(config, (list, tuple)):
+        for i, value in enumerate(config):
+            check_sizes(path, value, f"{where}[{i}]")
 
 
 def check_state(path: str | Path, state: Any, module: nn.Module, part: str) -> None:

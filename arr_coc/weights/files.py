@@ -33,6 +33,11 @@ def open_temp(path: Path) -> IO[bytes]:
     return open(path, "wb")
 
 
+def open_append(path: Path) -> IO[bytes]:
+    """How :func:`atomic_append` opens the file it appends to (tests pass another opener to fail on purpose)."""
+    return open(path, "ab")
+
+
 def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *,
                  opener: Callable[[Path], IO[bytes]] | None = None) -> Path:
     """Write ``path`` through ``write(file)`` whole or not at all: a temporary file beside it, renamed once complete.
@@ -57,12 +62,51 @@ def atomic_write(path: str | Path, write: Callable[[IO[bytes]], Any], *,
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
-        full = _full(err)
+        full = disk_full(path, err)
         if full is not None:
-            raise DiskFullError(f"{path}: {os.strerror(full).lower()} while writing it ({_free(path.parent)} "
-                                f"free there); nothing was written: free some space or write elsewhere") from None
+            raise full from None
         raise
     return path
+
+
+def atomic_append(path: str | Path, data: bytes, *, opener: Callable[[Path], IO[bytes]] | None = None) -> None:
+    """Append ``data`` to ``path`` whole or not at all: on any failure the file is cut back to its earlier length.
+
+    For files that grow by appends (an evaluation's ``records.jsonl``), where rewriting the whole file for each
+    append would cost its size every time. The data is on disk (``fsync``) when this returns.
+
+    Raises:
+        DiskFullError: no space left; one line naming the path and the space free, the file as it was.
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "rows.jsonl"
+        >>> atomic_append(p, b"a\\n"); atomic_append(p, b"b\\n"); p.read_bytes()
+        b'a\\nb\\n'
+    """
+    path = Path(path)
+    with (opener or open_append)(path) as f:
+        start = f.seek(0, os.SEEK_END)
+        try:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        except BaseException as err:
+            f.truncate(start)  # shrinking needs no space: the rows before are kept, none half-written
+            full = disk_full(path, err)
+            if full is not None:
+                raise full from None
+            raise
+
+
+def disk_full(path: str | Path, err: BaseException) -> DiskFullError | None:
+    """The one-line :class:`DiskFullError` for a failed write of ``path`` when ``err`` means no space left, else None."""
+    full = _full(err)
+    if full is None:
+        return None
+    path = Path(path)
+    return DiskFullError(f"{path}: {os.strerror(full).lower()} while writing it ({_free(path.parent)} free there); "
+                         f"nothing was written: free some space or write elsewhere")
 
 
 def _full(err: BaseException | None) -> int | None:

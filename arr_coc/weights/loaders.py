@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from torch import nn
 
 from arr_coc.errors import WeightsError
-from arr_coc.weights.checks import check_fields, check_names, check_state
+from arr_coc.weights.checks import check_fields, check_names, check_sizes, check_state
 from arr_coc.weights.files import LEARNED_FORMAT, LEARNED_KINDS, SCORER_FORMAT
 from arr_coc.weights.folders import pretrained_path, read_weights
 from arr_coc.weights.registry import resolve
@@ -145,6 +145,7 @@ def _build(path: str | Path, kind: str, cfg: dict) -> nn.Module:
            and v is not None}
     if bad:
         raise WeightsError(f"{path}: config {', '.join(f'{k}={v!r}' for k, v in bad.items())} must be whole numbers")
+    check_sizes(path, cfg)  # before the layers are allocated
     try:
         return cls(**cfg)
     except (TypeError, ValueError, RuntimeError) as err:  # a size the layers refuse, e.g. a width of 0
@@ -177,6 +178,8 @@ def pretrained_config(spec: str | Path) -> tuple[Any, str]:
         weights = str(path)
     saved = read_weights(path, SCORER_FORMAT, "scorer weights (made by `arr-coc train` or `save_pretrained`)")
     check_fields(path, saved, {"arr_config": dict}, {"query_encoder": str})
+    # the sizes the ARR's modules will be built with, before any is; texture options are the channels' own settings
+    check_sizes(path, {k: v for k, v in saved["arr_config"].items() if k != "texture"}, "arr_config")
     try:
         config = ARRConfig.from_dict(saved["arr_config"])
     except (TypeError, ValueError, AttributeError) as err:
