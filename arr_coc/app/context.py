@@ -29,13 +29,15 @@ from PIL import Image
 from arr_coc.app.service import Microscope, Settings, check_question, read_upload
 from arr_coc.contexts import ContextAllocation, allocate_context
 from arr_coc.contexts.inputs import is_pdf
-from arr_coc.documents.pdf import DEFAULT_DPI, open_pdf, page_indices
+from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI, open_pdf, page_indices
 from arr_coc.viz import page_strip
 
 MAX_APP_PAGES = 30  # one request on a shared CPU; `arr-coc look --max-pages` takes more
-# What one request may render, summed over its pages: 30 US Letter pages at 150 dpi (2.10 MP each) and a little
-# more; each pixel costs a float32 page and a float32 canvas while the pages are scored (docs/reliability.md).
-MAX_CONTEXT_PIXELS = 64_000_000
+# What one request may render, summed over its pages: 7 US Letter pages at 150 dpi (2.10 MP each), 20 at 90 dpi,
+# 30 at 75 dpi. Each pixel costs ~29 bytes until the request ends (a float32 page, its float32 canvas, the scores)
+# on top of ~1.4 GB for the process, its models and one page's texture: the server stays under 2 GB
+# (docs/reliability.md, "Peak memory of the microscope").
+MAX_CONTEXT_PIXELS = 16_000_000
 # One page: a US Tabloid / A3 sheet at 150 dpi (17 x 11 in = 4.2 MP) and more; a poster is refused by its number.
 MAX_PAGE_PIXELS = 8_000_000
 # Pages scored at once. The texture of a page is computed at full resolution (~0.35 GB for a US Letter page at
@@ -76,17 +78,19 @@ def check_pixels(sizes: Sequence[tuple[int, int, int]], dpi: float | None) -> No
     ``sizes``: (page number, H, W) per page; ``dpi``: the render's, None for images (as decoded).
     """
     what, at = ("page", f" at {dpi:g} dpi") if dpi else ("image", " as read")
+    lower = ' or choose a lower "PDF dpi"' if dpi else ""
     for number, h, w in sizes:
         if h * w > MAX_PAGE_PIXELS:
             raise ValueError(f"{what} {number} is {w}x{h} px{at} = {h * w / 1e6:.3g} megapixels; the microscope takes "
-                             f"pages of at most {MAX_PAGE_PIXELS / 1e6:.3g} MP: leave it out")
+                             f"pages of at most {MAX_PAGE_PIXELS / 1e6:.3g} MP: leave it out{lower}")
     total = sum(h * w for _, h, w in sizes)
     if total > MAX_CONTEXT_PIXELS:
         fit = 0
         while fit < len(sizes) and sum(h * w for _, h, w in sizes[:fit + 1]) <= MAX_CONTEXT_PIXELS:
             fit += 1
         raise ValueError(f"these {len(sizes)} {what}s are {total / 1e6:.3g} megapixels{at}; the microscope takes "
-                         f"{MAX_CONTEXT_PIXELS / 1e6:.3g} MP per request (here the first {fit}): send fewer")
+                         f"{MAX_CONTEXT_PIXELS / 1e6:.3g} MP per request (here the first {fit}): "
+                         + ('choose fewer in "PDF pages" or a lower "PDF dpi"' if dpi else "send fewer or smaller images"))
 
 
 def _read_images(paths: Sequence[str | Path]) -> list[torch.Tensor]:
@@ -113,6 +117,9 @@ def run_context(scope: Microscope, paths: Sequence[str | Path], question: str | 
     pdfs = [p for p in paths if is_pdf(Path(p))]
     if pdfs and len(paths) > 1:
         raise ValueError("upload one PDF, or several images, not both")
+    real = isinstance(dpi, (int, float)) and not isinstance(dpi, bool) and math.isfinite(dpi)
+    if pdfs and not (real and 0 < dpi <= MAX_DPI):
+        raise ValueError(f"the PDF dpi must be a number in (0, {MAX_DPI:g}], got {dpi}")
     if pdfs:
         sizes = pdf_page_sizes(pdfs[0], pages or None, dpi)
         if len(sizes) > MAX_APP_PAGES:

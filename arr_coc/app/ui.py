@@ -30,6 +30,7 @@ from arr_coc.app.service import (
     render,
 )
 from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
+from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI
 from arr_coc.texture import CHANNELS
 
 EXAMPLES = resources.files("arr_coc") / "examples"  # package data: the wheel carries the bundled images
@@ -87,7 +88,7 @@ def answered(n: int, skips: int, work: Callable[[], list[Any]]) -> list[Any]:
 
 
 def context_answer(scope: Microscope, n: int, paths: list[str] | None, question: str, tokens: Any,
-                   pages: str | None) -> list[Any]:
+                   pages: str | None, dpi: Any = DEFAULT_DPI) -> list[Any]:
     """Request ``n`` of the context tab: [status, summary, strip, page number opened, that page, the session's view].
 
     The view (:class:`~arr_coc.app.context.ContextView`) is all that stays; an error leaves the views as they were.
@@ -95,7 +96,7 @@ def context_answer(scope: Microscope, n: int, paths: list[str] | None, question:
     start = time.perf_counter()
 
     def work() -> list[Any]:
-        v = context_request(scope, paths or [], question, tokens, (pages or "").strip() or None)
+        v = context_request(scope, paths or [], question, tokens, (pages or "").strip() or None, dpi)
         return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.summary, v.strip, v.first,
                 v.page(v.first), v]
 
@@ -207,6 +208,8 @@ def build(scope: Microscope, workdir: str | Path | None = None) -> gr.Blocks:
                                                        minimum=2, elem_id="context-tokens")
                                 ctx_pages = gr.Textbox(label="PDF pages (1-based, e.g. 1-20)", value="",
                                                        elem_id="context-pages")
+                                ctx_dpi = gr.Number(value=DEFAULT_DPI, label="PDF dpi (lower takes more pages)",
+                                                    precision=None, minimum=1, maximum=MAX_DPI, elem_id="context-dpi")
                                 ctx_run = gr.Button("Allocate over the context", elem_id="context-run")
                         ctx_summary = gr.Markdown(elem_id="context-summary")
                         ctx_strip = gr.Image(label="the pages, saccades outlined", format="png", interactive=False,
@@ -249,10 +252,10 @@ def build(scope: Microscope, workdir: str | Path | None = None) -> gr.Blocks:
 
             return answered(n, 4, work)
 
-        def context(paths: list[str] | None, q: str, t: Any, pages: str) -> list[Any]:
-            return context_answer(scope, next(requests), paths, q, t, pages)
+        def context(paths: list[str] | None, q: str, t: Any, pages: str, dpi: Any) -> list[Any]:
+            return context_answer(scope, next(requests), paths, q, t, pages, dpi)
 
-        ctx_run.click(context, [ctx_files, question, ctx_tokens, ctx_pages],
+        ctx_run.click(context, [ctx_files, question, ctx_tokens, ctx_pages, ctx_dpi],
                       [status, ctx_summary, ctx_strip, ctx_open, ctx_page, ctx_state], api_name="context")
         ctx_open.submit(open_answer, [ctx_state, ctx_open], [status, ctx_page])
 

@@ -97,7 +97,7 @@ def test_a_page_200_inches_wide_is_refused_in_one_line_before_it_is_rendered(sco
     out = context_answer(scope, 7, [str(files["wide"])], QUESTION, 60, None)
     # PDFium renders ceil(side x dpi / 72) px: 14400 pt x 150 / 72 = 30000.000000000004 -> 30001
     assert status(out) == ("**Error** (request 7): page 1 is 30001x1651 px at 150 dpi = 49.5 megapixels; the "
-                           "microscope takes pages of at most 8 MP: leave it out")
+                           "microscope takes pages of at most 8 MP: leave it out or choose a lower \"PDF dpi\"")
     assert out[1:] == [gr.skip()] * 5  # the views of the last good request stay
 
 
@@ -106,7 +106,8 @@ def test_too_many_pixels_in_all_are_refused_naming_how_many_pages_fit(scope, fil
     monkeypatch.setattr(app_context, "MAX_CONTEXT_PIXELS", 3 * 360 * 240)
     out = context_answer(scope, 3, [str(files["keys"])], QUESTION, 20, "1-4")
     assert status(out) == ("**Error** (request 3): these 4 pages are 0.347 megapixels at 150 dpi; the microscope "
-                           "takes 0.259 MP per request (here the first 2): send fewer")
+                           "takes 0.259 MP per request (here the first 2): choose fewer in \"PDF pages\" or a lower \"PDF "
+                           "dpi\"")
     assert status(context_answer(scope, 4, [str(files["keys"])], QUESTION, 20, "1-2")).startswith("Done: request 4 ")
 
 
@@ -115,6 +116,12 @@ def test_too_many_pages_are_refused_before_any_is_rendered(scope, files, monkeyp
     out = context_answer(scope, 2, [str(files["keys"])], QUESTION, 60, "3-8")
     assert status(out) == ("**Error** (request 2): keys.pdf has 6 pages in 3-8; the microscope takes at most 5 "
                            "(give PDF pages, e.g. 1-5)")
+
+
+@pytest.mark.parametrize("dpi", [0, -5, float("nan"), 1201, "150"])
+def test_a_dpi_outside_the_renderable_range_is_refused_in_one_line(scope, files, dpi):
+    out = context_answer(scope, 6, [str(files["keys"])], QUESTION, 20, "1", dpi)
+    assert status(out) == f"**Error** (request 6): the PDF dpi must be a number in (0, 1200], got {dpi}"
 
 
 @pytest.mark.parametrize("error, line", [
@@ -169,7 +176,7 @@ def test_images_over_the_pixel_bound_are_refused_after_at_most_one_more_image(sc
     monkeypatch.setattr(app_context, "MAX_CONTEXT_PIXELS", 2 * 300 * 200)
     out = context_answer(scope, 9, paths, QUESTION, 40, "")
     assert status(out) == ("**Error** (request 9): these 3 images are 0.18 megapixels as read; the microscope takes "
-                           "0.12 MP per request (here the first 2): send fewer")
+                           "0.12 MP per request (here the first 2): send fewer or smaller images")
 
 
 def _upload(url: str, name: str, data: bytes) -> str:
