@@ -34,14 +34,14 @@ from arr_coc.viz import page_strip
 
 MAX_APP_PAGES = 30  # one request on a shared CPU; `arr-coc look --max-pages` takes more
 # What one request may render, summed over its pages: 7 US Letter pages at 150 dpi (2.10 MP each), 20 at 90 dpi,
-# 30 at 75 dpi. Each pixel costs ~29 bytes until the request ends (a float32 page, its float32 canvas, the scores)
-# on top of ~1.4 GB for the process, its models and one page's texture: the server stays under 2 GB
-# (docs/reliability.md, "Peak memory of the microscope").
+# 30 at 75 dpi. Measured: each pixel costs about 30 bytes until the request ends (a float32 page and its float32
+# canvas, kept for the ranking over all pages) on top of ~1.4 GB for the process, its models and one page's
+# texture; at this bound the server stays under 2 GB (docs/reliability.md, "Peak memory of the microscope").
 MAX_CONTEXT_PIXELS = 16_000_000
 # One page: a US Tabloid / A3 sheet at 150 dpi (17 x 11 in = 4.2 MP) and more; a poster is refused by its number.
 MAX_PAGE_PIXELS = 8_000_000
-# Pages scored at once. The texture of a page is computed at full resolution (~0.35 GB for a US Letter page at
-# 150 dpi): four at once, the library's default, put ~1.4 GB on top of the pages; one costs a quarter of that.
+# Pages scored at once: a page's texture is computed at full resolution. Measured on 20 US Letter pages at 150 dpi:
+# a peak of 2943 MB four at a time (the library's default), 2592 MB one at a time.
 APP_CHUNK = 1
 STRIP_HEIGHT = 240
 PAGE_HEIGHT = 900
