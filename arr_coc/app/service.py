@@ -162,7 +162,7 @@ def error_line(err: BaseException) -> str | None:
     message that is empty or runs over lines is cut to its first line or named by its type. Running out of memory
     is said as such, with what to send instead.
 
-    >>> error_line(ValueError("page 3 is out of range\nmore")), error_line(ValueError()), error_line(KeyError("x"))
+    >>> error_line(ValueError("page 3 is out of range\\nmore")), error_line(ValueError()), error_line(KeyError("x"))
     ('page 3 is out of range', 'ValueError (no message)', None)
     """
     if isinstance(err, MemoryError):
