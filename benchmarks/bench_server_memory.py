@@ -6,14 +6,19 @@ Every case builds the server's page (``arr_coc.app.ui.build``: Gradio and its co
 - ``uploads``: one click of "analyse" per upload (``read_upload`` -> ``Microscope.run`` -> ``render``, through
   ``ui.answered`` as the button does), with distinct uploads: pages of 1800 x 1800 px and up (each a new image
   to the caches), after 39.7-megapixel photo-sized pages, the largest the microscope takes;
-- ``context PAGES DPI``: one click of "Allocate over the context" (``ui.context_answer``) on a PDF of PAGES US
-  Letter pages of dense text, at DPI.
+- ``PAGES@DPI``: one click of "Allocate over the context" (``ui.context_answer``) on a PDF of PAGES US Letter
+  pages of dense text, at DPI;
+- ``PAGES@DPIimg``: the same pages rendered at DPI and uploaded as PNG images (no text layer: OCR reads them).
 
 The process's peak RSS comes from ``os.wait4``; the resident set after each request from ``/proc/self/status``.
+With ``--server`` each case runs in a real ``arr-coc serve`` instead, driven over HTTP by ``gradio_client`` (the
+uploads and outputs through Gradio as a browser sends them); its peak and resident set come from
+``/proc/PID/status`` (``VmHWM``, ``VmRSS``).
 
     python benchmarks/bench_server_memory.py                     # every case below, default channels, MiniLM
     python benchmarks/bench_server_memory.py --cases uploads --uploads 3 --large 1 --channels mvp
     python benchmarks/bench_server_memory.py --cases 7@150 30@75  # contexts: PAGES@DPI
+    python benchmarks/bench_server_memory.py --server --cases 7@150 uploads --large 0
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 from large_png import write_png  # beside this script
@@ -70,6 +76,19 @@ def letter_pdf(path: Path, pages: int) -> Path:
     return path
 
 
+def png_pages(pdf: Path, dpi: float, folder: Path) -> list[Path]:
+    """Every page of ``pdf`` rendered at ``dpi`` as a PNG in ``folder``."""
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(str(pdf))
+    out = []
+    for i in range(len(doc)):
+        out.append(folder / f"{pdf.stem}_{i + 1}.png")
+        doc[i].render(scale=dpi / 72).to_pil().convert("RGB").save(out[-1])
+    doc.close()
+    return out
+
+
 def serve(case: str, channels: str, query_encoder: str, paths: list[str]) -> None:
     """The child: the page built, then one request per upload or one context request; a JSON line per request."""
     from arr_coc.app import ui
@@ -94,9 +113,10 @@ def serve(case: str, channels: str, query_encoder: str, paths: list[str]) -> Non
                                   "scenes_mb": held(scope.scenes), "channels_mb": held(scope.channel_cache)}),
                       flush=True)
             return
-        pages, dpi = case.split("@")
+        pages, dpi = case.removesuffix("img").split("@")
         start = time.perf_counter()
-        answer = ui.context_answer(scope, 1, paths, "What is the total?", 1024, f"1-{pages}", float(dpi))
+        answer = ui.context_answer(scope, 1, paths, "What is the total?", 1024, "" if case.endswith("img") else
+                                   f"1-{pages}", float(dpi))
         seconds = time.perf_counter() - start
         del answer[2:]  # the views: what stays is the session's ContextView, measured on its own
         print(json.dumps({"request": case, "status": answer[0], "rss_mb": rss_mb(), "s": seconds}), flush=True)
@@ -118,10 +138,62 @@ def measure(case: str, paths: list[Path], channels: str, query_encoder: str) -> 
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")], peak
 
 
+def measure_server(case: str, paths: list[Path], channels: str, query_encoder: str) -> tuple[list[dict], float]:
+    """(a row per request, peak RSS in MB) of a real ``arr-coc serve`` driven over HTTP."""
+    from gradio_client import Client, handle_file
+
+    from arr_coc.app.browser import free_port
+    from arr_coc.config import DEFAULT_SACCADES, MVP_CHANNELS, PIPELINE_CHANNELS, SamplerConfig
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    proc = subprocess.Popen([sys.executable, "-m", "arr_coc.cli", "serve", "--port", str(port), "--query-encoder",
+                             query_encoder], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def vm(key: str) -> float:
+        for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise SystemExit(f"arr-coc serve exited with {proc.returncode}")
+            try:
+                urllib.request.urlopen(url, timeout=2).close()
+                break
+            except OSError:
+                time.sleep(0.5)
+        rows = [{"request": "started", "rss_mb": vm("VmRSS")}]
+        client = Client(url, verbose=False)
+        if case == "uploads":
+            chosen = list(MVP_CHANNELS if channels == "mvp" else PIPELINE_CHANNELS)
+            for path in paths:
+                out = client.predict(handle_file(str(path)), "What is the total?", DEFAULT_SACCADES, SamplerConfig.name,
+                                     chosen, "shipped", None, 1, 1, 1, api_name="/analyse")
+                rows.append({"request": path.name, "status": "Done" if out[0].startswith("Done") else out[0],
+                             "rss_mb": vm("VmRSS"), "scenes_mb": None, "channels_mb": None})
+        else:
+            pages, dpi = case.removesuffix("img").split("@")
+            start = time.perf_counter()
+            out = client.predict([handle_file(str(p)) for p in paths], "What is the total?", 1024,
+                                 "" if case.endswith("img") else f"1-{pages}", float(dpi), api_name="/context")
+            rows.append({"request": case, "status": out[0], "rss_mb": vm("VmRSS"), "s": time.perf_counter() - start})
+        return rows, vm("VmHWM")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+
+
 def uploads_table(rows: list[dict], peak: float, n: int) -> list[str]:
     table = ["| after | RSS | scene cache | channel cache |", "|---|---:|---:|---:|"]
-    table += [f"| {r['request']} | {r['rss_mb']:.0f} MB | {r.get('scenes_mb', 0):.0f} MB | "
-              f"{r.get('channels_mb', 0):.0f} MB |" for r in rows]
+    def mb(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0f} MB"
+
+    table += [f"| {r['request']} | {r['rss_mb']:.0f} MB | {mb(r.get('scenes_mb', 0))} | {mb(r.get('channels_mb', 0))} |"
+              for r in rows]
     bad = [r["status"] for r in rows if r.get("status", "Done") != "Done"]
     return table + ["", f"peak RSS {peak:.0f} MB over {n} distinct uploads, ceiling {CEILING_MB} MB: "
                         f"{'within' if peak < CEILING_MB else 'OVER'}" + (f"; errors: {bad}" if bad else "")]
@@ -135,8 +207,10 @@ def main() -> None:
     p.add_argument("--large", type=int, default=3, help="distinct 39.7-megapixel pages (default 3)")
     p.add_argument("--channels", choices=("default", "mvp"), default="default")
     p.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
+    p.add_argument("--server", action="store_true", help="measure a real `arr-coc serve` driven over HTTP")
     p.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = p.parse_args()
+    run = measure_server if args.server else measure
     if args.child:
         return serve(args.child[0], args.child[1], args.child[2], args.child[3:])
     made_by = f"python benchmarks/bench_server_memory.py{' ' + shlex.join(sys.argv[1:]) if sys.argv[1:] else ''}"
@@ -153,15 +227,17 @@ def main() -> None:
                 for i in range(args.uploads):
                     paths.append(Path(tmp) / f"page_{i}.png")
                     write_png(paths[-1], "RGB", 1800 + 7 * i, 1800)
-                rows, peak = measure(case, paths, args.channels, args.query_encoder)
+                rows, peak = run(case, paths, args.channels, args.query_encoder)
                 report += uploads_table(rows, peak, len(paths)) + [""]
                 continue
-            pages, dpi = case.split("@")
+            pages, dpi = case.removesuffix("img").split("@")
             pdf = letter_pdf(Path(tmp) / f"letter_{pages}.pdf", int(pages))
-            rows, peak = measure(case, [pdf], args.channels, args.query_encoder)
+            inputs = png_pages(pdf, float(dpi), Path(tmp)) if case.endswith("img") else [pdf]
+            rows, peak = run(case, inputs, args.channels, args.query_encoder)
             r = rows[-1]
             result = "ok" if r["status"].startswith("Done") else f"refused: `{r['status'].split(': ', 1)[1]}`"
-            contexts.append(f"| {pages} Letter pages at {dpi} dpi | {rows[0]['rss_mb']:.0f} MB | {peak:.0f} MB | "
+            what = "PNG images of Letter pages" if case.endswith("img") else "Letter pages"
+            contexts.append(f"| {pages} {what} at {dpi} dpi | {rows[0]['rss_mb']:.0f} MB | {peak:.0f} MB | "
                             f"{r['rss_mb']:.0f} MB | {r['s']:.0f} s | {result} |")
             print(contexts[-1], file=sys.stderr, flush=True)
     if len(contexts) > 2:
