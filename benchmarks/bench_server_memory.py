@@ -15,10 +15,10 @@ With ``--server`` each case runs in a real ``arr-coc serve`` instead, driven ove
 uploads and outputs through Gradio as a browser sends them); its peak and resident set come from
 ``/proc/PID/status`` (``VmHWM``, ``VmRSS``).
 
-    python benchmarks/bench_server_memory.py                     # every case below, default channels, MiniLM
+    python benchmarks/bench_server_memory.py                     # the uploads, default channels, MiniLM
+    python benchmarks/bench_server_memory.py --server --cases uploads 7@150 20@150 20@90 30@150 30@75 --large 0
     python benchmarks/bench_server_memory.py --cases uploads --uploads 3 --large 1 --channels mvp
     python benchmarks/bench_server_memory.py --cases 7@150 30@75  # contexts: PAGES@DPI
-    python benchmarks/bench_server_memory.py --server --cases 7@150 uploads --large 0
 """
 from __future__ import annotations
 
@@ -201,8 +201,8 @@ def uploads_table(rows: list[dict], peak: float, n: int) -> list[str]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--cases", nargs="+", default=list(CASES),
-                   help="uploads and/or contexts PAGES@DPI (default: %(default)s)")
+    p.add_argument("--cases", nargs="+", default=["uploads"],
+                   help=f"uploads and/or contexts PAGES@DPI[img] (default: %(default)s; the documented set: {' '.join(CASES)})")
     p.add_argument("--uploads", type=int, default=18, help="distinct pages of 1800 px and up (default 18)")
     p.add_argument("--large", type=int, default=3, help="distinct 39.7-megapixel pages (default 3)")
     p.add_argument("--channels", choices=("default", "mvp"), default="default")
