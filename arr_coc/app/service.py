@@ -32,6 +32,7 @@ from arr_coc.config import (
     ScorerConfig,
     TextureConfig,
 )
+from arr_coc.errors import UserError
 from arr_coc.imageops import to_hwc_uint8
 from arr_coc.pipeline import ARR, Allocation, Scene
 from arr_coc.query import QueryEncoder, count_tokens
@@ -152,6 +153,24 @@ def read_upload(path: str | Path, max_pixels: int = MAX_UPLOAD_PIXELS) -> Tensor
         raise ValueError(f"the upload is {w}x{h} px = {w * h / 1e6:.0f} megapixels; send an image of at most "
                          f"{max_pixels / 1e6:.0f} MP")
     return load_bounded(path, CanvasConfig.max_pixels)
+
+
+def error_line(err: BaseException) -> str | None:
+    """The one line the page shows for a request's error; None for a bug (its traceback belongs in the log).
+
+    Bad input (``ValueError``, ``OSError``, :class:`~arr_coc.errors.UserError`) says what to do in its message; a
+    message that is empty or runs over lines is cut to its first line or named by its type. Running out of memory
+    is said as such, with what to send instead.
+
+    >>> error_line(ValueError("page 3 is out of range\\nmore")), error_line(ValueError()), error_line(KeyError("x"))
+    ('page 3 is out of range', 'ValueError (no message)', None)
+    """
+    if isinstance(err, MemoryError):
+        return "the request needed more memory than the server has; send fewer or smaller pages or images"
+    if not isinstance(err, (ValueError, OSError, UserError)):
+        return None
+    text = str(err).strip()
+    return text.splitlines()[0] if text else f"{type(err).__name__} (no message)"
 
 
 def check_question(question: str | None) -> str:

@@ -10,15 +10,27 @@ import itertools
 import shutil
 import tempfile
 import time
+import traceback
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gradio as gr
 
-from arr_coc.app.context import context_summary, open_page, run_context, strip
-from arr_coc.app.service import PARTS, PRESETS, SCORER_WEIGHTS, Microscope, Settings, methods, read_upload, render
+from arr_coc.app.context import ContextView, context_request, release_memory
+from arr_coc.app.service import (
+    PARTS,
+    PRESETS,
+    SCORER_WEIGHTS,
+    Microscope,
+    Settings,
+    error_line,
+    methods,
+    read_upload,
+    render,
+)
 from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
+from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI
 from arr_coc.texture import CHANNELS
 
 EXAMPLES = resources.files("arr_coc") / "examples"  # package data: the wheel carries the bundled images
@@ -30,6 +42,7 @@ QUEUE_SIZE = 32  # waiting requests beyond this are turned away with a "queue fu
 # B's sampler at first: the one that keeps a token in every region, next to the default's plain ranking
 COMPARE_WITH = "stratified" if SamplerConfig.name != "stratified" else "topk"
 KEEP_DOWNLOADS = 16  # requests whose JSON and PNG stay on disk (Gradio serves its own copy once sent)
+STATE_TTL_S = 3600  # a browser session's last context view (a few MB of PNG) goes an hour after it was made
 # channels a user can switch on; clip needs a model path (`arr-coc look --clip-model`), so it is not offered here
 CHOOSABLE = tuple(n for n in CHANNELS.names() if n != "clip")
 
@@ -56,15 +69,61 @@ def _settings(saccades: Any, method: str, channels: list[str], weights: str, che
                     part_scale=(float(p0), float(p1), float(p2)), cell=cell)
 
 
-def build(scope: Microscope) -> gr.Blocks:
-    """The page, wired to ``scope``."""
+def answered(n: int, skips: int, work: Callable[[], list[Any]]) -> list[Any]:
+    """``work()``'s outputs, or request ``n``'s error as one line in the status and ``skips`` views left as they were.
+
+    Bad input shows its own message; anything else is a bug: its traceback goes to the server's log and the page
+    says so in one line, so no request ends in an empty error. Whatever the request held is freed either way.
+    """
+    try:
+        return work()
+    except Exception as err:  # noqa: BLE001 - the server goes on; a bug's traceback is logged just below
+        line = error_line(err)
+        if line is None:
+            traceback.print_exc()
+            line = f"internal error ({type(err).__name__}); the server log has the traceback"
+        return [f"**Error** (request {n}): {line}"] + [gr.skip()] * skips
+    finally:
+        release_memory()
+
+
+def context_answer(scope: Microscope, n: int, paths: list[str] | None, question: str, tokens: Any,
+                   pages: str | None, dpi: Any = DEFAULT_DPI) -> list[Any]:
+    """Request ``n`` of the context tab: [status, summary, strip, page number opened, that page, the session's view].
+
+    The view (:class:`~arr_coc.app.context.ContextView`) is all that stays; an error leaves the views as they were.
+    """
+    start = time.perf_counter()
+
+    def work() -> list[Any]:
+        v = context_request(scope, paths or [], question, tokens, (pages or "").strip() or None, dpi)
+        return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.summary, v.strip, v.first,
+                v.page(v.first), v]
+
+    return answered(n, 5, work)
+
+
+def open_answer(view: ContextView | None, number: Any) -> list[Any]:
+    """"open page" in the context tab: [status, the page], from the session's view alone."""
+    if view is None:
+        return ["Allocate over a context first.", gr.skip()]
+    try:
+        return [f"Page {int(number)}.", view.page(int(number))]
+    except (ValueError, TypeError) as err:
+        return [f"**Error**: {err}", gr.skip()]
+
+
+def build(scope: Microscope, workdir: str | Path | None = None) -> gr.Blocks:
+    """The page, wired to ``scope``; the downloads go in ``workdir`` (default: a temporary folder of its own)."""
     examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items()]
     requests = itertools.count(1)  # numbers each request in the status line, so every answer reads differently
-    downloads = tempfile.TemporaryDirectory(prefix="arr-coc-downloads-")  # removed when the server ends
+    own = tempfile.TemporaryDirectory(prefix="arr-coc-downloads-") if workdir is None else None
+    root = Path(own.name if own else workdir) / "downloads"
+    root.mkdir(parents=True, exist_ok=True)
 
     def out_dir(n: int) -> Path:
         """A fresh folder for request ``n``'s downloads; folders of older requests than the last few go."""
-        root = Path(downloads.name)
+        _owner = own  # referenced, so the closure keeps the folder's owner (and the folder) as long as the page
         for old in root.iterdir():
             if int(old.name) <= n - KEEP_DOWNLOADS:
                 shutil.rmtree(old)
@@ -149,6 +208,8 @@ def build(scope: Microscope) -> gr.Blocks:
                                                        minimum=2, elem_id="context-tokens")
                                 ctx_pages = gr.Textbox(label="PDF pages (1-based, e.g. 1-20)", value="",
                                                        elem_id="context-pages")
+                                ctx_dpi = gr.Number(value=DEFAULT_DPI, label="PDF dpi (lower takes more pages)",
+                                                    precision=None, minimum=1, maximum=MAX_DPI, elem_id="context-dpi")
                                 ctx_run = gr.Button("Allocate over the context", elem_id="context-run")
                         ctx_summary = gr.Markdown(elem_id="context-summary")
                         ctx_strip = gr.Image(label="the pages, saccades outlined", format="png", interactive=False,
@@ -157,28 +218,29 @@ def build(scope: Microscope) -> gr.Blocks:
                                              elem_id="context-open")
                         ctx_page = gr.Image(label="the opened page and its saccades", format="png",
                                             interactive=False, elem_id="context-page")
-                        ctx_state = gr.State(None)
+                        ctx_state = gr.State(None, time_to_live=STATE_TTL_S)
                 with gr.Row():
                     get_json = gr.DownloadButton("allocation JSON (look --json schema)", elem_id="download-json")
                     get_png = gr.DownloadButton("picture PNG", elem_id="download-png")
 
         def analyse(path: str | None, q: str, k: Any, *controls_a: Any) -> list[Any]:
             n, start = next(requests), time.perf_counter()
-            try:
+
+            def work() -> list[Any]:
                 if not path:
                     raise ValueError("upload an image first (or click a bundled example)")
                 settings = _settings(k, *controls_a, cell=scope.cell)
-                image = read_upload(path)
-                v = render(scope.run(image, q, settings), out_dir(n))
-            except (ValueError, OSError) as err:  # bad input: say what to do, keep the last views
-                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 12
-            return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.answer or "", v.summary,
-                    v.saccades, v.relevance, v.parts, v.channels, v.gestalt, v.foveated, v.tokens, v.timings,
-                    str(v.json_path), str(v.png_path)]
+                v = render(scope.run(read_upload(path), q, settings), out_dir(n))
+                return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", v.answer or "", v.summary,
+                        v.saccades, v.relevance, v.parts, v.channels, v.gestalt, v.foveated, v.tokens, v.timings,
+                        str(v.json_path), str(v.png_path)]
+
+            return answered(n, 12, work)
 
         def both(path: str | None, q: str, k: Any, *controls_ab: Any) -> list[Any]:
             n, start = next(requests), time.perf_counter()
-            try:
+
+            def work() -> list[Any]:
                 if not path:
                     raise ValueError("upload an image first (or click a bundled example)")
                 image = read_upload(path)
@@ -186,32 +248,16 @@ def build(scope: Microscope) -> gr.Blocks:
                 for ctl in (controls_ab[:7], controls_ab[7:]):
                     v = render(scope.run(image, q, _settings(k, *ctl, cell=scope.cell)), out_dir(next(requests)))
                     out += [v.summary, v.saccades]
-            except (ValueError, OSError) as err:
-                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 4
-            return [f"Done: request {n} (A and B) in {time.perf_counter() - start:.2f} s.", *out]
+                return [f"Done: request {n} (A and B) in {time.perf_counter() - start:.2f} s.", *out]
 
-        def context(paths: list[str] | None, q: str, t: Any, pages: str) -> list[Any]:
-            n, start = next(requests), time.perf_counter()
-            try:
-                alloc = run_context(scope, paths or [], q, t, pages.strip() or None)
-                first = alloc.pages[max(range(len(alloc.pages)), key=lambda i: alloc.pages[i].saccades)].index + 1
-                page = open_page(alloc, first)
-            except (ValueError, OSError) as err:
-                return [f"**Error** (request {n}): {err}"] + [gr.skip()] * 5
-            return [f"Done: request {n} in {time.perf_counter() - start:.2f} s.", context_summary(alloc),
-                    strip(alloc), first, page, alloc]
+            return answered(n, 4, work)
 
-        def open_other(alloc: Any, number: Any) -> list[Any]:
-            if alloc is None:
-                return ["Allocate over a context first.", gr.skip()]
-            try:
-                return [f"Page {int(number)}.", open_page(alloc, int(number))]
-            except (ValueError, TypeError) as err:
-                return [f"**Error**: {err}", gr.skip()]
+        def context(paths: list[str] | None, q: str, t: Any, pages: str, dpi: Any) -> list[Any]:
+            return context_answer(scope, next(requests), paths, q, t, pages, dpi)
 
-        ctx_run.click(context, [ctx_files, question, ctx_tokens, ctx_pages],
+        ctx_run.click(context, [ctx_files, question, ctx_tokens, ctx_pages, ctx_dpi],
                       [status, ctx_summary, ctx_strip, ctx_open, ctx_page, ctx_state], api_name="context")
-        ctx_open.submit(open_other, [ctx_state, ctx_open], [status, ctx_page])
+        ctx_open.submit(open_answer, [ctx_state, ctx_open], [status, ctx_page])
 
         outputs = [status, answer, summary, sacc, heat, parts, channels, gestalt, foveated, tokens, timings,
                    get_json, get_png]
@@ -222,9 +268,13 @@ def build(scope: Microscope) -> gr.Blocks:
     return demo
 
 
-def serve(scope: Microscope, host: str = "127.0.0.1", port: int = 7860, *, block: bool = True) -> gr.Blocks:
-    """Start the page on ``host:port`` (local only unless told otherwise); with ``block=False`` return at once."""
-    demo = build(scope)
+def serve(scope: Microscope, host: str = "127.0.0.1", port: int = 7860, *, block: bool = True,
+          workdir: str | Path | None = None) -> gr.Blocks:
+    """Start the page on ``host:port`` (local only unless told otherwise); with ``block=False`` return at once.
+
+    ``workdir``: where the downloads go (see :func:`build`); ``arr-coc serve`` passes a folder it removes on exit.
+    """
+    demo = build(scope, workdir)
     demo.queue(max_size=QUEUE_SIZE, default_concurrency_limit=1)
     demo.launch(server_name=host, server_port=port, max_file_size=MAX_FILE_SIZE, prevent_thread_lock=not block,
                 show_error=True, quiet=not block, footer_links=[], ssr_mode=False)

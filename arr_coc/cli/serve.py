@@ -1,8 +1,18 @@
-"""``arr-coc serve``: the microscope, a web page to see and steer the allocation (Gradio)."""
+"""``arr-coc serve``: the microscope, a web page to see and steer the allocation (Gradio).
+
+The server owns one temporary folder: Gradio's uploads and cached outputs go in ``uploads/`` (its
+``GRADIO_TEMP_DIR``, set in this process only, which the server owns), the JSON and PNG downloads in
+``downloads/``. SIGTERM and SIGINT stop the server and the folder goes with it.
+"""
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+import contextlib
+import os
+import signal
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 from arr_coc.cli import options as opt
 
@@ -48,13 +58,37 @@ def bind_host(host: str, port: int) -> str:
     return f"[{bare}]" if ipv6 else bare  # Gradio writes http://HOST:PORT: an IPv6 address needs its brackets
 
 
-def run(args: argparse.Namespace) -> int:
-    import os
+def _stop(signum: int, frame: Any) -> None:
+    """SIGTERM as Ctrl+C: Gradio's main loop closes the server and the ``with`` blocks remove their folders."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
+
+@contextlib.contextmanager
+def server_folders() -> Iterator[Path]:
+    """The server's temporary folder, Gradio's upload folder inside it, and stop signals that remove both.
+
+    Yields the folder; on leaving, the previous ``GRADIO_TEMP_DIR`` and signal handlers are put back.
+    """
+    previous = {s: signal.signal(s, _stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    env = os.environ.get("GRADIO_TEMP_DIR")
+    try:
+        with tempfile.TemporaryDirectory(prefix="arr-coc-serve-") as work:
+            (Path(work) / "uploads").mkdir()
+            # Gradio reads its upload folder from this variable when it builds the page and its routes
+            os.environ["GRADIO_TEMP_DIR"] = str(Path(work) / "uploads")
+            yield Path(work)
+    finally:
+        if env is None:
+            os.environ.pop("GRADIO_TEMP_DIR", None)
+        else:
+            os.environ["GRADIO_TEMP_DIR"] = env
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def run(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.app.service import Microscope
-    from arr_coc.app.ui import serve
     from arr_coc.config import check_int
     from arr_coc.threads import fit_threads
 
@@ -68,12 +102,17 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--threads {args.threads} is far above this machine's {os.cpu_count()} cores")
         torch.set_num_threads(args.threads)  # this process is the server: its thread pool is its own to size
         fit_threads()  # but never above OMP_THREAD_LIMIT, where half-precision matmul goes wrong
-    vlm = None
-    if args.model:
-        from arr_coc.vlm import load_vlm
+    with server_folders() as work:
+        # imported here: Gradio reads GRADIO_TEMP_DIR when it is imported, too (a folder of its own otherwise)
+        from arr_coc.app.service import Microscope
+        from arr_coc.app.ui import serve
 
-        vlm = load_vlm(args.model)
-    encoder = opt.query_encoder(args)
-    print(f"arr-coc microscope on http://{host}:{args.port}/ (Ctrl+C stops it)", flush=True)
-    serve(Microscope(query_encoder=encoder, vlm=vlm, max_new_tokens=args.max_new_tokens), host=host, port=args.port)
+        vlm = None
+        if args.model:
+            from arr_coc.vlm import load_vlm
+
+            vlm = load_vlm(args.model)
+        scope = Microscope(query_encoder=opt.query_encoder(args), vlm=vlm, max_new_tokens=args.max_new_tokens)
+        print(f"arr-coc microscope on http://{host}:{args.port}/ (Ctrl+C stops it; files in {work})", flush=True)
+        serve(scope, host=host, port=args.port, workdir=work)
     return 0

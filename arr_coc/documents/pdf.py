@@ -24,6 +24,7 @@ from typing import Sequence, Union
 
 import numpy as np
 import pypdfium2 as pdfium
+import pypdfium2.internal as pdfium_i
 import pypdfium2.raw as pdfium_c
 import torch
 
@@ -62,12 +63,30 @@ def open_pdf(path: Union[str, os.PathLike]) -> pdfium.PdfDocument:
         raise ValueError(f"{p} is not a PDF (no %PDF- header); pass a PDF, or an image to load_image")
     try:
         return pdfium.PdfDocument(str(p))
-    except pdfium.PdfiumError as e:
-        if e.err_code in (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY):
+    except pdfium.PdfiumError:
+        err_code = _load_error(p)
+        if err_code is None:  # PDFium read it; pypdfium2 refuses a document without pages
+            raise ValueError(f"{p} has no pages; pass a PDF with at least one page") from None
+        if err_code in (pdfium_c.FPDF_ERR_PASSWORD, pdfium_c.FPDF_ERR_SECURITY):
             raise ValueError(
                 f"{p} is encrypted; decrypt it first (e.g. qpdf --decrypt --password=PW in.pdf out.pdf)"
             ) from None
-        raise ValueError(f"{p} is damaged and cannot be read as a PDF ({e})") from None
+        reason = pdfium_i.ErrorToStr.get(err_code, f"error {err_code}")
+        raise ValueError(f"{p} is damaged and cannot be read as a PDF (PDFium: {reason})") from None
+
+
+def _load_error(p: Path) -> int | None:
+    """PDFium's error for loading ``p`` now, or None when it loads.
+
+    pypdfium2's ``err_code`` is PDFium's last error, a process-wide value that a document PDFium loads without
+    error leaves as an earlier failure set it: a PDF of no pages opened after an encrypted one would read as
+    encrypted. Loading again and asking only on failure gives this file's own answer.
+    """
+    doc = pdfium_c.FPDF_LoadDocument(os.fsencode(p), None)
+    if doc:
+        pdfium_c.FPDF_CloseDocument(doc)
+        return None
+    return int(pdfium_c.FPDF_GetLastError())
 
 
 def page_indices(n_pages: int, pages: PageSpec, source: str = "the PDF") -> list[int]:
