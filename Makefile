@@ -59,7 +59,7 @@ KERNEL_TESTS = $$(grep -rlE "^from (tolerances import|conftest import .*check_ba
 test-kernels: setup
 	rm -rf out/kernels && mkdir -p out/kernels
 	set -e; for v in $(KERNEL_VARIANTS); do name=$${v%%:*}; vars=$$(echo $${v#*:} | tr , ' '); \
-		echo "== $$name: $$vars"; env $$vars $(BIN)/python -c "import torch; print(torch.backends.cpu.get_cpu_capability())"; \
+		echo "== $$name: $$vars"; env $$vars $(BIN)/python tests/tolerances.py --probe; \
 		env $$vars ARR_TOL_LOG=out/kernels/$$name.jsonl $(BIN)/python -m pytest -q $(KERNEL_TESTS); done
 	$(BIN)/python tests/tolerances.py $$(for v in $(KERNEL_VARIANTS); do echo out/kernels/$${v%%:*}.jsonl; done)
 

@@ -53,7 +53,8 @@ MARGIN = 100.0  # a negative control must differ by at least this many tolerance
 REDUCED = (torch.float16, torch.bfloat16)  # stored in 16 bits, accumulated in float32 by torch's CPU kernels
 
 
-def _coarser(*dtypes: torch.dtype) -> torch.dtype:
+def coarser(*dtypes: torch.dtype) -> torch.dtype:
+    """The dtype with the largest roundoff: the one whose evaluation bounds a comparison."""
     return max(dtypes, key=lambda d: torch.finfo(d).eps)
 
 
@@ -75,7 +76,7 @@ def reduction_atol(*values: torch.Tensor, reduction_len: int | Sequence[int], de
     >>> round(reduction_atol(torch.tensor([2.0]), reduction_len=1000, depth=4, dtype=torch.bfloat16), 6)  # 8·2·2·2^-8
     0.125
     """
-    dtype = dtype or _coarser(*(v.dtype for v in values))
+    dtype = dtype or coarser(*(v.dtype for v in values))
     u = torch.finfo(dtype).eps / 2
     u_acc = torch.finfo(torch.float32).eps / 2 if dtype in REDUCED else u
     if scale is None:
@@ -215,7 +216,26 @@ def report(logs: list[str]) -> str:
     return "\n".join(out)
 
 
-if __name__ == "__main__":  # python tests/tolerances.py LOG...: the table docs/reliability.md quotes
+def probe() -> str:
+    """Which kernels this process runs: ATen's CPU capability, torch's threads, and a digest of the bits of a few
+    ops (a matmul, a batched matmul, a convolution, attention, softmax, sums of 4M elements, layer norm, GELU) on fixed
+    inputs. Two variants whose digests of an op differ ran that op through other kernels or another order."""
+    import hashlib
+
+    import torch.nn.functional as F
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(37, 300, generator=g), torch.randn(300, 53, generator=g)
+    x, w = torch.randn(2, 3, 33, 33, generator=g), torch.randn(8, 3, 5, 5, generator=g)
+    q, v = torch.randn(1, 4, 17, 32, generator=g), torch.randn(8, 4_000_000, generator=g)
+    outs = {"matmul": a @ b, "bmm": torch.bmm(a.expand(3, -1, -1).contiguous(), b.expand(3, -1, -1).contiguous()),
+            "conv2d": F.conv2d(x, w), "sdpa": F.scaled_dot_product_attention(q, q, q), "softmax": a.softmax(-1),
+            "sum4M": torch.stack([row.sum() for row in v]), "layer_norm": F.layer_norm(a, (300,)), "gelu": F.gelu(a)}
+    bits = " ".join(f"{k}={hashlib.sha1(t.contiguous().numpy().tobytes()).hexdigest()[:6]}" for k, t in outs.items())
+    return f"{torch.backends.cpu.get_cpu_capability()} threads={torch.get_num_threads()} {bits}"
+
+
+if __name__ == "__main__":  # python tests/tolerances.py LOG... | --probe: what docs/reliability.md quotes
     import sys
 
-    print(report(sys.argv[1:]))
+    print(probe() if sys.argv[1:] == ["--probe"] else report(sys.argv[1:]))
