@@ -51,5 +51,20 @@ bench: setup
 tables: setup
 	$(BIN)/python benchmarks/make_tables.py $(TABLES_FLAGS)
 
+# Not part of `make test` or CI: every test file that compares floats through tests/tolerances.py, once per kernel
+# variant this CPU can be forced into (torch at 1 and 2 threads, ATen's portable kernels, AVX2 ATen with SSE4.1
+# oneDNN and MKL's conditional-numerical-reproducibility path), then per file the worst difference / tolerance
+# under each variant (docs/reliability.md, "Tolerances that hold on any machine of this kind").
+.PHONY: test-kernels
+KERNEL_VARIANTS := threads-1:OMP_NUM_THREADS=1 threads-2:OMP_NUM_THREADS=2 aten-default:ATEN_CPU_CAPABILITY=default \
+	alt-blas:ATEN_CPU_CAPABILITY=avx2,ONEDNN_MAX_CPU_ISA=SSE41,MKL_CBWR=COMPATIBLE
+KERNEL_TESTS = $$(grep -rlE "^from (tolerances import|conftest import .*check_batch)" tests --include="test_*.py")
+test-kernels: setup
+	rm -rf out/kernels && mkdir -p out/kernels
+	set -e; for v in $(KERNEL_VARIANTS); do name=$${v%%:*}; vars=$$(echo $${v#*:} | tr , ' '); \
+		echo "== $$name: $$vars"; env $$vars $(BIN)/python tests/tolerances.py --probe; \
+		env $$vars ARR_TOL_LOG=out/kernels/$$name.jsonl $(BIN)/python -m pytest -q $(KERNEL_TESTS); done
+	$(BIN)/python tests/tolerances.py $$(for v in $(KERNEL_VARIANTS); do echo out/kernels/$${v%%:*}.jsonl; done)
+
 clean:
 	rm -rf $(VENV) out .pytest_cache .hypothesis

@@ -7,6 +7,7 @@ import torch
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from PIL import Image
+from tolerances import CANVAS, assert_close_reduction
 
 from arr_coc.canvas import MAX_PIXELS, MIN_PIXELS, Canvas, make_canvas, smart_resize
 
@@ -107,7 +108,7 @@ def test_other_sizes_are_resized_to_their_smart_resize_canvas():
     c = make_canvas([torch.full((3, 100, 61), 0.3), torch.rand(3, 1000, 700)], cell=32)
     assert c.sizes == [smart_resize(100, 61, 32), smart_resize(1000, 700, 32)] == [(96, 64), (992, 704)]
     assert c.image_sizes == [(100, 61), (1000, 700)]
-    assert torch.allclose(c.pixels[0, :, :96, :64], torch.tensor(0.3), atol=1e-6)  # a flat page stays flat
+    assert_close_reduction(c.pixels[0, :, :96, :64], torch.full((3, 96, 64), 0.3), **CANVAS)  # a flat page stays flat
     assert 0.0 <= float(c.pixels.min()) and float(c.pixels.max()) <= 1.0
     assert c.scales[0] == pytest.approx((96 / 100, 64 / 61))
 
@@ -115,7 +116,7 @@ def test_other_sizes_are_resized_to_their_smart_resize_canvas():
 def test_batched_tensor_equals_the_same_images_as_a_list():
     x = torch.rand(3, 3, 90, 130)  # -> 84 x 140 (nearest whole cells)
     batched, listed = make_canvas(x), make_canvas(list(x))
-    assert torch.allclose(batched.pixels, listed.pixels, atol=1e-6)
+    assert_close_reduction(batched.pixels, listed.pixels, **CANVAS)
     assert torch.equal(batched.valid, listed.valid) and batched.sizes == listed.sizes == [(84, 140)] * 3
     u8 = make_canvas((x * 255).round().to(torch.uint8))
     assert u8.pixels.dtype == torch.float32 and u8.pixels.shape == (3, 3, 84, 140)

@@ -5,6 +5,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tolerances import assert_far, reduction_atol
 
 from arr_coc.allocators.pruning import PatchSelector, TokenPruner, cells_of, pad_tokens, prune, soft_weights
 from arr_coc.samplers import topk_cells
@@ -155,9 +156,10 @@ def test_token_pruner_equals_prune_of_its_scores_and_uses_the_query():
     kept, idx = pruner(tokens, 3, mask, query)
     ref_kept, ref_idx = prune(tokens, pruner.score(tokens, query), 3, mask)
     assert torch.equal(idx, ref_idx) and torch.equal(kept, ref_kept)
-    assert not torch.allclose(pruner.score(tokens, query), pruner.score(tokens, -query))
+    score = pruner.score(tokens, query)  # a small MLP over 8 + 3 inputs: 3 reductions
+    assert_far(score, pruner.score(tokens, -query), atol=reduction_atol(score, reduction_len=11, depth=3))
     soft, w = pruner.soft_keep(tokens, 3, mask, query)
-    assert torch.allclose(soft, tokens * w[..., None]) and float(w[1, 4:].detach().sum()) == 0.0
+    assert torch.equal(soft, tokens * w[..., None]) and float(w[1, 4:].detach().sum()) == 0.0  # this product
 
 
 def test_token_pruner_explains_a_missing_or_wrong_query():

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image, ImageDraw
+from tolerances import ARR_MAP, assert_close_reduction
 
 from arr_coc.app import views
 from arr_coc.app.service import PRESETS, Microscope, Settings, check_question, methods, read_upload, render
@@ -76,7 +77,7 @@ def test_a_second_question_reuses_the_texture_and_ocr_and_equals_the_plain_pipel
     for result, q in ((first, "What is the invoice date?"), (second, "What is the total due?")):
         plain = arr(image, q)
         assert torch.equal(result.sent, plain.positions[0])
-        torch.testing.assert_close(result.allocation.relevance.map, plain.relevance.map)
+        assert_close_reduction(result.allocation.relevance.map, plain.relevance.map, **ARR_MAP)
     assert not torch.equal(first.sent, second.sent)  # negative control: the question moved the saccades
     assert second.tokens_sent == 36 + 40  # 40 saccades come with a 6x6 gestalt (arr_coc.budget)
 
@@ -87,7 +88,8 @@ def test_sliders_scale_the_parts_and_presets_name_real_settings(scope, page):
     only = scope.run(image, "What is the total due?", Settings(saccades=40, channels=CHANNELS,
                                                                part_scale=PRESETS["only participatory"]["part_scale"]))
     rel, w = base.allocation.relevance, base.allocation.relevance.weights
-    torch.testing.assert_close(only.allocation.relevance.map, rel.parts[:, 2] * w[:, 2, None, None])
+    assert_close_reduction(only.allocation.relevance.map, rel.parts[:, 2] * w[:, 2, None, None], reduction_len=3,
+                           depth=2)  # the mix of 3 parts, two scaled to 0
     assert not torch.equal(only.sent, base.sent)
     assert all(p.get("sampler", SamplerConfig.name) in methods() for p in PRESETS.values())
 

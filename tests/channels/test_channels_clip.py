@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from tolerances import CLIP_MAP, assert_close_reduction, assert_far, reduction_atol
 
 import arr_coc.channels.clip  # noqa: F401  registers the channel
 from arr_coc.cache import ImageCache
@@ -114,7 +115,7 @@ def test_vision_input_of_a_native_size_image_equals_the_processor(folders, famil
     expected = processor(images=image.permute(1, 2, 0).numpy(), return_tensors="pt")["pixel_values"]
     got = vision_input(load_clip(str(folders[family])), image[None].float() / 255)
     assert got.shape == expected.shape == (1, 3, IMAGE, IMAGE)
-    assert torch.allclose(got, expected, atol=1e-5)
+    assert_close_reduction(got, expected, reduction_len=1, depth=4)  # elementwise: /255, -mean, /std, constants
 
 
 def test_vision_input_keeps_the_aspect_at_about_the_native_patch_count(folders):
@@ -129,12 +130,12 @@ def test_clip_dense_path_uses_the_projection_of_get_image_features(folders):
     with torch.no_grad():
         final = model.vision_model(pixel_values=pv, interpolate_pos_encoding=True).last_hidden_state  # [B, 1 + N, C]
         pooled = model.get_image_features(pixel_values=pv, interpolate_pos_encoding=True).pooler_output
-        assert torch.allclose(project_tokens(clip, final[:, :1])[:, 0], pooled, atol=1e-5)
+        assert_close_reduction(project_tokens(clip, final[:, :1])[:, 0], pooled, reduction_len=32, depth=2)
         dense = patch_features(clip, pv).flatten(1, 2)  # [B, N, D]
-        assert torch.allclose(dense, F.normalize(_manual_dense("clip", model, pv), dim=-1), atol=1e-5)
+        atol = assert_close_reduction(dense, F.normalize(_manual_dense("clip", model, pv), dim=-1), **CLIP_MAP)
         # Negative control: the plain final patch tokens through the same projection are a different map.
         plain = F.normalize(project_tokens(clip, final[:, 1:]), dim=-1)
-        assert (plain - dense).abs().max() > 0.1
+        assert_far(plain, dense, atol=atol)
 
 
 def test_siglip_dense_path_is_the_pooling_heads_value_path(folders):
@@ -143,11 +144,12 @@ def test_siglip_dense_path_is_the_pooling_heads_value_path(folders):
     with torch.no_grad():
         final = model.vision_model(pixel_values=pv, interpolate_pos_encoding=True).last_hidden_state  # [B, N, C]
         pooled = model.get_image_features(pixel_values=pv, interpolate_pos_encoding=True).pooler_output
-        assert torch.allclose(model.vision_model.head(final), pooled, atol=1e-5)
+        assert_close_reduction(model.vision_model.head(final), pooled, **CLIP_MAP)  # the head: a layer of its own
         dense = patch_features(clip, pv).flatten(1, 2)  # [B, N, D]
-        assert torch.allclose(dense, F.normalize(_manual_dense("siglip", model, pv), dim=-1), atol=1e-5)
+        atol = assert_close_reduction(dense, F.normalize(_manual_dense("siglip", model, pv), dim=-1), **CLIP_MAP)
         # Negative control: the head attending over all tokens is not what any patch gets on its own.
-        assert (F.normalize(pooled, dim=-1)[:, None] - dense).abs().amax(dim=-1).min() > 0.05
+        closest = (F.normalize(pooled, dim=-1)[:, None] - dense).abs().amax(dim=-1).min()
+        assert_far(closest, torch.zeros(()), atol=atol)
 
 
 @pytest.mark.parametrize("family", ["clip", "siglip"])
@@ -164,7 +166,7 @@ def test_map_is_the_relu_of_the_centred_cosine_upsampled_and_normalised(folders,
     above = F.relu(cos - cos.mean(dim=(1, 2), keepdim=True))
     up = F.interpolate(above[:, None], size=(56, 84), mode="bilinear", align_corners=False)
     lo, hi = up.amin(dim=(1, 2, 3), keepdim=True), up.amax(dim=(1, 2, 3), keepdim=True)
-    assert torch.allclose(_clip_map(pixels, questions, folders[family]), (up - lo) / (hi - lo), atol=1e-5)
+    assert_close_reduction(_clip_map(pixels, questions, folders[family]), (up - lo) / (hi - lo), **CLIP_MAP)
 
 
 @pytest.mark.parametrize("family", ["clip", "siglip"])
@@ -191,7 +193,7 @@ def test_a_different_question_changes_the_map_and_the_same_question_does_not(fol
     again = _clip_map(image, ["what is the total"], folders[family], ImageCache())
     cat = _clip_map(image, ["where is the cat"], folders[family], ImageCache())
     assert torch.equal(total, again)
-    assert (total - cat).abs().max() > 0.1
+    assert_far(total, cat, atol=reduction_atol(total, **CLIP_MAP))  # the question moves the map
 
 
 @pytest.mark.parametrize("family", ["clip", "siglip"])
@@ -200,7 +202,7 @@ def test_a_batch_of_two_equals_each_image_alone(folders, family):
     questions = ["what is the total", "where is the cat"]
     both = _clip_map(pixels, questions, folders[family])
     alone = torch.cat([_clip_map(pixels[i:i + 1], questions[i:i + 1], folders[family]) for i in range(2)])
-    assert torch.allclose(both, alone, atol=1e-6)
+    assert_close_reduction(both, alone, **CLIP_MAP)
 
 
 def test_missing_model_says_how_to_set_it():

@@ -7,6 +7,7 @@ import pytest
 import skimage.data as skimage_data
 import torch
 import torch.nn.functional as F
+from tolerances import OBJECTS, assert_close_reduction
 
 import arr_coc.channels.learned_saliency as learned_saliency
 import arr_coc.channels.objects as objects
@@ -121,7 +122,7 @@ def test_objects_gives_each_image_of_a_batch_what_it_gives_alone_in_0_1():
     assert batch.min() >= 0 and batch.max() <= 1
     alone = torch.cat([compute_texture(images[i:i + 1], ("objects",), queries=queries[i:i + 1], query_encoder=enc)
                        for i in range(2)])
-    torch.testing.assert_close(batch, alone, atol=1e-5, rtol=1e-4)
+    assert_close_reduction(batch, alone, **OBJECTS)
 
 
 def test_objects_needs_a_question_and_sane_options():

@@ -13,6 +13,7 @@ from conftest import ROOT
 from corpus_checks import outcome
 from PIL import Image
 from test_corpus_images import MODES, uniform
+from tolerances import ARR_MAP, assert_close_reduction, coarser
 
 from arr_coc.canvas import load_bounded, make_canvas
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
@@ -118,7 +119,8 @@ def test_an_arr_moved_to_every_dtype_allocates_as_float32_or_refuses_in_one_line
     ref = arr(image, Q, saccades=8)
     if kind == "ok":
         assert dtype in (torch.float16, torch.bfloat16, torch.float32, torch.float64), dtype
-        torch.testing.assert_close(out.relevance.map.float(), ref.relevance.map, atol=0.05, rtol=0)
+        assert_close_reduction(out.relevance.map.float(), ref.relevance.map, dtype=coarser(dtype, torch.float32),
+                               **ARR_MAP)
     else:
         assert out.startswith(f"an ARR in {str(dtype).removeprefix('torch.')} cannot score; move it to a real "
                               "floating dtype: arr.float()"), out

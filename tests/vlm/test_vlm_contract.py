@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import check_batch_equals_singles
 from PIL import Image
+from tolerances import VLM_EMBEDS, VLM_LOGITS, assert_close_reduction, assert_far, reduction_atol
 from transformers import GenerationConfig
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
@@ -23,8 +24,6 @@ from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.protocol import CAPABILITIES, FIRST_LOOK, PROCESSOR, VLMAdapter
 from arr_coc.vlm.stages import prefill_context
 
-WRONG = 1e-2  # a wrong position must move some logit by more than this
-ATOL = {"llava": 1e-5}  # one float32 model, the same kernels on both paths; Qwen: sums reordered, 1e-4
 # the grid whose every cell the model's own forward sees at full resolution (LLaVA: exactly one S x S tile)
 NATIVE_GRID = {"llava": (4, 4)}
 # the pages of a context whose every cell the model's own multi-image forward sees (LLaVA: one tile each)
@@ -34,10 +33,6 @@ PAGE_GRIDS = {"llava": [(4, 4)] * 3}
 @pytest.fixture(scope="module", params=ADAPTERS.names())
 def adapter(request) -> VLMAdapter:
     return load_vlm(f"tiny:{request.param}")
-
-
-def atol(adapter):
-    return ATOL.get(adapter.name, 1e-4)
 
 
 def image(adapter, hc, wc, seed=0):
@@ -60,10 +55,6 @@ def run_llm(adapter, pf, position_ids=None):
 def native_logits(adapter, images, questions):
     with torch.no_grad():
         return adapter.model(**adapter.native_inputs(images, questions)).logits
-
-
-def far(a, b):
-    return (a - b).abs().max().item() > WRONG
 
 
 def reversed_visual_positions(pf):
@@ -99,16 +90,16 @@ def test_every_cell_reproduces_the_native_forward(adapter, mode):
     vis = adapter.encode([img], [all_cells(hc, wc)], mode=mode, weights=weights)
     assert len(vis[0]) == hc * wc and vis[0].n_gestalt == 0
     pf = prefill_for(adapter, [q], vis)
-    torch.testing.assert_close(run_llm(adapter, pf), ref, atol=atol(adapter), rtol=0)
+    atol = assert_close_reduction(run_llm(adapter, pf), ref, **VLM_LOGITS)
     # the stages' full plan is the same encoding
     staged = encode(adapter, [Plan("full", "full", (hc, wc))], [img])
-    torch.testing.assert_close(staged[0].embeds, adapter.encode_native([img])[0].embeds, atol=atol(adapter), rtol=0)
+    assert_close_reduction(staged[0].embeds, adapter.encode_native([img])[0].embeds, **VLM_EMBEDS)
     # negative control: the same tokens with their positions reversed
-    assert far(run_llm(adapter, pf, reversed_visual_positions(pf)), ref)
+    assert_far(run_llm(adapter, pf, reversed_visual_positions(pf)), ref, atol=atol)
     if adapter.rope_rows == 3:  # M-RoPE: and with h and w swapped
         wrong = pf.position_ids.clone()
         wrong[1:, :, pf.visual_mask[0]] = wrong[[2, 1]][:, :, pf.visual_mask[0]]
-        assert far(run_llm(adapter, pf, wrong), ref)
+        assert_far(run_llm(adapter, pf, wrong), ref, atol=atol)
 
 
 def test_sparse_subset_is_order_free_and_differs_from_slice(adapter):
@@ -117,11 +108,11 @@ def test_sparse_subset_is_order_free_and_differs_from_slice(adapter):
     a = adapter.encode([img], [cells], mode="sparse")[0]
     perm = torch.tensor([3, 0, 5, 4, 1, 2])
     b = adapter.encode([img], [cells[perm]], mode="sparse")[0]
-    torch.testing.assert_close(b.embeds, a.embeds[perm], atol=atol(adapter), rtol=0)
+    atol = assert_close_reduction(b.embeds, a.embeds[perm], **VLM_EMBEDS)
     if adapter.rope_rows == 3:  # M-RoPE positions travel with their cells (a 1-D RoPE counts tokens in sequence)
-        torch.testing.assert_close(b.positions, a.positions[:, perm])
+        assert torch.equal(b.positions, a.positions[:, perm])
     # the tower saw 6 cells, not the whole grid or tile: a different context, different tokens
-    assert far(adapter.encode([img], [cells], mode="slice")[0].embeds, a.embeds)
+    assert_far(adapter.encode([img], [cells], mode="slice")[0].embeds, a.embeds, atol=atol)
 
 
 @pytest.mark.parametrize("gestalt", [None, (4, 4)])
@@ -133,10 +124,10 @@ def test_size_one_squares_are_exactly_the_sparse_saccades(adapter, gestalt):
     vis = adapter.encode_patches([img], [boxes], gestalt=[gestalt])[0]
     assert (vis.n_gestalt, len(vis)) == (ref.n_gestalt, len(ref)) and len(ref) == ref.n_gestalt + 6
     assert vis.vision_segments == ref.vision_segments and vis.positions.tolist() == ref.positions.tolist()
-    torch.testing.assert_close(vis.embeds, ref.embeds, atol=atol(adapter), rtol=0)
+    atol = assert_close_reduction(vis.embeds, ref.embeds, **VLM_EMBEDS)
     # negative control: the same cells encoded inside their full grid or tiles (slice) are other tokens
     sliced = adapter.encode([img], [cells], mode="slice", gestalt=[gestalt])[0]
-    assert far(vis.embeds[vis.n_gestalt:], sliced.embeds[sliced.n_gestalt:])
+    assert_far(vis.embeds[vis.n_gestalt:], sliced.embeds[sliced.n_gestalt:], atol=atol)
 
 
 # ----------------------------------------------------------------------------- several images in one prompt
@@ -173,9 +164,9 @@ def test_every_cell_of_every_page_reproduces_the_native_multi_image_forward(adap
         len(v) for v in encode(adapter, [every_cell(p, adapter.cell) for p in imgs], imgs))
     with torch.no_grad():
         ref = adapter.model(**inputs).logits
-    torch.testing.assert_close(context_logits(adapter, imgs, q), ref, atol=atol(adapter), rtol=0)
+    atol = assert_close_reduction(context_logits(adapter, imgs, q), ref, **VLM_LOGITS)
     # negative control: two pages swapped (same tokens, same prompt, other order)
-    assert far(context_logits(adapter, imgs, q, order=[1, 0, 2]), ref)
+    assert_far(context_logits(adapter, imgs, q, order=[1, 0, 2]), ref, atol=atol)
 
 
 def test_one_page_context_is_exactly_the_one_image_prompt(adapter):
@@ -199,7 +190,7 @@ def test_context_prompts_of_different_page_counts_batch_like_each_alone(adapter)
     texts = [adapter.prompt_segments(q, len(g)) for q, g in zip(questions, groups)]
     batch = prefill_context(adapter, groups, texts).prefill
     singles = [prefill_context(adapter, [g], [t]).prefill for g, t in zip(groups, texts)]
-    check_batch_equals_singles(adapter, batch, singles, run_llm, atol(adapter))
+    check_batch_equals_singles(adapter, batch, singles, run_llm)
 
 
 # ----------------------------------------------------------------------------- decoding (the model's own generate) and batching
@@ -242,7 +233,7 @@ def check_greedy(adapter, pf, steps=5, **kwargs):
     n = tokens.shape[1]
     assert tokens.tolist() == ref_tokens[:, :n].tolist()
     assert n == steps or tokens[0, -1].item() == adapter.text_config.eos_token_id
-    torch.testing.assert_close(logits, ref_logits[:, :n], atol=atol(adapter), rtol=0)
+    assert_close_reduction(logits, ref_logits[:, :n], **VLM_LOGITS)
     return tokens, logits
 
 
@@ -257,16 +248,17 @@ def test_generate_equals_the_greedy_reference_in_every_layout_and_encoding(adapt
     assert len(seen) == 3 * len(adapter.layouts) + 1
     # negative control: the same tokens at another layout's positions (LLaVA's one layout: reversed) differ
     pf, logits = seen[f"{adapter.layouts[0]} sparse"]
+    atol = reduction_atol(logits, **VLM_LOGITS)
     if len(adapter.layouts) > 1:
         other = seen[f"{adapter.layouts[1]} sparse"][0]
-        torch.testing.assert_close(other.inputs_embeds, pf.inputs_embeds)  # only the positions differ
+        assert_close_reduction(other.inputs_embeds, pf.inputs_embeds, **VLM_EMBEDS)  # only the positions differ
         wrong = replace(pf, position_ids=other.position_ids)
     else:
         wrong = replace(pf, position_ids=reversed_visual_positions(pf))
-    assert far(generate(adapter, wrong, max_new_tokens=1)[1], logits[:, :1])
+    assert_far(generate(adapter, wrong, max_new_tokens=1)[1], logits[:, :1], atol=atol)
     # and decoding one position early (the cache length, not the prompt's next position, for a gestalt) differs
     _, early = manual_decode(adapter, pf, 5, shift=-1.0)
-    assert far(early[:, 1:logits.shape[1]], logits[:, 1:])
+    assert_far(early[:, 1:logits.shape[1]], logits[:, 1:], atol=atol)
 
 
 def test_generate_stops_rows_at_eos(adapter):
@@ -296,7 +288,7 @@ def test_sampling_is_reproducible_with_a_seed_and_leaves_torchs_generator_alone(
     assert a.shape == (1, 8) and a.tolist() == b.tolist() and a.tolist() != c.tolist()
     greedy, greedy_logits = generate(adapter, pf, max_new_tokens=8)
     assert a.tolist() != greedy.tolist()  # it really sampled, from the same first distribution
-    torch.testing.assert_close(logits[:, 0], greedy_logits[:, 0])
+    assert_close_reduction(logits[:, 0], greedy_logits[:, 0], **VLM_LOGITS)
 
 
 def test_beam_search_decodes_a_batch_as_each_prompt_alone(adapter):
@@ -348,9 +340,9 @@ def test_a_batch_of_different_sizes_equals_each_image_alone(adapter):
     singles = []
     for b in range(2):
         one = adapter.encode([imgs[b]], [cells[b]], gestalt=[gestalt[b]])
-        torch.testing.assert_close(one[0].embeds, vis[b].embeds, atol=atol(adapter), rtol=0)
+        assert_close_reduction(one[0].embeds, vis[b].embeds, **VLM_EMBEDS)
         singles.append(prefill_for(adapter, [questions[b]], one))
-    check_batch_equals_singles(adapter, pf, singles, run_llm, atol(adapter))
+    check_batch_equals_singles(adapter, pf, singles, run_llm)
 
 
 def test_native_batch_reference_is_itself_consistent(adapter):
@@ -359,12 +351,12 @@ def test_native_batch_reference_is_itself_consistent(adapter):
     both = native_logits(adapter, imgs, questions)
     for b in range(2):
         one = native_logits(adapter, [imgs[b]], [questions[b]])
-        torch.testing.assert_close(both[b, -1], one[0, -1], atol=atol(adapter), rtol=0)
+        atol = assert_close_reduction(both[b, -1], one[0, -1], **VLM_LOGITS)
     inputs = adapter.native_inputs(imgs, questions)
     short = int(inputs["attention_mask"].sum(1).argmin())
     inputs["attention_mask"] = torch.ones_like(inputs["attention_mask"])  # negative control: padding seen
     with torch.no_grad():
-        assert far(adapter.model(**inputs).logits[short, -1], both[short, -1])
+        assert_far(adapter.model(**inputs).logits[short, -1], both[short, -1], atol=atol)
 
 
 # ----------------------------------------------------------------------------- errors and refusals
@@ -414,7 +406,7 @@ def test_the_first_look_works_where_declared_and_is_refused_in_one_line_elsewher
         assert len(gestalt[0]) == gestalt[0].n_gestalt == 4
         reused = adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)], encoded=gestalt)[0]
         fresh = adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)])[0]
-        torch.testing.assert_close(reused.embeds, fresh.embeds, atol=atol(adapter), rtol=0)
+        assert_close_reduction(reused.embeds, fresh.embeds, **VLM_EMBEDS)
         a = ask(adapter, img, "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="vlm", max_new_tokens=1)[0]
         assert (a.relevance, a.gestalt_tokens, a.saccades) == ("vlm", 4, 4)
         return

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import check_batch_equals_singles
+from tolerances import VLM_EMBEDS, VLM_LOGITS, assert_close_reduction, assert_far, reduction_atol
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.pipeline import ARR
@@ -19,9 +20,6 @@ from arr_coc.vlm.ask import ask
 from arr_coc.vlm.llava import LlavaAdapter, box_places, to_patches, to_tiles
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer
-
-ATOL = 1e-5  # one float32 model, the same kernels on both paths
-WRONG = 1e-2  # a wrong position or order must move some value by more than this
 
 
 @pytest.fixture(scope="module")
@@ -51,10 +49,6 @@ def native_tile(adapter, tile):
         return adapter.model.model.get_image_features(pixel_values=tile[None]).pooler_output[0]
 
 
-def far(a, b):
-    return (a - b).abs().max().item() > WRONG
-
-
 # ----------------------------------------------------------------------------- pure pieces
 
 
@@ -62,10 +56,10 @@ def test_tiles_cover_the_image_row_major_with_zero_padding():
     x = torch.arange(3 * 5 * 9, dtype=torch.float32).view(3, 5, 9)
     tiles = to_tiles(x, 4)  # 2 x 3 tiles over an 8 x 12 padded image
     assert tiles.shape == (6, 3, 4, 4)
-    torch.testing.assert_close(tiles[4][:, :1, :4], x[:, 4:5, 4:8])
+    assert torch.equal(tiles[4][:, :1, :4], x[:, 4:5, 4:8])
     assert tiles[5][:, :, 1:].abs().sum() == 0 and tiles[5][:, 1:].abs().sum() == 0
     patches = to_patches(tiles[0], 2)
-    torch.testing.assert_close(patches[3], x[:, 2:4, 2:4])
+    assert torch.equal(patches[3], x[:, 2:4, 2:4])
 
 
 def test_prompt_ids_split_the_llava_template_around_one_image():
@@ -89,11 +83,11 @@ def test_gestalt_alone_reproduces_the_native_forward(adapter):
     for vis in (adapter.encode_native([img]), adapter.encode([img], [torch.zeros(0, 2)], gestalt=[(8, 8)])):
         assert len(vis[0]) == vis[0].n_gestalt == 16 and vis[0].positions.tolist() == [list(map(float, range(16)))]
         pf = prefill_for(adapter, [q], vis)
-        torch.testing.assert_close(run_llm(adapter, pf), ref, atol=ATOL, rtol=0)
+        atol = assert_close_reduction(run_llm(adapter, pf), ref, **VLM_LOGITS)
     # negative control: the same gestalt tokens in another order
     perm = torch.randperm(16, generator=torch.Generator().manual_seed(0))
     vis[0].embeds = vis[0].embeds[perm]
-    assert far(run_llm(adapter, prefill_for(adapter, [q], vis)), ref)
+    assert_far(run_llm(adapter, prefill_for(adapter, [q], vis)), ref, atol=atol)
 
 
 @pytest.mark.parametrize("mode", ["slice", "sparse", "weighted"])
@@ -102,9 +96,9 @@ def test_every_cell_of_one_tile_equals_the_native_tile_encoding(adapter, mode):
     ref = native_tile(adapter, adapter.normalize(img)) * (0.5 if mode == "weighted" else 1.0)
     vis = adapter.encode([img], [all_cells(4, 4)], mode=mode, weights=[torch.full((4, 4), 0.5)])[0]  # weighted only
     assert vis.n_gestalt == 0 and vis.vision_segments == (17,)
-    torch.testing.assert_close(vis.embeds, ref, atol=ATOL, rtol=0)
+    atol = assert_close_reduction(vis.embeds, ref, **VLM_EMBEDS)
     # negative control: the native tokens read column-major instead of raster
-    assert far(vis.embeds, ref.view(4, 4, -1).transpose(0, 1).reshape(16, -1))
+    assert_far(vis.embeds, ref.view(4, 4, -1).transpose(0, 1).reshape(16, -1), atol=atol)
 
 
 def test_saccades_of_a_multi_tile_image_come_from_their_own_tile(adapter):
@@ -124,12 +118,12 @@ def test_saccades_of_a_multi_tile_image_come_from_their_own_tile(adapter):
     ref = tile_tokens(0)
     sliced = adapter.encode([img], [cells], mode="slice")[0]
     assert sliced.vision_segments == (17,) * 4  # four tiles hold a chosen cell
-    torch.testing.assert_close(sliced.embeds, ref, atol=ATOL, rtol=0)
+    atol = assert_close_reduction(sliced.embeds, ref, **VLM_EMBEDS)
     weighted = adapter.encode([img], [None], mode="weighted", weights=[torch.full((7, 9), 0.5)])[0]
     assert len(weighted) == 63 and weighted.vision_segments == (17,) * 6
-    torch.testing.assert_close(weighted.embeds[cells[:, 0] * 9 + cells[:, 1]], 0.5 * ref, atol=ATOL, rtol=0)
+    assert_close_reduction(weighted.embeds[cells[:, 0] * 9 + cells[:, 1]], 0.5 * ref, **VLM_EMBEDS)
     # negative control: the same in-tile places, read from the neighbouring tile
-    assert far(sliced.embeds, tile_tokens(1))
+    assert_far(sliced.embeds, tile_tokens(1), atol=atol)
     # sparse: the tower attends over CLS + the chosen patches of each tile, one segment per tile
     assert adapter.encode([img], [cells], mode="sparse")[0].vision_segments == (2, 2, 2, 2)
 
@@ -138,11 +132,11 @@ def test_sparse_patches_at_wrong_in_tile_positions_give_other_tokens(adapter):
     tile = adapter.normalize(image(4, 4, seed=4))
     index = torch.tensor([0, 5, 10, 15])
     right = adapter.sparse_features(tile, index)
-    torch.testing.assert_close(right, adapter.sparse_features(tile, index))
+    assert torch.equal(right, adapter.sparse_features(tile, index))  # the same call: the same bits
     # roll the tile one patch right and ask for the next column: the same pixels, other positions
     rolled, moved = torch.roll(tile, 14, dims=2), index // 4 * 4 + (index % 4 + 1) % 4
     assert torch.equal(to_patches(rolled, 14)[moved], to_patches(tile, 14)[index])
-    assert far(adapter.sparse_features(rolled, moved), right)
+    assert_far(adapter.sparse_features(rolled, moved), right, atol=reduction_atol(right, **VLM_EMBEDS))
 
 
 # ----------------------------------------------------------------------------- variable-size patches
@@ -165,7 +159,7 @@ def test_a_shrunk_square_sits_at_its_centre_between_table_slots(adapter):
     assert len(token) == 1 and token.vision_segments == (2,)  # CLS + the one square
     table = adapter.visual.embeddings.position_embedding.weight  # [1 + 16, Dv], CLS first
     centre = table[1 + torch.tensor([1 * 4 + 2, 1 * 4 + 3, 2 * 4 + 2, 2 * 4 + 3])].mean(0)
-    torch.testing.assert_close(adapter.position_at(torch.tensor([[1.5, 2.5]]))[0], centre, atol=1e-6, rtol=0)
+    assert_close_reduction(adapter.position_at(torch.tensor([[1.5, 2.5]]))[0], centre, reduction_len=4)  # 4 slots
     torch.testing.assert_close(adapter.position_at(torch.tensor([[2.0, 3.0]]))[0], table[1 + 11], atol=0, rtol=0)
     # reference: the shrunk square as a one-patch saccade at slot (1, 2) of a tower copy holding the centre there
     tile = torch.zeros(3, 56, 56)
@@ -173,9 +167,9 @@ def test_a_shrunk_square_sits_at_its_centre_between_table_slots(adapter):
     twin = LlavaAdapter(copy.deepcopy(adapter.model), adapter.tokenizer)
     with torch.no_grad():
         twin.visual.embeddings.position_embedding.weight[1 + 6] = centre
-    torch.testing.assert_close(token.embeds, twin.sparse_features(tile, torch.tensor([6])), atol=ATOL, rtol=0)
+    atol = assert_close_reduction(token.embeds, twin.sparse_features(tile, torch.tensor([6])), **VLM_EMBEDS)
     # negative control: the same shrunk pixels at the square's corner slot, as if it were one cell
-    assert far(token.embeds, adapter.sparse_features(tile, torch.tensor([6])))
+    assert_far(token.embeds, adapter.sparse_features(tile, torch.tensor([6])), atol=atol)
 
 
 def test_a_square_across_tiles_is_encoded_in_the_tile_of_its_centre(adapter):
@@ -188,9 +182,9 @@ def test_a_square_across_tiles_is_encoded_in_the_tile_of_its_centre(adapter):
     assert vis.vision_segments == (3, 2, 2)  # CLS + tile 0's two squares, tile 1's, tile 4's
     # the straddling square attends with tile 0's cell: the same token without the other tiles' squares
     alone = adapter.encode_patches([img], [boxes[:2]])[0]
-    torch.testing.assert_close(vis.embeds[:2], alone.embeds, atol=1e-6, rtol=0)
+    atol = assert_close_reduction(vis.embeds[:2], alone.embeds, **VLM_EMBEDS)
     # negative control: with the lower-right tile's square as its companion it would be another token
-    assert far(adapter.encode_patches([img], [boxes[[0, 2]]])[0].embeds[0], alone.embeds[0])
+    assert_far(adapter.encode_patches([img], [boxes[[0, 2]]])[0].embeds[0], alone.embeds[0], atol=atol)
 
 
 def test_a_batch_of_patches_equals_each_image_alone(adapter):
@@ -201,9 +195,9 @@ def test_a_batch_of_patches_equals_each_image_alone(adapter):
     singles = []
     for b in range(2):
         one = adapter.encode_patches([imgs[b]], [boxes[b]], gestalt=[True])
-        torch.testing.assert_close(one[0].embeds, vis[b].embeds, atol=1e-6, rtol=0)
+        assert_close_reduction(one[0].embeds, vis[b].embeds, **VLM_EMBEDS)
         singles.append(prefill_for(adapter, [questions[b]], one))
-    check_batch_equals_singles(adapter, prefill_for(adapter, questions, vis), singles, run_llm, ATOL)
+    check_batch_equals_singles(adapter, prefill_for(adapter, questions, vis), singles, run_llm)
 
 
 # ----------------------------------------------------------------------------- end to end

@@ -6,15 +6,12 @@ attention with ``output_attentions=True``. Every equality has a negative control
 """
 import pytest
 import torch
+from tolerances import VLM_ATTENTION, VLM_EMBEDS, VLM_LM, VLM_LOGITS, assert_close_reduction, assert_far, reduction_atol
 
 from arr_coc.vlm import ADAPTERS, assemble, generate
 from arr_coc.vlm.look import first_look, question_attention, second_pass_prefill
 from arr_coc.vlm.stages import decode, prefill
 from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
-
-PROB_ATOL = 1e-5  # attention probabilities, the issue's bound
-ATOL = 1e-4  # logits are O(10)
-WRONG = 1e-3
 
 
 def make(family, attn=None):
@@ -64,12 +61,12 @@ def test_first_look_equals_eager_output_attentions(pair):
         assert got.shape == (2, 2, n_q, n_g)
         for layer in (0, 1):
             ref = atts[layer][0, :, length - n_q:, length - n_q - n_g:length - n_q]
-            torch.testing.assert_close(got[layer], ref, atol=PROB_ATOL, rtol=0)
+            atol = assert_close_reduction(got[layer], ref, **VLM_ATTENTION)
             assert ref.sum() > 0.05 * n_q  # the gestalt really draws attention
         # negative control: the other layer's weights differ
-        assert (got[0] - atts[1][0, :, length - n_q:, length - n_q - n_g:length - n_q]).abs().max() > WRONG
+        assert_far(got[0], atts[1][0, :, length - n_q:, length - n_q - n_g:length - n_q], atol=atol)
         m = look.maps()[b]
-        assert m.shape == grids[b] and torch.allclose(m.flatten(), got.mean((0, 1, 2)))
+        assert m.shape == grids[b] and torch.equal(m.flatten(), got.mean((0, 1, 2)))  # maps() is this mean
 
 
 def test_recomputed_attention_needs_the_true_positions(pair):
@@ -86,14 +83,14 @@ def test_recomputed_attention_needs_the_true_positions(pair):
         handle.remove()
         n_q = len(suf)
         right = question_attention(eager, 1, hidden[0], pf.position_ids, pf.attention_mask, n_q)
-        torch.testing.assert_close(right, atts[1][:, :, -n_q:], atol=PROB_ATOL, rtol=0)
+        atol = assert_close_reduction(right, atts[1][:, :, -n_q:], **VLM_ATTENTION)
         shifted = pf.position_ids.clone()
         shifted[:, :, -n_q:] += 1  # the question one step further from the image
         wrong = question_attention(eager, 1, hidden[0], shifted, pf.attention_mask, n_q)
-        assert (wrong - right).abs().max() > WRONG
+        assert_far(wrong, right, atol=atol)
         swapped = pf.position_ids.clone()  # h and w of the gestalt swapped
         swapped[1:, :, pf.visual_mask[0]] = swapped[[2, 1]][:, :, pf.visual_mask[0]]
-        assert (question_attention(eager, 1, hidden[0], swapped, pf.attention_mask, n_q) - right).abs().max() > WRONG
+        assert_far(question_attention(eager, 1, hidden[0], swapped, pf.attention_mask, n_q), right, atol=atol)
 
 
 def test_cell_maps_spread_the_gestalt_over_the_image_cells(pair):
@@ -103,12 +100,13 @@ def test_cell_maps_spread_the_gestalt_over_the_image_cells(pair):
     m = look.maps()[0]
     assert m.shape == (2, 2) and (m > 0).all()
     cells, same = look.cell_maps([(6, 6), (2, 2)][:1])[0], look.cell_maps([(2, 2)])[0]
-    torch.testing.assert_close(same, m / m.max())  # a grid the size of the gestalt is the map itself
+    assert torch.equal(same, m / m.max())  # a grid the size of the gestalt is the map itself (weights 1 and 0)
     # gestalt token (i, j) stands for the 3x3 cells around cell (3i + 1, 3j + 1): there the map is the token's
     assert cells.shape == (6, 6) and cells.max().item() == pytest.approx(1.0)
-    torch.testing.assert_close(cells[1::3, 1::3], m / m.max())
+    # bilinear: 4 terms, then the division; the 1/3 scale is rounded, so the weights are 1 and 0 only to eps
+    atol = assert_close_reduction(cells[1::3, 1::3], m / m.max(), reduction_len=4, depth=2)
     # negative control: reading the map transposed misplaces it
-    assert (cells[1::3, 1::3] - (m / m.max()).T).abs().max() > 1e-4
+    assert_far(cells[1::3, 1::3], (m / m.max()).T, atol=atol)
 
 
 # ----------------------------------------------------------------------------- second pass
@@ -134,14 +132,14 @@ def test_second_pass_equals_one_fresh_prefill_of_the_same_sequence(pair):
     imgs, gestalt, look, visuals = two_pass_setup(fast, hws, grids, cells, qs)
     # the reused gestalt is what encode gives with the saccades
     fresh = fast.encode(imgs, cells, gestalt=grids)
-    torch.testing.assert_close(visuals[0].embeds, fresh[0].embeds, atol=1e-5, rtol=0)
+    assert_close_reduction(visuals[0].embeds, fresh[0].embeds, **VLM_EMBEDS)
     assert visuals[0].positions.tolist() == fresh[0].positions.tolist()
     pre, suf = fast.prompt_ids(qs[0])
     single = assemble(fast.embed_tokens, [pre], visuals, [suf], fast.rope_rows)
     ref_tokens, ref_logits = generate(fast, single, max_new_tokens=4)
     tokens, logits = second_pass(fast, look, visuals, max_new_tokens=4)
     assert tokens.tolist() == ref_tokens.tolist()
-    torch.testing.assert_close(logits, ref_logits, atol=ATOL, rtol=0)
+    atol = assert_close_reduction(logits, ref_logits, **VLM_LM)  # the same visual tokens on both sides
     # negative control: the question's keys left in the cache (the first look not cut back)
     _, _, look2, visuals2 = two_pass_setup(fast, hws, grids, cells, qs)
     n_q = len(suf)
@@ -152,7 +150,7 @@ def test_second_pass_equals_one_fresh_prefill_of_the_same_sequence(pair):
             [look2.attention_mask, extra], 1), position_ids=pf.position_ids[:, :, -n_q:], past_key_values=look2.cache))
     _, stale = generate(fast, pf, max_new_tokens=1, cache=look2.cache,
                         past_mask=torch.cat([look2.attention_mask, extra], 1))
-    assert (stale[:, 0] - ref_logits[:, 0]).abs().max() > WRONG
+    assert_far(stale[:, 0], ref_logits[:, 0], atol=atol)
 
 
 def test_second_pass_positions_matter(pair):
@@ -164,7 +162,7 @@ def test_second_pass_positions_matter(pair):
     pf = second_pass_prefill(fast, look, visuals)
     pf.position_ids[1:, :, pf.visual_mask[0]] += 0.5  # saccades half a cell off
     _, wrong = generate(fast, pf, max_new_tokens=1, cache=look.cache, past_mask=look.attention_mask)
-    assert (wrong - ref).abs().max() > WRONG
+    assert_far(wrong, ref, atol=reduction_atol(ref, **VLM_LM))  # the same visual tokens on both sides
 
 
 def test_a_batch_through_both_passes_equals_each_image_alone(pair):
@@ -177,10 +175,10 @@ def test_a_batch_through_both_passes_equals_each_image_alone(pair):
     for b in range(2):
         _, _, one, vis = two_pass_setup(fast, [hws[b]], [grids[b]], [cells[b]], [qs[b]], layout="temporal",
                                           seeds=[10 + b])
-        torch.testing.assert_close(one.attention[0], look.attention[b], atol=PROB_ATOL, rtol=0)
+        assert_close_reduction(one.attention[0], look.attention[b], **VLM_ATTENTION)
         t1, l1 = second_pass(fast, one, vis, max_new_tokens=3)
         assert t1.tolist() == tokens[b:b + 1].tolist()
-        torch.testing.assert_close(l1, logits[b:b + 1], atol=ATOL, rtol=0)
+        assert_close_reduction(l1, logits[b:b + 1], **VLM_LOGITS)
 
 
 def test_first_look_refuses_what_it_cannot_read(pair):

@@ -6,15 +6,13 @@ positions must fail, so a test cannot pass because the model ignores positions.
 import numpy as np
 import pytest
 import torch
+from tolerances import VLM_EMBEDS, assert_close_reduction, assert_far
 from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_window_index
 
 from arr_coc.vlm import ADAPTERS
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.qwen_layout import Segment, patch_positions, patchify, visual_positions, window_order
 from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
-
-ATOL = 1e-4  # logits are O(10); float32 reordering of sums stays far below this
-WRONG = 1e-2  # a wrong position must move some logit by more than this
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -29,10 +27,6 @@ def image(adapter, hc, wc, seed=0):
     return torch.rand(3, hc * adapter.cell, wc * adapter.cell, generator=g)
 
 
-def far(a, b):
-    return (a - b).abs().max().item() > WRONG
-
-
 # ----------------------------------------------------------------------------- pure pieces
 
 
@@ -43,7 +37,8 @@ def test_patchify_reproduces_the_qwen_image_processor_rows():
     assert ref["image_grid_thw"].tolist() == [[1, 4, 6]]
     img = torch.from_numpy(pixels).permute(2, 0, 1).float() / 255
     norm = (img - torch.tensor(ip.image_mean).view(3, 1, 1)) / torch.tensor(ip.image_std).view(3, 1, 1)
-    torch.testing.assert_close(patchify(norm, 14, 2, 2), ref["pixel_values"], atol=1e-4, rtol=1e-5)
+    # elementwise: /255, -mean, /std on each side (3 roundings) and the constants' own rounding
+    assert_close_reduction(patchify(norm, 14, 2, 2), ref["pixel_values"], reduction_len=1, depth=4)
 
 
 def test_window_order_is_the_native_window_attention_for_every_cell():
@@ -61,7 +56,8 @@ def test_patch_positions_and_interpolation_rows_match_the_full_grid():
     assert patch_positions(cells, 2).tolist() == native_pos.tolist()
     full_i, full_w = get_vision_interpolation_indices_and_weights(torch.tensor([[1, 6, 10]]), 4, align_corners=True,
                                                                   spatial_merge_size=2)
-    assert full_i.shape == (60, 4) and torch.allclose(full_w.sum(1), torch.ones(60))
+    assert full_i.shape == (60, 4)
+    assert_close_reduction(full_w.sum(1), torch.ones(60), reduction_len=4, depth=2)  # 4 bilinear weights
 
 
 def test_visual_positions_layouts():
@@ -87,9 +83,9 @@ def test_sparse_tower_positions_matter(adapter):
     x = adapter.normalize(img)
     rows, cells = patchify(x, adapter.patch, adapter.merge, adapter.temporal), all_cells(4, 6)
     right = adapter.encode_segments([Segment(rows, cells, (4, 6))])[0][0]
-    torch.testing.assert_close(right, adapter.encode_native([img])[0].embeds, atol=1e-4, rtol=1e-5)
+    atol = assert_close_reduction(right, adapter.encode_native([img])[0].embeds, **VLM_EMBEDS)
     shifted = (cells + torch.tensor([1, 2])) % torch.tensor([4, 6])
-    assert far(adapter.encode_segments([Segment(rows, shifted, (4, 6))])[0][0], right)
+    assert_far(adapter.encode_segments([Segment(rows, shifted, (4, 6))])[0][0], right, atol=atol)
 
 
 def test_gestalt_is_the_models_own_low_resolution_encoding(adapter):
@@ -98,10 +94,10 @@ def test_gestalt_is_the_models_own_low_resolution_encoding(adapter):
     assert vis.n_gestalt == 12 and len(vis) == 14 and vis.vision_segments == (48, 8)
     small = adapter.gestalt_image(img, (4, 3))
     assert small.shape == (3, 4 * adapter.cell, 3 * adapter.cell)
-    torch.testing.assert_close(vis.embeds[:12], adapter.encode_native([small])[0].embeds, atol=1e-4, rtol=1e-5)
+    assert_close_reduction(vis.embeds[:12], adapter.encode_native([small])[0].embeds, **VLM_EMBEDS)
     # the saccades are encoded without the gestalt in their attention segment
     alone = adapter.encode([img], [torch.tensor([[7, 5], [0, 0]])], mode="sparse")[0]
-    torch.testing.assert_close(vis.embeds[12:], alone.embeds, atol=1e-4, rtol=1e-5)
+    assert_close_reduction(vis.embeds[12:], alone.embeds, **VLM_EMBEDS)
     assert vis.positions[:, 12:].T.tolist() == [[0.0, 3.25, 2.25], [0.0, -0.25, -0.25]]
     if adapter.name == "qwen3_vl":
         assert len(vis.deepstack) == 1 and vis.deepstack[0].shape == vis.embeds.shape
@@ -134,7 +130,7 @@ def test_size_one_patches_at_every_cell_are_the_native_encoding(adapter):
     boxes = torch.cat([all_cells(4, 5), torch.ones(20, 1, dtype=torch.long)], 1)
     vis = adapter.encode_patches([img], [boxes])[0]
     native = adapter.encode_native([img])[0]
-    torch.testing.assert_close(vis.embeds, native.embeds, atol=1e-4, rtol=1e-5)
+    assert_close_reduction(vis.embeds, native.embeds, **VLM_EMBEDS)
     assert vis.positions.tolist() == native.positions.tolist()
 
 
@@ -151,8 +147,8 @@ def test_a_shrunk_patch_sits_at_its_centre_and_its_position_matters(adapter):
     rows = patchify(adapter.normalize(crop), adapter.patch, adapter.merge, adapter.temporal)
     centred = adapter.encode_segments([Segment(rows, torch.tensor([[2, 2]]), (6, 6), torch.tensor([2]))])[0][0]
     corner = adapter.encode_segments([Segment(rows, torch.tensor([[2, 2]]), (6, 6))])[0][0]
-    torch.testing.assert_close(adapter.encode_patches([img], [boxes[:1]])[0].embeds, centred, atol=1e-4, rtol=1e-5)
-    assert far(centred, corner)
+    atol = assert_close_reduction(adapter.encode_patches([img], [boxes[:1]])[0].embeds, centred, **VLM_EMBEDS)
+    assert_far(centred, corner, atol=atol)
 
 
 def test_position_table_taps_at_grid_points_match_transformers():
@@ -165,4 +161,4 @@ def test_position_table_taps_at_grid_points_match_transformers():
                                                                 spatial_merge_size=2)
     dense = torch.zeros(60, 16).scatter_add_(1, idx, w)
     ref = torch.zeros(60, 16).scatter_add_(1, ref_i, ref_w)
-    torch.testing.assert_close(dense, ref, atol=1e-6, rtol=0)
+    assert_close_reduction(dense, ref, reduction_len=4, depth=2)  # 4 taps, each a product of two weights

@@ -1,6 +1,7 @@
 """The staged VLM path: ask is allocate, encode, prefill and decode in a row, and each stage is usable alone."""
 import pytest
 import torch
+from tolerances import VLM_ATTENTION, VLM_EMBEDS, assert_close_reduction, assert_far
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.pipeline import ARR
@@ -48,7 +49,7 @@ def test_the_first_look_and_one_sampler_call_choose_what_allocate_chose(qwen):
     planned = allocate(qwen, img, q, saccades=7, arr=arr, relevance="vlm")
     seen = look_at(qwen, [img], [(2, 2)], [q])
     rel, valid = seen.cell_maps([(6, 8)])[0][None], torch.ones(1, 6, 8, dtype=torch.bool)
-    torch.testing.assert_close(seen.attention[0], planned.look.attention[0])
+    assert_close_reduction(seen.attention[0], planned.look.attention[0], **VLM_ATTENTION)
     assert sample_cells(arr.sampler, rel, 7, valid, arr.config.seed)[0].tolist() == planned.plans[0].cells.tolist()
     assert sample_cells("topk", rel, 7, valid, 0)[0].tolist() == planned.plans[0].cells.tolist()  # by name
     # negative control: another sampler on the same map spreads the saccades elsewhere
@@ -79,10 +80,10 @@ def test_encode_batches_plans_of_every_kind_and_keeps_their_order(qwen):
             qwen.encode([imgs[3]], [cells], mode="slice", layout="temporal")[0]]
     assert [len(v) for v in out] == [6, 6, 20, 2]
     for v, r in zip(out, refs):
-        torch.testing.assert_close(v.embeds, r.embeds, atol=1e-4, rtol=0)
+        atol = assert_close_reduction(v.embeds, r.embeds, **VLM_EMBEDS)
         assert v.positions.tolist() == r.positions.tolist()
     # negative control: the plans' images swapped give other tokens
-    assert (encode(qwen, plans[1:2], imgs[:1])[0].embeds - out[1].embeds).abs().max() > 1e-2
+    assert_far(encode(qwen, plans[1:2], imgs[:1])[0].embeds, out[1].embeds, atol=atol)
 
 
 def test_encode_refuses_what_its_plans_lack_in_one_line(qwen):
@@ -91,8 +92,7 @@ def test_encode_refuses_what_its_plans_lack_in_one_line(qwen):
     with pytest.raises(ValueError, match="a weighted plan needs weights= \\(a \\[Hc, Wc\\] map per image\\)"):
         encode(qwen, [weighted], [img])
     unit = encode(qwen, [weighted], [img], weights=[torch.ones(3, 4)])[0]
-    torch.testing.assert_close(unit.embeds, qwen.encode([img], [all_cells(3, 4)], mode="slice")[0].embeds,
-                               atol=1e-4, rtol=0)
+    assert_close_reduction(unit.embeds, qwen.encode([img], [all_cells(3, 4)], mode="slice")[0].embeds, **VLM_EMBEDS)
     with pytest.raises(ValueError, match="need one plan, image .* per image, got 1 plans and 2 images"):
         encode(qwen, [weighted], [img, img])
     with pytest.raises(ValueError, match="unknown plan encoding 'dense'"):
