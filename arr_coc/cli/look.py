@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -129,6 +131,26 @@ def context_summary(alloc: Any, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+class _Canvases(Sequence):
+    """The pages' canvases for the picture, drawn when asked and the last row's kept (a row is 10 pages):
+    a long context's canvases are never all in memory at once."""
+
+    def __init__(self, pages: Sequence[Any], keep: int = 10) -> None:
+        self.pages, self.keep, self.kept = pages, keep, OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.pages)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i not in self.kept:
+            self.kept[i] = self.pages[i].image
+            while len(self.kept) > self.keep:
+                self.kept.popitem(last=False)
+        return self.kept[i]
+
+
 def run_context(args: argparse.Namespace) -> int:
     """``look`` over a context: one budget over its pages."""
     import torch
@@ -162,7 +184,7 @@ def run_context(args: argparse.Namespace) -> int:
         out = Path(Path(args.inputs[0]).stem + "_coc.png")
     if out is not None:
         labels = [f"p{p.index + 1}: {p.plan.gestalt[0]}x{p.plan.gestalt[1]} + {p.saccades}" for p in alloc.pages]
-        plot_context([p.image for p in alloc.pages], [p.plan.cells for p in alloc.pages], labels,
+        plot_context(_Canvases(alloc.pages), [p.plan.cells for p in alloc.pages], labels,
                      alloc.pages[0].cell, out, title=f"{Path(args.inputs[0]).name}: {args.question}")
     if args.json:
         print(json.dumps(alloc.to_json()))

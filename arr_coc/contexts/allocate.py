@@ -62,27 +62,38 @@ from arr_coc.plan import Plan
 from arr_coc.query import check_queries
 from arr_coc.texture import pool_to_cells
 
-CHUNK = 4  # pages scored at once at most
-# ... and drawn pixels at once at most (~4 A4 pages at 150 dpi): a chunk's drawn pages, canvases and texture
-# stay near 1 GB whatever the page size (a larger page goes alone).
+CHUNK = 4  # pages scored at once
+# ... unless they draw more pixels than this (4 A4 pages at 150 dpi draw 8.7 million): a chunk's drawn pages,
+# canvases and texture then stay near 1 GB whatever the page size (a larger page goes alone).
 CHUNK_PIXELS = 9_000_000
 
 
 def chunks(sizes: Sequence[tuple[int, int]], chunk: int = CHUNK) -> list[list[int]]:
-    """Consecutive page positions computed together: at most ``chunk`` pages and :data:`CHUNK_PIXELS` pixels.
+    """Page positions computed together: groups of ``chunk`` consecutive pages, a group over :data:`CHUNK_PIXELS`
+    drawn pixels split into consecutive runs under it (a page larger than that alone).
+
+    The groups are those of a fixed ``chunk`` wherever they fit (so their float sums, which depend on the batch,
+    are unchanged); only a group of large pages is computed in smaller batches.
 
     >>> chunks([(1754, 1240)] * 6), chunks([(6000, 4000), (100, 100), (100, 100)])
     ([[0, 1, 2, 3], [4, 5]], [[0], [1, 2]])
     """
+    step = max(1, int(chunk))
     out: list[list[int]] = []
-    pixels = 0
-    for i, (h, w) in enumerate(sizes):
-        if out and len(out[-1]) < max(1, int(chunk)) and pixels + h * w <= CHUNK_PIXELS:
-            out[-1].append(i)
-            pixels += h * w
-        else:
-            out.append([i])
-            pixels = h * w
+    for lo in range(0, len(sizes), step):
+        group = range(lo, min(len(sizes), lo + step))
+        if sum(sizes[i][0] * sizes[i][1] for i in group) <= CHUNK_PIXELS:
+            out.append(list(group))
+            continue
+        pixels = 0
+        for j, i in enumerate(group):
+            h, w = sizes[i]
+            if j and pixels + h * w <= CHUNK_PIXELS:
+                out[-1].append(i)
+                pixels += h * w
+            else:
+                out.append([i])
+                pixels = h * w
     return out
 
 

@@ -9,6 +9,7 @@ pages (default :data:`MAX_PAGES`); more is refused before anything is rendered.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from arr_coc.documents.page import Context, Page
-from arr_coc.documents.pdf import DEFAULT_DPI, fit_dpi, open_pdf, page_geometry, pdf_meta, read_page
+from arr_coc.documents.pdf import DEFAULT_DPI, open_pdf, page_geometry, pdf_meta, read_page
 from arr_coc.documents.text_pages import TextLayout, layout_text, read_text_file
 from arr_coc.imageio import load_image, open_image, oriented_size
 
@@ -85,13 +86,23 @@ def _check_pixels(sizes: Sequence[tuple[int, int]], what: str, option: str) -> N
                          f"context's {MAX_CONTEXT_PIXELS // 1_000_000} million; {option}")
 
 
+def _fit_total(points: Sequence[tuple[float, float]]) -> int:
+    """The largest whole dpi at which pages of these (w, h) points draw at most :data:`MAX_CONTEXT_PIXELS`."""
+    def total(dpi: int) -> int:
+        return sum(math.ceil(w * dpi / 72) * math.ceil(h * dpi / 72) for w, h in points)
+
+    dpi = math.floor(72 * math.sqrt(MAX_CONTEXT_PIXELS / max(sum(w * h for w, h in points), 1e-9)))
+    while dpi > 1 and total(dpi) > MAX_CONTEXT_PIXELS:
+        dpi -= 1
+    return max(dpi, 1)
+
+
 def _open_pdf(p: Path, pages: Any, dpi: float, max_pages: int) -> OpenContext:
     idx, sizes, points, n_doc = page_geometry(p, pages, dpi)
     _check_count(len(idx), max_pages, str(p) if pages is None else f"{p} pages {pages}")
-    total_pt = sum(w * h for w, h in points)
-    fit = fit_dpi((total_pt ** 0.5, total_pt ** 0.5), MAX_CONTEXT_PIXELS)
-    _check_pixels(sizes, f"{p} at {dpi:g} dpi", f"lower --dpi / dpi= to about {fit:g}, or choose fewer pages "
-                                                  f"with --pages / pages=")
+    if sum(h * w for h, w in sizes) > MAX_CONTEXT_PIXELS:
+        _check_pixels(sizes, f"{p} at {dpi:g} dpi", f"lower --dpi / dpi= to {_fit_total(points):g} or less, or "
+                                                      f"choose fewer pages with --pages / pages=")
 
     def draw(positions: Sequence[int]) -> list[tuple[Page, Any]]:
         doc = open_pdf(p)
