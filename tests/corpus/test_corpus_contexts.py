@@ -5,7 +5,6 @@ once; a context's peak memory measured in a process of its own."""
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ import time
 import pytest
 import torch
 from conftest import ROOT, key_pdf
-from corpus_checks import assert_cli_outcome, outcome, run_cli
+from corpus_checks import outcome, run_cli
 from pdf_corpus import A4, raw_pdf
 
 import arr_coc.documents.pdf as pdf
