@@ -63,9 +63,11 @@ from arr_coc.query import check_queries
 from arr_coc.texture import pool_to_cells
 
 CHUNK = 4  # pages scored at once
-# ... unless they draw more pixels than this (4 A4 pages at 150 dpi draw 8.7 million): a chunk's drawn pages,
-# canvases and texture then stay near 1 GB whatever the page size (a larger page goes alone).
-CHUNK_PIXELS = 9_000_000
+# ... unless they draw more pixels than the largest canvas (1792 x 1792): the texture of the default channels
+# costs ~170 bytes per canvas pixel while a chunk is scored (measured: 20 A4 pages at 150 dpi peak at 1539 MB
+# scored one at a time, 2642 MB four at a time), so an A4 page at 150 dpi (2.2 million pixels) goes alone
+# and small pages (slides, thumbnails) four at a time.
+CHUNK_PIXELS = 1792 * 1792
 
 
 def chunks(sizes: Sequence[tuple[int, int]], chunk: int = CHUNK) -> list[list[int]]:
@@ -75,8 +77,8 @@ def chunks(sizes: Sequence[tuple[int, int]], chunk: int = CHUNK) -> list[list[in
     The groups are those of a fixed ``chunk`` wherever they fit (so their float sums, which depend on the batch,
     are unchanged); only a group of large pages is computed in smaller batches.
 
-    >>> chunks([(1754, 1240)] * 6), chunks([(6000, 4000), (100, 100), (100, 100)])
-    ([[0, 1, 2, 3], [4, 5]], [[0], [1, 2]])
+    >>> chunks([(800, 600)] * 6), chunks([(1754, 1240), (800, 600), (800, 600)]), chunks([(1754, 1240)] * 2)
+    ([[0, 1, 2, 3], [4, 5]], [[0], [1, 2]], [[0], [1]])
     """
     step = max(1, int(chunk))
     out: list[list[int]] = []

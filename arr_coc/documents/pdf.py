@@ -34,10 +34,10 @@ DEFAULT_DPI = 150.0
 # Past 1200 dpi an A4 page is ~10k px a side (~400 MB as float32): a typo, not a request.
 MAX_DPI = 1200.0
 # A page is drawn whole before its canvas (at most 1792 x 1792 px) is made from it: PDFium's bitmap, the
-# uint8 copy and the float32 copy cost ~19 bytes a pixel, so 36 million pixels (an A4 page at 600 dpi is
-# 34.8 million) stay near 0.7 GB. A larger page (200 inches wide, a huge /UserUnit, A4 at 1200 dpi) is
-# refused before it is drawn, with the dpi at which it would fit.
-MAX_PAGE_PIXELS = 36_000_000
+# uint8 copy and the float32 copy cost ~19 bytes a pixel, so 25 million pixels (an A4 page at 500 dpi is
+# 24.2 million) stay under 0.5 GB. A larger page (200 inches wide, A4 at 1200 dpi) is refused before it is
+# drawn, with the dpi at which it would fit.
+MAX_PAGE_PIXELS = 25_000_000
 _POINTS_PER_INCH = 72.0
 # A line break, or a run of whitespace, ends a word; control codes PDFium emits (e.g. 0x02 for a
 # soft hyphen at a line end, 0xFFFE) carry no text.

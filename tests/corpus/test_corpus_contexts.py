@@ -13,7 +13,6 @@ import pytest
 import torch
 from conftest import ROOT, key_pdf
 from corpus_checks import outcome, run_cli
-from pdf_corpus import A4, raw_pdf
 
 import arr_coc.documents.pdf as pdf
 from arr_coc import ARR, ARRConfig
@@ -22,6 +21,7 @@ from arr_coc.contexts import allocate_context, load_context, see_context
 from arr_coc.contexts.allocate import chunks
 from arr_coc.documents.text_pages import TextLayout, _font, _pieces, _width, layout_text, render_text
 from arr_coc.query import HashingQueryEncoder
+from benchmarks.hostile_pdf import A4, raw_pdf
 
 Q = "Where is the brass key?"
 LOOK = ["--query-encoder", "hashing", "--channels", "mvp", "--json"]
@@ -56,8 +56,8 @@ def test_a_page_tree_that_names_more_pages_than_load_is_one_line(tmp_path):
 
 def test_a_page_200_inches_wide_is_refused_before_drawing_naming_dpi(tmp_path, nothing_drawn):
     wide = raw_pdf(tmp_path / "wide.pdf", [("0 0 14400 792", "")])
-    line = (f"{wide} page 1 is 200 x 11 in: at 150 dpi it renders 30001x1651 px, more than 36 million pixels a page; "
-            "lower --dpi / dpi= to 127 or less, or leave the page out with --pages")
+    line = (f"{wide} page 1 is 200 x 11 in: at 150 dpi it renders 30001x1651 px, more than 25 million pixels a page; "
+            "lower --dpi / dpi= to 106 or less, or leave the page out with --pages")
     assert outcome(lambda: allocate_context(_arr(), wide, Q, tokens=40)) == ("error", line)
     assert outcome(lambda: pdf.read_pdf(wide)) == ("error", line)
     for cmd in (["look", str(wide), Q, *LOOK], ["ask", str(wide), Q, "--model", "tiny:llava", "--query-encoder",
@@ -86,8 +86,8 @@ def test_a_huge_userunit_is_ignored_as_pdfium_draws_it(tmp_path):
 def test_one_page_at_1200_dpi_is_refused_with_the_dpi_that_fits(tmp_path, nothing_drawn):
     a4 = raw_pdf(tmp_path / "a4.pdf", [(A4, "")])
     assert outcome(lambda: allocate_context(_arr(), a4, Q, dpi=1200)) == (
-        "error", f"{a4} page 1 is 8.268 x 11.69 in: at 1200 dpi it renders 9922x14032 px, more than 36 million "
-                 "pixels a page; lower --dpi / dpi= to 610 or less, or leave the page out with --pages")
+        "error", f"{a4} page 1 is 8.268 x 11.69 in: at 1200 dpi it renders 9922x14032 px, more than 25 million "
+                 "pixels a page; lower --dpi / dpi= to 508 or less, or leave the page out with --pages")
 
 
 def test_a_budget_too_small_for_the_pages_is_refused_before_drawing(tmp_path, nothing_drawn):
@@ -114,7 +114,7 @@ def test_five_thousand_pages_under_max_pages_5000_are_refused_by_their_pixels(tm
 
 
 def test_a_text_page_of_50000_px_a_side_is_refused_naming_the_options(tmp_path):
-    line = "a 50000 x 50000 px text page is more than 36 million pixels; choose a smaller --page-width / --page-height"
+    line = "a 50000 x 50000 px text page is more than 25 million pixels; choose a smaller --page-width / --page-height"
     assert outcome(lambda: TextLayout(width=50000, height=50000)) == ("error", line)
     text = tmp_path / "a.txt"
     text.write_text("the brass key")
@@ -188,8 +188,8 @@ def test_drawn_a_few_pages_at_a_time_equals_all_pages_held_at_once(tmp_path):
     assert torch.equal(streamed.pages[37].image, held.pages[37].image)  # the canvas drawn again is the one scored
     other = allocate_context(arr, doc, "Where is chapter 12?", tokens=300, dpi=50)  # control: another question differs
     assert not all(torch.equal(a.plan.cells, b.plan.cells) for a, b in zip(streamed.pages, other.pages))
-    assert chunks([(1754, 1240)] * 9) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
-    assert chunks([(1754, 1240)] * 3 + [(6000, 4000)] + [(1754, 1240)] * 4) == [[0, 1, 2], [3], [4, 5, 6, 7]]
+    assert chunks([(800, 600)] * 9) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
+    assert chunks([(800, 600)] * 3 + [(1754, 1240)] + [(800, 600)] * 4) == [[0, 1, 2], [3], [4, 5, 6, 7]]
 
 
 MEASURE = """

@@ -1,5 +1,5 @@
-"""Small hostile PDFs written byte by byte: a page tree that names pages which do not load, pages of any size,
-any page attribute (a /UserUnit), thousands of pages. Each is a few hundred bytes per page."""
+"""PDFs for the context checks: hostile ones written byte by byte (a page tree that names pages which do not load, pages of any size,
+any page attribute such as /UserUnit, thousands of pages: a few hundred bytes a page) and long A4 documents with a text layer."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,4 +35,25 @@ def raw_pdf(path: Path, pages: Sequence[tuple[str, str] | None], count: int | No
         out += (f"{offsets[k]:010d} 00000 n \n" if k in offsets else "0000000000 65535 f \n").encode()
     out += f"trailer\n<< /Size {top + 1} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n".encode()
     path.write_bytes(bytes(out))
+    return path
+
+
+def text_pdf(path: Path, pages: int, size_in: tuple[float, float] = (8.27, 11.69)) -> Path:
+    """A PDF of ``pages`` pages (A4 by default) with a text layer: a numbered section heading and 40 lines of
+    seeded random words each (matplotlib, TrueType fonts embedded)."""
+    import random
+
+    import matplotlib
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    rng = random.Random(0)
+    words = "harbour lantern copper meadow violet engine quiet marble falcon river orchard silver candle".split()
+    with matplotlib.rc_context({"pdf.fonttype": 42}), PdfPages(path) as pdf:
+        for i in range(pages):
+            fig = Figure(figsize=size_in)
+            fig.text(0.1, 0.93, f"Section {i + 1}", fontsize=16)
+            for j in range(40):
+                fig.text(0.1, 0.88 - j * 0.02, " ".join(rng.choice(words) for _ in range(9)), fontsize=10)
+            pdf.savefig(fig)
     return path
