@@ -77,8 +77,8 @@ def chunks(sizes: Sequence[tuple[int, int]], chunk: int = CHUNK) -> list[list[in
     The groups are those of a fixed ``chunk`` wherever they fit (so their float sums, which depend on the batch,
     are unchanged); only a group of large pages is computed in smaller batches.
 
-    >>> chunks([(800, 600)] * 6), chunks([(1754, 1240), (800, 600), (800, 600)]), chunks([(1754, 1240)] * 2)
-    ([[0, 1, 2, 3], [4, 5]], [[0], [1, 2]], [[0], [1]])
+    >>> chunks([(800, 600)] * 6), chunks([(1754, 1240), (1754, 1240), (800, 600)])
+    ([[0, 1, 2, 3], [4, 5]], [[0], [1, 2]])
     """
     step = max(1, int(chunk))
     out: list[list[int]] = []

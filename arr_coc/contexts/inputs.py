@@ -4,8 +4,12 @@
 rendered by PDFium with their text layer (``pages`` a 1-based range like ``"1-20"``, ``dpi``), a
 text file (``.txt``, ``.md``, ``.rst``, ``.tex``) is set on pages by
 :func:`~arr_coc.documents.text_pages.render_text` in a recorded layout, and images become pages
-without words (their text, if any, is found by OCR later). A context holds at most ``max_pages``
-pages (default :data:`MAX_PAGES`); more is refused before anything is rendered.
+without words (their text, if any, is found by OCR later). :func:`open_context` does the same
+without drawing anything: it sizes every page and refuses, in one line naming the option to change,
+more than ``max_pages`` pages (default :data:`MAX_PAGES`), a PDF page that does not load or would draw
+more than :data:`~arr_coc.documents.pdf.MAX_PAGE_PIXELS` at ``dpi``, a text longer than its pages
+or with characters its font cannot draw, and pages that together draw more than
+:data:`MAX_CONTEXT_PIXELS`; its pages are then drawn a few at a time.
 """
 from __future__ import annotations
 
