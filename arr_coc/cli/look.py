@@ -156,7 +156,7 @@ def run_context(args: argparse.Namespace) -> int:
     import torch
 
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
-    from arr_coc.contexts import allocate_context
+    from arr_coc.contexts import allocate_context, check_context
     from arr_coc.pipeline import ARR
     from arr_coc.viz import plot_context
 
@@ -167,14 +167,17 @@ def run_context(args: argparse.Namespace) -> int:
     sampler = opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler, seed=args.seed)
-    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
-    arr.max_question_tokens = args.max_question_tokens
     tokens = None
     if args.tokens is not None:
         if str(args.tokens).strip().endswith("%"):
             raise ValueError("--tokens over a context is a count of tokens (e.g. 2000), not a share")
         tokens = int(args.tokens)
     context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
+    # pages, pixels and budget refused before a model loads or a page is drawn
+    check_context(canvas, context, tokens=tokens, saccades=None if tokens is not None else sampler.saccades,
+                  pages=args.pages, dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
+    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
+    arr.max_question_tokens = args.max_question_tokens
     with torch.inference_mode():
         alloc = allocate_context(arr, context, args.question, tokens=tokens,
                                  saccades=None if tokens is not None else sampler.saccades, pages=args.pages,

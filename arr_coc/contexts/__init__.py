@@ -11,6 +11,7 @@ from arr_coc.contexts.allocate import (
     PageAllocation,
     SeenContext,
     allocate_context,
+    check_context,
     rank_parts,
     see_context,
 )
@@ -19,6 +20,6 @@ from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, load_context, open_c
 from arr_coc.contexts.ranking import RankParts, rank_cells, ranking_score
 from arr_coc.contexts.tokens import DEFAULT_TOKENIZER, text_tokens, tokenizer_name
 
-__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate_context", "see_context", "rank_cells",
+__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate_context", "check_context", "see_context", "rank_cells",
            "rank_parts", "RankParts", "ranking_score", "split_context", "MAX_PAGES", "OpenContext", "load_context", "open_context",
            "DEFAULT_TOKENIZER", "text_tokens", "tokenizer_name"]

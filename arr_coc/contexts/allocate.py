@@ -37,6 +37,7 @@ from torch import Tensor
 
 from arr_coc.canvas import make_canvas, smart_resize
 from arr_coc.channels.text_layer import match_map, word_values
+from arr_coc.config import CanvasConfig
 from arr_coc.contexts.budget import split_context
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.pagetext import OCR, hand_over, page_text
@@ -99,9 +100,8 @@ def chunks(sizes: Sequence[tuple[int, int]], chunk: int = CHUNK) -> list[list[in
     return out
 
 
-def canvas_grids(arr: ARR, opened: OpenContext) -> list[tuple[int, int]]:
-    """Each page's cell grid on the ARR's canvas, from its size alone (nothing drawn)."""
-    cfg = arr.config.canvas
+def canvas_grids(cfg: CanvasConfig, opened: OpenContext) -> list[tuple[int, int]]:
+    """Each page's cell grid on the canvas ``cfg`` makes, from its size alone (nothing drawn)."""
     out = []
     for i, (h, w) in enumerate(opened.sizes):
         if h < cfg.cell or w < cfg.cell:
@@ -110,6 +110,22 @@ def canvas_grids(arr: ARR, opened: OpenContext) -> list[tuple[int, int]]:
         ch, cw = smart_resize(h, w, cfg.cell, cfg.min_pixels, cfg.max_pixels)
         out.append((ch // cfg.cell, cw // cfg.cell))
     return out
+
+
+def check_context(canvas: CanvasConfig, context: Any, *, tokens: int | None = None, saccades: int | None = None,
+                  pages: Any = None, dpi: float = DEFAULT_DPI, layout: TextLayout = TextLayout(),
+                  max_pages: int = MAX_PAGES) -> tuple[OpenContext, list[tuple[int, int]], int]:
+    """Everything a context allocation refuses, checked before anything is drawn (or a model loaded): the pages
+    (:func:`~arr_coc.contexts.inputs.open_context`), their canvas grids and the budget over them.
+
+    Returns the opened context, each page's gestalt grid and K (one page given K: the ARR checks it later).
+    """
+    opened = open_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
+    grids = canvas_grids(canvas, opened)
+    if len(opened) == 1 and tokens is None:
+        return opened, [], int(saccades or 0)
+    gestalts, k = split_context(grids, tokens=tokens, saccades=None if tokens is not None else saccades)
+    return opened, gestalts, k
 
 
 @dataclass
@@ -183,7 +199,7 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
     t: dict[str, float] = {}
     start = time.perf_counter()
     opened = open_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
-    canvas_grids(arr, opened)
+    canvas_grids(arr.config.canvas, opened)
     t["load"] = (time.perf_counter() - start) * 1e3
     return _see(arr, opened, ocr, chunk, t)
 
@@ -247,10 +263,8 @@ def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | Non
     else:
         t = {}
         start = time.perf_counter()
-        opened = open_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
-        grids = canvas_grids(arr, opened)
-        if len(opened) > 1 or tokens is not None:  # the budget, before anything is drawn (one page: the ARR checks K)
-            gestalts, k = split_context(grids, tokens=tokens, saccades=None if tokens is not None else saccades)
+        opened, gestalts, k = check_context(arr.config.canvas, context, tokens=tokens, saccades=saccades, pages=pages,
+                                            dpi=dpi, layout=layout, max_pages=max_pages)
         t["load"] = (time.perf_counter() - start) * 1e3
         if len(opened) == 1:
             page_alloc, alloc = _one_page(arr, _see(arr, opened, ocr, chunk, t), question, tokens, saccades, t)
