@@ -131,6 +131,9 @@ def streams(args: argparse.Namespace, decode: Any) -> bool:
 
 def run_context(args: argparse.Namespace) -> int:
     """A context: one budget over its pages (allocate_context), one multi-image prompt (read_context)."""
+    from arr_coc.cli.heap import map_large_buffers
+
+    map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
     import torch
 
     from arr_coc.budget import budget_tokens

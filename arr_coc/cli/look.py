@@ -153,6 +153,9 @@ class _Canvases(Sequence):
 
 def run_context(args: argparse.Namespace) -> int:
     """``look`` over a context: one budget over its pages."""
+    from arr_coc.cli.heap import map_large_buffers
+
+    map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
     import torch
 
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
