@@ -30,7 +30,7 @@ from arr_coc.imageio import load_image, open_image, oriented_size
 # not one request. Raise it with max_pages= (--max-pages).
 MAX_PAGES = 64
 # Every page of a PDF or a text is drawn (a few at a time) before its canvas is made: 256 million pixels
-# (64 A4 pages at 200 dpi; 118 at the default 150) bound the drawing a context costs, checked from the page
+# (64 A4 pages at 200 dpi; 117 at the default 150) bound the drawing a context costs, checked from the page
 # sizes before anything is drawn.
 MAX_CONTEXT_PIXELS = 256_000_000
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".tex", ".text")
