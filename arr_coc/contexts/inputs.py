@@ -26,7 +26,7 @@ from arr_coc.documents.pdf import DEFAULT_DPI, open_pdf, page_geometry, pdf_meta
 from arr_coc.documents.text_pages import TextLayout, layout_text, read_text_file
 from arr_coc.imageio import load_image, open_image, oriented_size
 
-# 64 A4 pages at 150 dpi hold ~180k token cells and ~1.7 GB of float pixels: more is a batch job,
+# 64 A4 pages at 150 dpi hold ~180k token cells (one ranking over all of them): more is a batch job,
 # not one request. Raise it with max_pages= (--max-pages).
 MAX_PAGES = 64
 # Every page of a PDF or a text is drawn (a few at a time) before its canvas is made: 256 million pixels
