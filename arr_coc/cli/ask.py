@@ -133,11 +133,14 @@ def streams(args: argparse.Namespace, decode: Any) -> bool:
 
 def run_context(args: argparse.Namespace) -> int:
     """A context: one budget over its pages (allocate_context), one multi-image prompt (read_context)."""
+    from arr_coc.cli.heap import map_large_buffers
+
+    map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
     import torch
 
     from arr_coc.budget import budget_tokens
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
-    from arr_coc.contexts import allocate_context, load_context
+    from arr_coc.contexts import allocate_context, open_context
     from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
     from arr_coc.vlm.ask import refuse_total_tokens
@@ -161,12 +164,14 @@ def run_context(args: argparse.Namespace) -> int:
         if str(args.tokens).strip().endswith("%"):
             raise ValueError(f"a context takes --tokens as a count over all its pages (e.g. 1300), got {args.tokens}")
         tokens = budget_tokens(args.tokens, 2 ** 62)
+    context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
+    layout = opt.text_layout(args)
+    # the pages' count and pixels, checked before the model loads (allocate_context checks them again, with the budget)
+    open_context(context, pages=args.pages, dpi=args.dpi, layout=layout, max_pages=args.max_pages)
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     refuse_total_tokens(adapter, args.tokens, images=None)  # a total the adapter cannot split as asked
     load_s = time.perf_counter() - start
-    context = load_context(args.inputs if len(args.inputs) > 1 else args.inputs[0], pages=args.pages, dpi=args.dpi,
-                           layout=opt.text_layout(args), max_pages=args.max_pages)
     canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS, cell=adapter.cell)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
@@ -178,8 +183,8 @@ def run_context(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     with torch.inference_mode():
         alloc = allocate_context(arr, context, args.question, tokens=tokens,
-                                 saccades=None if tokens is not None else config.sampler.saccades,
-                                 tokenizer=tokenizer)
+                                 saccades=None if tokens is not None else config.sampler.saccades, pages=args.pages,
+                                 dpi=args.dpi, layout=layout, max_pages=args.max_pages, tokenizer=tokenizer)
         a = read_context(adapter, alloc.pages, args.question, text_tokens=alloc.text_tokens,
                          tokenizer=alloc.tokenizer, layout=args.layout, max_new_tokens=args.max_new_tokens)
     run_s = time.perf_counter() - start

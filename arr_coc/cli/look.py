@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -130,12 +132,35 @@ def context_summary(alloc: Any, top: int = 10) -> str:
     return "\n".join(lines)
 
 
+class _Canvases(Sequence):
+    """The pages' canvases for the picture, drawn when asked and the last row's kept (a row is 10 pages):
+    a long context's canvases are never all in memory at once."""
+
+    def __init__(self, pages: Sequence[Any], keep: int = 10) -> None:
+        self.pages, self.keep, self.kept = pages, keep, OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.pages)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i not in self.kept:
+            self.kept[i] = self.pages[i].image
+            while len(self.kept) > self.keep:
+                self.kept.popitem(last=False)
+        return self.kept[i]
+
+
 def run_context(args: argparse.Namespace) -> int:
     """``look`` over a context: one budget over its pages."""
+    from arr_coc.cli.heap import map_large_buffers
+
+    map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
     import torch
 
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
-    from arr_coc.contexts import allocate_context
+    from arr_coc.contexts import allocate_context, check_context
     from arr_coc.pipeline import ARR
     from arr_coc.viz import plot_context
 
@@ -146,14 +171,17 @@ def run_context(args: argparse.Namespace) -> int:
     sampler = opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler, seed=args.seed)
-    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
-    arr.max_question_tokens = args.max_question_tokens
     tokens = None
     if args.tokens is not None:
         if str(args.tokens).strip().endswith("%"):
             raise ValueError("--tokens over a context is a count of tokens (e.g. 2000), not a share")
         tokens = int(args.tokens)
     context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
+    # pages, pixels and budget refused before a model loads or a page is drawn
+    check_context(canvas, context, tokens=tokens, saccades=None if tokens is not None else sampler.saccades,
+                  pages=args.pages, dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
+    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
+    arr.max_question_tokens = args.max_question_tokens
     with torch.inference_mode():
         alloc = allocate_context(arr, context, args.question, tokens=tokens,
                                  saccades=None if tokens is not None else sampler.saccades, pages=args.pages,
@@ -163,7 +191,7 @@ def run_context(args: argparse.Namespace) -> int:
         out = Path(Path(args.inputs[0]).stem + "_coc.png")
     if out is not None:
         labels = [f"p{p.index + 1}: {p.plan.gestalt[0]}x{p.plan.gestalt[1]} + {p.saccades}" for p in alloc.pages]
-        plot_context([p.image for p in alloc.pages], [p.plan.cells for p in alloc.pages], labels,
+        plot_context(_Canvases(alloc.pages), [p.plan.cells for p in alloc.pages], labels,
                      alloc.pages[0].cell, out, title=f"{Path(args.inputs[0]).name}: {args.question}")
     if args.json:
         print(json.dumps(alloc.to_json()))

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Union
 
 from torch import Tensor
 
@@ -18,7 +18,8 @@ class PageAllocation:
 
     Attributes:
         index: the page's index in its source (0-based).
-        image: [3, H, W] the page's canvas, as the VLM gets it (sides multiples of ``cell``).
+        pixels: [3, H, W] the page's canvas, or a function that draws it again (a context of many pages keeps
+            no page's pixels); read it as ``image``.
         plan: kind "cells": the page's gestalt grid and its saccades [k_i, 2] (y, x), in global rank order.
         cell: token cell side, px.
         relevance: [hc, wc] the ranking score of every cell (what the global top-K compared).
@@ -27,12 +28,17 @@ class PageAllocation:
     """
 
     index: int
-    image: Tensor
+    pixels: Union[Tensor, Callable[[], Tensor]]
     plan: Plan
     cell: int
     relevance: Tensor
     words: list[Line] = field(default_factory=list, repr=False)
     text_from: str = "none"
+
+    @property
+    def image(self) -> Tensor:
+        """[3, H, W] the page's canvas, as the VLM gets it (sides multiples of ``cell``); drawn again when not kept."""
+        return self.pixels() if callable(self.pixels) else self.pixels
 
     @property
     def saccades(self) -> int:
@@ -48,7 +54,7 @@ class PageAllocation:
 
     def to_json(self) -> dict[str, Any]:
         p = self.plan
-        return {"index": self.index, "canvas": list(self.image.shape[-2:]), "grid": list(p.grid), "cell": self.cell,
+        return {"index": self.index, "canvas": [g * self.cell for g in p.grid], "grid": list(p.grid), "cell": self.cell,
                 "gestalt_grid": list(p.gestalt), "gestalt_tokens": p.gestalt_tokens, "saccades": p.saccades,
                 "full_resolution": p.full_tokens, "text_from": self.text_from,
                 "positions": p.cells.tolist(), "scores": [round(s, 5) for s in p.scores.tolist()]}

@@ -37,6 +37,11 @@ PageSpec = Union[str, int, Sequence[int], None]
 DEFAULT_DPI = 150.0
 # Past 1200 dpi an A4 page is ~10k px a side (~400 MB as float32): a typo, not a request.
 MAX_DPI = 1200.0
+# A page is drawn whole before its canvas (at most 1792 x 1792 px) is made from it: PDFium's bitmap, the
+# uint8 copy and the float32 copy cost ~19 bytes a pixel, so 25 million pixels (an A4 page at 500 dpi is
+# 24.2 million) stay under 0.5 GB. A larger page (200 inches wide, A4 at 1200 dpi) is refused before it is
+# drawn, with the dpi at which it would fit.
+MAX_PAGE_PIXELS = 25_000_000
 _POINTS_PER_INCH = 72.0
 # A line break, or a run of whitespace, ends a word; control codes PDFium emits (e.g. 0x02 for a
 # soft hyphen at a line end, 0xFFFE) carry no text.
@@ -243,11 +248,19 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float],
     return words, breaks, [float(np.median(s)) for s in sizes]
 
 
+def render_page(page: pdfium.PdfPage, dpi: float) -> torch.Tensor:
+    """[3, H, W] uint8: the page drawn on white at ``dpi`` (a quarter of the float copy's bytes)."""
+    bitmap = page.render(scale=dpi / _POINTS_PER_INCH)
+    pil = bitmap.to_pil()
+    bitmap.close()  # the PDFium bitmap is freed before the RGB copy is made
+    rgb = pil if pil.mode == "RGB" else pil.convert("RGB")
+    del pil
+    return torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1).contiguous()
+
+
 def _render(page: pdfium.PdfPage, dpi: float) -> torch.Tensor:
-    """[3, H, W] float32 in [0, 1]: the page drawn on white at ``dpi``."""
-    pil = page.render(scale=dpi / _POINTS_PER_INCH).to_pil().convert("RGB")
-    arr = np.asarray(pil, dtype=np.float32) / 255.0
-    return torch.from_numpy(arr).permute(2, 0, 1).contiguous()
+    """[3, H, W] float32 in [0, 1]: the page drawn on white at ``dpi`` (uint8 / 255, as float32 division gives)."""
+    return render_page(page, dpi).float().div_(255.0)
 
 
 def _rendered_size(page: pdfium.PdfPage, dpi: float) -> tuple[int, int]:
@@ -255,6 +268,80 @@ def _rendered_size(page: pdfium.PdfPage, dpi: float) -> tuple[int, int]:
     w, h = page.get_size()
     s = dpi / _POINTS_PER_INCH
     return int(np.ceil(h * s)), int(np.ceil(w * s))
+
+
+def load_page(doc: pdfium.PdfDocument, i: int, source: str) -> pdfium.PdfPage:
+    """Page ``i`` (0-based) of an open PDF, or one line when the page tree names a page that does not load."""
+    try:
+        return doc[i]
+    except pdfium.PdfiumError:
+        raise ValueError(f"{source} page {i + 1} cannot be loaded: the PDF lists {len(doc)} pages but this one is "
+                         f"damaged; choose other pages with --pages / pages=, or repair the file "
+                         f"(e.g. qpdf in.pdf out.pdf)") from None
+
+
+def fit_dpi(size_pt: tuple[float, float], max_pixels: int) -> float:
+    """The largest whole dpi (or, under 1, the largest 0.01) at which a page of (w, h) points renders at most
+    ``max_pixels``."""
+    w, h = size_pt
+    dpi = _POINTS_PER_INCH * (max_pixels / max(w * h, 1e-9)) ** 0.5
+    step = 1.0 if dpi >= 2 else 0.01
+    dpi = np.floor(dpi / step) * step
+    while dpi > step and np.ceil(w * dpi / _POINTS_PER_INCH) * np.ceil(h * dpi / _POINTS_PER_INCH) > max_pixels:
+        dpi -= step
+    return float(round(dpi, 2))
+
+
+def check_page_pixels(size: tuple[int, int], size_pt: tuple[float, float], dpi: float, source: str, i: int) -> None:
+    """Refuse, in one line naming ``--dpi``, a page whose render at ``dpi`` would exceed :data:`MAX_PAGE_PIXELS`."""
+    h, w = size
+    if h * w > MAX_PAGE_PIXELS:
+        wi, hi = (v / _POINTS_PER_INCH for v in size_pt)
+        raise ValueError(f"{source} page {i + 1} is {wi:.4g} x {hi:.4g} in: at {dpi:g} dpi it renders {w}x{h} px, "
+                         f"more than {MAX_PAGE_PIXELS // 1_000_000} million pixels a page; lower --dpi / dpi= "
+                         f"to {fit_dpi(size_pt, MAX_PAGE_PIXELS):g} or less, or leave the page out with --pages")
+
+
+def page_geometry(path: Union[str, os.PathLike], pages: PageSpec, dpi: float) -> tuple[list[int], list[tuple[int, int]],
+                                                                                      list[tuple[float, float]], int]:
+    """The chosen pages' 0-based indices, rendered (H, W) at ``dpi`` and display sizes (w, h) in points, and the
+    document's page count: PDFium's page sizes, read without drawing anything."""
+    if not 0 < dpi <= MAX_DPI:
+        raise ValueError(f"dpi must be in (0, {MAX_DPI:g}], got {dpi:g}")
+    doc = open_pdf(path)
+    try:
+        idx = page_indices(len(doc), pages, str(path))
+        sizes, points = [], []
+        for i in idx:
+            page = load_page(doc, i, str(path))
+            sizes.append(_rendered_size(page, dpi))
+            points.append(tuple(float(v) for v in page.get_size()))
+            page.close()
+            check_page_pixels(sizes[-1], points[-1], dpi, str(path), i)
+        return idx, sizes, points, len(doc)
+    finally:
+        doc.close()
+
+
+def read_page(doc: pdfium.PdfDocument, i: int, dpi: float, source: str, render: bool = True) -> Page:
+    """Page ``i`` (0-based) of an open PDF: rendered at ``dpi`` (or not) with its words and lines."""
+    page = load_page(doc, i, source)
+    try:
+        if render:
+            check_page_pixels(_rendered_size(page, dpi), tuple(float(v) for v in page.get_size()), dpi, source, i)
+        image = _render(page, dpi) if render else None
+        h, w = (int(image.shape[-2]), int(image.shape[-1])) if image is not None else _rendered_size(page, dpi)
+        dw, dh = page.get_size()
+        words, breaks, sizes = page_words(page, (h / dh, w / dw))
+    finally:
+        page.close()
+    return Page(image, words, lines_from_breaks(words, breaks, sizes), i, source, float(dpi), (h, w))
+
+
+def pdf_meta(path: Union[str, os.PathLike], n_pages: int, idx: list[int], dpi: float) -> dict:
+    """What a PDF context records: its source, page count, the pages read, the dpi and the renderer."""
+    return {"kind": "pdf", "source": str(path), "n_pages": n_pages, "pages": idx, "dpi": float(dpi),
+            "renderer": f"pypdfium2 {pdfium.PYPDFIUM_INFO} (PDFium {pdfium.PDFIUM_INFO})"}
 
 
 def read_pdf(
@@ -279,17 +366,8 @@ def read_pdf(
     doc = open_pdf(path)
     try:
         idx = page_indices(len(doc), pages, str(path))
-        out = []
-        for i in idx:
-            page = doc[i]
-            image = _render(page, dpi) if render else None
-            h, w = (int(image.shape[-2]), int(image.shape[-1])) if image is not None else _rendered_size(page, dpi)
-            dw, dh = page.get_size()
-            words, breaks, sizes = page_words(page, (h / dh, w / dw))
-            out.append(Page(image, words, lines_from_breaks(words, breaks, sizes), i, str(path), float(dpi), (h, w)))
-            page.close()
-        meta = {"kind": "pdf", "source": str(path), "n_pages": len(doc), "pages": idx, "dpi": float(dpi),
-                "renderer": f"pypdfium2 {pdfium.PYPDFIUM_INFO} (PDFium {pdfium.PDFIUM_INFO})"}
+        out = [read_page(doc, i, dpi, str(path), render) for i in idx]
+        meta = pdf_meta(path, len(doc), idx, dpi)
     finally:
         doc.close()
     return Context(out, str(path), meta)

@@ -28,6 +28,10 @@ from matplotlib import font_manager
 from PIL import Image, ImageDraw, ImageFont
 
 from arr_coc.documents.page import Box, Context, Page, Word, lines_from_breaks
+from arr_coc.documents.pdf import MAX_PAGE_PIXELS
+
+# A text file is read whole before it is laid out: 4 MB is ~1000 default pages, far past any context.
+MAX_TEXT_BYTES = 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,9 @@ class TextLayout:
                 f"a {self.width} x {self.height} px page with {self.margin} px margins leaves no room for "
                 f"{self.size} px text; enlarge the page or shrink the margin or font"
             )
+        if self.width * self.height > MAX_PAGE_PIXELS:
+            raise ValueError(f"a {self.width} x {self.height} px text page is more than {MAX_PAGE_PIXELS // 1_000_000} "
+                             f"million pixels; choose a smaller --page-width / --page-height")
         if self.line_spacing < 1.0:
             raise ValueError(f"line_spacing must be >= 1 so lines do not overlap, got {self.line_spacing}")
 
@@ -82,38 +89,125 @@ def _width(font: ImageFont.FreeTypeFont, word: str) -> int:
     return right - left
 
 
+# A word this long is measured whole only when short: a longer one is broken by galloping from its start,
+# so breaking costs about (its length x log of the column's characters), not its length squared.
+_WHOLE = 1024
+
+
 def _pieces(font: ImageFont.FreeTypeFont, word: str, room: int) -> list[str]:
-    """The word itself, or, when wider than the column, its longest leading runs of characters that fit."""
-    out: list[str] = []
-    if _width(font, word) <= room:
+    """The word itself, or, when wider than the column, its longest leading runs of characters that fit.
+
+    Each run is found by doubling a length that fits until one does not, then bisecting between the two
+    (a prefix only widens as it grows), so a run of n characters costs O(n log n) and a word O(len log room).
+    """
+    if len(word) <= _WHOLE and _width(font, word) <= room:
         return [word]
-    while word:
-        lo, hi = 1, len(word)  # the longest prefix that fits, by bisection (a prefix only widens as it grows)
+    out: list[str] = []
+    start, n = 0, len(word)
+    while start < n:
+        lo, hi = 1, None  # lo characters fit (one is taken even when wider than the column)
+        while start + lo < n:
+            probe = min(2 * lo, n - start)
+            if _width(font, word[start:start + probe]) <= room:
+                lo = probe
+            else:
+                hi = probe - 1
+                break
+        hi = lo if hi is None else hi
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            lo, hi = (mid, hi) if _width(font, word[:mid]) <= room else (lo, mid - 1)
-        n = lo
-        out.append(word[:n])
-        word = word[n:]
+            lo, hi = (mid, hi) if _width(font, word[start:start + mid]) <= room else (lo, mid - 1)
+        out.append(word[start:start + lo])
+        start += lo
     return out
 
 
-def render_text(text: str, layout: TextLayout = TextLayout(), source: str = "<text>") -> Context:
-    """Sets ``text`` on pages: one line per input line, wrapped at whitespace, blank lines and indents kept.
+def missing_glyphs(text: str, font_path: str) -> list[str]:
+    """The distinct printable characters of ``text`` the font file has no glyph for, in order of appearance."""
+    from matplotlib.ft2font import FT2Font
 
-    Args:
-        text: the text; tabs count as spaces.
-        layout: font, size, page size, margins, line spacing.
+    have = set(FT2Font(font_path).get_charmap())
+    missing = {ch for ch in set(text) if not ch.isspace() and ch.isprintable() and ord(ch) not in have}
+    if not missing:
+        return []
+    order: dict[str, None] = {}
+    for ch in text:  # one pass; stops once every missing character has been met
+        if ch in missing and ch not in order:
+            order[ch] = None
+            if len(order) == len(missing):
+                break
+    return list(order)
+
+
+def _check_drawable(text: str, layout: TextLayout, font_path: str, source: str) -> None:
+    missing = missing_glyphs(text, font_path)
+    if missing:
+        shown = ", ".join(f"{c!r} U+{ord(c):04X}" for c in missing[:5])
+        raise ValueError(f"{source} has {len(missing)} distinct characters the font {layout.font!r} cannot draw "
+                         f"({shown}{', ...' if len(missing) > 5 else ''}): they would be drawn as empty boxes; set "
+                         f"the text in a font that has them with --font / TextLayout(font=) (e.g. 'Noto Sans CJK JP' "
+                         f"from the Debian package fonts-noto-cjk for Chinese and Japanese), or remove them")
+
+
+@dataclass
+class TextSetting:
+    """A text laid out on pages (every word's pen position), drawn a page at a time by :meth:`page`.
+
+    Attributes:
+        layout: the layout it was set in.
         source: the name recorded as the pages' source.
+        placed: per page, (word, pen x, baseline y) of every word.
+        breaks: per page, the index of each line's first word.
+        font_path: the font file.
+    """
 
-    Returns:
-        A Context whose meta records the layout, the font file and the renderer.
+    layout: TextLayout
+    source: str
+    placed: list[list[tuple[str, int, int]]]
+    breaks: list[list[int]]
+    font_path: str
 
-    >>> ctx = render_text("Hello world")
-    >>> [w.text for w in ctx.pages[0].words], ctx.pages[0].size
-    (['Hello', 'world'], (1120, 896))
+    def __len__(self) -> int:
+        return len(self.placed)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(H, W) of every page, px."""
+        return self.layout.height, self.layout.width
+
+    @property
+    def meta(self) -> dict:
+        return {"kind": "text", "source": self.source, "n_pages": len(self), **asdict(self.layout),
+                "font_file": Path(self.font_path).name, "renderer": f"Pillow {PIL.__version__}"}
+
+    def page(self, i: int) -> Page:
+        """Page ``i`` drawn: [3, H, W] float32 pixels, its words and lines."""
+        layout = self.layout
+        font, _ = _font(layout.font, layout.size)
+        img = Image.new("L", (layout.width, layout.height), 255)
+        draw = ImageDraw.Draw(img)
+        words = []
+        for word, x, y in self.placed[i]:
+            draw.text((x, y), word, font=font, fill=0, anchor="ls")
+            up, lft, down, rgt = _extent(font, word)
+            box: Box = (float(y + up), float(x + lft), float(y + down), float(x + rgt))
+            words.append(Word(word, box))
+        arr = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
+        image = torch.from_numpy(arr).permute(2, 0, 1).contiguous()
+        lines = lines_from_breaks(words, self.breaks[i], [float(layout.size)] * len(self.breaks[i]))
+        return Page(image, words, lines, i, self.source, None, (layout.height, layout.width))
+
+
+def layout_text(text: str, layout: TextLayout = TextLayout(), source: str = "<text>",
+                max_pages: int | None = None) -> TextSetting:
+    """Lays ``text`` out on pages without drawing them: one line per input line, wrapped at whitespace.
+
+    Linear in the text (a word wider than the column is broken in O(len log column)); past ``max_pages``
+    pages the layout stops and the text is refused in one line, so a long text costs no more than the pages
+    it may fill. Characters the font cannot draw are refused (:func:`missing_glyphs`), naming them.
     """
     font, font_path = _font(layout.font, layout.size)
+    _check_drawable(text, layout, font_path, source)
     ascent, descent = font.getmetrics()
     pitch = math.ceil((ascent + descent) * layout.line_spacing)
     space = math.ceil(font.getlength(" "))
@@ -128,6 +222,10 @@ def render_text(text: str, layout: TextLayout = TextLayout(), source: str = "<te
         nonlocal baseline
         baseline += pitch
         if baseline + descent > bottom_edge:
+            if max_pages is not None and len(pages) >= max_pages:
+                raise ValueError(f"{source} needs more than {max_pages} pages at {layout.size} px on {layout.width}x"
+                                 f"{layout.height} px pages (counted while laying it out, before drawing); a context "
+                                 f"holds at most {max_pages}: shorten the text, or raise --max-pages / max_pages=")
             pages.append([])
             breaks.append([])
             baseline = layout.margin + ascent
@@ -154,32 +252,46 @@ def render_text(text: str, layout: TextLayout = TextLayout(), source: str = "<te
                     breaks[-1].append(len(pages[-1]))
                 pages[-1].append((word, pen, baseline))
                 pen += rgt + space
-    out = []
-    for i, (placed, brk) in enumerate(zip(pages, breaks)):
-        img = Image.new("L", (layout.width, layout.height), 255)
-        draw = ImageDraw.Draw(img)
-        words = []
-        for word, x, y in placed:
-            draw.text((x, y), word, font=font, fill=0, anchor="ls")
-            up, lft, down, rgt = _extent(font, word)
-            box: Box = (float(y + up), float(x + lft), float(y + down), float(x + rgt))
-            words.append(Word(word, box))
-        arr = np.asarray(img.convert("RGB"), dtype=np.float32) / 255.0
-        image = torch.from_numpy(arr).permute(2, 0, 1).contiguous()
-        lines = lines_from_breaks(words, brk, [float(layout.size)] * len(brk))
-        out.append(Page(image, words, lines, i, source, None, (layout.height, layout.width)))
-    meta = {"kind": "text", "source": source, "n_pages": len(out), **asdict(layout),
-            "font_file": Path(font_path).name, "renderer": f"Pillow {PIL.__version__}"}
-    return Context(out, source, meta)
+    return TextSetting(layout, source, pages, breaks, font_path)
 
 
-def render_text_file(path: Union[str, os.PathLike], layout: TextLayout = TextLayout()) -> Context:
-    """Reads a UTF-8 text file and renders it with :func:`render_text`."""
+def render_text(text: str, layout: TextLayout = TextLayout(), source: str = "<text>",
+                max_pages: int | None = None) -> Context:
+    """Sets ``text`` on pages: one line per input line, wrapped at whitespace, blank lines and indents kept.
+
+    Args:
+        text: the text; tabs count as spaces.
+        layout: font, size, page size, margins, line spacing.
+        source: the name recorded as the pages' source.
+        max_pages: more pages are refused while laying out, before any is drawn (None: no bound).
+
+    Returns:
+        A Context whose meta records the layout, the font file and the renderer.
+
+    >>> ctx = render_text("Hello world")
+    >>> [w.text for w in ctx.pages[0].words], ctx.pages[0].size
+    (['Hello', 'world'], (1120, 896))
+    """
+    setting = layout_text(text, layout, source, max_pages)
+    return Context([setting.page(i) for i in range(len(setting))], source, setting.meta)
+
+
+def read_text_file(path: Union[str, os.PathLike]) -> str:
+    """A UTF-8 text file's text; a file over :data:`MAX_TEXT_BYTES` is refused before it is read."""
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"no such text file: {p}")
+    n = p.stat().st_size
+    if n > MAX_TEXT_BYTES:
+        raise ValueError(f"{p} is {n / 2**20:.1f} MB of text; a context sets at most {MAX_TEXT_BYTES // 2**20} MB "
+                         f"on pages (about 1000 pages), and at most --max-pages of them: split the file")
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8 first") from None
-    return render_text(text, layout, str(p))
+
+
+def render_text_file(path: Union[str, os.PathLike], layout: TextLayout = TextLayout(),
+                     max_pages: int | None = None) -> Context:
+    """Reads a UTF-8 text file and renders it with :func:`render_text`."""
+    return render_text(read_text_file(path), layout, str(path), max_pages)

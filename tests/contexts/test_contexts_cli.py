@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 import torch
@@ -61,3 +62,12 @@ def test_look_refuses_too_many_pages_in_one_line(tmp_path, capsys):
     assert main(["look", *paths, "Where?", "--max-pages", "2", *FAST]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("arr-coc: error: the list of images has 3 pages; a context holds at most 2") and "\n" not in err
+
+
+def test_the_cli_maps_large_buffers_on_their_own_where_glibc_runs_it():
+    import platform
+
+    from arr_coc.cli.heap import map_large_buffers
+
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert map_large_buffers() is glibc

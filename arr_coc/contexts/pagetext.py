@@ -1,0 +1,84 @@
+"""A page's words for the ranking and the text channels: its text layer or rendered words, else OCR.
+
+:func:`page_text` gives a page's words and lines on its canvas and where they came from;
+:func:`hand_over` seeds the ARR's per-image cache with them, so the text channels run no OCR on the page.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from arr_coc.channels.text import image_lines, lines_from_text
+from arr_coc.channels.text_layer import image_words
+from arr_coc.contexts.result import Line
+from arr_coc.documents.page import Page
+from arr_coc.ocr import DET_LIMIT_SIDE_LEN
+from arr_coc.pipeline import ARR
+
+OCR = Callable[[Tensor], Sequence[Line]]
+
+
+def _canvas_words(page: Page, size: tuple[int, int]) -> tuple[list[Line], list[Line]]:
+    """The page's words and lines moved onto its canvas of ``size`` (H, W) px."""
+    sy, sx = size[0] / page.size[0], size[1] / page.size[1]
+
+    def move(b: Sequence[float]) -> tuple[float, float, float, float]:
+        return (b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx)
+
+    words = [(w.text, move(w.box)) for w in page.words]
+    lines = [(page.line_text(i), move(page.line_box(i))) for i in range(len(page.lines))]
+    return words, lines
+
+
+def _line_words(lines: Sequence[Line]) -> list[Line]:
+    """Words of OCR lines: split at spaces, each boxed by its share of the line's characters."""
+    out = []
+    for text, (y0, x0, y1, x1) in lines:
+        n = max(1, len(text))
+        start = 0
+        for w in text.split():
+            a = text.index(w, start)
+            start = a + len(w)
+            out.append((w, (y0, x0 + (x1 - x0) * a / n, y1, x0 + (x1 - x0) * start / n)))
+    return out
+
+
+def _coupling_sides(arr: ARR) -> set[int]:
+    opts = arr.config.texture.options or {}
+    return {int(opts.get(c, {}).get("det_limit_side_len", DET_LIMIT_SIDE_LEN))
+            for c in ("text_match", "key_value") if c in arr.query_channels}
+
+
+def page_text(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[list[Line], list[Line], str]:
+    """The page's words and lines on its canvas, and where they came from (text layer, OCR, none)."""
+    if page.words:
+        words, lines = _canvas_words(page, (int(image.shape[-2]), int(image.shape[-1])))
+        return words, lines, "text layer"
+    if ocr is not None:
+        lines = [(str(t), tuple(float(v) for v in b)) for t, b in ocr(image)]
+        return _line_words(lines), lines, "ocr"
+    # the text channels' own OCR, cached, so they do not read the page a second time
+    sides = _coupling_sides(arr)
+    tl = image_lines(arr.cache, image, arr.query_encoder, min(sides, default=DET_LIMIT_SIDE_LEN))
+    lines = [(t, tuple(b)) for t, b, ok in zip(tl.texts, tl.boxes_px.tolist(), tl.legible.tolist()) if ok]
+    return _line_words(lines), lines, "ocr"
+
+
+def hand_over(arr: ARR, image: Tensor, words: list[Line], lines: list[Line]) -> None:
+    """Give the page's text to the text channels through the cache, so they run no OCR on it.
+
+    Done before every allocation: an entry the cache evicted since is made again from the lines.
+    """
+    made: list[Any] = []
+
+    def known() -> Any:  # embedded once, even when the two channels read at different sides
+        if not made:
+            made.append(lines_from_text(torch.tensor([b for _, b in lines], dtype=torch.float32).reshape(-1, 4),
+                                        [t for t, _ in lines], arr.query_encoder))
+        return made[0]
+
+    for side in _coupling_sides(arr):
+        image_lines(arr.cache, image, arr.query_encoder, side, known=known)
+    image_words(arr.cache, image, known=lambda: words)
