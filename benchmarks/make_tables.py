@@ -216,14 +216,14 @@ INTERVAL_METHODS = {"uniform_image": "uniform image", "arr": "**arr** (default)"
 
 def headline(limit: int) -> str:
     """The README's table: both readings on the documents, coverage on COCO, every method at 5 / 10 / 25 / 50 %;
-    under it the 95 % intervals of full, the uniform image and ``arr`` (the comparison the text reads). A dataset
-    whose rows are not all there yet (a run cut short) has a row saying so; with none there, LookupError."""
+    full's 95 % interval beside its mean, the uniform image's and ``arr``'s (the comparison the text reads) in the
+    last columns. A dataset whose rows are not all there yet (a run cut short) has a row saying so; with none
+    there, LookupError."""
     names = {"uniform_image": "uniform image", "random": "random", "topk": "top-K", "arr": "**arr** (default)",
              "pruner": "pruner"}
+    head = list(names.values()) + [f"{v}: 95 % intervals" for v in INTERVAL_METHODS.values()]
     lines = [f"| test images, {limit} balanced questions each; {' / '.join(t[:-1] for t in TOKENS)} % of the tokens | "
-             + " | ".join(names.values()) + " |", "|---|" + "---|" * len(names)]
-    ranges = [f"| 95 % intervals (bootstrap over the {limit} questions) | full | "
-              + " | ".join(INTERVAL_METHODS.values()) + " |", "|---|---|" + "---|" * len(INTERVAL_METHODS)]
+             + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
     missing = []
     for dataset, title in TITLES.items():
         what = [("coverage", "coverage", "eval", EVAL_METHODS)] if dataset == "coco" else [
@@ -233,16 +233,16 @@ def headline(limit: int) -> str:
                 rows = summary(RESULTS / folder, dataset, methods, TOKENS, limit)
             except LookupError as err:  # a run not finished: its row says so, the others are remade
                 missing.append(str(err))
-                lines.append(f"| {title}, {label} | not remade yet (its rows: history below) |" + " |" * (len(names) - 1))
+                lines.append(f"| {title}, {label} | not remade yet (history: docs/evaluation.md#headline) |"
+                             + " |" * (len(head) - 1))
                 continue
             full = value(rows, "full", "full", column)
-            lines.append(f"| {title}, {label} (full {full:.2f}) | "
-                         + " | ".join(cells(rows, m, column) for m in names) + " |")
-            ranges.append(f"| {title}, {label} | {spans(rows, 'full', column, ('full',))} | "
-                          + " | ".join(spans(rows, m, column) for m in INTERVAL_METHODS) + " |")
+            lines.append(f"| {title}, {label} (full {full:.2f}, {spans(rows, 'full', column, ('full',))}) | "
+                         + " | ".join([*(cells(rows, m, column) for m in names),
+                                       *(spans(rows, m, column) for m in INTERVAL_METHODS)]) + " |")
     if len(missing) == len(lines) - 2:
         raise LookupError("; ".join(missing))
-    return "\n".join(lines) + "\n\n" + "\n".join(ranges)
+    return "\n".join(lines)
 
 
 def verdict(lo: float, hi: float, goal: float, n: int) -> str:
