@@ -18,9 +18,9 @@ Steps, each a command of its own (printed as it starts), each writing under benc
 
 Then the blocks between ``<!-- make tables: NAME -->`` and ``<!-- /make tables -->`` in README.md and
 docs/evaluation.md are rewritten from the rows of exactly the questions asked (a folder's older rows of other
-questions are not counted). Every evaluation resumes: a rerun skips the rows already written. Every reading
-and coverage figure of the headline and goal tables carries its 95 % bootstrap interval over the questions
-(:mod:`arr_coc.eval.intervals`); a goal reads "met" or "missed" only when the interval of ``arr``'s share of
+questions are not counted). Every evaluation resumes: a rerun skips the rows already written. The headline
+carries the 95 % bootstrap intervals over the questions (:mod:`arr_coc.eval.intervals`) of full, the uniform
+image and ``arr`` (every method's are in the summaries), the goal tables one beside every figure; a goal reads "met" or "missed" only when the interval of ``arr``'s share of
 full resolution's reading lies wholly above or below it, else "undecided at n=...".
 """
 from __future__ import annotations
