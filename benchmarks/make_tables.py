@@ -1,6 +1,6 @@
 """`make tables`: the README's and docs' evaluation figures and console examples, remade from code and weights.
 
-    python benchmarks/make_tables.py [--limit 40] [--skip look eval find goals bench] [--jobs 2]
+    python benchmarks/make_tables.py [--limit 40] [--goal-limit 120] [--skip look eval find goals bench] [--jobs 2]
 
 Steps, each a command of its own (printed as it starts), each writing under benchmarks/results/:
 
@@ -10,18 +10,23 @@ Steps, each a command of its own (printed as it starts), each writing under benc
   FUNSD, SROIE, COCO and texlive (LaTeX manual pages, a layout nothing was trained on) test images, ``--limit`` balanced questions each, 5 / 10 / 25 / 50 % of the tokens;
 * ``find``  -- the find reading (OCR reads the whole view, not told where the answer is), FUNSD, SROIE, texlive,
   full, uniform image and ``arr`` at the same token counts;
-* ``goals`` -- full and ``arr`` at 6 % and 11 % of the tokens, both readings, FUNSD and SROIE;
+* ``goals`` -- full and ``arr`` at 6 % and 11 % of the tokens, both readings, FUNSD and SROIE, ``--goal-limit``
+  balanced questions each (more than the headline's: a verdict needs the share's interval clear of the goal);
 * ``allocators`` -- every allocator (samplers, variable-size patches, quadtree, the shipped selector and
   pruner) at 10 % and 25 %, region reading: the table of docs/allocators.md;
 * ``bench`` -- ``benchmarks/bench_vlm.py`` (the 3B timing: about an hour on two busy cores; ``--skip bench``).
 
 Then the blocks between ``<!-- make tables: NAME -->`` and ``<!-- /make tables -->`` in README.md and
 docs/evaluation.md are rewritten from the rows of exactly the questions asked (a folder's older rows of other
-questions are not counted). Every evaluation resumes: a rerun skips the rows already written.
+questions are not counted). Every evaluation resumes: a rerun skips the rows already written. The headline
+carries the 95 % bootstrap intervals over the questions (:mod:`arr_coc.eval.intervals`) of full, the uniform
+image and ``arr`` (every method's are in the summaries), the goal tables one beside every figure; a goal reads "met" or "missed" only when the interval of ``arr``'s share of
+full resolution's reading lies wholly above or below it, else "undecided at n=...".
 """
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from arr_coc.data.datasets import load_dataset
+from arr_coc.eval.intervals import bootstrap_mean, bootstrap_ratio
 from arr_coc.eval.report import summarize_kinds
 from arr_coc.eval.store import RowStore, requested
 
@@ -41,6 +47,7 @@ STEPS = ("look", "eval", "find", "goals", "allocators", "bench")
 TOKENS = ("5%", "10%", "25%", "50%")
 GOAL_TOKENS = ("6%", "11%")
 GOALS = {"6%": 0.90, "11%": 0.95}  # reading at that share of the tokens, as a share of full resolution's
+GOAL_LIMIT = 120  # FUNSD's test split has 25 dates: 120 balanced questions are 25 / 32 / 32 / 31 of its kinds
 # the question-blind selector is in the allocators' table (docs/allocators.md), not the headline
 EVAL_METHODS = ("full", "uniform_image", "random", "topk", "arr", "pruner")
 FIND_METHODS = ("full", "uniform_image", "arr")
@@ -64,11 +71,11 @@ def eval_command(dataset: str, reading: str, methods: Sequence[str], tokens: Seq
             *reader, "--out", str(out.relative_to(ROOT)), "--fresh"]  # run from ROOT: the reports name it so  # --fresh: rows of other settings (weights) are replaced
 
 
-def runs(steps: Sequence[str], limit: int) -> list[list[str]]:
+def runs(steps: Sequence[str], limit: int, goal_limit: int) -> list[list[str]]:
     """Every evaluation of the chosen steps, as ``arr-coc`` argument lists."""
     todo = []
     if "goals" in steps:  # first: the cheapest rows and the ones the goals are read from
-        todo += [eval_command(d, reading, ("full", "arr"), GOAL_TOKENS, RESULTS / folder, limit)
+        todo += [eval_command(d, reading, ("full", "arr"), GOAL_TOKENS, RESULTS / folder, goal_limit)
                  for reading, folder in (("region", "goals"), ("find", "goals_find")) for d in ("funsd", "sroie")]
     if "eval" in steps:
         todo += [eval_command(d, "region", EVAL_METHODS, TOKENS, RESULTS / "eval", limit) for d in TITLES]
@@ -82,6 +89,13 @@ def runs(steps: Sequence[str], limit: int) -> list[list[str]]:
 
 # one core per evaluation process, as run_eval.py sets it: jobs processes share the machine's cores
 ONE_CORE = "import sys, torch; torch.set_num_threads(1); from arr_coc.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+def checkout_env() -> dict[str, str]:
+    """The environment of the ``arr-coc`` subprocesses: this checkout's ``arr_coc`` first on the path, so the
+    tables are made by the code beside this script, not by another copy installed in the environment."""
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(ROOT) + (os.pathsep + path if path else "")}
 
 
 def run_all(commands: list[list[str]], jobs: int) -> None:
@@ -101,14 +115,15 @@ def run_all(commands: list[list[str]], jobs: int) -> None:
             if len(running) >= jobs:
                 time.sleep(1)
         print("arr-coc " + shlex.join(argv), flush=True)
-        running.append(subprocess.Popen([sys.executable, "-c", ONE_CORE, *argv], cwd=ROOT, stdout=subprocess.DEVNULL))
+        running.append(subprocess.Popen([sys.executable, "-c", ONE_CORE, *argv], cwd=ROOT, env=checkout_env(),
+                                        stdout=subprocess.DEVNULL))
     reap(block=True)
 
 
 def look_output() -> list[str]:
     """What ``arr-coc look`` prints on the bundled receipt now."""
-    done = subprocess.run([sys.executable, "-m", "arr_coc.cli", *LOOK], cwd=ROOT, capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-m", "arr_coc.cli", *LOOK], cwd=ROOT, env=checkout_env(),
+                          capture_output=True, text=True, check=True)
     return done.stdout.splitlines()
 
 
@@ -145,9 +160,9 @@ def refresh_console(text: str, fresh: Sequence[str]) -> str:
 
 
 # ----------------------------------------------------------------------------- tables
-def summary(folder: Path, dataset: str, methods: Sequence[str], tokens: Sequence[str], limit: int,
-            complete: bool = True) -> list[dict]:
-    """Per-kind summaries of exactly the rows of this step's questions, methods and token counts.
+def step_rows(folder: Path, dataset: str, methods: Sequence[str], tokens: Sequence[str], limit: int,
+              complete: bool = True) -> list[dict]:
+    """Exactly the rows of this step's questions, methods and token counts.
 
     ``complete=False`` accepts missing rows: with a quadtree every row there counts (it has none below its
     first tiling), else only the questions whose every row is there (a run cut short); never none at all.
@@ -163,7 +178,13 @@ def summary(folder: Path, dataset: str, methods: Sequence[str], tokens: Sequence
         rows = [r for r in rows if have[r["record_id"]] == want[r["record_id"]]] if "quadtree" not in methods else rows
     if not rows:
         raise LookupError(f"{folder / dataset} holds none of the {len(keys)} rows asked for")
-    return summarize_kinds(rows)
+    return rows
+
+
+def summary(folder: Path, dataset: str, methods: Sequence[str], tokens: Sequence[str], limit: int,
+            complete: bool = True) -> list[dict]:
+    """Per-kind summaries (means and their 95 % intervals) of :func:`step_rows`."""
+    return summarize_kinds(step_rows(folder, dataset, methods, tokens, limit, complete))
 
 
 def value(rows: list[dict], method: str, budget: str, column: str, kind: str = "all") -> float:
@@ -176,47 +197,110 @@ def cells(rows: list[dict], method: str, column: str) -> str:
     return "—" if all(v != v for v in vals) else " / ".join("—" if v != v else f"{v:.2f}" for v in vals)
 
 
+def spans(rows: list[dict], method: str, column: str, budgets: Sequence[str] = TOKENS) -> str:
+    """The 95 % intervals of ``method``'s ``column`` at ``budgets``, as ``lo–hi`` joined by `` / ``.
+
+    >>> spans([{"method": "arr", "budget": "5%", "kind": "all", "reading_lo": 0.61, "reading_hi": 0.8}], "arr",
+    ...       "reading", ("5%", "10%"))
+    '0.61–0.80 / —'
+    """
+    out = []
+    for b in budgets:
+        lo, hi = value(rows, method, b, f"{column}_lo"), value(rows, method, b, f"{column}_hi")
+        out.append("—" if lo != lo else f"{lo:.2f}–{hi:.2f}")
+    return "—" if all(o == "—" for o in out) else " / ".join(out)
+
+
+INTERVAL_METHODS = {"uniform_image": "uniform image", "arr": "**arr** (default)"}  # the headline's comparison
+
+
 def headline(limit: int) -> str:
-    """The README's table: both readings on the documents, coverage on COCO, every method at 5 / 10 / 25 / 50 %."""
+    """The README's table: both readings on the documents, coverage on COCO, every method at 5 / 10 / 25 / 50 %;
+    full's 95 % interval beside its mean, the uniform image's and ``arr``'s (the comparison the text reads) in the
+    last columns. A dataset whose rows are not all there yet (a run cut short) has a row saying so; with none
+    there, LookupError."""
     names = {"uniform_image": "uniform image", "random": "random", "topk": "top-K", "arr": "**arr** (default)",
              "pruner": "pruner"}
+    head = list(names.values()) + [f"{v}: 95 % intervals" for v in INTERVAL_METHODS.values()]
     lines = [f"| test images, {limit} balanced questions each; {' / '.join(t[:-1] for t in TOKENS)} % of the tokens | "
-             + " | ".join(names.values()) + " |", "|---|" + "---|" * len(names)]
+             + " | ".join(head) + " |", "|---|" + "---|" * len(head)]
+    missing = []
     for dataset, title in TITLES.items():
-        region = summary(RESULTS / "eval", dataset, EVAL_METHODS, TOKENS, limit)
-        what = [("coverage", "coverage", region)] if dataset == "coco" else [
-            ("region", "reading", region),
-            ("find", "reading", summary(RESULTS / "eval_find", dataset, FIND_METHODS, TOKENS, limit))]
-        for label, column, rows in what:
+        what = [("coverage", "coverage", "eval", EVAL_METHODS)] if dataset == "coco" else [
+            ("region", "reading", "eval", EVAL_METHODS), ("find", "reading", "eval_find", FIND_METHODS)]
+        for label, column, folder, methods in what:
+            try:
+                rows = summary(RESULTS / folder, dataset, methods, TOKENS, limit)
+            except LookupError as err:  # a run not finished: its row says so, the others are remade
+                missing.append(str(err))
+                lines.append(f"| {title}, {label} | not remade yet (history: docs/evaluation.md#headline) |"
+                             + " |" * (len(head) - 1))
+                continue
             full = value(rows, "full", "full", column)
-            lines.append(f"| {title}, {label} (full {full:.2f}) | "
-                         + " | ".join(cells(rows, m, column) for m in names) + " |")
+            lines.append(f"| {title}, {label} (full {full:.2f}, {spans(rows, 'full', column, ('full',))}) | "
+                         + " | ".join([*(cells(rows, m, column) for m in names),
+                                       *(spans(rows, m, column) for m in INTERVAL_METHODS)]) + " |")
+    if len(missing) == len(lines) - 2:
+        raise LookupError("; ".join(missing))
     return "\n".join(lines)
 
 
+def verdict(lo: float, hi: float, goal: float, n: int) -> str:
+    """A goal is met or missed only when the whole 95 % interval of the share lies on one side of it.
+
+    >>> verdict(0.91, 0.97, 0.90, 120), verdict(0.80, 0.89, 0.90, 120), verdict(0.86, 0.93, 0.90, 40)
+    ('met', 'missed', 'undecided at n=40')
+    """
+    if lo >= goal:
+        return "met"
+    return "missed" if hi < goal else f"undecided at n={n}"
+
+
+def goal_cells(rows: list[dict], kind: str = "all") -> list[str]:
+    """One goal row's cells from the raw rows of full and ``arr`` (``kind`` "all": every question): n, full's
+    reading, then per goal ``arr``'s reading and its share of full's, each with its 95 % interval (the share's
+    from resampling the questions as pairs), and the verdict read from the share's interval.
+
+    >>> rows = [{"record_id": f"q{i}", "kind": "date", "method": m, "budget": b, "reading": v}
+    ...         for i in range(4) for m, b, v in (("full", "full", 1.0), ("arr", "6%", 0.5), ("arr", "11%", 1.0))]
+    >>> goal_cells(rows)
+    ['4', '1.000 [1.00, 1.00]', '0.500 [0.50, 0.50]', '50.0 % [50.0, 50.0] missed', '1.000 [1.00, 1.00]', \
+'100.0 % [100.0, 100.0] met']
+    """
+    mine = [r for r in rows if kind == "all" or r.get("kind") == kind]
+    full = {r["record_id"]: r["reading"] for r in mine if r["method"] == "full"}
+
+    def mean_ci(values: list[float]) -> str:
+        lo, hi = bootstrap_mean(values)
+        return f"{sum(values) / len(values):.3f} [{lo:.2f}, {hi:.2f}]"
+
+    out = [str(len(full)), mean_ci(list(full.values()))]
+    for budget, goal in GOALS.items():
+        got = {r["record_id"]: r["reading"] for r in mine if (r["method"], r["budget"]) == ("arr", budget)}
+        ids = [i for i in full if i in got]
+        num, den = [got[i] for i in ids], [full[i] for i in ids]
+        share = sum(num) / sum(den) if sum(den) else float("nan")
+        lo, hi = bootstrap_ratio(num, den)
+        out += [mean_ci(num), f"{100 * share:.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] {verdict(lo, hi, goal, len(ids))}"]
+    return out
+
+
 def goal_table(limit: int, per_kind: bool) -> str:
-    """Reading of ``arr`` at 6 % and 11 % of the tokens as a share of full resolution's, against the goals."""
+    """Reading of ``arr`` at 6 % and 11 % of the tokens as a share of full resolution's, against the goals, with
+    95 % intervals; a verdict only where the share's interval lies on one side of the goal."""
     lines = ["| test images, balanced questions | reading | n | full | `arr` at 6 % | share of full (goal ≥ 90 %) "
              "| `arr` at 11 % | share of full (goal ≥ 95 %) |", "|---|---|---:|---:|---:|---:|---:|---:|"]
     for dataset in ("funsd", "sroie"):
         for reading, folder in (("region", "goals"), ("find", "goals_find")):
             try:
-                rows = summary(RESULTS / folder, dataset, ("full", "arr"), GOAL_TOKENS, limit, complete=False)
+                rows = step_rows(RESULTS / folder, dataset, ("full", "arr"), GOAL_TOKENS, limit, complete=False)
             except LookupError:
                 lines.append(f"| {TITLES[dataset]} | {reading} | 0 | not run yet | | | | |")
                 continue
-            kinds = dict.fromkeys(r["kind"] for r in rows) if per_kind else {"all": None}
+            kinds = ["all", *sorted({r.get("kind") or "" for r in rows} - {""})] if per_kind else ["all"]
             for kind in kinds:
-                full = value(rows, "full", "full", "reading", kind)
-                n = next((r["n"] for r in rows if r["kind"] == kind and r["method"] == "full"), 0)
-                parts = []
-                for budget, goal in GOALS.items():
-                    got = value(rows, "arr", budget, "reading", kind)
-                    share = got / full if full else float("nan")
-                    verdict = "met" if share >= goal else f"misses by {100 * (goal - share):.1f} points"
-                    parts += [f"{got:.3f}", f"{100 * share:.1f} % ({verdict})"]
                 label = TITLES[dataset] + ("" if kind == "all" else f": {kind}")
-                lines.append(f"| {label} | {reading} | {n} | {full:.3f} | " + " | ".join(parts) + " |")
+                lines.append(f"| {label} | {reading} | " + " | ".join(goal_cells(rows, kind)) + " |")
     return "\n".join(lines)
 
 
@@ -264,12 +348,12 @@ def allocator_table(limit: int) -> str:
     return "\n".join(lines)
 
 
-BLOCKS: dict[str, tuple[str, Callable[[int], str]]] = {
-    "headline": ("README.md docs/evaluation.md", headline),
-    "goals": ("README.md", lambda limit: goal_table(limit, per_kind=False)),
-    "goals-per-kind": ("docs/evaluation.md", lambda limit: goal_table(limit, per_kind=True)),
-    "kinds": ("docs/evaluation.md", kind_tables),
-    "allocators": ("docs/allocators.md", allocator_table),
+BLOCKS: dict[str, tuple[str, Callable[[argparse.Namespace], str]]] = {  # name: (documents, maker(options))
+    "headline": ("README.md docs/evaluation.md", lambda a: headline(a.limit)),
+    "goals": ("README.md", lambda a: goal_table(a.goal_limit, per_kind=False)),
+    "goals-per-kind": ("docs/evaluation.md", lambda a: goal_table(a.goal_limit, per_kind=True)),
+    "kinds": ("docs/evaluation.md", lambda a: kind_tables(a.limit)),
+    "allocators": ("docs/allocators.md", lambda a: allocator_table(a.limit)),
 }
 
 
@@ -287,7 +371,10 @@ def replace_block(text: str, name: str, body: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--limit", type=int, default=40, help="balanced test questions per dataset")
+    ap.add_argument("--limit", type=int, default=40, help="balanced test questions per dataset (headline, "
+                    "per-kind and allocator tables)")
+    ap.add_argument("--goal-limit", type=int, default=GOAL_LIMIT, help="balanced test questions per dataset "
+                    "of the goal tables")
     ap.add_argument("--skip", nargs="*", default=[], choices=STEPS, help="steps not to run (their tables are "
                     "still rewritten from the rows already there)")
     ap.add_argument("--jobs", type=int, default=2, help="evaluations run at once (one core each)")
@@ -298,12 +385,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         fresh = look_output()
         for doc in LOOK_DOCS:
             (ROOT / doc).write_text(refresh_console((ROOT / doc).read_text(), fresh))
-    run_all(runs(steps, args.limit), args.jobs)
+    run_all(runs(steps, args.limit, args.goal_limit), args.jobs)
     if "bench" in steps:
         subprocess.run([sys.executable, "benchmarks/bench_vlm.py"], cwd=ROOT, check=True)
     for name, (docs, make) in BLOCKS.items():
         try:
-            body = make(args.limit)
+            body = make(args)
         except LookupError as err:  # a step not run yet (or cut short): its block stays as it is
             print(f"\n{name} ({docs}) left as it is: {err}")
             continue

@@ -64,3 +64,54 @@ def test_console_refresh_keeps_the_readme_ellipsis_and_replaces_by_key():
            "    1: ( 38,  13) -> ( 1064,   364)  +9.458\n    ...\n```\n")
     fresh = ["context       a 0.21", "    1: ( 38,  13) -> ( 1064,   364)  +7.904", "    2: ( 1, 1) -> (28, 28)  +1.0"]
     assert tables.refresh_console(doc, fresh) == doc.replace("0.05", "0.21").replace("+9.458", "+7.904")
+
+
+def goal_rows(full: list[float], at6: list[float], at11: list[float], kind: str = "date") -> list[dict]:
+    return [{"record_id": f"q{i}", "kind": kind, "method": m, "budget": b, "reading": v}
+            for m, b, vs in (("full", "full", full), ("arr", "6%", at6), ("arr", "11%", at11))
+            for i, v in enumerate(vs)]
+
+
+def test_goal_verdicts_are_read_from_the_paired_interval_of_the_share():
+    tables = load_make_tables()
+    from arr_coc.eval.intervals import bootstrap_mean, bootstrap_ratio
+
+    full = [0.6, 0.8, 1.0, 0.9] * 30  # 120 questions
+    at6 = [0.93 * f for f in full]  # 93 % of full on every question: paired, the interval is exactly 93 %
+    at11 = [f * (0.85 if i % 3 else 1.0) for i, f in enumerate(full)]  # ~90 %: below 95 % all the way
+    cells = tables.goal_cells(goal_rows(full, at6, at11))
+    lo, hi = bootstrap_ratio(at11, full)
+    assert hi < 0.95
+    assert cells == ["120", f"{sum(full) / 120:.3f} [{bootstrap_mean(full)[0]:.2f}, {bootstrap_mean(full)[1]:.2f}]",
+                     f"{sum(at6) / 120:.3f} [{bootstrap_mean(at6)[0]:.2f}, {bootstrap_mean(at6)[1]:.2f}]",
+                     "93.0 % [93.0, 93.0] met", cells[4],
+                     f"{100 * sum(at11) / sum(full):.1f} % [{100 * lo:.1f}, {100 * hi:.1f}] missed"]
+    # the same share of full on 8 noisy questions: the interval straddles the goal, so no verdict
+    few = [1.0, 0.2, 0.9, 0.4, 1.0, 0.3, 0.8, 0.6]
+    noisy = [1.0, 0.1, 0.8, 0.5, 1.0, 0.2, 0.9, 0.6]
+    cells = tables.goal_cells(goal_rows(few, noisy, noisy))
+    assert cells[3].endswith("undecided at n=8") and cells[5].endswith("undecided at n=8"), cells
+    assert tables.verdict(0.9, 0.99, 0.9, 5) == "met" and tables.verdict(0.8, 0.8999, 0.9, 5) == "missed"
+
+
+def test_goal_cells_of_a_kind_pair_only_that_kinds_questions():
+    tables = load_make_tables()
+    rows = goal_rows([1.0] * 4, [0.5] * 4, [1.0] * 4, kind="date") + [
+        {**r, "record_id": "t" + r["record_id"]} for r in goal_rows([0.5] * 6, [0.5] * 6, [0.5] * 6, kind="total")]
+    assert tables.goal_cells(rows, "date")[:4] == ["4", "1.000 [1.00, 1.00]", "0.500 [0.50, 0.50]",
+                                                   "50.0 % [50.0, 50.0] missed"]
+    assert tables.goal_cells(rows, "total")[3] == "100.0 % [100.0, 100.0] met"
+    from arr_coc.eval.intervals import bootstrap_ratio
+
+    lo, hi = bootstrap_ratio([0.5] * 10, [1.0] * 4 + [0.5] * 6)  # all: 5 / 7 of full; its questions paired
+    assert tables.goal_cells(rows)[:1] + tables.goal_cells(rows)[3:4] == [
+        "10", f"71.4 % [{100 * lo:.1f}, {100 * hi:.1f}] " + ("undecided at n=10" if lo < 0.9 <= hi else "missed")]
+
+
+def test_headline_intervals_cell_and_the_subprocesses_import_this_checkout():
+    tables = load_make_tables()
+    rows = [{"method": "arr", "budget": b, "kind": "all", "reading_lo": lo, "reading_hi": lo + 0.1}
+            for b, lo in (("5%", 0.6), ("10%", 0.65), ("25%", 0.7), ("50%", 0.7))]
+    assert tables.spans(rows, "arr", "reading") == "0.60–0.70 / 0.65–0.75 / 0.70–0.80 / 0.70–0.80"
+    assert tables.spans(rows, "uniform_image", "reading") == "—"
+    assert tables.checkout_env()["PYTHONPATH"].split(":")[0] == str(ROOT)

@@ -6,6 +6,9 @@ reading accuracy against the share of full-resolution tokens; for the VLM reader
 the benchmark's score and what each answer cost (allocation, vision, prefill, decode time, FLOPs);
 for questions over contexts (``reader="context"``, :mod:`arr_coc.eval.context_run`) page hit,
 coverage and reading against the compression ratio, with the reading as a share of full resolution's.
+Every mean of a score a verdict is read from (``INTERVAL_COLUMNS``) carries its 95 % bootstrap interval
+over the questions (:mod:`arr_coc.eval.intervals`): ``<column>_lo`` and ``<column>_hi`` in summary.csv,
+``0.754 [0.694, 0.812]`` in summary.md.
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from typing import Any, Iterable, Sequence
 from arr_coc.allocators.methods import METHODS as REGISTRY
 from arr_coc.allocators.methods import methods_for
 from arr_coc.eval.context_methods import CONTEXT_METHODS
+from arr_coc.eval.intervals import bootstrap_mean
 from arr_coc.eval.store import RowStore
 from arr_coc.samplers import SAMPLERS
 
@@ -26,6 +30,8 @@ COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "seen", "reading
 COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")  # the VLM reader's
 CONTEXT_COLUMNS = ("page_hit", "coverage", "reading", "compression", "text_tokens")  # questions over contexts
 READERS = ("ocr", "vlm", "context")
+# the scores verdicts are read from; the allocation diagnostics (hit, IoU, ...) and costs stay bare means
+INTERVAL_COLUMNS = ("coverage", "reading", "score", "page_hit")
 
 
 def _mean(values: list) -> float:
@@ -33,10 +39,26 @@ def _mean(values: list) -> float:
     return sum(vals) / len(vals) if vals else float("nan")
 
 
+def _stats(group: Sequence[dict], column: str) -> dict[str, float]:
+    """``column``'s mean over ``group``, and its interval (``column_lo``, ``column_hi``) if it is a score."""
+    values = [r.get(column) for r in group]
+    if column not in INTERVAL_COLUMNS:
+        return {column: _mean(values)}
+    lo, hi = bootstrap_mean(values)
+    return {column: _mean(values), f"{column}_lo": lo, f"{column}_hi": hi}
+
+
 def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
               methods: Sequence[str] | None = None) -> list[dict]:
     """Mean of every metric in ``columns`` per (dataset, method, budget), in table order (``methods``' order,
-    default the registry's)."""
+    default the registry's); after each score of ``INTERVAL_COLUMNS`` its 95 % bootstrap interval
+    (``<column>_lo``, ``<column>_hi``).
+
+    >>> rows = [{"dataset": "d", "method": "topk", "budget": "25%", "tokens": 1, "full_tokens": 4, "reading": v}
+    ...         for v in (0.5, 0.5, 0.5)]
+    >>> {k: v for k, v in summarize(rows, ("reading",))[0].items() if k.startswith("reading")}
+    {'reading': 0.5, 'reading_lo': 0.5, 'reading_hi': 0.5}
+    """
     methods = list(REGISTRY.names()) if methods is None else list(methods)
     groups: dict[tuple[str, str, str], list[dict]] = defaultdict(list)
     for r in rows:
@@ -54,7 +76,7 @@ def summarize(rows: Sequence[dict], columns: Sequence[str] = COLUMNS,
         share = _mean([r["tokens"] / r["full_tokens"] for r in g])
         out.append({"dataset": key[0], "method": key[1], "budget": key[2], "n": len(g),
                     "tokens": _mean([r["tokens"] for r in g]), "share": share,
-                    **{c: _mean([r.get(c) for r in g]) for c in columns}})
+                    **{k: v for c in columns for k, v in _stats(g, c).items()}})
     return out
 
 
@@ -127,13 +149,27 @@ def fmt(v: float, pct: bool = False) -> str:
     return f"{100 * v:.0f}%" if pct else f"{v:.3f}"
 
 
+def fmt_ci(s: dict, column: str, pct: bool = False) -> str:
+    """A mean and its interval, as the summaries print them (the bare mean where there is no interval).
+
+    >>> fmt_ci({"reading": 0.75, "reading_lo": 0.7, "reading_hi": 0.8}, "reading"), fmt_ci({"hit": 0.5}, "hit")
+    ('0.750 [0.700, 0.800]', '0.500')
+    >>> fmt_ci({"page_hit": 0.9, "page_hit_lo": 0.8, "page_hit_hi": 1.0}, "page_hit", pct=True)
+    '90% [80%, 100%]'
+    """
+    lo, hi = s.get(f"{column}_lo", float("nan")), s.get(f"{column}_hi", float("nan"))
+    if s[column] != s[column] or lo != lo:
+        return fmt(s[column], pct)
+    return f"{fmt(s[column], pct)} [{fmt(lo, pct)}, {fmt(hi, pct)}]"
+
+
 def markdown_table(summary: Sequence[dict]) -> str:
     """The OCR readers' table: allocation metrics and reading accuracy per (budget, method)."""
     lines = ["| budget | method | tokens (share of full) | n | coverage | hit rate | IoU proxy | secondary "
              "| peripheral | seen | reading (ANLS) |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
         lines.append(f"| {s['budget']} | {method_label(s['method'])} | {s['tokens']:.0f} ({fmt(s['share'], True)}) | "
-                     f"{s['n']} | " + " | ".join(fmt(s[c]) for c in COLUMNS) + " |")
+                     f"{s['n']} | " + " | ".join(fmt_ci(s, c) for c in COLUMNS) + " |")
     return "\n".join(lines)
 
 
@@ -143,7 +179,7 @@ def cost_table(summary: Sequence[dict], metric: str) -> str:
              "| decode ms | TFLOPs |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
         lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} ({fmt(s['share'], True)}) | {s['n']} | "
-                     f"{fmt(s['score'])} | {s['alloc_ms']:.1f} | {s['vision_ms']:.1f} | {s['prefill_ms']:.1f} | "
+                     f"{fmt_ci(s, 'score')} | {s['alloc_ms']:.1f} | {s['vision_ms']:.1f} | {s['prefill_ms']:.1f} | "
                      f"{s['decode_ms']:.1f} | {s['flops'] / 1e12:.4g} |")
     return "\n".join(lines)
 
@@ -164,7 +200,7 @@ def context_table(summary: Sequence[dict]) -> str:
         ref = full.get(s["dataset"], float("nan"))
         share = s["reading"] / ref if ref == ref and ref > 0 else float("nan")
         lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} | {s['compression']:.1f}x | {s['n']} | "
-                     f"{fmt(s['page_hit'], True)} | {fmt(s['coverage'], True)} | {fmt(s['reading'])} | "
+                     f"{fmt_ci(s, 'page_hit', True)} | {fmt_ci(s, 'coverage', True)} | {fmt_ci(s, 'reading')} | "
                      f"{fmt(share, True)} |")
     return "\n".join(lines)
 
