@@ -54,7 +54,7 @@ FIND_METHODS = ("full", "uniform_image", "arr")
 ALLOCATORS = ("full", "uniform_image", "random", "topk", "stratified", "patches", "patches_edges", "quadtree",
               "selector", "pruner")
 ALLOCATOR_TOKENS = ("10%", "25%")
-TITLES = {"funsd": "FUNSD forms", "sroie": "SROIE receipts", "coco": "COCO objects", "texlive": "LaTeX pages (unseen)"}
+TITLES = {"funsd": "FUNSD forms (printed keys)", "sroie": "SROIE receipts", "coco": "COCO objects", "texlive": "LaTeX pages (unseen)"}
 TEXT_DATASETS = ("funsd", "sroie", "texlive")  # the datasets with text to read (both readings)
 ALLOCATOR_DATASETS = ("funsd", "sroie", "coco")  # the allocator table of docs/allocators.md
 LOOK = ["look", "examples/receipt.jpg", "What is the total?", "--out", "out/receipt_arr.png", "--top", "4"]
@@ -388,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     run_all(runs(steps, args.limit, args.goal_limit), args.jobs)
     if "bench" in steps:
         subprocess.run([sys.executable, "benchmarks/bench_vlm.py"], cwd=ROOT, check=True)
+    if "allocators" in steps:  # report.md and allocators.png drawn from the summaries just written
+        subprocess.run([sys.executable, "benchmarks/run_allocators.py", "--from-summaries"], cwd=ROOT, check=True)
     for name, (docs, make) in BLOCKS.items():
         try:
             body = make(args)
