@@ -103,12 +103,16 @@ def main() -> None:
             result = "ok" if code == 0 else f"exit {code}: {last[:90]}"
             rows.append(f"| {name} | {path.stat().st_size / 1e6:.1f} MB | {mb:.0f} MB | {seconds:.0f} s | {result} |")
             print(rows[-1], flush=True)
+    write_report(rows, worst, floor, "memory.md", "bench_memory.py")
+
+def write_report(rows: list[str], worst: float, floor: float, name: str, script: str) -> None:
+    """Writes the table, its verdict against ``LIMIT_MB`` and the command that made it to results/NAME."""
     table = "\n".join(rows)
     verdict = (f"worst peak {worst:.0f} MB, limit {LIMIT_MB} MB: {'within' if worst < LIMIT_MB else 'OVER'} "
                f"(floor: `python -c pass` started from this script reads {floor:.0f} MB)")
-    out = ROOT / "benchmarks" / "results" / "memory.md"
+    out = ROOT / "benchmarks" / "results" / name
     out.parent.mkdir(parents=True, exist_ok=True)
-    made_by = f"made by: `python benchmarks/bench_memory.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`"
+    made_by = f"made by: `python benchmarks/{script}{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`"
     out.write_text(f"{made_by}\n\n{table}\n\n{verdict}\n")
     print(f"\n{table}\n\n{verdict}\nwritten {out}")
 

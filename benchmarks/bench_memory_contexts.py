@@ -11,13 +11,12 @@ Writes the table to ``benchmarks/results/memory_contexts.md`` and prints it.
 from __future__ import annotations
 
 import argparse
-import shlex
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench_memory import LIMIT_MB, ROOT, peak_of  # beside this script
+from bench_memory import peak_of, write_report  # beside this script
 from hostile_pdf import A4, raw_pdf, text_pdf
 
 QUESTION = "Where is section 7?"
@@ -63,15 +62,7 @@ def main() -> None:
             result = "ok" if code == 0 else f"exit {code}: `{last.replace(tmp, '...')[:110]}`"
             rows.append(f"| {name} | {mb:.0f} MB | {seconds:.0f} s | {result} |")
             print(rows[-1], flush=True)
-    table = "\n".join(rows)
-    verdict = (f"worst peak {worst:.0f} MB, limit {LIMIT_MB} MB: {'within' if worst < LIMIT_MB else 'OVER'} "
-               f"(floor: `python -c pass` started from this script reads {floor:.0f} MB)")
-    out = ROOT / "benchmarks" / "results" / "memory_contexts.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    made_by = f"made by: `python benchmarks/bench_memory_contexts.py{'' if len(sys.argv) < 2 else ' ' + shlex.join(sys.argv[1:])}`"
-    out.write_text(f"{made_by}\n\n{table}\n\n{verdict}\n")
-    print(f"\n{table}\n\n{verdict}\nwritten {out}")
-
+    write_report(rows, worst, floor, "memory_contexts.md", "bench_memory_contexts.py")
 
 if __name__ == "__main__":
     main()

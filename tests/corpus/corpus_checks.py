@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
 from typing import Any, Callable
 
 from arr_coc.cli import main
@@ -46,3 +47,21 @@ def assert_cli_outcome(code: int, stderr: str) -> None:
     assert code == 2, (code, stderr)
     last = stderr.strip().splitlines()[-1]  # after argparse's usage, or a library's log line
     assert last.startswith("arr-coc") and ": error: " in last, stderr
+
+
+def write_bar_pages(folder: Path, *, image_ids: bool) -> Path:
+    """Six 112 x 84 px pages with a black bar, two questions each, as ``folder/d.jsonl`` (ids optional)."""
+    import json
+
+    from PIL import Image, ImageDraw
+
+    lines = []
+    for i in range(6):
+        img = Image.new("L", (112, 84), 255)
+        ImageDraw.Draw(img).rectangle((8 + 6 * i, 20, 60 + 6 * i, 30), fill=0)
+        img.save(folder / f"p{i}.png")
+        for q, box in (("Where is the bar?", [8 + 6 * i, 20, 60 + 6 * i, 30]), ("And the corner?", [0, 0, 20, 20])):
+            record = {"image": f"p{i}.png", "question": q, "answer": "", "boxes": [box]}
+            lines.append(json.dumps({**record, "image_id": f"p{i}"} if image_ids else record))
+    (folder / "d.jsonl").write_text("\n".join(lines) + "\n")
+    return folder / "d.jsonl"

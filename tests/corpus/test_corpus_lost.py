@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from corpus_checks import outcome, run_cli
+from corpus_checks import outcome, run_cli, write_bar_pages
 from PIL import Image, ImageDraw
 
 from arr_coc.allocators.pruning import TokenPruner
@@ -26,17 +26,7 @@ MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfi
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> Path:
     """Six 112 x 84 px pages, two questions each, as JSONL."""
-    folder = tmp_path_factory.mktemp("lost")
-    lines = []
-    for i in range(6):
-        img = Image.new("L", (112, 84), 255)
-        ImageDraw.Draw(img).rectangle((8 + 6 * i, 20, 60 + 6 * i, 30), fill=0)
-        img.save(folder / f"p{i}.png")
-        for q, box in (("Where is the bar?", [8 + 6 * i, 20, 60 + 6 * i, 30]), ("And the corner?", [0, 0, 20, 20])):
-            lines.append(json.dumps({"image": f"p{i}.png", "question": q, "answer": "", "boxes": [box],
-                                     "image_id": f"p{i}"}))
-    (folder / "d.jsonl").write_text("\n".join(lines) + "\n")
-    return folder / "d.jsonl"
+    return write_bar_pages(tmp_path_factory.mktemp("lost"), image_ids=True)
 
 
 def train_argv(pages: Path, out: Path, *extra: str) -> list[str]:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from corpus_checks import assert_cli_outcome, outcome, run_cli
-from PIL import Image, ImageDraw
+from corpus_checks import assert_cli_outcome, outcome, run_cli, write_bar_pages
+from PIL import Image
 
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
@@ -30,16 +30,7 @@ SETTINGS = EvalSettings(methods=("topk", "random"), tokens=("25%", "50%"), reade
 @pytest.fixture(scope="module")
 def pages(tmp_path_factory) -> Path:
     """Six 112 x 84 px pages, two questions each, as JSONL (image ids left out: they default to the path)."""
-    folder = tmp_path_factory.mktemp("runs")
-    lines = []
-    for i in range(6):
-        img = Image.new("L", (112, 84), 255)
-        ImageDraw.Draw(img).rectangle((8 + 6 * i, 20, 60 + 6 * i, 30), fill=0)
-        img.save(folder / f"p{i}.png")
-        for q, box in (("Where is the bar?", [8 + 6 * i, 20, 60 + 6 * i, 30]), ("And the corner?", [0, 0, 20, 20])):
-            lines.append(json.dumps({"image": f"p{i}.png", "question": q, "answer": "", "boxes": [box]}))
-    (folder / "d.jsonl").write_text("\n".join(lines) + "\n")
-    return folder / "d.jsonl"
+    return write_bar_pages(tmp_path_factory.mktemp("runs"), image_ids=False)
 
 
 def arr(config: ARRConfig = MVP) -> ARR:
