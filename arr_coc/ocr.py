@@ -23,10 +23,10 @@ DET_LIMIT_SIDE_LEN = 960
 # wrong characters.
 TEXT_SCORE = 0.5
 # Recognition reads one line at a time (RapidOCR's default reads 6, each padded to the widest of the six).
-# On a dense US Letter page at 150 dpi (1275 x 1650 px, 49 lines) a batch of 6 wide lines took the process's
-# peak RSS 880 MB above its level before the call, one line at a time 280 MB (the detection's own peak), and
-# ran no slower; texts and boxes are identical on examples/receipt.jpg, form.jpg and photo.jpg and on that
-# page, confidences move by at most 0.05 (less padding), none across ``TEXT_SCORE`` (measured).
+# On a dense US Letter page at 150 dpi (1275 x 1650 px, 49 lines), in a process with RapidOCR alone, a batch
+# of 6 wide lines took the peak RSS 880 MB above its level before the call, one line at a time 280 MB (the
+# detection's own peak), and ran no slower; texts and boxes are identical on examples/receipt.jpg, form.jpg,
+# photo.jpg and that page, confidences move by at most 0.05 (less padding), none across 0.5 (measured).
 REC_BATCH_NUM = 1
 
 
