@@ -22,12 +22,6 @@ DET_LIMIT_SIDE_LEN = 960
 # RapidOCR's own default cut-off (``Global.text_score``) for a recognised text: below it a reading is mostly
 # wrong characters.
 TEXT_SCORE = 0.5
-# Recognition reads one line at a time (RapidOCR's default reads 6, each padded to the widest of the six).
-# On a dense US Letter page at 150 dpi (1275 x 1650 px, 49 lines), in a process with RapidOCR alone, a batch
-# of 6 wide lines took the peak RSS 880 MB above its level before the call, one line at a time 280 MB (the
-# detection's own peak), and ran no slower; texts and boxes are identical on examples/receipt.jpg, form.jpg,
-# photo.jpg and that page, confidences move by at most 0.05 (less padding), none across 0.5 (measured).
-REC_BATCH_NUM = 1
 
 
 def require_rapidocr(what: str, alternative: str = "") -> ModuleType:
@@ -67,9 +61,5 @@ def _engine(det_limit_side_len: int, text_score: float) -> Any:
         "Global.text_score": text_score,
         "Det.limit_type": "max",
         "Det.limit_side_len": det_limit_side_len,
-        "Rec.rec_batch_num": REC_BATCH_NUM,
-        # RapidOCR's own default, said here so the engine's memory does not hang on it: a CPU arena keeps every
-        # block it ever grew to, sized by the largest page read
-        "EngineConfig.onnxruntime.enable_cpu_mem_arena": False,
     }
     return require_rapidocr("OCR").RapidOCR(params=params)

@@ -8,8 +8,7 @@ Every case builds the server's page (``arr_coc.app.ui.build``: Gradio and its co
   to the caches), after 39.7-megapixel photo-sized pages, the largest the microscope takes;
 - ``PAGES@DPI``: one click of "Allocate over the context" (``ui.context_answer``) on a PDF of PAGES US Letter
   pages of dense text, at DPI;
-- ``PAGES@DPIimg``: the same pages rendered at DPI and uploaded as PNG images (no text layer: OCR reads them);
-- ``PAGES@DPIrun``: those PNG images uploaded one at a time, one click of "analyse" (the Run tab) each.
+- ``PAGES@DPIimg``: the same pages rendered at DPI and uploaded as PNG images (no text layer: OCR reads them).
 
 The process's peak RSS comes from ``os.wait4``; the resident set after each request from ``/proc/self/status``.
 With ``--server`` each case runs in a real ``arr-coc serve`` instead, driven over HTTP by ``gradio_client`` (the
@@ -20,7 +19,6 @@ uploads and outputs through Gradio as a browser sends them); its peak and reside
     python benchmarks/bench_server_memory.py --server --cases uploads 7@150 20@150 20@90 30@150 30@75 --large 0
     python benchmarks/bench_server_memory.py --cases uploads --uploads 3 --large 1 --channels mvp
     python benchmarks/bench_server_memory.py --cases 7@150 30@75  # contexts: PAGES@DPI
-    python benchmarks/bench_server_memory.py --cases 2@150img 1@150run  # pages read by OCR: a context, one Run
 """
 from __future__ import annotations
 
@@ -103,7 +101,7 @@ def serve(case: str, channels: str, query_encoder: str, paths: list[str]) -> Non
     with tempfile.TemporaryDirectory() as out:
         ui.build(scope, out)
         print(json.dumps({"request": "started", "rss_mb": rss_mb()}), flush=True)
-        if case == "uploads" or case.endswith("run"):
+        if case == "uploads":
             for n, path in enumerate(paths, 1):
                 def work(path: str = path, n: int = n) -> list:
                     (Path(out) / str(n)).mkdir()
@@ -170,7 +168,7 @@ def measure_server(case: str, paths: list[Path], channels: str, query_encoder: s
                 time.sleep(0.5)
         rows = [{"request": "started", "rss_mb": vm("VmRSS")}]
         client = Client(url, verbose=False)
-        if case == "uploads" or case.endswith("run"):
+        if case == "uploads":
             chosen = list(MVP_CHANNELS if channels == "mvp" else PIPELINE_CHANNELS)
             for path in paths:
                 out = client.predict(handle_file(str(path)), "What is the total?", DEFAULT_SACCADES, SamplerConfig.name,
@@ -204,7 +202,7 @@ def uploads_table(rows: list[dict], peak: float, n: int) -> list[str]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", nargs="+", default=["uploads"],
-                   help=f"uploads, contexts PAGES@DPI[img], Letter PNGs one Run each PAGES@DPIrun (default: %(default)s; the documented set: {' '.join(CASES)})")
+                   help=f"uploads and/or contexts PAGES@DPI[img] (default: %(default)s; the documented set: {' '.join(CASES)})")
     p.add_argument("--uploads", type=int, default=18, help="distinct pages of 1800 px and up (default 18)")
     p.add_argument("--large", type=int, default=3, help="distinct 39.7-megapixel pages (default 3)")
     p.add_argument("--channels", choices=("default", "mvp"), default="default")
@@ -232,14 +230,9 @@ def main() -> None:
                 rows, peak = run(case, paths, args.channels, args.query_encoder)
                 report += uploads_table(rows, peak, len(paths)) + [""]
                 continue
-            pages, dpi = case.removesuffix("img").removesuffix("run").split("@")
+            pages, dpi = case.removesuffix("img").split("@")
             pdf = letter_pdf(Path(tmp) / f"letter_{pages}.pdf", int(pages))
-            inputs = png_pages(pdf, float(dpi), Path(tmp)) if case.endswith(("img", "run")) else [pdf]
-            if case.endswith("run"):
-                rows, peak = run(case, inputs, args.channels, args.query_encoder)
-                report += [f"{pages} PNG images of Letter pages at {dpi} dpi, one Run each:", ""]
-                report += uploads_table(rows, peak, len(inputs)) + [""]
-                continue
+            inputs = png_pages(pdf, float(dpi), Path(tmp)) if case.endswith("img") else [pdf]
             rows, peak = run(case, inputs, args.channels, args.query_encoder)
             r = rows[-1]
             result = "ok" if r["status"].startswith("Done") else f"refused: `{r['status'].split(': ', 1)[1]}`"
