@@ -36,7 +36,11 @@ def test_bfloat16_matmul_is_wrong_under_the_limit_without_the_fix():
     """The negative control: what the fix guards against happens here (torch at 2 threads, OpenMP at 1)."""
     assert _python(["-c", MATMUL], None).stdout.split() == ["0"]
     wrong = int(_python(["-c", MATMUL], "1").stdout.split()[-1])
-    assert wrong >= 64  # measured: 128 of the 256 columns
+    # measured: 128 of the 256 columns on the kernels torch picks here; forced portable kernels (`make
+    # test-kernels`: ATen's default capability, oneDNN at SSE4.1, MKL's reproducible path) take another
+    # bfloat16 matmul that the limit does not break, so there the control may read 0
+    forced = [v for v in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR") if os.environ.get(v)]
+    assert wrong >= 64 or (forced and wrong == 0), (wrong, forced)
     assert _python(["-c", "import torch; torch.set_num_threads(1)\n" + MATMUL], "1").stdout.split() == ["0"]
 
 
