@@ -22,14 +22,13 @@ from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import pypdfium2 as pdfium
 import torch
 from PIL import Image
 
 from arr_coc.app.service import Microscope, Settings, check_question, read_upload
 from arr_coc.contexts import ContextAllocation, allocate_context
 from arr_coc.contexts.inputs import is_pdf
-from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI, open_pdf, page_indices
+from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI, page_geometry
 from arr_coc.viz import page_strip
 
 MAX_APP_PAGES = 30  # one request on a shared CPU; `arr-coc look --max-pages` takes more
@@ -51,25 +50,11 @@ def pdf_page_sizes(path: str | Path, pages: str | None, dpi: float) -> list[tupl
     """(page number, H, W) of each chosen page as PDFium would render it at ``dpi``; nothing is rendered.
 
     Raises:
-        ValueError: a page PDFium cannot load (a page tree naming pages that are not there), or any
-            :func:`~arr_coc.documents.pdf.open_pdf` / page-range error.
+        ValueError: what :func:`~arr_coc.documents.pdf.page_geometry` refuses (a page that cannot load, a bad
+            page range or file); the page sizes are checked by :func:`check_pixels`, against the microscope's bound.
     """
-    scale = dpi / 72.0
-    doc = open_pdf(path)
-    try:
-        out = []
-        for i in page_indices(len(doc), pages, Path(path).name):
-            try:
-                page = doc[i]
-            except pdfium.PdfiumError:
-                raise ValueError(f"page {i + 1} of {Path(path).name} cannot be loaded (its page tree names a page "
-                                 f"that is not there); choose other pages or repair the PDF") from None
-            w, h = page.get_size()
-            page.close()
-            out.append((i + 1, math.ceil(h * scale), math.ceil(w * scale)))
-    finally:
-        doc.close()
-    return out
+    idx, sizes, _, _ = page_geometry(path, pages, dpi, check_pixels=False)
+    return [(i + 1, h, w) for i, (h, w) in zip(idx, sizes)]
 
 
 def check_pixels(sizes: Sequence[tuple[int, int, int]], dpi: float | None) -> None:

@@ -302,10 +302,11 @@ def check_page_pixels(size: tuple[int, int], size_pt: tuple[float, float], dpi: 
                          f"to {fit_dpi(size_pt, MAX_PAGE_PIXELS):g} or less, or leave the page out with --pages")
 
 
-def page_geometry(path: Union[str, os.PathLike], pages: PageSpec, dpi: float) -> tuple[list[int], list[tuple[int, int]],
-                                                                                      list[tuple[float, float]], int]:
+def page_geometry(path: Union[str, os.PathLike], pages: PageSpec, dpi: float, check_pixels: bool = True
+                  ) -> tuple[list[int], list[tuple[int, int]], list[tuple[float, float]], int]:
     """The chosen pages' 0-based indices, rendered (H, W) at ``dpi`` and display sizes (w, h) in points, and the
-    document's page count: PDFium's page sizes, read without drawing anything."""
+    document's page count: PDFium's page sizes, read without drawing anything. ``check_pixels=False`` leaves
+    :data:`MAX_PAGE_PIXELS` to a caller with a bound (and an option to name) of its own."""
     if not 0 < dpi <= MAX_DPI:
         raise ValueError(f"dpi must be in (0, {MAX_DPI:g}], got {dpi:g}")
     doc = open_pdf(path)
@@ -317,7 +318,8 @@ def page_geometry(path: Union[str, os.PathLike], pages: PageSpec, dpi: float) ->
             sizes.append(_rendered_size(page, dpi))
             points.append(tuple(float(v) for v in page.get_size()))
             page.close()
-            check_page_pixels(sizes[-1], points[-1], dpi, str(path), i)
+            if check_pixels:
+                check_page_pixels(sizes[-1], points[-1], dpi, str(path), i)
         return idx, sizes, points, len(doc)
     finally:
         doc.close()
