@@ -150,17 +150,17 @@ class DecodeConfig:
             raise ValueError(f"stop strings must be non-empty text, got {list(self.stop)!r}")
 
 
-# The 11 query-blind channel groups (13 channels) of the MVP texture (arr_coc.texture registers them).
+# The 11 query-blind channel groups (13 channels) of the MVP texture (arr_coc.engine.texture registers them).
 MVP_CHANNELS: tuple[str, ...] = (
     "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
 )
 
 
 # A question, not a document, bounded in tokens: in the VLM's tokens where a VLM reads it (ask, the first
-# look), else in words and punctuation marks (arr_coc.query.count_tokens, a lower bound on any subword
+# look), else in words and punctuation marks (arr_coc.engine.query.count_tokens, a lower bound on any subword
 # tokenizer's count). The VLM prefills the question over its whole context, so its cost grows with the
 # question (a 100,000-character question took 19.6 GB); benchmark questions are under 40 tokens. The
-# first look reads attention from at most arr_coc.vlm.look.LOOK_TOKENS of them, whatever the limit.
+# first look reads attention from at most arr_coc.vlm.first_look.LOOK_TOKENS of them, whatever the limit.
 MAX_QUESTION_TOKENS = 128
 # The largest canvas area: 16384 tokens of 28 px (12.8 MP), Qwen2/2.5-VL's own processor maximum. The
 # texture grows with the area (< 0.5 GB at the default 1792 x 1792), about 2 GB here.

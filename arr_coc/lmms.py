@@ -54,7 +54,7 @@ OPTIONS = ("pretrained", "tokens", "saccades", "relevance", "mode", "layout", "a
 
 
 class ArrCoc(lmms):
-    """lmms-eval's view of :func:`arr_coc.vlm.ask` at a token budget (see the module docstring)."""
+    """lmms-eval's view of :func:`arr_coc.vlm.answer` at a token budget (see the module docstring)."""
 
     is_simple = True
 
@@ -62,9 +62,9 @@ class ArrCoc(lmms):
                  mode: str = "sparse", layout: str = "scaled", allocator: str = "arr", dtype: Any = None,
                  device: Any = None, batch_size: Any = 1, max_batch_size: Any = None, **unknown: Any) -> None:
         super().__init__()
-        from arr_coc.query import MiniLMQueryEncoder
+        from arr_coc.engine.query import MiniLMQueryEncoder
         from arr_coc.vlm import load_vlm
-        from arr_coc.vlm.ask import default_relevance
+        from arr_coc.vlm.answer import default_relevance
 
         if unknown:
             raise ValueError(f"arr_coc model_args: unknown {', '.join(sorted(unknown))}; known: {', '.join(OPTIONS)}")
@@ -85,7 +85,7 @@ class ArrCoc(lmms):
         self._arrs: dict[tuple[int, int] | None, Any] = {}  # one ARR per gestalt grid, built when first needed
 
     def _arr(self, grid: tuple[int, int] | None) -> Any:
-        from arr_coc.pipeline import ARR
+        from arr_coc.engine.pipeline import ARR
 
         if grid not in self._arrs:
             config = ARRConfig(gestalt=GestaltConfig(grid=grid))
@@ -98,7 +98,7 @@ class ArrCoc(lmms):
         if self.tokens is None:
             arr = self._arr(None)
             return arr, self.saccades or arr.config.sampler.saccades
-        from arr_coc.canvas import make_canvas
+        from arr_coc.engine.canvas import make_canvas
 
         canvas = self._arr(None).config.canvas
         c = make_canvas(image, cell=self.vlm.cell, min_pixels=canvas.min_pixels, max_pixels=canvas.max_pixels)
@@ -107,7 +107,7 @@ class ArrCoc(lmms):
         return self._arr(grid), k
 
     def answer(self, image: Any, question: str, max_new_tokens: int) -> Any:
-        """One :class:`arr_coc.vlm.ask.Answer` at this model's budget."""
+        """One :class:`arr_coc.vlm.answer.Answer` at this model's budget."""
         from arr_coc.vlm import ask
 
         arr, k = self._budget(image)

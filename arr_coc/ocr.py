@@ -1,6 +1,6 @@
 """The one RapidOCR engine factory (PP-OCR detection + recognition, ONNX models shipped in the wheel, offline).
 
-The text channels (``arr_coc.channels.text``) and the ``rapidocr`` reader of the evaluation
+The text channels (``arr_coc.engine.channels.text``) and the ``rapidocr`` reader of the evaluation
 (``arr_coc.eval.reading``) both build their engine here, so one set of options means the same engine and
 building it (two ONNX sessions) is paid once per process and options.
 """

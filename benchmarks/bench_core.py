@@ -22,20 +22,20 @@ import torch
 from seed_loops import nms_seed_loop, stratified_seed_loop, texture_seed_loop  # beside this script
 from tqdm import tqdm
 
-from arr_coc.canvas import make_canvas
-from arr_coc.extract import extract_gather, extract_grid_sample, extract_loop
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.relevance import ContextualScorer
-from arr_coc.samplers import nms_cells, stratified_cells, topk_cells
-from arr_coc.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells
+from arr_coc.engine.canvas import make_canvas
+from arr_coc.engine.extract import extract_gather, extract_grid_sample, extract_loop
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.relevance import ContextualScorer
+from arr_coc.engine.samplers import nms_cells, stratified_cells, topk_cells
+from arr_coc.engine.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def images(batch: int, size: int) -> list[torch.Tensor]:
     """The bundled receipt plus smooth noise photos-to-be: real structure at the requested size."""
-    from arr_coc.imageio import load_image
-    from arr_coc.imageops import resize
+    from arr_coc.engine.imageio import load_image
+    from arr_coc.engine.imageops import resize
 
     receipt = load_image(ROOT / "examples" / "receipt.jpg")
     g = torch.Generator().manual_seed(0)

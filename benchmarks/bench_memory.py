@@ -2,7 +2,7 @@
 
 Each image runs in its own process; its peak resident set (RSS high-water mark) comes from ``os.wait4``
 for that process. Linux counts in it the memory of the process that started it, so this script stays small
-(no torch; every test image is drawn in a process of its own) and reports that floor beside the table. The largest legal image is a square of ``arr_coc.imageio.MAX_IMAGE_PIXELS``
+(no torch; every test image is drawn in a process of its own) and reports that floor beside the table. The largest legal image is a square of ``arr_coc.engine.imageio.MAX_IMAGE_PIXELS``
 pixels (13377 x 13377); one more row is refused from the header. Writes the table to
 ``benchmarks/results/memory.md`` and prints it.
 
@@ -26,7 +26,7 @@ from PIL import Image, ImageDraw
 
 ROOT = Path(__file__).resolve().parents[1]
 # asked of a child process: importing arr_coc here would load torch into this (measuring) process
-MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.imageio import MAX_IMAGE_PIXELS as m; print(m)"],
+MAX_IMAGE_PIXELS = int(subprocess.run([sys.executable, "-c", "from arr_coc.engine.imageio import MAX_IMAGE_PIXELS as m; print(m)"],
                                       capture_output=True, text=True, check=True).stdout)
 
 LIMIT_MB = 2048  # what `look` may take on any image it accepts

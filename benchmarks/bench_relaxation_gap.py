@@ -8,7 +8,7 @@ each, and ``--maps`` random relevance maps per page: the answer cross-entropy of
   ``--temperature``, the training default);
 * candidates -- only the top 2K cells encoded sparse, scaled by the same soft weights,
 
-all with the gestalt of the evaluation's split of the tokens first (:func:`arr_coc.vlm.objective.relaxation_gap`).
+all with the gestalt of the evaluation's split of the tokens first (:func:`arr_coc.vlm.answer_loss.relaxation_gap`).
 Reported: mean gap (relaxation - exact), mean |gap|, and the Pearson correlation of relaxation and
 exact losses across the maps of one page (averaged over pages): a relaxation trains the scorer
 well when it ranks relevance maps as the exact path does. Random weights: the figures show how the
@@ -28,7 +28,7 @@ from tqdm import tqdm
 
 from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.vlm import load_vlm
-from arr_coc.vlm.objective import relaxation_gap
+from arr_coc.vlm.answer_loss import relaxation_gap
 
 ROOT = Path(__file__).resolve().parents[1]
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "llava")

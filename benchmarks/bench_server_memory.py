@@ -94,7 +94,7 @@ def serve(case: str, channels: str, query_encoder: str, paths: list[str]) -> Non
     from arr_coc.app import ui
     from arr_coc.app.service import Microscope, Settings, read_upload, render
     from arr_coc.config import MVP_CHANNELS, PIPELINE_CHANNELS
-    from arr_coc.query import HashingQueryEncoder
+    from arr_coc.engine.query import HashingQueryEncoder
 
     scope = Microscope(query_encoder=HashingQueryEncoder() if query_encoder == "hashing" else None)
     settings = Settings(channels=MVP_CHANNELS if channels == "mvp" else PIPELINE_CHANNELS)

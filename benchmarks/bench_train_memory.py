@@ -1,6 +1,6 @@
 """Memory and time of one scorer training step through a frozen real-size Qwen2.5-VL (random weights).
 
-One step of the answer objective (:func:`arr_coc.vlm.objective.answer_loss`) as ``arr-coc train
+One step of the answer objective (:func:`arr_coc.vlm.answer_loss.answer_loss`) as ``arr-coc train
 --objective vlm`` takes it: a learnable relevance map over one ``--size`` px page (1344 px = 48 x 48
 cells = 2304 full-resolution tokens), z-scored and soft-top-K'd at ``--tokens`` (the
 evaluation's gestalt + K split), the tokens scaled by those weights, the answer's cross-entropy,
@@ -83,8 +83,8 @@ def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: in
           tower_blocks: int = TOWER_BLOCKS) -> dict[str, Any]:
     """One training step in this process; what it measured."""
     from arr_coc.budget import budget_tokens, split_budget
-    from arr_coc.soft_topk import soft_topk
-    from arr_coc.vlm.objective import answer_loss, top_cells
+    from arr_coc.engine.soft_topk import soft_topk
+    from arr_coc.vlm.answer_loss import answer_loss, top_cells
     from arr_coc.vlm.qwen import Qwen25VLAdapter
     from arr_coc.vlm.tiny import tiny_tokenizer
 

@@ -15,7 +15,7 @@ each timed as allocation + vision + prefill, each run through the public stages 
   learned saliency; MiniLM) actually run on the page, then the tower encodes the gestalt and the K
   cells ARR chose, and the LLM prefills prefix, gestalt, saccades, question;
 * sparse, ``vlm`` relevance -- the tower encodes the gestalt; the LLM prefills prefix + gestalt and
-  reads the question over it (the first look, :mod:`arr_coc.vlm.look`); ARR's sampler picks K cells
+  reads the question over it (the first look, :mod:`arr_coc.vlm.first_look`); ARR's sampler picks K cells
   on that attention map; the tower encodes them and the LLM continues its cache with saccades +
   question. Its allocation is only the extra work: making the canvas, the question's forward, the
   attention read, the map and the sampler.
@@ -48,7 +48,7 @@ from qwen_3b import ROOT, build_model, choose_dtype, device_note, page, prompt_i
 from tqdm import tqdm
 
 from arr_coc.config import resolve_device
-from arr_coc.plan import Plan
+from arr_coc.engine.plan import Plan
 from arr_coc.vlm import VLMAdapter, allocate, decode, encode, prefill
 from arr_coc.vlm.cost import prefill_flops
 from arr_coc.vlm.generation import stage_ms, timed
@@ -61,8 +61,8 @@ COLUMNS = ("method", "visual tokens", "allocation (ms)", "vision (ms)", "prefill
 def arr_allocator(cell: int, size: int, channels: Sequence[str] | None, query_encoder: str) -> Any:
     """ARR as ``arr-coc ask`` builds it: the default channels (OCR included) unless ``channels`` is given."""
     from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-    from arr_coc.pipeline import ARR
-    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+    from arr_coc.engine.pipeline import ARR
+    from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
 
     encoder = HashingQueryEncoder() if query_encoder == "hashing" else MiniLMQueryEncoder().load()
     config = ARRConfig(canvas=CanvasConfig(cell=cell, max_pixels=max(size * size, CanvasConfig.max_pixels)),
@@ -79,7 +79,7 @@ def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str,
     (tower calls), ``prefill`` (LLM forwards that a single pass makes too, the first token's logits
     included). ``detail`` holds the allocation's own stages.
     """
-    from arr_coc.cache import ImageCache
+    from arr_coc.engine.cache import ImageCache
 
     grid = (image.shape[1] // adapter.cell, image.shape[2] // adapter.cell)
 
@@ -164,7 +164,7 @@ def flop_table(args: argparse.Namespace) -> list[dict[str, Any]]:
     allocation time on the page (measured, ``--repeats`` times, image cache emptied each time)."""
     from transformers import Qwen2_5_VLForConditionalGeneration
 
-    from arr_coc.cache import ImageCache
+    from arr_coc.engine.cache import ImageCache
 
     config = qwen25_vl_3b_config(tiny=args.tiny, layers=args.depth)
     with torch.device("meta"):

@@ -3,7 +3,7 @@
     python benchmarks/coc_page_reading.py --split test --pages 8
 
 Each page of the chosen split (rendered by PDFium at ``--dpi``, on the Qwen2.5-VL canvas of 28 px
-cells) is sent as one allocation method's :class:`arr_coc.plan.Plan` at several token counts; the
+cells) is sent as one allocation method's :class:`arr_coc.engine.plan.Plan` at several token counts; the
 OCR reader (Tesseract, :class:`arr_coc.eval.reading.TesseractReader`) reads the whole rendered view
 (:func:`arr_coc.eval.reading.render`: exactly what the VLM would see) and the reading is scored
 against the page's text layer:
@@ -42,11 +42,11 @@ from rapidfuzz.distance import Levenshtein
 from tqdm import tqdm
 
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan
-from arr_coc.canvas import make_canvas
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts import text_tokens
 from arr_coc.documents.corpus import documents
 from arr_coc.documents.pdf import read_pdf
+from arr_coc.engine.canvas import make_canvas
 from arr_coc.eval.reading import TesseractReader, render, rendered_tokens
 
 CELL = 28  # Qwen2/2.5-VL's token cell

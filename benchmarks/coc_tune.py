@@ -32,7 +32,7 @@ from arr_coc.documents.page import Context
 from arr_coc.documents.pdf import read_pdf
 from arr_coc.documents.questions import context_questions
 from arr_coc.documents.text_pages import TextLayout, render_text
-from arr_coc.imageops import paint_boxes
+from arr_coc.engine.imageops import paint_boxes
 
 CHANNELS = "rgb y x eccentricity edges edges_inv highpass lowpass saliency distance text_match key_value".split()
 

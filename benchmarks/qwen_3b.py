@@ -154,8 +154,8 @@ def device_note(device: torch.device) -> str:
 
 def page(size: int) -> torch.Tensor:
     """The bundled receipt resized to ``size`` x ``size`` px: [3, S, S] in [0, 1]."""
-    from arr_coc.imageio import load_image
-    from arr_coc.imageops import resize
+    from arr_coc.engine.imageio import load_image
+    from arr_coc.engine.imageops import resize
 
     return resize(load_image(ROOT / "examples" / "receipt.jpg"), (size, size))
 

@@ -26,10 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 from arr_coc.data.datasets import load_dataset  # noqa: E402
+from arr_coc.engine.pipeline import ARR  # noqa: E402
 from arr_coc.eval.report import pivot_table, summarize, write_reports  # noqa: E402
 from arr_coc.eval.run import METHODS, EvalSettings, evaluate  # noqa: E402
 from arr_coc.eval.store import RowStore  # noqa: E402
-from arr_coc.pipeline import ARR  # noqa: E402
 from arr_coc.train import TrainConfig, train  # noqa: E402
 
 DATASETS = ("funsd", "sroie", "coco")

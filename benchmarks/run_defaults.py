@@ -41,10 +41,10 @@ def run(dataset: str, limit: int, candidates: tuple[str, ...], out: Path, made_b
     torch.set_num_threads(1)  # one core per dataset process (a script's own process, not library code)
     from arr_coc.config import ARRConfig
     from arr_coc.data.datasets import load_dataset
+    from arr_coc.engine.pipeline import ARR
     from arr_coc.eval.report import write_reports
     from arr_coc.eval.run import EvalSettings, evaluate
     from arr_coc.eval.store import requested
-    from arr_coc.pipeline import ARR
     from arr_coc.weights import PACKAGED
 
     records = load_dataset(dataset, split="val", limit=None if dataset == "coco" else limit, seed=0)

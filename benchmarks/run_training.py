@@ -26,14 +26,14 @@ from tqdm import tqdm
 ROOT = Path(__file__).resolve().parents[1]
 
 from arr_coc.allocators.methods import build_samplers  # noqa: E402
-from arr_coc.canvas import make_canvas  # noqa: E402
 from arr_coc.config import ARRConfig, ScorerConfig  # noqa: E402
 from arr_coc.data.datasets import load_dataset, split_of  # noqa: E402
+from arr_coc.engine.canvas import make_canvas  # noqa: E402
+from arr_coc.engine.pipeline import ARR  # noqa: E402
 from arr_coc.eval.reading import READERS  # noqa: E402
 from arr_coc.eval.report import markdown_table, pivot_table, plot_summary, summarize  # noqa: E402
 from arr_coc.eval.run import EvalSettings, allocation_rows  # noqa: E402
 from arr_coc.eval.store import RowStore  # noqa: E402
-from arr_coc.pipeline import ARR  # noqa: E402
 from arr_coc.train import TrainConfig, hard_metrics, train  # noqa: E402
 from arr_coc.train.features import build_examples, collate  # noqa: E402
 

@@ -20,14 +20,14 @@ import torch
 from tqdm import tqdm
 
 from arr_coc.allocators.methods import build_samplers
-from arr_coc.canvas import make_canvas
 from arr_coc.config import ARRConfig, ScorerConfig
 from arr_coc.data.datasets import load_dataset
+from arr_coc.engine.canvas import make_canvas
+from arr_coc.engine.pipeline import ARR
 from arr_coc.eval.reading import READERS
 from arr_coc.eval.report import pivot_table, summarize
 from arr_coc.eval.run import EvalSettings, allocation_rows
 from arr_coc.eval.store import RowStore
-from arr_coc.pipeline import ARR
 from arr_coc.train.features import build_examples, collate
 from arr_coc.weights import refuse_leakage
 

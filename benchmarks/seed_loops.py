@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from kornia.filters import gaussian_blur2d, laplacian, sobel
 
-from arr_coc.texture import compute_texture
+from arr_coc.engine.texture import compute_texture
 
 
 def _norm(x: torch.Tensor) -> torch.Tensor:

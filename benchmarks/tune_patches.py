@@ -21,10 +21,10 @@ import torch
 from tqdm import tqdm
 
 from arr_coc.data.datasets import load_dataset
+from arr_coc.engine.pipeline import ARR
 from arr_coc.eval.reading import READERS
 from arr_coc.eval.run import EvalSettings, allocation_rows
 from arr_coc.eval.store import RowStore
-from arr_coc.pipeline import ARR
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -75,7 +75,7 @@ def test_the_check_catches_each_kind_of_violation():
         "from arr_coc.eval.harness import EvalSettings, _done_keys\n"
         "from arr_coc._internal import thing\n"
         "import arr_coc.vlm._impl as impl\n"
-        "from arr_coc import texture\n"
+        "from arr_coc.engine import texture\n"
         "texture._pool(1)\n"
         "from other import _fine\n"
         "from arr_coc import __version__\n"
@@ -90,7 +90,7 @@ def test_the_check_catches_each_kind_of_violation():
 
 
 def test_public_imports_pass():
-    source = "from arr_coc.texture import compute_texture\nimport arr_coc\nprint(arr_coc.ARR, compute_texture.__doc__)\n"
+    source = "from arr_coc.engine.texture import compute_texture\nimport arr_coc\nprint(arr_coc.ARR, compute_texture.__doc__)\n"
     assert violations(source) == []
 
 

@@ -1,4 +1,4 @@
-"""Tests for arr_coc.canvas: smart_resize, make_canvas (loading itself: test_imageio.py)."""
+"""Tests for arr_coc.engine.canvas: smart_resize, make_canvas (loading itself: test_imageio.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from PIL import Image
 from tolerances import CANVAS, assert_close_reduction
 
-from arr_coc.canvas import MAX_PIXELS, MIN_PIXELS, Canvas, make_canvas, smart_resize
+from arr_coc.engine.canvas import MAX_PIXELS, MIN_PIXELS, Canvas, make_canvas, smart_resize
 
 # --- smart_resize ---------------------------------------------------------------------------------
 

@@ -6,9 +6,9 @@ import torch
 from tolerances import ARR_MAP, assert_close_reduction
 
 from arr_coc.config import MVP_CHANNELS, ARRConfig, SamplerConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.samplers import SAMPLERS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.samplers import SAMPLERS
 
 Q = "What is the total?"
 K = 20

@@ -1,4 +1,4 @@
-"""Tests for arr_coc.extract: the three pixel extractors agree, features slice, patches paste back."""
+"""Tests for arr_coc.engine.extract: the three pixel extractors agree, features slice, patches paste back."""
 from __future__ import annotations
 
 import pytest
@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_close_reduction
 
-from arr_coc.extract import (
+from arr_coc.engine.extract import (
     EXTRACTORS,
     extract_gather,
     extract_grid_sample,

@@ -4,7 +4,7 @@ import torch.nn.functional as F
 from tolerances import assert_close_reduction
 
 from arr_coc.config import GestaltConfig
-from arr_coc.gestalt import PooledGestaltEncoder, adaptive_pool_matrix, pooled_gestalt
+from arr_coc.engine.gestalt import PooledGestaltEncoder, adaptive_pool_matrix, pooled_gestalt
 
 
 def test_pooled_gestalt_equals_adaptive_avg_pool_on_an_unpadded_image():

@@ -1,4 +1,4 @@
-"""Tests for arr_coc.imageio: loading any image (file, PIL, numpy, tensor) to [3, H, W] in [0, 1]."""
+"""Tests for arr_coc.engine.imageio: loading any image (file, PIL, numpy, tensor) to [3, H, W] in [0, 1]."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from arr_coc.imageio import load_image
+from arr_coc.engine.imageio import load_image
 
 W, H = 5, 3  # PIL sizes are (width, height); non-square so a swapped axis shows
 

@@ -134,8 +134,8 @@ def test_the_question_limit_is_one_constant_and_can_be_raised(receipt, capsys):
     from arr_coc.app import service
     from arr_coc.cli import main
     from arr_coc.config import MAX_QUESTION_TOKENS, ARRConfig, SamplerConfig, TextureConfig
-    from arr_coc.pipeline import ARR
-    from arr_coc.query import HashingQueryEncoder
+    from arr_coc.engine.pipeline import ARR
+    from arr_coc.engine.query import HashingQueryEncoder
 
     assert service.MAX_QUESTION_TOKENS is MAX_QUESTION_TOKENS == 128  # the app and the library agree
     with pytest.raises(ValueError, match="^the question has 129 words and punctuation marks; keep it to 128$"):
@@ -161,8 +161,8 @@ def test_the_question_limit_is_one_constant_and_can_be_raised(receipt, capsys):
 def test_the_vlm_path_counts_the_question_in_its_own_tokens(relevance):
     """60 long words pass the word count (60) but are 1499 tokens of the tiny model's character tokenizer."""
     from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
-    from arr_coc.pipeline import ARR
-    from arr_coc.query import HashingQueryEncoder, count_tokens
+    from arr_coc.engine.pipeline import ARR
+    from arr_coc.engine.query import HashingQueryEncoder, count_tokens
     from arr_coc.vlm import ask, load_vlm
 
     adapter = load_vlm("tiny:qwen2_5_vl")
@@ -179,7 +179,7 @@ def test_the_vlm_path_counts_the_question_in_its_own_tokens(relevance):
 
 LOOK = """
 import sys, torch
-import arr_coc.vlm.look as look
+import arr_coc.vlm.first_look as look
 from arr_coc.vlm import load_vlm, stages
 if sys.argv[1] == "unbounded":
     look.LOOK_TOKENS = 10**9
@@ -197,7 +197,7 @@ print(tuple(seen.attention[0].shape), (peak_kb() - base) // 1024)
 
 def test_the_first_look_reads_attention_from_a_bounded_number_of_question_tokens():
     """A 4015-token question: the read is [layers, heads, 64, G], and the look's peak far below the unbounded read's."""
-    from arr_coc.vlm.look import LOOK_TOKENS
+    from arr_coc.vlm.first_look import LOOK_TOKENS
 
     bounded, unbounded = (_python(["-c", LOOK, which], None).stdout.split(")") for which in ("bounded", "unbounded"))
     assert bounded[0] == f"(2, 2, {LOOK_TOKENS}, 16" and unbounded[0] == "(2, 2, 4015, 16"
@@ -255,9 +255,9 @@ def test_method_vlm_without_a_first_look_is_refused_in_eval_as_in_ask(tmp_path):
     from dataclasses import replace
 
     from arr_coc.config import ARRConfig, CanvasConfig
+    from arr_coc.engine.pipeline import ARR
+    from arr_coc.engine.query import HashingQueryEncoder
     from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm
-    from arr_coc.pipeline import ARR
-    from arr_coc.query import HashingQueryEncoder
     from arr_coc.vlm import ask, load_vlm
 
     llava = load_vlm("tiny:llava")

@@ -87,7 +87,7 @@ def test_the_model_is_registered_through_lmms_evals_entry_point_group():
 
 def test_lmms_eval_answers_every_sample_at_the_budget(task_dir: Path):
     from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
     from arr_coc.vlm import ask, load_vlm
 
     env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "HF_DATASETS_OFFLINE": "1",
@@ -106,7 +106,7 @@ def test_lmms_eval_answers_every_sample_at_the_budget(task_dir: Path):
     (samples_file,) = (task_dir / "out").rglob("*_samples_docvqa_fixture.jsonl")
     samples = sorted((json.loads(line) for line in samples_file.read_text().splitlines()), key=lambda s: s["doc_id"])
     assert [s["doc_id"] for s in samples] == [0, 1, 2]
-    # each answer is the one arr_coc.vlm.ask gives alone at the same split of the budget: 4 x 4 gestalt + 32 saccades
+    # each answer is the one arr_coc.vlm.answer gives alone at the same split of the budget: 4 x 4 gestalt + 32 saccades
     adapter = load_vlm("tiny:qwen2_5_vl")
     arr = ARR(ARRConfig(canvas=CanvasConfig(cell=28), gestalt=GestaltConfig(grid=(4, 4))))
     other = ARR(ARRConfig(canvas=CanvasConfig(cell=28), gestalt=GestaltConfig(grid=(6, 6))))

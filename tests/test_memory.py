@@ -16,9 +16,9 @@ import torch
 from conftest import ROOT
 from PIL import Image
 
-from arr_coc import imageio
-from arr_coc.cache import ImageCache, nbytes
-from arr_coc.imageio import MAX_IMAGE_PIXELS, decode_pil
+from arr_coc.engine import imageio
+from arr_coc.engine.cache import ImageCache, nbytes
+from arr_coc.engine.imageio import MAX_IMAGE_PIXELS, decode_pil
 from benchmarks.large_png import write_png
 
 SIDE = math.isqrt(MAX_IMAGE_PIXELS)  # 13377: the largest legal square

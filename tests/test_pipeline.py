@@ -4,11 +4,11 @@ from PIL import Image
 from tolerances import ARR_MAP, CANVAS, assert_close_reduction
 
 from arr_coc.config import PIPELINE_CHANNELS, ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
-from arr_coc.extract import extract_loop
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.extract import extract_loop
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.samplers import SAMPLERS
+from arr_coc.engine.texture import MVP_CHANNELS
 
 STAGES = {"canvas", "texture", "gestalt", "query", "scoring", "selection", "extraction"}
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 from tolerances import assert_close_reduction
 
-from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.registry import Registry
 
 

@@ -2,7 +2,7 @@ import pytest
 import torch
 from tolerances import ARR_MAP, SCORER, assert_close_reduction, assert_far, reduction_atol
 
-from arr_coc.relevance import SCORERS, ContextualScorer, MVPScorer, standardize
+from arr_coc.engine.relevance import SCORERS, ContextualScorer, MVPScorer, standardize
 
 NAMES = ["rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance"]
 LAYOUT = {}
@@ -181,7 +181,7 @@ def test_part_scale_refuses_anything_but_three_non_negative_numbers(bad):
 
 
 def test_where_basis_spans_each_images_valid_cells_so_padding_changes_nothing():
-    from arr_coc.relevance import WHERE_COLS, WHERE_ROWS, where_basis
+    from arr_coc.engine.relevance import WHERE_COLS, WHERE_ROWS, where_basis
 
     alone = where_basis(torch.ones(1, 4, 6, dtype=torch.bool))
     padded_valid = torch.zeros(2, 7, 9, dtype=torch.bool)
@@ -199,7 +199,7 @@ def test_where_basis_spans_each_images_valid_cells_so_padding_changes_nothing():
 
 
 def test_where_prior_is_off_until_trained_and_then_moves_the_map_where_the_query_says():
-    from arr_coc.relevance import WHERE_ROWS, where_basis
+    from arr_coc.engine.relevance import WHERE_ROWS, where_basis
 
     s = ContextualScorer(LAYOUT)
     tex, q, g, valid = inputs()
@@ -218,7 +218,7 @@ def test_where_prior_is_off_until_trained_and_then_moves_the_map_where_the_query
 
 
 def test_where_prior_receives_gradient_through_the_soft_topk():
-    from arr_coc.soft_topk import soft_topk
+    from arr_coc.engine.soft_topk import soft_topk
 
     s = ContextualScorer(LAYOUT)
     tex, q, g, valid = inputs()

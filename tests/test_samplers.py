@@ -1,4 +1,4 @@
-"""Specification tests for arr_coc.samplers: every registered sampler keeps the budget contract."""
+"""Specification tests for arr_coc.engine.samplers: every registered sampler keeps the budget contract."""
 from __future__ import annotations
 
 import pytest
@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_close_reduction
 
-from arr_coc.learned_samplers import PseudoLogPolarSampler
-from arr_coc.samplers import (
+from arr_coc.engine.learned_samplers import PseudoLogPolarSampler
+from arr_coc.engine.samplers import (
     SAMPLERS,
     allocate_quotas,
     coarsen_grid,

@@ -1,4 +1,4 @@
-"""Specification tests for arr_coc.soft_topk: exact-K soft weights, honest gradients, smooth coverage."""
+"""Specification tests for arr_coc.engine.soft_topk: exact-K soft weights, honest gradients, smooth coverage."""
 from __future__ import annotations
 
 import pytest
@@ -7,8 +7,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_close_reduction, assert_far
 
-from arr_coc.samplers import topk_cells
-from arr_coc.soft_topk import coverage_loss, soft_topk, standardized_soft_topk
+from arr_coc.engine.samplers import topk_cells
+from arr_coc.engine.soft_topk import coverage_loss, soft_topk, standardized_soft_topk
 
 
 @settings(max_examples=50, deadline=None)

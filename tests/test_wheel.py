@@ -75,8 +75,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dic
 
 def test_the_package_comes_from_the_wheel_and_its_requirements_are_met(installed):
     bin_dir, elsewhere, env = installed
-    out = run(bin_dir / "python", "-c", "import json, os, sys, arr_coc, arr_coc.weights.registry as r; "
-              "from arr_coc.channels.objects import CLASS_NAMES_FILE, imagenet_class_names as names; "
+    out = run(bin_dir / "python", "-c", "import json, os, sys, arr_coc, arr_coc.weights.catalog as r; "
+              "from arr_coc.engine.channels.objects import CLASS_NAMES_FILE, imagenet_class_names as names; "
               "print(arr_coc.__file__); print(r.PACKAGED); print(json.dumps([os.path.realpath(p) for p in sys.path])); "
               "print(CLASS_NAMES_FILE, len(names()), names()[281])", cwd=elsewhere, env=env).splitlines()
     venv = bin_dir.parent

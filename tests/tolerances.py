@@ -155,16 +155,16 @@ _LOSS = VLM_TOWER + VLM_LANGUAGE + [128, 128, 16]
 VLM_LOSS = dict(reduction_len=_LOSS)
 VLM_LOSS_GRAD = dict(reduction_len=2 * _LOSS)
 
-# The ARR pipeline's relevance map (arr_coc/pipeline.py): the canvas resize (at most 8 x 8 taps), grey, a 3 x 3
+# The ARR pipeline's relevance map (arr_coc/engine/pipeline.py): the canvas resize (at most 8 x 8 taps), grey, a 3 x 3
 # filter, pooling 784 pixels to a cell, standardisation over the cells of the largest page the tests allocate
 # (the receipt's 1855 cells: mean, variance), the query projection (384), the linear heads over the channels
 # (fewer than 64) and the mix of 3 parts
 _ARR = [64, 3, 9, 784, 2048, 2048, 384, 64, 3]
 ARR_MAP = dict(reduction_len=_ARR)
-# The scorers (arr_coc/relevance.py) on the tests' inputs: the longest sum the query projection's 384 inputs;
+# The scorers (arr_coc/engine/relevance.py) on the tests' inputs: the longest sum the query projection's 384 inputs;
 # depth: the query projection, the linear heads, standardisation (mean, variance), the context softmax, the mix
 SCORER = dict(reduction_len=384, depth=6)
-# The texture channels (arr_coc/texture.py) of the tests' 24 x 20 images: the longest sum the saliency's FFT over
+# The texture channels (arr_coc/engine/texture.py) of the tests' 24 x 20 images: the longest sum the saliency's FFT over
 # all 480 pixels; depth: grey, area resize, FFT, log amplitude, its box blur, inverse FFT, power, 7 x 7 blur, the
 # per-image normalisation, and the 28 px pooling to cells
 TEXTURE = dict(reduction_len=512, depth=10)

@@ -3,7 +3,7 @@
 Every way of placing tokens that ``arr-coc eval`` (both readers), the app and the VLM path offer is an
 entry of :data:`METHODS`. A method reads a :class:`MethodInputs` (one image's canvas, the question's
 relevance and embedding, the run's samplers, the trained allocators' maps, the VLM's first look, a
-seed, options) and a total token count T, and returns a :class:`arr_coc.plan.Plan` (or None where it
+seed, options) and a total token count T, and returns a :class:`arr_coc.engine.plan.Plan` (or None where it
 has nothing to send at T: a quadtree below its starting tiling, a trained allocator without weights).
 
 Each method declares what it needs instead of callers probing it:
@@ -36,9 +36,9 @@ from arr_coc.allocators.patching import (
     edge_density,
 )
 from arr_coc.budget import split_budget
-from arr_coc.plan import Plan
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.samplers import SAMPLERS, select, topk_cells
 from arr_coc.registry import Registry
-from arr_coc.samplers import SAMPLERS, select, topk_cells
 
 SOURCES = ("none", "scorer", "edges", "learned", "vlm")
 
@@ -124,7 +124,7 @@ def _cells_plan(name: str, inputs: MethodInputs, grid: tuple[int, int], sel: Any
 
 @dataclass(frozen=True)
 class SamplerMethod:
-    """Gestalt + K one-cell saccades from a sampler of :data:`arr_coc.samplers.SAMPLERS` on a map.
+    """Gestalt + K one-cell saccades from a sampler of :data:`arr_coc.engine.samplers.SAMPLERS` on a map.
 
     ``sampler`` None: the ARR's configured sampler, seeded as ``ARR.forward`` seeds it (what ``look``,
     ``ask`` and ``ARR()`` send); a name: that sampler of the run, seeded per record. ``encoding``

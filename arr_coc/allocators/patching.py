@@ -1,6 +1,6 @@
 """Adaptive patching: allocators whose tokens stand for 1x, 2x, 4x ... squares of cells under a token budget.
 
-A sampler (`arr_coc.samplers`) spends one token per cell. Here one token may cover a size x size square of
+A sampler (`arr_coc.engine.samplers`) spends one token per cell. Here one token may cover a size x size square of
 cells, resized to one cell: coarse where little happens, fine where the saliency is. Two families:
 `saliency_patches` (greedy non-overlapping squares, exactly K) and `quadtree_patches` (hierarchical
 splits of a tiling of the image, at most K). Plus what batching variable token counts needs
@@ -24,9 +24,9 @@ from kornia.color import rgb_to_grayscale
 from kornia.filters import sobel
 from torch import Tensor
 
-from arr_coc.imageops import resize, shrink_squares  # noqa: F401  (shrink_squares re-exported for the allocators' users)
+from arr_coc.engine.imageops import resize, shrink_squares  # noqa: F401  (shrink_squares re-exported for the allocators' users)
+from arr_coc.engine.samplers import check_budget, shift_nonnegative, valid_extent
 from arr_coc.registry import Registry
-from arr_coc.samplers import check_budget, shift_nonnegative, valid_extent
 
 # A pixel is a strong edge at a normalised Sobel magnitude >= 0.05, a 10 % contrast step (a full black/white
 # step gives 0.5): ink on paper and object borders pass, JPEG noise and soft shading (1-2 %) do not.

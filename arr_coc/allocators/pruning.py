@@ -20,8 +20,8 @@ import torch
 from torch import Tensor, nn
 
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
-from arr_coc.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
-from arr_coc.soft_topk import standardized_soft_topk
+from arr_coc.engine.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
+from arr_coc.engine.soft_topk import standardized_soft_topk
 from arr_coc.weights import LEARNED_FORMAT, is_name, load_learned, pretrained_path, save_folder
 
 
@@ -174,7 +174,7 @@ class PatchSelector(Pretrained, nn.Module):
         """Importance grid `[B, Hc, Wc]`, -inf on invalid cells (so no top-K can pick padding)."""
         if pixels.ndim != 4 or pixels.shape[1] != 3 or pixels.shape[2] % self.cell or pixels.shape[3] % self.cell:
             raise ValueError(f"pixels must be [B, 3, H, W] with H, W multiples of cell={self.cell}, got "
-                             f"{tuple(pixels.shape)}; build them with arr_coc.canvas.make_canvas(cell={self.cell})")
+                             f"{tuple(pixels.shape)}; build them with arr_coc.engine.canvas.make_canvas(cell={self.cell})")
         b, _, h, w = pixels.shape
         if valid is not None and (valid.shape != (b, h // self.cell, w // self.cell) or valid.dtype != torch.bool):
             raise ValueError(f"valid must be bool [{b}, {h // self.cell}, {w // self.cell}], "

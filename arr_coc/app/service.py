@@ -18,9 +18,7 @@ from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
-from arr_coc.app import views
-from arr_coc.cache import ImageCache
-from arr_coc.canvas import load_bounded
+from arr_coc.app import panels as views
 from arr_coc.config import (
     DEFAULT_SACCADES,
     MAX_NEW_TOKENS,
@@ -32,11 +30,13 @@ from arr_coc.config import (
     ScorerConfig,
     TextureConfig,
 )
+from arr_coc.engine.cache import ImageCache
+from arr_coc.engine.canvas import load_bounded
+from arr_coc.engine.imageops import to_hwc_uint8
+from arr_coc.engine.pipeline import ARR, Allocation, Scene
+from arr_coc.engine.query import QueryEncoder, count_tokens
+from arr_coc.engine.views import foveated_view, gestalt_view
 from arr_coc.errors import UserError
-from arr_coc.imageops import to_hwc_uint8
-from arr_coc.pipeline import ARR, Allocation, Scene
-from arr_coc.query import QueryEncoder, count_tokens
-from arr_coc.views import foveated_view, gestalt_view
 from arr_coc.viz import tokens_per_region
 from arr_coc.weights import atomic_write
 
@@ -131,7 +131,7 @@ class Result:
 def read_upload(path: str | Path, max_pixels: int = MAX_UPLOAD_PIXELS) -> Tensor:
     """An uploaded file as a [3, H, W] image, refusing non-images and decompression bombs before decoding.
 
-    Decoded as files are, no larger than the largest canvas needs (:func:`arr_coc.canvas.load_bounded`).
+    Decoded as files are, no larger than the largest canvas needs (:func:`arr_coc.engine.canvas.load_bounded`).
 
     >>> import tempfile, os
     >>> f = tempfile.NamedTemporaryFile(suffix=".png", delete=False); _ = f.write(b"not an image"); f.close()
@@ -194,7 +194,7 @@ class Microscope:
 
     def __init__(self, query_encoder: QueryEncoder | None = None, vlm: Any = None,
                  max_new_tokens: int = MAX_NEW_TOKENS) -> None:
-        from arr_coc.query import MiniLMQueryEncoder
+        from arr_coc.engine.query import MiniLMQueryEncoder
 
         self.query_encoder = query_encoder or MiniLMQueryEncoder().load()
         self.vlm = vlm

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import gradio as gr
 
-from arr_coc.app.context import ContextView, context_request, release_memory
+from arr_coc.app.context_tab import ContextView, context_request, release_memory
 from arr_coc.app.service import (
     PARTS,
     PRESETS,
@@ -31,7 +31,7 @@ from arr_coc.app.service import (
 )
 from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI
-from arr_coc.texture import CHANNELS
+from arr_coc.engine.texture import CHANNELS
 
 EXAMPLES = resources.files("arr_coc") / "examples"  # package data: the wheel carries the bundled images
 EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is the date of the request?",
@@ -91,7 +91,7 @@ def context_answer(scope: Microscope, n: int, paths: list[str] | None, question:
                    pages: str | None, dpi: Any = DEFAULT_DPI) -> list[Any]:
     """Request ``n`` of the context tab: [status, summary, strip, page number opened, that page, the session's view].
 
-    The view (:class:`~arr_coc.app.context.ContextView`) is all that stays; an error leaves the views as they were.
+    The view (:class:`~arr_coc.app.context_tab.ContextView`) is all that stays; an error leaves the views as they were.
     """
     start = time.perf_counter()
 

@@ -20,7 +20,7 @@ HELP = "answer a question with a frozen VLM fed gestalt + saccades"
 
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.vlm import LAYOUTS, MODES
-    from arr_coc.vlm.ask import RELEVANCE_SOURCES, allocators
+    from arr_coc.vlm.answer import RELEVANCE_SOURCES, allocators
 
     p = command("ask", [opt.context_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
                 description="Allocate K saccades, encode gestalt + saccades with the VLM's own vision tower at "
@@ -56,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, ScorerConfig
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
     from arr_coc.vlm import ask as answer
     from arr_coc.vlm import load_vlm
-    from arr_coc.vlm.ask import default_relevance, refuse_total_tokens
+    from arr_coc.vlm.answer import default_relevance, refuse_total_tokens
     from arr_coc.vlm.generation import from_decode
 
     if args.tokens is not None and args.no_gestalt:
@@ -141,9 +141,9 @@ def run_context(args: argparse.Namespace) -> int:
     from arr_coc.budget import budget_tokens
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.contexts import allocate_context, open_context
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
     from arr_coc.vlm import load_vlm
-    from arr_coc.vlm.ask import refuse_total_tokens
+    from arr_coc.vlm.answer import refuse_total_tokens
     from arr_coc.vlm.context import read_context
 
     refused = [flag for flag, on in (("--mode " + args.mode, args.mode != "sparse"), ("--no-gestalt", args.no_gestalt),

@@ -178,7 +178,7 @@ def write_summary(jsonl: Path, **kw: Any) -> tuple[Path, Path, Path]:
 def _arr(args: argparse.Namespace) -> tuple[Any, Any]:
     """The ARR the command line describes (canvas, channels, scorer, sampler, question encoder) and its config."""
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
 
     config = ARRConfig(canvas=opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS),
                        texture=opt.texture_config(args.channels, args.clip_model),
@@ -306,6 +306,7 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
     import re
     from dataclasses import replace
 
+    from arr_coc.engine.pipeline import ARR
     from arr_coc.eval.vlm_reader import (
         DEFAULT_METHODS,
         DEFAULT_TOKENS,
@@ -313,7 +314,6 @@ def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any
         evaluate_vlm,
         rank_device,
     )
-    from arr_coc.pipeline import ARR
     from arr_coc.vlm import load_vlm
     from arr_coc.weights import refuse_leakage
 

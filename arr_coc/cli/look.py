@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig, check_int
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
     from arr_coc.viz import plot_allocation
 
     check_int("top", args.top, 0)
@@ -161,7 +161,7 @@ def run_context(args: argparse.Namespace) -> int:
 
     from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.contexts import allocate_context, check_context
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
     from arr_coc.viz import plot_context
 
     if args.gestalt is not None:

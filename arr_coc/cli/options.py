@@ -137,9 +137,9 @@ def add_renamed(parser: argparse.ArgumentParser, command: str) -> None:
 
 def registered() -> str:
     """The registered names, for the help's epilog."""
-    from arr_coc.relevance import SCORERS
-    from arr_coc.samplers import SAMPLERS
-    from arr_coc.texture import CHANNELS
+    from arr_coc.engine.relevance import SCORERS
+    from arr_coc.engine.samplers import SAMPLERS
+    from arr_coc.engine.texture import CHANNELS
     from arr_coc.vlm import ADAPTERS, LAYOUTS, MODES
 
     return (f"samplers: {', '.join(SAMPLERS.names())}\n"
@@ -240,7 +240,7 @@ def text_layout(args: argparse.Namespace) -> Any:
 def check_question(args: argparse.Namespace) -> None:
     """The question and its length limit, checked before anything loads (the library checks the same way)."""
     from arr_coc.config import check_int
-    from arr_coc.query import check_queries
+    from arr_coc.engine.query import check_queries
 
     check_queries([args.question], 1, check_int("--max-question-tokens", args.max_question_tokens))
 
@@ -333,7 +333,7 @@ def texture_config(channels: Sequence[str] | None, clip_model: str | None = None
 
 def query_encoder(args: argparse.Namespace, load: bool = True) -> Any:
     """The question encoder ``--query-encoder`` names (MiniLM loaded now when ``load``)."""
-    from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
+    from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
 
     if args.query_encoder == "hashing":
         return HashingQueryEncoder()
@@ -353,7 +353,7 @@ def sent(args: argparse.Namespace, image: Any, canvas: CanvasConfig) -> tuple[Sa
     if gestalt is not None:
         raise ValueError("--tokens T sets the gestalt by the split rule; give --saccades K with --gestalt N instead")
     from arr_coc.budget import budget_tokens, split_budget
-    from arr_coc.canvas import make_canvas
+    from arr_coc.engine.canvas import make_canvas
 
     c = make_canvas(image, cell=canvas.cell, min_pixels=canvas.min_pixels, max_pixels=canvas.max_pixels)
     hc, wc = (s // c.cell for s in c.sizes[0])

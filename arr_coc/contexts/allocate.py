@@ -13,7 +13,7 @@
 3. every page is scored by the same ARR (one scorer, one question); where a page has a text layer
    (or rendered words), its lines are handed to the ``text_match`` / ``key_value`` channels through the
    per-image cache, so no OCR runs on it; a page without one is read once by ``ocr``;
-4. the ``text_layer`` channel (:mod:`arr_coc.channels.text_layer`) paints the page words that are the
+4. the ``text_layer`` channel (:mod:`arr_coc.engine.channels.text_layer`) paints the page words that are the
    question's words, weighted by their inverse page frequency over the context and divided by one
    context-wide maximum, so it is comparable across pages;
 5. one ranking over every valid cell of every page (:mod:`arr_coc.contexts.ranking`): the page's
@@ -24,7 +24,7 @@
 
 The total sent is exact: sum of the gestalts + K. A context of one page keeps today's path: the
 ARR's own sampler on its own relevance (``ContextAllocation.allocation`` is the usual
-:class:`~arr_coc.pipeline.Allocation`), so one image gives what ``ARR()(image, question)`` gives.
+:class:`~arr_coc.engine.pipeline.Allocation`), so one image gives what ``ARR()(image, question)`` gives.
 """
 from __future__ import annotations
 
@@ -35,8 +35,6 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor
 
-from arr_coc.canvas import make_canvas, smart_resize
-from arr_coc.channels.text_layer import match_map, word_values
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts.budget import split_context
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
@@ -58,10 +56,12 @@ from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
-from arr_coc.pipeline import ARR, Allocation, Scene
-from arr_coc.plan import Plan
-from arr_coc.query import check_queries
-from arr_coc.texture import pool_to_cells
+from arr_coc.engine.canvas import make_canvas, smart_resize
+from arr_coc.engine.channels.text_layer import match_map, word_values
+from arr_coc.engine.pipeline import ARR, Allocation, Scene
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.query import check_queries
+from arr_coc.engine.texture import pool_to_cells
 
 CHUNK = 4  # pages scored at once
 # ... unless they draw more pixels than the largest canvas (1792 x 1792): the texture of the default channels
@@ -134,7 +134,7 @@ class SeenContext:
 
     Attributes:
         context: the pages as read (their words and sizes; the pixels are in the scenes' canvases).
-        scenes: the ARR's :class:`~arr_coc.pipeline.Scene` of each chunk of pages.
+        scenes: the ARR's :class:`~arr_coc.engine.pipeline.Scene` of each chunk of pages.
         words, lines: per page, its words and lines in canvas pixels.
         sources: per page, where its text came from: "text layer", "ocr" or "none".
         timings_ms: the time each stage took.

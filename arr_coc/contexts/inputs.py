@@ -24,7 +24,7 @@ import torch
 from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI, open_pdf, page_geometry, pdf_meta, read_page
 from arr_coc.documents.text_pages import TextLayout, layout_text, read_text_file
-from arr_coc.imageio import load_image, open_image, oriented_size
+from arr_coc.engine.imageio import load_image, open_image, oriented_size
 
 # 64 A4 pages at 150 dpi hold ~180k token cells (one ranking over all of them): more is a batch job,
 # not one request. Raise it with max_pages= (--max-pages).

@@ -10,12 +10,12 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from arr_coc.channels.text import image_lines, lines_from_text
-from arr_coc.channels.text_layer import image_words
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Page
+from arr_coc.engine.channels.text import image_lines, lines_from_text
+from arr_coc.engine.channels.text_layer import image_words
+from arr_coc.engine.pipeline import ARR
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN
-from arr_coc.pipeline import ARR
 
 OCR = Callable[[Tensor], Sequence[Line]]
 

@@ -5,14 +5,14 @@ A cell's ranking score (:func:`ranking_score`) is the sum of four parts (:class:
 - ``relevance``: the page's ARR relevance scaled to [0, 1] over its cells (the scorer standardises its
   parts per image, so its raw scale differs by page; a z-score let a 15-cell page's outlier beat a
   matched page);
-- ``text``: the cell's text-layer match (:mod:`arr_coc.channels.text_layer`: the matching words' area
+- ``text``: the cell's text-layer match (:mod:`arr_coc.engine.channels.text_layer`: the matching words' area
   in the cell, IDF-weighted, phrases first, one maximum over the context);
 - ``page``: the page's best matching word over the context's best (the detail goes to the pages the
   question names);
 - ``near``: where the answer to a matched phrase sits (:func:`near_map`): the rest of the matched line
   right of the phrase and the line below it, weighted by the line's match. The question names the
   words *around* its answer ("the title of section 3.2", 'what comes after "..."', "the total"), not
-  the answer: the key_value channel's geometry (:func:`arr_coc.channels.text.value_regions`) placed
+  the answer: the key_value channel's geometry (:func:`arr_coc.engine.channels.text.value_regions`) placed
   on the text layer's lines.
 
 The weights (``TEXT_WEIGHT``, ``PAGE_WEIGHT``, ``NEAR_WEIGHT``) were chosen on validation documents
@@ -28,9 +28,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.channels.text import value_regions
-from arr_coc.channels.text_layer import question_terms, quoted_terms, term
-from arr_coc.imageops import paint_boxes
+from arr_coc.engine.channels.text import value_regions
+from arr_coc.engine.channels.text_layer import question_terms, quoted_terms, term
+from arr_coc.engine.imageops import paint_boxes
 
 Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px)
 
@@ -92,8 +92,8 @@ def near_map(words: Sequence[Line], lines: Sequence[Line], values: Sequence[floa
 
     Each line holding matched words (``values[i] > 0`` for word i, a word belonging to the line its
     centre lies in) is a key of weight = its best word's value. It is cut after its best word, as
-    :func:`~arr_coc.channels.text.split_key_value` cuts "Key: value", and
-    :func:`~arr_coc.channels.text.value_regions` lifts the value lines: the rest of the row (a section
+    :func:`~arr_coc.engine.channels.text.split_key_value` cuts "Key: value", and
+    :func:`~arr_coc.engine.channels.text.value_regions` lifts the value lines: the rest of the row (a section
     number's title) at the key's weight, the nearest line below (the words that follow a quoted line
     end) at ``BELOW_WEIGHT`` of it. The empty stretches that channel paints for faint values OCR missed
     are left out: a text layer knows every word. A cell gets the best value of any lifted line

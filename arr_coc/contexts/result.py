@@ -6,8 +6,8 @@ from typing import Any, Callable, Union
 
 from torch import Tensor
 
-from arr_coc.pipeline import Allocation
-from arr_coc.plan import Plan
+from arr_coc.engine.pipeline import Allocation
+from arr_coc.engine.plan import Plan
 
 Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px)
 

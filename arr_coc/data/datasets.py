@@ -28,7 +28,7 @@ spec also loads as it is, unregistered, e.g. a fixed JSONL file given a name of 
     ('hash', 'anls', 'tesseract')
 
 Boxes are ``(y0, x0, y1, x1)`` in original image pixels (float) of the image as displayed, i.e.
-after its EXIF orientation, which is how the pipeline reads it (:func:`arr_coc.imageio.image_size`).
+after its EXIF orientation, which is how the pipeline reads it (:func:`arr_coc.engine.imageio.image_size`).
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from typing import Any
 from arr_coc.data.boxes import Box, clip_boxes
 from arr_coc.data.datasets import DatasetSpec, Record, register
 from arr_coc.data.loading import finish, image_wh, json_object
-from arr_coc.query import question_problem
+from arr_coc.engine.query import question_problem
 
 
 def jsonl_format_help() -> str:

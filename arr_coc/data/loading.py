@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from arr_coc.data.datasets import DatasetSpec, Record, default_root, records_by_image
-from arr_coc.imageio import image_size
+from arr_coc.engine.imageio import image_size
 
 
 def dataset_root(spec: DatasetSpec, root: Path | None) -> Path:

@@ -54,7 +54,7 @@ from PIL import Image, UnidentifiedImageError
 
 from arr_coc.data.datasets import SPLITS, DatasetSpec, Record
 from arr_coc.data.loading import finish, read_json
-from arr_coc.imageio import DECODE_ERRORS, MAX_IMAGE_PIXELS
+from arr_coc.engine.imageio import DECODE_ERRORS, MAX_IMAGE_PIXELS
 
 # a located record: (where it was read, e.g. "val.json: item 3", the record)
 Located = tuple[str, Record]

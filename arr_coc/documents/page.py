@@ -5,7 +5,7 @@ Both producers (:func:`arr_coc.documents.pdf.read_pdf` for born-digital PDFs and
 pages of one source in reading order. A box is ``(y0, x0, y1, x1)`` in the rendered page's pixels
 (floats; y down, ``y1``/``x1`` exclusive), the same order the rest of the project uses for cells.
 
-Shapes: ``Page.image`` [3, H, W] float32 in [0, 1], as :func:`arr_coc.canvas.load_image` returns.
+Shapes: ``Page.image`` [3, H, W] float32 in [0, 1], as :func:`arr_coc.engine.canvas.load_image` returns.
 """
 from __future__ import annotations
 

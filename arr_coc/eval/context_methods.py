@@ -21,8 +21,8 @@ from typing import Sequence
 from torch import Tensor
 
 from arr_coc.contexts import rank_cells, split_context
+from arr_coc.engine.plan import Plan
 from arr_coc.errors import MissingDependencyError
-from arr_coc.plan import Plan
 
 CONTEXT_METHODS = ("full", "coc", "equal_split", "uniform", "first_pages", "bm25_pages")  # table order
 NEEDS_BM25 = "bm25_pages"

@@ -39,6 +39,9 @@ from tqdm import tqdm
 from arr_coc.budget import budget_tokens
 from arr_coc.contexts import allocate_context, see_context, text_tokens, tokenizer_name
 from arr_coc.data.contexts import ContextItem, ContextQuestion
+from arr_coc.engine.imageops import paint_boxes
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.plan import Plan
 from arr_coc.eval.context_methods import CONTEXT_METHODS, NEEDS_BM25, BM25Pages, context_plans, require_bm25
 from arr_coc.eval.reading import (
     READERS,
@@ -51,9 +54,6 @@ from arr_coc.eval.reading import (
 )
 from arr_coc.eval.run import arr_settings
 from arr_coc.eval.store import RowStore
-from arr_coc.imageops import paint_boxes
-from arr_coc.pipeline import ARR
-from arr_coc.plan import Plan
 
 DEFAULT_BUDGETS = ("10x", "20x")
 CONTEXT_MARGIN_PX = 4.0  # the long-context task's reading margin (docs/coc.md): tight crops of one text line

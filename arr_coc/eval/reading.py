@@ -1,10 +1,10 @@
 """Reading: what the VLM would see of a token plan, and a real OCR engine reading it.
 
-Shapes (canvas convention, see ``arr_coc.canvas``): pixels [3, H, W] float in [0, 1], H, W multiples
+Shapes (canvas convention, see ``arr_coc.engine.canvas``): pixels [3, H, W] float in [0, 1], H, W multiples
 of ``cell``; box_px (y0, x0, y1, x1) in canvas pixels (``scale_boxes`` maps original-image boxes there).
 
-:func:`render` turns a :class:`arr_coc.plan.Plan` into the pixels a VLM receives, at canvas size (the
-views of :mod:`arr_coc.views`: the full canvas, the downsampled image, the foveated view, or the
+:func:`render` turns a :class:`arr_coc.engine.plan.Plan` into the pixels a VLM receives, at canvas size (the
+views of :mod:`arr_coc.engine.views`: the full canvas, the downsampled image, the foveated view, or the
 gestalt with variable-size squares pasted in), so an OCR engine run on it says whether the answer
 survived the allocation.
 
@@ -32,19 +32,19 @@ from PIL import Image
 from torch import Tensor
 
 from arr_coc.data.boxes import Box, scale_boxes  # noqa: F401  (re-exported: eval.run maps boxes with it)
-
-# re-exported: the reading scores
-from arr_coc.eval.metrics import anls, best_window, contains_score, normalize_text  # noqa: F401
-from arr_coc.imageops import to_hwc_uint8
-from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
-from arr_coc.plan import Plan
-from arr_coc.registry import Registry
-from arr_coc.views import (
+from arr_coc.engine.imageops import to_hwc_uint8
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.views import (
     downsampled_grid,
     downsampled_view,
     foveated_view,
     gestalt_view,
 )
+
+# re-exported: the reading scores
+from arr_coc.eval.metrics import anls, best_window, contains_score, normalize_text  # noqa: F401
+from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
+from arr_coc.registry import Registry
 
 _INSTALL_TESSERACT = (
     "install the Debian package tesseract-ocr (apt-get install tesseract-ocr tesseract-ocr-eng), "

@@ -21,10 +21,10 @@ from typing import Any, Iterable, Sequence
 
 from arr_coc.allocators.methods import METHODS as REGISTRY
 from arr_coc.allocators.methods import methods_for
+from arr_coc.engine.samplers import SAMPLERS
 from arr_coc.eval.context_methods import CONTEXT_METHODS
 from arr_coc.eval.intervals import bootstrap_mean
 from arr_coc.eval.store import RowStore
-from arr_coc.samplers import SAMPLERS
 
 COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "seen", "reading")  # seen: variable-size allocators
 COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")  # the VLM reader's

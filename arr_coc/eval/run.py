@@ -1,7 +1,7 @@
 """The OCR evaluation loop: records x methods x token counts -> rows (does the allocation keep the answer?).
 
 For every record (image, question, answer, answer boxes) and every token count, each method of
-:mod:`arr_coc.allocators.methods` makes a :class:`arr_coc.plan.Plan`; a row records where its
+:mod:`arr_coc.allocators.methods` makes a :class:`arr_coc.engine.plan.Plan`; a row records where its
 full-resolution tokens landed (:mod:`arr_coc.eval.metrics`) and whether a real OCR engine still reads
 the answer in the plan rendered as the VLM would see it (:func:`arr_coc.eval.reading.render`).
 
@@ -37,6 +37,8 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import budget_tokens
 from arr_coc.config import check_float, check_int
 from arr_coc.data.datasets import Record
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.plan import Plan
 from arr_coc.eval.metrics import allocation_metrics, box_mask
 from arr_coc.eval.reading import (
     READERS,
@@ -49,8 +51,6 @@ from arr_coc.eval.reading import (
     scale_boxes,
 )
 from arr_coc.eval.store import SETTINGS_FORMAT, RowStore, requested
-from arr_coc.pipeline import ARR
-from arr_coc.plan import Plan
 from arr_coc.weights import load_learned_methods, weights_digest
 
 DEFAULT_TOKENS = ("5%", "10%", "25%", "50%")  # total visual tokens per row: shares of the full canvas

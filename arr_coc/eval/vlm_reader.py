@@ -2,14 +2,14 @@
 benchmark's own metric, with what each answer cost.
 
 Methods (``VLM_METHODS``: the entries of :mod:`arr_coc.allocators.methods` the VLM reader can send), each
-making a :class:`arr_coc.plan.Plan` that the adapters ``arr-coc ask`` uses encode:
+making a :class:`arr_coc.engine.plan.Plan` that the adapters ``arr-coc ask`` uses encode:
 
 - ``full``: the model's own image processor at its native resolution (capped at the canvas's
   ``max_pixels``), every token sent: the upper bound.
 - ``native_budget`` (alias of the OCR table's ``uniform_image``): the same processor with ``max_pixels``
   set so the image has at most the budget's tokens: the model's own downscaling, the baseline to beat.
 - ``arr``: gestalt + saccades from the ARR's sampler and scorer, the tower encoding only them (sparse).
-- ``vlm``: the same sampler on the model's own first look (:mod:`arr_coc.vlm.look`: the question's
+- ``vlm``: the same sampler on the model's own first look (:mod:`arr_coc.vlm.first_look`: the question's
   attention to the gestalt tokens, spread over the cells); the gestalt encoded for the look is reused.
 - ``slice``: the same cells, but the tower encodes the whole image and the chosen tokens are kept
   (pruning after the encoder).
@@ -61,13 +61,13 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import budget_tokens
 from arr_coc.config import MAX_NEW_TOKENS
 from arr_coc.data.datasets import SHORT_ANSWER_PROMPT, Record
+from arr_coc.engine.plan import Plan
 from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.run import learned_maps, record_seed
 from arr_coc.eval.store import RowStore
-from arr_coc.plan import Plan
 from arr_coc.threads import check_model
 from arr_coc.vlm import encode as encode_plans
-from arr_coc.vlm.ask import answer_text, decode_flops, prefill_flops
+from arr_coc.vlm.answer import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.generation import generate, synchronize
 from arr_coc.vlm.processing import assemble, check_prompt
 from arr_coc.vlm.protocol import PROCESSOR
@@ -242,7 +242,7 @@ def _first_look_job(record: Record, spec: str, adapter: Any, settings: VLMEvalSe
                     total: int, pixels: Any, full: int) -> Job:
     """The ``vlm`` method: the staged path's first look (:func:`arr_coc.vlm.stages.look_at`: the gestalt encoded,
     the question's attention to it read) is the relevance ARR's sampler spends the saccades on (the registry's
-    ``vlm`` method, through :func:`arr_coc.samplers.select`); the gestalt tokens are reused for the answer."""
+    ``vlm`` method, through :func:`arr_coc.engine.samplers.select`); the gestalt tokens are reused for the answer."""
     (grid, _) = inputs.split(total)
     start = time.perf_counter()
     look = look_at(adapter, [pixels], [grid], [settings.prompt.format(question=record.question)])

@@ -23,7 +23,7 @@ from tqdm import tqdm
 
 from arr_coc.data.boxes import box_mask, scale_boxes
 from arr_coc.data.datasets import Record
-from arr_coc.imageops import to_uint8
+from arr_coc.engine.imageops import to_uint8
 from arr_coc.weights import atomic_save, encoder_name, load_file
 
 FEATURES_FORMAT = "arr-coc-features/1"
@@ -125,7 +125,7 @@ def example_pixels(example: Example, canvas_config: Any) -> Tensor:
     The canvas must have the grid the features were computed on; a different one means the cache is
     stale and is a clear error.
     """
-    from arr_coc.canvas import make_canvas
+    from arr_coc.engine.canvas import make_canvas
 
     c = canvas_config
     canvas = make_canvas(example.image, cell=c.cell, min_pixels=c.min_pixels, max_pixels=c.max_pixels)

@@ -31,7 +31,6 @@ from arr_coc.train.checkpoint import (
     run_lock,
     save_checkpoint,
 )
-from arr_coc.train.config import LEARNERS, Run, TrainConfig, refuse_unused
 from arr_coc.train.features import Example, build_examples, collate
 from arr_coc.train.objective import (
     DTYPES,
@@ -41,6 +40,7 @@ from arr_coc.train.objective import (
     hard_metrics,
     seed_of,
 )
+from arr_coc.train.settings import LEARNERS, Run, TrainConfig, refuse_unused
 from arr_coc.weights import atomic_write, encoder_name, image_digests
 
 __all__ = ["Run", "TrainConfig", "accumulate", "batch_indices", "plot_history", "train"]
@@ -102,7 +102,7 @@ def train(cfg: TrainConfig, arr_config: ARRConfig | None = None, *, examples: Se
 def _train(cfg: TrainConfig, arr_config: ARRConfig, out: Path, ckpt_path: Path, rank: int, world: int,
            examples: Sequence[Example] | None, query_encoder: Any) -> Run:
     """The run itself, in a folder already claimed (and locked) for it."""
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
 
     vlm = _frozen_vlm(cfg, arr_config)
     torch.manual_seed(cfg.seed)

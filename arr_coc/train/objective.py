@@ -15,9 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from arr_coc.budget import budget_tokens, split_budget
-from arr_coc.soft_topk import coverage_loss, standardized_soft_topk
-from arr_coc.train.config import ESTIMATORS, LEARNERS, RELAXATIONS, TrainConfig
+from arr_coc.engine.soft_topk import coverage_loss, standardized_soft_topk
 from arr_coc.train.features import Example, collate
+from arr_coc.train.settings import ESTIMATORS, LEARNERS, RELAXATIONS, TrainConfig
 
 PRUNER_HIDDEN = 32  # the pruner's bottleneck: its tokens are only C (~16) channels wide
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
@@ -110,7 +110,7 @@ class Objective(nn.Module):
 
     def forward(self, batch: dict[str, Tensor], ks: Sequence[int], seeds: Sequence[int]
                 ) -> tuple[Tensor, dict[str, float]]:
-        from arr_coc.learned_samplers import sampler_loss
+        from arr_coc.engine.learned_samplers import sampler_loss
 
         rel, weights = self.selection(batch, ks, seeds)
         area = batch["target"].flatten(1).sum(1)  # [B]
@@ -136,7 +136,7 @@ class Objective(nn.Module):
         tokens scaled by their soft selection weights: every cell (``weighted``) or only the top
         ``candidates * K`` of the relevance, encoded sparse as inference encodes its top K (``candidates``)."""
         from arr_coc.train.features import example_pixels
-        from arr_coc.vlm.objective import answer_loss, top_cells
+        from arr_coc.vlm.answer_loss import answer_loss, top_cells
 
         examples = batch["examples"]
         images = [example_pixels(e, self.canvas) for e in examples]

@@ -1,6 +1,6 @@
 """Frozen VLMs driven through Hugging Face transformers: one adapter per family behind one protocol, one staged path."""
 from arr_coc.vlm import llava, qwen  # noqa: F401  (registers the adapters)
-from arr_coc.vlm.ask import Answer, ask, load_vlm
+from arr_coc.vlm.answer import Answer, ask, load_vlm
 from arr_coc.vlm.generation import generate
 from arr_coc.vlm.processing import LAYOUTS, MODES, Prefill, VisualTokens, assemble
 from arr_coc.vlm.protocol import ADAPTERS, VLMAdapter

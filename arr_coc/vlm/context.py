@@ -1,7 +1,7 @@
 """A context read by the VLM: every page's gestalt + saccades in one multi-image prompt, and what it cost.
 
 :func:`read_context` takes the pages of an allocated context (anything with ``index``, ``image``
-[3, H, W] on the model's cell and ``plan``, a :class:`arr_coc.plan.Plan`: the context allocation's
+[3, H, W] on the model's cell and ``plan``, a :class:`arr_coc.engine.plan.Plan`: the context allocation's
 ``PageAllocation`` or :class:`PageInput`), encodes every page's plan through the model's own tower
 (one call, one attention segment per gestalt and per page's saccades), places each page as its
 own image of one prompt at the positions the model's multi-image path gives it
@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence
 from torch import Tensor
 
 from arr_coc.config import MAX_NEW_TOKENS
-from arr_coc.plan import Plan
+from arr_coc.engine.plan import Plan
 from arr_coc.vlm.cost import prefill_flops
 from arr_coc.vlm.generation import answer_text, stage_ms, timed
 from arr_coc.vlm.protocol import VLMAdapter

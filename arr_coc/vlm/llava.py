@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.imageops import resize, shrink_squares
+from arr_coc.engine.imageops import resize, shrink_squares
 from arr_coc.vlm.processing import (
     CLIP_MEAN,
     CLIP_STD,
@@ -122,7 +122,7 @@ class LlavaAdapter(VLMAdapter):
         # "full" keeps CLS in front of the patch tokens
         self.native_tokens = self.side ** 2 + (self.strategy == "full")
         # the gestalt is the tower's own S x S view, whatever grid a budget split asks for: a total of T tokens
-        # cannot be split between gestalt and saccades (arr_coc.vlm.ask.refuse_total_tokens)
+        # cannot be split between gestalt and saccades (arr_coc.vlm.answer.refuse_total_tokens)
         self.fixed_gestalt = self.native_tokens
         mean, std = image_mean or CLIP_MEAN, image_std or CLIP_STD
         self.mean, self.std = torch.tensor(mean).view(3, 1, 1), torch.tensor(std).view(3, 1, 1)

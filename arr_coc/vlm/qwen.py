@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.imageops import resize, shrink_squares
+from arr_coc.engine.imageops import resize, shrink_squares
 from arr_coc.vlm.processing import (
     CLIP_MEAN,
     CLIP_STD,

@@ -1,13 +1,13 @@
 """The staged VLM path: allocate (one Plan per image), encode (Plans -> visual tokens), prefill, decode.
 
-:func:`arr_coc.vlm.ask` is these four calls in a row; the VLM evaluation and ``benchmarks/bench_vlm.py``
+:func:`arr_coc.vlm.answer` is these four calls in a row; the VLM evaluation and ``benchmarks/bench_vlm.py``
 call them too, timing or swapping one stage at a time.
 
 * :func:`look_at` -- the VLM's first look at the gestalt, a relevance source of its own.
 * :func:`allocate` -- relevance from ARR's scorer (``relevance="arr"``; with ARR's ``first_look``
   channel the VLM's first look feeds that scorer) or from the VLM's first look alone (``"vlm"``,
-  :mod:`arr_coc.vlm.look`), then saccades from a sampler (:func:`sample_cells`) or squares from a
-  patch allocator (:data:`arr_coc.allocators.patching.PATCHERS`): one :class:`arr_coc.plan.Plan`
+  :mod:`arr_coc.vlm.first_look`), then saccades from a sampler (:func:`sample_cells`) or squares from a
+  patch allocator (:data:`arr_coc.allocators.patching.PATCHERS`): one :class:`arr_coc.engine.plan.Plan`
   per image, in a :class:`Planned` batch that carries the first look on.
 * :func:`encode` -- cells through ``adapter.encode``, squares through ``encode_patches``, full
   through every cell, native through the model's own processor (``encode_processed``); a gestalt
@@ -28,16 +28,16 @@ from torch import Tensor
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
 from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig
-from arr_coc.plan import Plan
-from arr_coc.samplers import SAMPLERS, Sampler, select, shift_nonnegative
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.samplers import SAMPLERS, Sampler, select, shift_nonnegative
 from arr_coc.threads import check_model
+from arr_coc.vlm.first_look import FirstLook, first_look, second_pass_prefill
 from arr_coc.vlm.generation import generate, timed
-from arr_coc.vlm.look import FirstLook, first_look, second_pass_prefill
 from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble, assemble_context, left_pad_ids
 from arr_coc.vlm.protocol import FIRST_LOOK, PROCESSOR, VLMAdapter
 
 if TYPE_CHECKING:
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
 
 RELEVANCE_SOURCES = ("arr", "vlm")
 WEIGHT_FLOOR = 0.5  # weighted encoding: the least relevant token keeps half its embedding, none vanishes
@@ -139,7 +139,7 @@ def check_look(adapter: VLMAdapter, encoding: str, gestalt: bool, why: str) -> N
 def arr_for(adapter: VLMAdapter, arr: ARR | None = None, config: ARRConfig | None = None) -> ARR:
     """``arr`` checked against the adapter's cell, or an ARR built from ``config`` on that cell."""
     if arr is None:
-        from arr_coc.pipeline import ARR
+        from arr_coc.engine.pipeline import ARR
 
         config = config or ARRConfig()
         arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)))
@@ -154,7 +154,7 @@ def look_at(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tu
             prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None, layers: Sequence[int] | None = None,
             timings: dict[str, float] | None = None) -> FirstLook:
     """The VLM's first look: each image's gestalt (``gestalts[b]`` grid) encoded alone, then the question read
-    over it (:func:`arr_coc.vlm.look.first_look`; ``prompts`` instead of chat-templated ``questions``).
+    over it (:func:`arr_coc.vlm.first_look.first_look`; ``prompts`` instead of chat-templated ``questions``).
 
     Its ``cell_maps`` are the relevance; its ``gestalt`` tokens and cache serve :func:`encode` and
     :func:`prefill`.
@@ -184,7 +184,7 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
              gestalt: bool = True, look_layers: Sequence[int] | None = None,
              prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
              timings: dict[str, float] | None = None) -> Planned:
-    """One :class:`arr_coc.plan.Plan` per image: where the ``saccades`` go, and the gestalt sent before them.
+    """One :class:`arr_coc.engine.plan.Plan` per image: where the ``saccades`` go, and the gestalt sent before them.
 
     Args:
         adapter: the VLM (its cell is the canvas cell).
@@ -203,8 +203,8 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
         prompts: per image the token ids (before, after) the image, instead of chat-templating ``questions``.
         timings: collects wall milliseconds per stage ("allocation/...", "vision/gestalt", "prefill/gestalt").
     """
-    from arr_coc.canvas import make_canvas
-    from arr_coc.query import check_queries
+    from arr_coc.engine.canvas import make_canvas
+    from arr_coc.engine.query import check_queries
 
     t = {} if timings is None else timings
     squares = isinstance(allocator, str) and allocator in PATCHERS.names()

@@ -4,12 +4,24 @@
 - :mod:`~arr_coc.weights.folders`: weights as the Hub keeps them, ``model.safetensors`` + ``config.json``.
 - :mod:`~arr_coc.weights.checks`: a file's fields and tensors checked against the module it is loaded into.
 - :mod:`~arr_coc.weights.convert`: ``python -m arr_coc.weights.convert``, older ``.pt`` weights into folders.
-- :mod:`~arr_coc.weights.registry`: the shipped weights by name (``registry.json``), what each was trained on.
+- :mod:`~arr_coc.weights.catalog`: the shipped weights by name (``registry.json``), what each was trained on.
 - :mod:`~arr_coc.weights.loaders`: scorer (+ sampler) weights into an ARR, the selector and the pruner.
 - :mod:`~arr_coc.weights.leakage`: weights are never scored on images they learned from (by dataset and by pixels).
 """
 from __future__ import annotations
 
+from arr_coc.weights.catalog import (
+                                   PACKAGED,
+                                   SHIPPED,
+                                   Entry,
+                                   describe,
+                                   entries,
+                                   entry,
+                                   entry_of,
+                                   is_name,
+                                   publish,
+                                   resolve,
+)
 from arr_coc.weights.checks import SIZE_BOUNDS, check_fields, check_names, check_sizes, check_state
 from arr_coc.weights.files import (
                                    LEARNED_FORMAT,
@@ -35,24 +47,12 @@ from arr_coc.weights.leakage import (
                                    weights_in_play,
 )
 from arr_coc.weights.loaders import (
-    encoder_name,
-    load_learned,
-    load_learned_methods,
-    load_scorer_weights,
-    pretrained_config,
-    scorer_file,
-)
-from arr_coc.weights.registry import (
-                                   PACKAGED,
-                                   SHIPPED,
-                                   Entry,
-                                   describe,
-                                   entries,
-                                   entry,
-                                   entry_of,
-                                   is_name,
-                                   publish,
-                                   resolve,
+                                   encoder_name,
+                                   load_learned,
+                                   load_learned_methods,
+                                   load_scorer_weights,
+                                   pretrained_config,
+                                   scorer_file,
 )
 
 __all__ = ["CONFIG", "LEARNED_FORMAT", "LEARNED_KINDS", "MODEL", "PACKAGED", "SCORER_FORMAT", "SCORER_FREE",

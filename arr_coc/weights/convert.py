@@ -18,9 +18,9 @@ from typing import Sequence
 import torch
 
 from arr_coc.errors import UserError, WeightsError
+from arr_coc.weights.catalog import PACKAGED, entries, publish
 from arr_coc.weights.files import LEARNED_FORMAT, SCORER_FORMAT, load_file
 from arr_coc.weights.folders import STATE_DICTS, read_weights, save_folder
-from arr_coc.weights.registry import PACKAGED, entries, publish
 
 FORMATS = (SCORER_FORMAT, LEARNED_FORMAT)
 WHAT = "weights made by `arr-coc train`"

@@ -21,9 +21,9 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from PIL import Image, ImageOps
 
+from arr_coc.weights.catalog import entries, entry_of, resolve
 from arr_coc.weights.files import LEARNED_FORMAT, LEARNED_KINDS, SCORER_FORMAT
 from arr_coc.weights.folders import read_weights
-from arr_coc.weights.registry import entries, entry_of, resolve
 
 SCORER_FREE = ("full", "native_budget", "uniform_image")  # methods the relevance scorer plays no part in
 

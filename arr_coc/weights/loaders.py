@@ -14,10 +14,10 @@ from typing import Any, Sequence
 from torch import nn
 
 from arr_coc.errors import WeightsError
+from arr_coc.weights.catalog import resolve
 from arr_coc.weights.checks import check_fields, check_names, check_sizes, check_state
 from arr_coc.weights.files import LEARNED_FORMAT, LEARNED_KINDS, SCORER_FORMAT
 from arr_coc.weights.folders import pretrained_path, read_weights
-from arr_coc.weights.registry import resolve
 
 # The module a selector / pruner file rebuilds, named rather than imported: the classes live in
 # arr_coc.allocators, a layer above this one, and are imported the first time such a file is loaded.
@@ -169,7 +169,7 @@ def pretrained_config(spec: str | Path) -> tuple[Any, str]:
     from dataclasses import replace
 
     from arr_coc.config import ARRConfig
-    from arr_coc.weights.registry import entries, is_name
+    from arr_coc.weights.catalog import entries, is_name
 
     shipped = entries()
     path, weights = (shipped[str(spec)].path, str(spec)) if is_name(spec) and str(spec) in shipped else (None, None)

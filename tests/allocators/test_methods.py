@@ -17,11 +17,11 @@ from arr_coc.allocators.methods import (
 )
 from arr_coc.allocators.patching import PATCHERS, edge_density, render_patches
 from arr_coc.budget import split_budget
-from arr_coc.canvas import make_canvas
+from arr_coc.engine.canvas import make_canvas
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.samplers import SAMPLERS, select, topk_cells
+from arr_coc.engine.views import downsampled_view, foveated_view, gestalt_view
 from arr_coc.eval.reading import render, rendered_tokens
-from arr_coc.plan import Plan
-from arr_coc.samplers import SAMPLERS, select, topk_cells
-from arr_coc.views import downsampled_view, foveated_view, gestalt_view
 
 CELL = 28
 

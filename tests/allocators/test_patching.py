@@ -21,7 +21,7 @@ from arr_coc.allocators.patching import (
     render_patches,
     saliency_patches,
 )
-from arr_coc.samplers import valid_extent
+from arr_coc.engine.samplers import valid_extent
 
 
 def padded_valid(b: int, h: int, w: int, g: torch.Generator) -> torch.Tensor:

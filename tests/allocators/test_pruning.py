@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from tolerances import assert_far, reduction_atol
 
 from arr_coc.allocators.pruning import PatchSelector, TokenPruner, cells_of, pad_tokens, prune, soft_weights
-from arr_coc.samplers import topk_cells
+from arr_coc.engine.samplers import topk_cells
 from arr_coc.vlm.processing import all_cells
 
 
@@ -316,7 +316,7 @@ def test_saved_weights_that_do_not_fit_are_clear_errors(tmp_path):
 
 def test_the_packaged_selector_and_pruner_fit_the_default_pipeline():
     from arr_coc.config import ARRConfig
-    from arr_coc.pipeline import PIPELINE_CHANNELS
+    from arr_coc.engine.pipeline import PIPELINE_CHANNELS
     from arr_coc.weights import PACKAGED, load_learned
 
     for kind in ("selector", "pruner"):

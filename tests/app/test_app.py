@@ -9,13 +9,13 @@ import torch
 from PIL import Image, ImageDraw
 from tolerances import ARR_MAP, assert_close_reduction
 
-from arr_coc.app import views
+from arr_coc.app import panels as views
 from arr_coc.app.service import PRESETS, Microscope, Settings, check_question, methods, read_upload, render
 from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
-from arr_coc.imageops import to_hwc_uint8
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.imageops import to_hwc_uint8
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 
 CHANNELS = MVP_CHANNELS + ("text_match",)  # the MVP plus one OCR channel, so the question matters
 
@@ -23,7 +23,7 @@ CHANNELS = MVP_CHANNELS + ("text_match",)  # the MVP plus one OCR channel, so th
 @pytest.fixture(scope="module")
 def page(tmp_path_factory) -> str:
     """A 448 x 336 px page (16 x 12 cells) with two printed lines."""
-    from arr_coc.app.views import font
+    from arr_coc.app.panels import font
 
     img = Image.new("RGB", (448, 336), "white")
     d = ImageDraw.Draw(img)

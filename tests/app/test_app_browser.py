@@ -20,8 +20,8 @@ from conftest import key_pdf
 from PIL import Image, ImageDraw
 
 from arr_coc.app.browser import Page, chromium, server
+from arr_coc.app.panels import DIM, font
 from arr_coc.app.ui import COMPARE_WITH
-from arr_coc.app.views import DIM, font
 from arr_coc.config import SamplerConfig
 
 CELL = 28

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from conftest import key_pdf
 
-from arr_coc.app.context import context_summary, open_page, run_context, strip
+from arr_coc.app.context_tab import context_summary, open_page, run_context, strip
 from arr_coc.app.service import Microscope
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.query import HashingQueryEncoder
 
 
 @pytest.fixture(scope="module")

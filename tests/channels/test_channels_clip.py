@@ -9,10 +9,10 @@ import torch
 import torch.nn.functional as F
 from tolerances import CLIP_MAP, assert_close_reduction, assert_far, reduction_atol
 
-import arr_coc.channels.clip  # noqa: F401  registers the channel
-from arr_coc.cache import ImageCache
-from arr_coc.channels.clip import load_clip, patch_features, project_tokens, vision_input
-from arr_coc.texture import compute_texture
+import arr_coc.engine.channels.clip  # noqa: F401  registers the channel
+from arr_coc.engine.cache import ImageCache
+from arr_coc.engine.channels.clip import load_clip, patch_features, project_tokens, vision_input
+from arr_coc.engine.texture import compute_texture
 
 WORDS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]", "what", "is", "the", "total", "where", "cat", "dog", "a", "date"]
 TEXT_LEN, IMAGE, PATCH = 16, 32, 8  # native grid 4 x 4 patches

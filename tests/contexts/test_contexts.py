@@ -14,7 +14,7 @@ from arr_coc.budget import split_budget
 from arr_coc.config import MVP_CHANNELS, GestaltConfig, TextureConfig
 from arr_coc.contexts import allocate_context, load_context, split_context, text_tokens, tokenizer_name
 from arr_coc.documents.text_pages import TextLayout, render_text
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.query import HashingQueryEncoder
 
 SMALL = TextLayout(size=14, width=280, height=224, margin=14)  # 10 x 8 cells of 28 px
 
@@ -134,9 +134,9 @@ def test_text_tokens_are_counted_and_named():
 
 
 def test_text_layer_channel_equals_the_matching_words_rasterised():
-    from arr_coc.cache import ImageCache
-    from arr_coc.channels.text_layer import WORDS_ENTRY
-    from arr_coc.texture import compute_texture, pool_to_cells
+    from arr_coc.engine.cache import ImageCache
+    from arr_coc.engine.channels.text_layer import WORDS_ENTRY
+    from arr_coc.engine.texture import compute_texture, pool_to_cells
 
     ctx = render_text("the quick brown fox jumps over a lazy dog and the brown cat naps " * 3, SMALL)
     page = ctx.pages[0]

@@ -8,10 +8,10 @@ import torch
 from conftest import key_pdf
 
 from arr_coc import ARR, ARRConfig
-from arr_coc.channels.text import lines_entry
 from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate_context, load_context
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.channels.text import lines_entry
+from arr_coc.engine.query import HashingQueryEncoder
 
 
 @pytest.fixture(scope="module")

@@ -4,12 +4,12 @@ from __future__ import annotations
 import torch
 
 from arr_coc import ARR, ARRConfig
-from arr_coc.channels.text import BELOW_WEIGHT
 from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate_context
 from arr_coc.contexts.ranking import near_map
 from arr_coc.documents.text_pages import TextLayout, render_text
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.channels.text import BELOW_WEIGHT
+from arr_coc.engine.query import HashingQueryEncoder
 
 # One heading "8.2 Accents in math", a body line right below it, a line far below (not lifted).
 WORDS = [("8.2", (0.0, 0.0, 20.0, 50.0)), ("Accents", (0.0, 60.0, 20.0, 130.0)), ("in", (0.0, 140.0, 20.0, 160.0)),

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 
 EXAMPLES = 150  # cases per property; small images keep each call a few milliseconds
 

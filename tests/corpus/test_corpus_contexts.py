@@ -20,7 +20,7 @@ from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate_context, load_context, see_context
 from arr_coc.contexts.allocate import chunks
 from arr_coc.documents.text_pages import TextLayout, _font, _pieces, _width, layout_text, render_text
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.query import HashingQueryEncoder
 from benchmarks.hostile_pdf import A4, raw_pdf
 
 Q = "Where is the brass key?"
@@ -197,7 +197,7 @@ import resource, sys, torch
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate_context
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.query import HashingQueryEncoder
 arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder()).eval()
 with torch.inference_mode():
     out = allocate_context(arr, sys.argv[1:], "Where is the total?", tokens=600)

@@ -13,8 +13,8 @@ import torch
 from corpus_checks import outcome
 from PIL import Image
 
-from arr_coc.canvas import make_canvas
-from arr_coc.imageio import MAX_IMAGE_PIXELS, image_size, load_image
+from arr_coc.engine.canvas import make_canvas
+from arr_coc.engine.imageio import MAX_IMAGE_PIXELS, image_size, load_image
 
 MODES = ("1", "L", "P", "RGB", "RGBA", "CMYK", "YCbCr", "LAB", "HSV", "I", "F", "I;16", "I;16B", "I;16L", "LA",
          "PA", "RGBX", "RGBa", "La")

@@ -15,11 +15,11 @@ from PIL import Image
 from test_corpus_images import MODES, uniform
 from tolerances import ARR_MAP, assert_close_reduction, coarser
 
-from arr_coc.canvas import load_bounded, make_canvas
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
-from arr_coc.imageio import decode_pil
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.canvas import load_bounded, make_canvas
+from arr_coc.engine.imageio import decode_pil
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
 from benchmarks.large_png import MODES as PNG_MODES
 from benchmarks.large_png import write_png
 
@@ -131,8 +131,8 @@ import sys, tempfile
 import torch
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
 from arr_coc.eval.vlm_reader import evaluate_vlm
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.vlm import ask, load_vlm, stages
 for dtype in ("bfloat16", "float16", "float32"):
     adapter = load_vlm("tiny:qwen2_5_vl", dtype=dtype)

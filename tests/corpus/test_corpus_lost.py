@@ -15,9 +15,9 @@ from PIL import Image, ImageDraw
 
 from arr_coc.allocators.pruning import TokenPruner
 from arr_coc.config import ARRConfig, CanvasConfig, GestaltConfig, ScorerConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.weights import files
 
 MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))

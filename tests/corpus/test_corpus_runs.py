@@ -13,12 +13,12 @@ from PIL import Image
 
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.eval.report import write_reports
 from arr_coc.eval.run import EvalSettings, evaluate
 from arr_coc.eval.store import RowStore, requested
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
 from arr_coc.train import TrainConfig, load_checkpoint
 from arr_coc.train.checkpoint import CHECKPOINT_FORMAT
 from arr_coc.train.features import build_examples, cache_file

@@ -21,12 +21,12 @@ import pytest
 from conftest import key_pdf
 from PIL import Image
 
-from arr_coc.app import context as app_context
+from arr_coc.app import context_tab as app_context
 from arr_coc.app.browser import free_port
-from arr_coc.app.context import ContextView
+from arr_coc.app.context_tab import ContextView
 from arr_coc.app.service import Microscope
 from arr_coc.app.ui import answered, context_answer
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.query import HashingQueryEncoder
 
 ROOT = Path(__file__).resolve().parents[2]
 QUESTION = "Where is the brass key?"

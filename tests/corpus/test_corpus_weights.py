@@ -13,9 +13,9 @@ from weights_corpus import LEARNED_CASES, MVP, SCORER_CASES, build
 from arr_coc import weights as W
 from arr_coc.app.service import Microscope, Settings, read_upload
 from arr_coc.config import ScorerConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 
 
 @pytest.fixture(scope="module")

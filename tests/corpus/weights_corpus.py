@@ -17,9 +17,9 @@ import torch
 from arr_coc import weights as W
 from arr_coc.allocators.pruning import PatchSelector, TokenPruner
 from arr_coc.config import ARRConfig, ScorerConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 
 MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
 SCORER = "scorer weights (made by `arr-coc train`)"

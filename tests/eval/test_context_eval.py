@@ -14,20 +14,20 @@ import pytest
 from conftest import key_pdf, story_pdf
 from PIL import Image, ImageDraw
 
-from arr_coc.app.views import font
+from arr_coc.app.panels import font
 from arr_coc.cli import main
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
 from arr_coc.contexts import see_context, text_tokens
 from arr_coc.data.contexts import ContextItem, ContextQuestion, texlive_contexts
 from arr_coc.documents.pdf import read_pdf
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.views import downsampled_grid
 from arr_coc.errors import MissingDependencyError
 from arr_coc.eval.context_methods import CONTEXT_METHODS
 from arr_coc.eval.context_run import ContextEvalSettings, evaluate_contexts
 from arr_coc.eval.reading import contains_score, make_reader, read_region
 from arr_coc.eval.store import RowStore
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.views import downsampled_grid
 
 FAST = ["--query-encoder", "hashing", "--channels", "mvp"]
 

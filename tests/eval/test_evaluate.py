@@ -10,10 +10,10 @@ from arr_coc.budget import budget_tokens, split_budget
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import load_dataset
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.eval.report import summarize, write_reports
 from arr_coc.eval.run import EvalSettings, evaluate
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
 
 FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 FIELDS = [("Date:", "21/11/2026"), ("Total:", "42.00"), ("Name:", "Ada Lovelace")]
@@ -172,10 +172,10 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
     import torch
 
     from arr_coc.allocators.pruning import PatchSelector, TokenPruner, save_learned
+    from arr_coc.engine.samplers import topk_cells
     from arr_coc.eval.metrics import allocation_metrics
     from arr_coc.eval.reading import scale_boxes
     from arr_coc.eval.run import learned_maps
-    from arr_coc.samplers import topk_cells
     from arr_coc.weights import load_learned_methods
 
     dim = arr.see(load_dataset("jsonl", pages)[0].image).cell_texture.shape[1] + 2  # + the two question channels
@@ -257,8 +257,8 @@ def test_every_method_is_a_typed_registry_entry():
         methods_for,
     )
     from arr_coc.allocators.methods import METHODS as REGISTRY
+    from arr_coc.engine.samplers import SAMPLERS
     from arr_coc.eval.run import METHODS
-    from arr_coc.samplers import SAMPLERS
 
     assert METHODS == methods_for("ocr") and METHODS[0] == "full" and set(METHODS) < set(REGISTRY.names())
     assert not {"vlm", "slice", "native_budget"} & set(METHODS)  # the OCR reader has no model to look or slice

@@ -8,12 +8,12 @@ from test_evaluate import make_pages  # beside this file (rootdir import mode)
 
 from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import load_dataset
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.eval.metrics import best_window
 from arr_coc.eval.reading import make_view_reader, render, scale_boxes
 from arr_coc.eval.run import EvalSettings, evaluate
-from arr_coc.pipeline import ARR
-from arr_coc.plan import Plan
-from arr_coc.query import HashingQueryEncoder
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,10 @@ from tolerances import VLM_EMBEDS, assert_close_reduction, assert_far
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.eval.store import RowStore
 from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
 from arr_coc.vlm import load_vlm
 from arr_coc.weights import refuse_leakage
 

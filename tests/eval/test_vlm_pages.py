@@ -10,11 +10,11 @@ from PIL import Image
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.eval.store import RowStore
 from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import load_vlm
 
 

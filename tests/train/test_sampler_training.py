@@ -5,7 +5,7 @@ import pytest
 import torch
 from tolerances import assert_close_reduction
 
-from arr_coc.learned_samplers import (
+from arr_coc.engine.learned_samplers import (
     SPREAD_WEIGHT,
     AdaptiveStratifiedSampler,
     PseudoLogPolarSampler,
@@ -15,8 +15,8 @@ from arr_coc.learned_samplers import (
     sampler_loss,
     score_function_surrogate,
 )
-from arr_coc.samplers import SAMPLERS, Sampler, coarsen_grid, rank_cells, stratified_cells
-from arr_coc.soft_topk import soft_topk
+from arr_coc.engine.samplers import SAMPLERS, Sampler, coarsen_grid, rank_cells, stratified_cells
+from arr_coc.engine.soft_topk import soft_topk
 
 
 def padded_problem(seed: int = 0):

@@ -17,9 +17,9 @@ from tolerances import TRAIN_GRAD, TRAIN_LOSS, assert_close_reduction, assert_fa
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset, split_of
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.train import TrainConfig, batch_indices, load_checkpoint, train
 from arr_coc.train import features as feats
 from arr_coc.train.features import build_examples, cell_target
@@ -202,7 +202,8 @@ def test_exported_weights_load_into_arr_and_refuse_other_channels(examples, tmp_
 
 
 def test_cli_train_reports_held_out_iou_and_exports(dataset, tmp_path, capsys, monkeypatch):
-    from arr_coc.weights import entries, registry
+    from arr_coc.weights import catalog as registry
+    from arr_coc.weights import entries
 
     argv = ["train", "--datasets", "jsonl", "--data", str(dataset), "--channels", "mvp", "--query-encoder",
             "hashing", "--steps", "6", "--eval-every", "3", "--batch-size", "4", "--tokens", "25%",

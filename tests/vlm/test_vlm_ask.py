@@ -8,13 +8,13 @@ from tolerances import VLM_EMBEDS, assert_close_reduction
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.samplers import select
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.registry import UnknownNameError
-from arr_coc.samplers import select
-from arr_coc.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, ask, load_vlm
-from arr_coc.vlm.ask import allocators
+from arr_coc.vlm.answer import allocators
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
 
@@ -203,7 +203,7 @@ def test_cli_ask_with_a_quadtree_reports_its_tokens_or_asks_for_more_saccades(tm
 
 def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_one_pass(tiny):
     from arr_coc.vlm import assemble, generate
-    from arr_coc.vlm.look import first_look
+    from arr_coc.vlm.first_look import first_look
 
     adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 11
     arr, img = fast_arr(adapter.cell), small_image(adapter, seed=2)
@@ -299,7 +299,7 @@ def test_cli_ask_relevance_vlm_json_prints_answer_tokens_and_stage_times(receipt
 
 
 def test_first_look_channel_mixes_the_vlms_attention_into_arrs_scorer(tiny):
-    from arr_coc.vlm.look import first_look
+    from arr_coc.vlm.first_look import first_look
 
     adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 8
     img = small_image(adapter, seed=5)

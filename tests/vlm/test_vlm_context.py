@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from arr_coc.plan import Plan
+from arr_coc.engine.plan import Plan
 from arr_coc.vlm import decode, encode, load_vlm, prefill
 from arr_coc.vlm.context import PageInput, read_context
 from arr_coc.vlm.processing import all_cells

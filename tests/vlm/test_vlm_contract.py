@@ -15,10 +15,10 @@ from tolerances import VLM_EMBEDS, VLM_LOGITS, assert_close_reduction, assert_fa
 from transformers import GenerationConfig
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.plan import Plan
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, LAYOUTS, ask, assemble, encode, generate, load_vlm, prefill
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.protocol import CAPABILITIES, FIRST_LOOK, PROCESSOR, VLMAdapter

@@ -12,11 +12,11 @@ from conftest import check_batch_equals_singles
 from tolerances import VLM_EMBEDS, VLM_LOGITS, assert_close_reduction, assert_far, reduction_atol
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, assemble
-from arr_coc.vlm.ask import ask
+from arr_coc.vlm.answer import ask
 from arr_coc.vlm.llava import LlavaAdapter, box_places, to_patches, to_tiles
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.tiny import tiny_llava_model, tiny_llava_tokenizer

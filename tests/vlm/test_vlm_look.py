@@ -9,7 +9,7 @@ import torch
 from tolerances import VLM_ATTENTION, VLM_EMBEDS, VLM_LM, VLM_LOGITS, assert_close_reduction, assert_far, reduction_atol
 
 from arr_coc.vlm import ADAPTERS, assemble, generate
-from arr_coc.vlm.look import first_look, question_attention, second_pass_prefill
+from arr_coc.vlm.first_look import first_look, question_attention, second_pass_prefill
 from arr_coc.vlm.stages import decode, prefill
 from arr_coc.vlm.tiny import FAMILIES, tiny_image_processor, tiny_model, tiny_tokenizer
 

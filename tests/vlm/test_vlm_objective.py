@@ -7,9 +7,9 @@ import pytest
 import torch
 from tolerances import VLM_LOSS, VLM_LOSS_GRAD, assert_close_reduction, assert_far, reduction_atol
 
-from arr_coc.soft_topk import soft_topk
+from arr_coc.engine.soft_topk import soft_topk
 from arr_coc.vlm import ADAPTERS, assemble
-from arr_coc.vlm.objective import answer_ids, answer_loss, eos_token_id
+from arr_coc.vlm.answer_loss import answer_ids, answer_loss, eos_token_id
 from arr_coc.vlm.tiny import tiny_image_processor, tiny_llava_model, tiny_llava_tokenizer, tiny_model, tiny_tokenizer
 
 FAMILIES = ("qwen2_5_vl", "qwen3_vl", "llava")
@@ -238,7 +238,7 @@ def test_checkpointing_gives_the_same_loss_and_gradient_in_less_memory(adapter, 
 
 
 def test_checkpointing_needs_transformers_layers():
-    from arr_coc.vlm.objective import activation_checkpointing
+    from arr_coc.vlm.answer_loss import activation_checkpointing
 
     with pytest.raises(ValueError, match="Linear has no transformers layers to checkpoint"):
         with activation_checkpointing(torch.nn.Linear(2, 2)):
@@ -255,7 +255,7 @@ def sparse_reference(adapter, img, question, targets, cells):
 
 
 def test_relaxation_gaps_are_each_relaxation_minus_the_exact_sparse_path(qwen25):
-    from arr_coc.vlm.objective import relaxation_gap, top_cells
+    from arr_coc.vlm.answer_loss import relaxation_gap, top_cells
 
     imgs = [image(qwen25, 4, 5, seed=11), image(qwen25, 3, 4, seed=12)]
     qs, answers = ["What is the total?", "Date?"], ["12.50", "2024"]

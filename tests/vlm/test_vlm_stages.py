@@ -4,11 +4,11 @@ import torch
 from tolerances import VLM_ATTENTION, VLM_EMBEDS, assert_close_reduction, assert_far
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.pipeline import ARR
-from arr_coc.plan import Plan
-from arr_coc.query import HashingQueryEncoder
-from arr_coc.samplers import SAMPLERS, select
-from arr_coc.texture import MVP_CHANNELS
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.plan import Plan
+from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.engine.samplers import SAMPLERS, select
+from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.vlm import allocate, ask, decode, encode, load_vlm, prefill
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.stages import look_at, sample_cells

@@ -12,8 +12,8 @@ import torch
 from arr_coc import weights as W
 from arr_coc.allocators.pruning import PatchSelector, TokenPruner
 from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
-from arr_coc.pipeline import ARR
-from arr_coc.query import HashingQueryEncoder
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.weights.convert import check_same, convert_file, convert_registry, main
 
 LEGACY = Path(__file__).parent / "legacy"  # the shipped .pt files as they were before the conversion

@@ -10,8 +10,8 @@ from PIL import Image
 from arr_coc import weights as W
 from arr_coc.config import ARRConfig, ScorerConfig
 from arr_coc.data.datasets import load_dataset
-from arr_coc.pipeline import ARR
-from arr_coc.weights import registry
+from arr_coc.engine.pipeline import ARR
+from arr_coc.weights import catalog as registry
 
 
 def page(path: Path, seed: int) -> Path:

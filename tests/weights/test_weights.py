@@ -7,8 +7,8 @@ import torch
 
 from arr_coc import weights as W
 from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
-from arr_coc.pipeline import ARR
-from arr_coc.weights import registry
+from arr_coc.engine.pipeline import ARR
+from arr_coc.weights import catalog as registry
 
 SHIPPED = ("adaptive_stratified", "contextual", "log_polar", "pruner", "selector")
 

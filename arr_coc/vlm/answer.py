@@ -18,7 +18,7 @@ from typing import Any, Sequence
 import torch
 
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig, check_int, resolve_device, resolve_dtype
-from arr_coc.plan import Plan
+from arr_coc.engine.plan import Plan
 from arr_coc.threads import check_model
 from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (decode_flops: the VLM evaluation's import)
 from arr_coc.vlm.generation import answer_text, decoding_config, stage_ms, timed
@@ -202,7 +202,7 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
             :data:`arr_coc.allocators.patching.PATCHERS` name: variable-size squares on the relevance
             map, each one token (``Answer.squares``, ``Answer.saccades`` their count).
         relevance: ``"arr"``: ARR's scorer on its texture channels (OCR included by default; on the
-            CPU). ``"vlm"``: the VLM's first look (:mod:`arr_coc.vlm.look`): the model encodes the
+            CPU). ``"vlm"``: the VLM's first look (:mod:`arr_coc.vlm.first_look`): the model encodes the
             gestalt, reads the question over it, and its attention to each gestalt token, spread
             over the cells, is the relevance; the answer then reuses that prefill. Everything runs
             on the model's device. ``"auto"``: :func:`arr_coc.vlm.stages.default_relevance`.

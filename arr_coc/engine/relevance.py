@@ -152,7 +152,7 @@ class ContextualScorer(nn.Module):
     """Propositional + perspectival + participatory scorers mixed by context weights.
 
     Args:
-        layout: channel name -> slice of the texture (``arr_coc.texture.channel_layout``).
+        layout: channel name -> slice of the texture (``arr_coc.engine.texture.channel_layout``).
         query_dim: query embedding width.
         gestalt_dim: gestalt vector width (the texture width for the built-in gestalt).
         hidden: width of the context-weight MLP.

@@ -33,8 +33,8 @@ resized to 48 px high). A long-side limit of 736 px instead of 960 saves ~0.3 s 
 the 93 lines of the dense form. On a fully loaded CPU the same pages took 4-8 s.
 
 Example:
-    >>> from arr_coc.query import HashingQueryEncoder
-    >>> from arr_coc.texture import compute_texture
+    >>> from arr_coc.engine.query import HashingQueryEncoder
+    >>> from arr_coc.engine.texture import compute_texture
     >>> tex = compute_texture(torch.ones(1, 3, 56, 84), ("text_match", "key_value"), queries=["What is the total?"],
     ...                       query_encoder=HashingQueryEncoder())
     >>> tuple(tex.shape), float(tex.abs().sum())  # a blank page: no lines, zero maps
@@ -52,9 +52,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
+from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
+from arr_coc.engine.texture import FLAT_RANGE, TextureInputs, register_channel
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require_rapidocr
-from arr_coc.texture import FLAT_RANGE, TextureInputs, register_channel
 
 # Lines recognised below RapidOCR's own cut-off are mostly wrong characters: their embedding would match
 # questions at random, so they mark where text is without being matched.

@@ -17,7 +17,7 @@ import numpy as np
 import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
-from arr_coc.imageops import to_uint8
+from arr_coc.engine.imageops import to_uint8
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Samplers: pick exactly K token cells per image from a relevance map (top-K, NMS, stratified, baselines).
 
 The samplers with learnable parameters (adaptive stratified, pseudo-log-polar) live in
-`arr_coc.learned_samplers` and register into the same `SAMPLERS`.
+`arr_coc.engine.learned_samplers` and register into the same `SAMPLERS`.
 
 Notation: B images on a padded canvas of Hc x Wc token cells, N = Hc * Wc cells in flat raster order
 (flat index = y * Wc + x), K the budget. Every sampler returns exactly K distinct valid cells per image,

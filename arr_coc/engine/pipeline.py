@@ -15,16 +15,16 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch import Tensor, nn
 
-from arr_coc.cache import ImageCache
-from arr_coc.canvas import Canvas, make_canvas
 from arr_coc.config import MAX_QUESTION_TOKENS, PIPELINE_CHANNELS, ARRConfig, check_int
+from arr_coc.engine.cache import ImageCache
+from arr_coc.engine.canvas import Canvas, make_canvas
+from arr_coc.engine.extract import extract_gather
+from arr_coc.engine.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
+from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
+from arr_coc.engine.relevance import SCORERS, Relevance
+from arr_coc.engine.samplers import SAMPLERS, Selection, module_dtype, select
+from arr_coc.engine.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 from arr_coc.errors import WeightsError
-from arr_coc.extract import extract_gather
-from arr_coc.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
-from arr_coc.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
-from arr_coc.relevance import SCORERS, Relevance
-from arr_coc.samplers import SAMPLERS, Selection, module_dtype, select
-from arr_coc.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 from arr_coc.threads import check_threads
 from arr_coc.weights import SCORER_FORMAT, load_scorer_weights, pretrained_config, save_folder, scorer_file  # noqa: F401  (the scorer files' tag, re-exported)
 
@@ -149,7 +149,7 @@ class ARR(nn.Module):
         cache: the per-image cache of slow channel parts (OCR, ...); pass one to share it between ARRs.
 
     Example:
-        >>> from arr_coc.query import HashingQueryEncoder
+        >>> from arr_coc.engine.query import HashingQueryEncoder
         >>> arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder())
         >>> out = arr(torch.rand(3, 560, 560), "What is the total?")
         >>> out.positions.shape, out.tokens_sent, out.canvas.full_tokens
@@ -280,7 +280,7 @@ class ARR(nn.Module):
 
         What the scorer reads, and the encoded tokens the trained pruner reads. ``given`` holds
         question-coupled channels already computed per cell ([B, width, Hc, Wc] by name), such as
-        ``first_look``, which a VLM reads from its own attention (``arr_coc.vlm.ask``).
+        ``first_look``, which a VLM reads from its own attention (``arr_coc.vlm.answer``).
         """
         if not self.query_channels:
             return scene.cell_texture

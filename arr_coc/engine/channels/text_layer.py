@@ -22,8 +22,8 @@ page's words in canvas pixels); a page nobody seeded (a scan) is read by RapidOC
 boxed by their share of its characters.
 
 Example:
-    >>> from arr_coc.cache import ImageCache
-    >>> from arr_coc.texture import compute_texture
+    >>> from arr_coc.engine.cache import ImageCache
+    >>> from arr_coc.engine.texture import compute_texture
     >>> page, cache = torch.ones(3, 28, 56), ImageCache()
     >>> _ = cache.get(WORDS_ENTRY, page, lambda: [("Total", (0.0, 0.0, 14.0, 28.0)), ("tax", (14.0, 28.0, 28.0, 56.0))])
     >>> tex = compute_texture(page[None], ("text_layer",), queries=["What is the total?"], cache=cache)
@@ -39,9 +39,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from arr_coc.imageops import paint_boxes, to_hwc_uint8
+from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8
+from arr_coc.engine.texture import TextureInputs, register_channel
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
-from arr_coc.texture import TextureInputs, register_channel
 
 WORDS_ENTRY = "page_words"  # cache entry: list of (text, (y0, x0, y1, x1) px) in the image's pixels
 # A word pairing with a neighbour as the question pairs them counts this much more per neighbour.

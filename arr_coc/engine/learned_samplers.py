@@ -1,7 +1,7 @@
 """Samplers with learnable parameters: adaptive stratified (grid from the query) and pseudo-log-polar.
 
-Both register into `arr_coc.samplers.SAMPLERS` and keep its contract: exactly K distinct valid cells
-per image, ordered by relevance. Notation as in `arr_coc.samplers`.
+Both register into `arr_coc.engine.samplers.SAMPLERS` and keep its contract: exactly K distinct valid cells
+per image, ordered by relevance. Notation as in `arr_coc.engine.samplers`.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from arr_coc.samplers import (
+from arr_coc.engine.samplers import (
     SAMPLERS,
     Sampler,
     Selection,
@@ -24,7 +24,7 @@ from arr_coc.samplers import (
     shift_nonnegative,
     stratified_cells,
 )
-from arr_coc.soft_topk import soft_topk
+from arr_coc.engine.soft_topk import soft_topk
 
 
 def foveated_bin_centres(

@@ -29,8 +29,8 @@ from kornia.color import rgb_to_grayscale
 from kornia.filters import box_blur, gaussian_blur2d, laplacian, sobel
 from torch import Tensor, nn
 
-from arr_coc.cache import ImageCache
 from arr_coc.config import MVP_CHANNELS  # noqa: F401  (the default set, defined with the other defaults; named here too)
+from arr_coc.engine.cache import ImageCache
 from arr_coc.registry import Registry
 
 # A per-image value range below this counts as flat and normalises to 0 instead of stretching float noise to [0, 1].
@@ -285,7 +285,7 @@ def euclidean_distance_transform(features: Tensor) -> Tensor:
 def _first_look(inputs: TextureInputs) -> Tensor:
     """The VLM's own attention from the question to its gestalt: where the model itself looks first."""
     raise ValueError("the 'first_look' channel is read from a VLM's attention, not from pixels: use it through "
-                     "arr_coc.vlm.ask (arr-coc ask --channels ... first_look), which runs the model's first look")
+                     "arr_coc.vlm.answer (arr-coc ask --channels ... first_look), which runs the model's first look")
 
 
 @register_channel("distance", differentiable=False)

@@ -1,6 +1,6 @@
 """Views: the pixels a VLM receives for a token plan, rendered at canvas size (gestalt, foveated, downsampled).
 
-Shapes (canvas convention, see ``arr_coc.canvas``):
+Shapes (canvas convention, see ``arr_coc.engine.canvas``):
     pixels     [3, H, W] or [B, 3, H, W] float in [0, 1], H, W multiples of ``cell``
     positions  [K, 2] or [B, K, 2] (y, x) integer cells (saccades)
 
@@ -18,8 +18,8 @@ from typing import Sequence
 import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
-from arr_coc.extract import extract_gather, paste_patches
-from arr_coc.imageops import resize
+from arr_coc.engine.extract import extract_gather, paste_patches
+from arr_coc.engine.imageops import resize
 
 
 def _as_batch(pixels: Tensor, cell: int, fn: str) -> tuple[Tensor, bool]:
@@ -35,7 +35,7 @@ def _as_batch(pixels: Tensor, cell: int, fn: str) -> tuple[Tensor, bool]:
     if H % cell or W % cell or H == 0 or W == 0:
         raise ValueError(
             f"{fn}: pixels H={H}, W={W} are not positive multiples of cell={cell}; build the canvas "
-            f"with arr_coc.canvas.make_canvas first"
+            f"with arr_coc.engine.canvas.make_canvas first"
         )
     single = pixels.ndim == 3
     return (pixels[None] if single else pixels), single

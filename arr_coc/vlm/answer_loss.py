@@ -14,7 +14,7 @@ map -- while the VLM stays frozen: the caller sets ``adapter.model.requires_grad
 model that would collect gradients or run in training mode (dropout) is refused.
 
 >>> import torch
->>> from arr_coc.soft_topk import soft_topk
+>>> from arr_coc.engine.soft_topk import soft_topk
 >>> from arr_coc.vlm import load_vlm
 >>> adapter = load_vlm("tiny:qwen2_5_vl")  # random weights: the loss value is noise, the gradient path is real
 >>> _ = adapter.model.requires_grad_(False)
@@ -229,7 +229,7 @@ def relaxation_gap(adapter: VLMAdapter, images: Sequence[Tensor], questions: Seq
     ``candidates``: only the top ``candidates * K`` cells encoded, scaled by the same soft weights.
     ``gap_weighted`` and ``gap_candidates`` are each relaxation's loss minus the exact loss.
     """
-    from arr_coc.soft_topk import soft_topk
+    from arr_coc.engine.soft_topk import soft_topk
 
     soft, top, cand = [], [], []
     for r, k in zip(relevance, ks):

@@ -44,9 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from arr_coc.engine.imageops import resize
+from arr_coc.engine.texture import TextureInputs, normalize_per_image, register_channel
 from arr_coc.errors import MissingDependencyError
-from arr_coc.imageops import resize
-from arr_coc.texture import TextureInputs, normalize_per_image, register_channel
 
 FAMILIES = ("clip", "siglip")
 HOW_TO_SET = ('set the model with ARRConfig(texture=TextureConfig(options={"clip": {"model": PATH}})) or the CLI '

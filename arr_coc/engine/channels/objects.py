@@ -23,8 +23,8 @@ The map is as coarse as the conv map (one value per 32 px of the network input, 
 it says roughly where an object is; the full-resolution channels say where its detail is.
 
 Example:
-    >>> from arr_coc.query import HashingQueryEncoder
-    >>> from arr_coc.texture import compute_texture
+    >>> from arr_coc.engine.query import HashingQueryEncoder
+    >>> from arr_coc.engine.texture import compute_texture
     >>> tex = compute_texture(torch.rand(1, 3, 64, 96), ("objects",), queries=["Where is the cat?"],
     ...                       query_encoder=HashingQueryEncoder())
     >>> tuple(tex.shape), bool(tex.min() >= 0) and bool(tex.max() <= 1)
@@ -40,9 +40,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from arr_coc.cache import cached_per_image
-from arr_coc.imageops import resize
-from arr_coc.texture import TextureInputs, register_channel
+from arr_coc.engine.cache import cached_per_image
+from arr_coc.engine.imageops import resize
+from arr_coc.engine.texture import TextureInputs, register_channel
 
 from .efficientnet_lite import EfficientNetLite0, load_efficientnet_lite0, normalize_lite
 

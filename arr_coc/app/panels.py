@@ -87,7 +87,7 @@ def saccade_view(rgb: np.ndarray, chosen: Tensor, cell: int, numbered: int = N_N
     ``chosen`` are in rank order (most relevant first): [K, 2] one-cell saccades or [K, 3] squares.
 
     Args:
-        rgb: [H, W, 3] uint8 image (``arr_coc.imageops.to_hwc_uint8`` of the canvas), H, W multiples of ``cell``.
+        rgb: [H, W, 3] uint8 image (``arr_coc.engine.imageops.to_hwc_uint8`` of the canvas), H, W multiples of ``cell``.
 
     >>> v = saccade_view(np.full((56, 84, 3), 255, np.uint8), torch.tensor([[0, 1]]), 28)
     >>> v.size, v.getpixel((0, 0)), v.getpixel((42, 14))

@@ -3,7 +3,7 @@
 A VLM of the Qwen-VL family turns each ``cell`` x ``cell`` pixel square (a 2x2 block of ViT patches)
 into one LLM token, so every image entering the pipeline is resized to sides that are multiples of
 ``cell``. A batch of differently sized images is padded bottom/right with zeros to one common
-canvas and ``valid`` marks the real cells. Decoding the images is :mod:`arr_coc.imageio`'s.
+canvas and ``valid`` marks the real cells. Decoding the images is :mod:`arr_coc.engine.imageio`'s.
 
 Shapes: ``pixels`` [B, 3, H, W] float32 in [0, 1]; ``valid`` [B, Hc, Wc] bool with Hc = H // cell,
 Wc = W // cell; sizes are (height, width) pairs in pixels.
@@ -19,7 +19,7 @@ from typing import Sequence, Union
 import torch
 from PIL import Image
 
-from arr_coc.imageio import (
+from arr_coc.engine.imageio import (
     ImageLike,
     batch_pixels,
     decode_file,
@@ -28,7 +28,7 @@ from arr_coc.imageio import (
     open_image,
     oriented_size,
 )
-from arr_coc.imageops import resize
+from arr_coc.engine.imageops import resize
 
 # Documents hold small print: 1792 px a side (64 x 64 = 4096 tokens at 28 px) keeps ~10 px text of an
 # A4 page at 200 dpi legible while bounding the full-resolution token count that saccades are drawn
