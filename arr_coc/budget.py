@@ -7,8 +7,19 @@ One rule serves ``look``, ``ask``, ``eval`` and ``train``:
 * A total of T tokens splits into the largest square gestalt of at most T // 2 tokens plus the rest as
   saccades. For every K, splitting K + gestalt(K) gives back exactly K and gestalt(K), so
   ``eval --tokens 192``, ``look --tokens 192`` and ``look --saccades 128`` send the same 8x8 + 128 tokens.
+* Over a context of n pages (one image is its one-page case) the same rule holds per page: every page gets
+  the largest square side s with ``n * s * s`` at most K (given K) or at most T // 2 (given T), clamped to the
+  page's grid, and K = T minus the gestalts. 20 pages at T = 1300 get 4x4 each (320 tokens, K = 980); past
+  T // 2 pages even 1x1 does not fit and the request is refused with the least total that works.
+
+A request's budget is a :class:`Budget`, parsed once where it enters (:meth:`Budget.parse`) and split by
+:meth:`Budget.split` for any number of pages.
 """
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
 
 GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first; 16x16 at the reference budget of 273 saccades
 
@@ -60,3 +71,129 @@ def split_budget(total: int, cells_hw: tuple[int, int]) -> tuple[tuple[int, int]
         raise ValueError(f"{total} tokens cannot hold one gestalt and one saccade token")
     gh, gw = _clamp(next(s for s in GESTALT_SIDES if s * s <= total // 2), cells_hw)
     return (gh, gw), total - gh * gw
+
+
+def _side(n_pages: int, share: int) -> int | None:
+    return next((s for s in GESTALT_SIDES if n_pages * s * s <= share), None)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a request may send, parsed once where it enters and split for any number of pages.
+
+    Kinds: ``tokens`` T in all (``"529"``); ``share`` of full resolution (``"25%"``: T = round(share x the
+    pages' full tokens)); ``text``, a compression C of the context's text tokens (``"10x"``: T = round(text / C),
+    at least 2 per page); ``saccades`` K on top of the per-page gestalts (:meth:`saccades`). A total above full
+    resolution sends full resolution's count (as ``budget_tokens`` does).
+
+    >>> Budget.parse("529"), Budget.parse("25%"), Budget.parse("10x"), Budget.saccades(273)
+    (Budget('529'), Budget('25%'), Budget('10x'), Budget('K=273'))
+    >>> Budget.parse("25%").split([(48, 48)]), Budget.parse(1300).split([(40, 32)] * 20)[1]
+    (([(16, 16)], 320), 980)
+    >>> Budget.parse("10x").total(25000, text_tokens=12640, pages=20)
+    1264
+    """
+
+    kind: str
+    value: float
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("tokens", "share", "text", "saccades"):
+            raise ValueError(f"unknown budget kind {self.kind!r}")
+
+    @classmethod
+    def parse(cls, spec: "str | int | Budget") -> "Budget":
+        """``"529"`` / 529 (tokens), ``"25%"`` (a share of full resolution), ``"10x"`` (the text over 10); a
+        :class:`Budget` is returned as is. Anything else is refused in one line naming the forms."""
+        if isinstance(spec, Budget):
+            return spec
+        if isinstance(spec, bool) or not isinstance(spec, (str, int)):
+            raise ValueError(f"budget {spec!r} must be a token count (529), a share (25%) or a compression (10x)")
+        s = str(spec).strip()
+        forms = "a token count (e.g. 529), a share of full resolution (e.g. 25%) or a compression of the text (e.g. 10x)"
+        try:
+            if s.endswith("%"):
+                value = float(s[:-1]) / 100
+                if not (math.isfinite(value) and 0 < value <= 1):
+                    raise ValueError(f"tokens {spec!r} must be a share in (0%, 100%]")
+                return cls("share", value)
+            if s.lower().endswith("x"):
+                value = float(s[:-1])
+                if not (math.isfinite(value) and value > 0):
+                    raise ValueError(f"compression {spec!r} must be a positive ratio, e.g. 10x")
+                return cls("text", value)
+            value = int(s)
+        except ValueError as err:
+            if "must be" in str(err):
+                raise
+            raise ValueError(f"tokens {spec!r} is neither {forms}") from None
+        if value < 2:
+            raise ValueError(f"tokens {spec!r} gives {value} tokens; at least 2 (one gestalt, one saccade) are needed")
+        return cls("tokens", value)
+
+    @classmethod
+    def saccades(cls, k: int) -> "Budget":
+        """K saccades, each page's gestalt on top."""
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+            raise ValueError(f"saccades K must be a whole number of at least 1, got {k!r}")
+        return cls("saccades", k)
+
+    def __repr__(self) -> str:
+        return f"Budget({str(self)!r})"
+
+    def __str__(self) -> str:
+        if self.kind == "share":
+            return f"{100 * self.value:g}%"
+        if self.kind == "text":
+            return f"{self.value:g}x"
+        return f"K={int(self.value)}" if self.kind == "saccades" else str(int(self.value))
+
+    @property
+    def needs_text(self) -> bool:
+        """Whether the total depends on the context's text tokens (a compression ``10x``)."""
+        return self.kind == "text"
+
+    def total(self, full_tokens: int, *, text_tokens: int | None = None, pages: int = 1) -> int | None:
+        """T for pages whose full resolution is ``full_tokens`` (None for a budget of K saccades)."""
+        if self.kind == "saccades":
+            return None
+        if self.kind == "text":
+            if not text_tokens:
+                raise ValueError(f"budget {self} is a compression of the context's text, and this context has no "
+                                 f"text (no text layer, nothing read by OCR); give a token count or a share instead")
+            return min(full_tokens, max(2 * pages, round(text_tokens / self.value)))
+        tokens = round(self.value * full_tokens) if self.kind == "share" else int(self.value)
+        if tokens < 2:
+            raise ValueError(f"tokens {self} gives {tokens} tokens; at least 2 (one gestalt, one saccade) are needed")
+        return min(tokens, full_tokens)
+
+    def split(self, grids: Sequence[tuple[int, int]], *,
+              text_tokens: int | None = None) -> tuple[list[tuple[int, int]], int]:
+        """Per page its gestalt grid, and K saccades for all pages, for pages with these cell grids.
+
+        A total (tokens, share, text) is clamped to the pages' full resolution; K saccades are checked
+        against the pages' cells.
+        """
+        n = len(grids)
+        if n == 0:
+            raise ValueError("a context needs at least one page")
+        full = sum(int(h) * int(w) for h, w in grids)
+        tokens = self.total(full, text_tokens=text_tokens, pages=n)
+        if tokens is None:
+            k = int(self.value)
+            side = _side(n, k)
+            if side is None:
+                raise ValueError(f"{k} saccades give {n} pages no gestalt: each page needs at least a 1x1 gestalt, "
+                                 f"so K >= {n}; raise --saccades or choose fewer pages")
+        else:
+            side = _side(n, tokens // 2)
+            if side is None:
+                raise ValueError(f"{tokens} tokens cannot give {n} pages a 1x1 gestalt each and as many saccades; "
+                                 f"use at least {2 * n} tokens or choose fewer pages")
+        gestalts = [(min(side, h), min(side, w)) for h, w in grids]
+        if tokens is not None:
+            k = tokens - sum(h * w for h, w in gestalts)
+        if k > full:
+            raise ValueError(f"{k} saccades exceed the {full} cells of the {n} page{'s' if n != 1 else ''}; "
+                             f"send fewer")
+        return gestalts, k
