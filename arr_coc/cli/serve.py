@@ -114,5 +114,8 @@ def run(args: argparse.Namespace) -> int:
             vlm = load_vlm(args.model)
         scope = Microscope(query_encoder=opt.query_encoder(args), vlm=vlm, max_new_tokens=args.max_new_tokens)
         print(f"arr-coc microscope on http://{host}:{args.port}/ (Ctrl+C stops it; files in {work})", flush=True)
-        serve(scope, host=host, port=args.port, workdir=work)
+        try:
+            serve(scope, host=host, port=args.port, workdir=work)
+        except KeyboardInterrupt:  # a stop signal before Gradio's own loop took it (at start-up): still a stop
+            print("arr-coc microscope stopped", flush=True)
     return 0
