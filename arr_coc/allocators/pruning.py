@@ -21,7 +21,6 @@ from torch import Tensor, nn
 
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
 from arr_coc.engine.samplers import Selection, as_budget, rank_cells, topk_cells
-from arr_coc.engine.soft_topk import standardized_soft_topk
 from arr_coc.weights import LEARNED_FORMAT, is_name, load_learned, pretrained_path, save_folder
 
 
@@ -79,20 +78,6 @@ def prune(tokens: Tensor, scores: Tensor, k: int, mask: Tensor | None = None,
     if keep_order:
         idx = idx.sort(1).values
     return tokens.gather(1, idx[..., None].expand(-1, -1, tokens.shape[2])), idx
-
-
-def soft_weights(scores: Tensor, k: int, mask: Tensor | None = None, temperature: float = 0.5) -> Tensor:
-    """Differentiable keep-weights `[B, N]` in [0, 1], K per row, zero on padding: `standardized_soft_topk`.
-
-    `temperature` is in standard deviations of each row's unmasked scores (as in `arr_coc.train.loop`).
-    As temperature -> 0 the weights approach the hard mask of `prune`.
-
-    Example:
-        >>> w = soft_weights(torch.tensor([[3.0, 1.0, 2.0, 9.0]]), 2, torch.tensor([[1, 1, 1, 0]]).bool(), 0.1)
-        >>> round(w.sum().item(), 4), w.round().tolist()
-        (2.0, [[1.0, 0.0, 1.0, 0.0]])
-    """
-    return standardized_soft_topk(scores, k, temperature, _check_scores(scores, k, mask))
 
 
 class Pretrained:

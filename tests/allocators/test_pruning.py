@@ -7,9 +7,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_far, reduction_atol
 
-from arr_coc.allocators.pruning import PatchSelector, TokenPruner, pad_tokens, prune, soft_weights
+from arr_coc.allocators.pruning import PatchSelector, TokenPruner, _check_scores, pad_tokens, prune
 from arr_coc.engine.samplers import check_budget, topk_cells
+from arr_coc.engine.soft_topk import standardized_soft_topk
 from arr_coc.vlm.processing import all_cells
+
+
+def soft_weights(scores: torch.Tensor, k: int, mask: torch.Tensor | None = None,
+                 temperature: float = 0.5) -> torch.Tensor:
+    """Differentiable keep-weights `[B, N]` in [0, 1], K per row, zero on padding: `prune`'s checks, then
+    `standardized_soft_topk` (temperature in standard deviations of each row's unmasked scores)."""
+    return standardized_soft_topk(scores, k, temperature, _check_scores(scores, k, mask))
 
 
 def soft_selection(selector: PatchSelector, pixels: torch.Tensor, k: int, valid: torch.Tensor | None = None,
