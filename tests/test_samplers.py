@@ -10,12 +10,13 @@ from tolerances import assert_close_reduction
 from arr_coc.engine.learned_samplers import PseudoLogPolarSampler
 from arr_coc.engine.samplers import (
     SAMPLERS,
+    _stratum_stats,
     allocate_quotas,
+    check_budget,
     coarsen_grid,
     nms_cells,
     shift_nonnegative,
     stratified_cells,
-    stratified_quotas,
     stratum_ids,
     topk_cells,
     uniform_cells,
@@ -23,6 +24,13 @@ from arr_coc.engine.samplers import (
 
 QUERY_DIM = 384
 INSTANCES = {name: SAMPLERS.get(name)() for name in SAMPLERS.names()}
+
+
+def stratified_quotas(relevance, k, valid=None, grid=(4, 4)):
+    """(quotas, cell counts) of `stratified_cells`, each `[B, S]` in row-major stratum order: its own steps."""
+    valid = check_budget(relevance, k, valid)
+    _, counts, importance = _stratum_stats(relevance, valid, grid)
+    return allocate_quotas(importance, counts, k), counts
 
 
 def make_valid(kind: str, b: int, h: int, w: int, g: torch.Generator) -> torch.Tensor:

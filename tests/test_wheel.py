@@ -91,6 +91,19 @@ def test_the_package_comes_from_the_wheel_and_its_requirements_are_met(installed
     assert run(bin_dir / "arr-coc", "--version", cwd=elsewhere, env=env).strip() == f"arr-coc {VERSION}"
 
 
+def test_the_bundled_images_are_found_by_name_from_the_wheel(installed):
+    bin_dir, elsewhere, env = installed
+    out = run(bin_dir / "python", "-c", "from arr_coc import examples; print(examples.names()); "
+              "print(examples.path('receipt.jpg'))", cwd=elsewhere, env=env).splitlines()
+    assert out[0] == "['form.jpg', 'photo.jpg', 'receipt.jpg']"
+    found = Path(out[1])
+    assert found.is_relative_to(bin_dir.parent) and found.read_bytes() == (ROOT / "examples" / "receipt.jpg").read_bytes()
+    # with no --out, look's picture goes to out/ under the folder it runs in
+    run(bin_dir / "arr-coc", "look", str(found), "What is the total?", "--query-encoder", "hashing", "--saccades", "8",
+        cwd=elsewhere, env=env)
+    assert (elsewhere / "out" / "receipt_arr.png").stat().st_size > 0 and not (found.parent / "receipt_arr.png").exists()
+
+
 def test_look_on_an_image_copied_elsewhere_uses_the_shipped_weights(installed):
     bin_dir, elsewhere, env = installed
     shutil.copy(ROOT / "examples" / "receipt.jpg", elsewhere / "mine.jpg")

@@ -20,8 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
-from arr_coc.engine.samplers import Selection, as_budget, check_budget, rank_cells, topk_cells
-from arr_coc.engine.soft_topk import standardized_soft_topk
+from arr_coc.engine.samplers import Selection, as_budget, rank_cells, topk_cells
 from arr_coc.weights import LEARNED_FORMAT, is_name, load_learned, pretrained_path, save_folder
 
 
@@ -79,45 +78,6 @@ def prune(tokens: Tensor, scores: Tensor, k: int, mask: Tensor | None = None,
     if keep_order:
         idx = idx.sort(1).values
     return tokens.gather(1, idx[..., None].expand(-1, -1, tokens.shape[2])), idx
-
-
-def soft_weights(scores: Tensor, k: int, mask: Tensor | None = None, temperature: float = 0.5) -> Tensor:
-    """Differentiable keep-weights `[B, N]` in [0, 1], K per row, zero on padding: `standardized_soft_topk`.
-
-    `temperature` is in standard deviations of each row's unmasked scores (as in `arr_coc.train.loop`).
-    As temperature -> 0 the weights approach the hard mask of `prune`.
-
-    Example:
-        >>> w = soft_weights(torch.tensor([[3.0, 1.0, 2.0, 9.0]]), 2, torch.tensor([[1, 1, 1, 0]]).bool(), 0.1)
-        >>> round(w.sum().item(), 4), w.round().tolist()
-        (2.0, [[1.0, 0.0, 1.0, 0.0]])
-    """
-    return standardized_soft_topk(scores, k, temperature, _check_scores(scores, k, mask))
-
-
-def cells_of(indices: Tensor, grid: tuple[int, int] | Tensor) -> Tensor:
-    """(y, x) cells `[B, K, 2]` of flat raster indices `[B, K]` on grids (hc, wc), one for all or `[B, 2]`.
-
-    Turns `prune`'s indices into `Selection` positions, e.g. for the full-resolution tokens of a Qwen
-    adapter's `encode_native` (raster order over each image's own grid).
-
-    Example:
-        >>> cells_of(torch.tensor([[0, 5, 7]]), (3, 4)).tolist()
-        [[[0, 0], [1, 1], [1, 3]]]
-    """
-    g = torch.as_tensor(grid, dtype=torch.long, device=indices.device)
-    g = g.expand(indices.shape[0], 2) if g.shape == (2,) else g
-    if indices.ndim != 2 or g.shape != (indices.shape[0], 2) or bool((g < 1).any()):
-        raise ValueError(f"need indices [B, K] and grid (hc, wc) or [B, 2] with entries >= 1, "
-                         f"got {tuple(indices.shape)} and {tuple(g.shape)}")
-    n = g.prod(1, keepdim=True)  # [B, 1]
-    out = (indices < 0) | (indices >= n)
-    if bool(out.any()):
-        b = int(out.any(1).nonzero()[0])
-        raise ValueError(f"row {b} has indices outside its {int(g[b, 0])}x{int(g[b, 1])} grid "
-                         f"(0..{int(n[b]) - 1}): {indices[b][out[b]].tolist()}")
-    wc = g[:, 1:]
-    return torch.stack((indices // wc, indices % wc), -1)
 
 
 class Pretrained:
@@ -186,13 +146,6 @@ class PatchSelector(Pretrained, nn.Module):
         """The K most important valid cells, as a `Selection` in importance order."""
         return topk_cells(self.importance(pixels, valid), k, valid)
 
-    def soft_selection(self, pixels: Tensor, k: int, valid: Tensor | None = None,
-                       temperature: float = 0.5) -> Tensor:
-        """Soft top-K weights `[B, Hc, Wc]` (sum K, zero on invalid cells) for training; see `soft_weights`."""
-        imp = self.importance(pixels, valid)
-        valid = check_budget(imp, k, valid)
-        return soft_weights(imp.flatten(1), k, valid.flatten(1), temperature).view_as(imp)
-
 
 class TokenPruner(Pretrained, nn.Module):
     """Post-encoding pruning: an MLP scores each token (with the query, if `query_dim`), `prune` keeps K.
@@ -237,13 +190,6 @@ class TokenPruner(Pretrained, nn.Module):
                 query: Tensor | None = None) -> tuple[Tensor, Tensor]:
         """`(kept [B, K, D], keep_indices [B, K])`: `prune` with this pruner's scores."""
         return prune(tokens, self.score(tokens, query), k, mask, self.keep_order)
-
-    def soft_keep(self, tokens: Tensor, k: int, mask: Tensor | None = None, query: Tensor | None = None,
-                  temperature: float = 0.5) -> tuple[Tensor, Tensor]:
-        """Training stand-in for `forward`: `(tokens * weights [B, N, D], weights [B, N])`, all N kept,
-        each scaled by its `soft_weights` keep-weight (K in total per row, 0 on padding)."""
-        w = soft_weights(self.score(tokens, query), k, mask, temperature)
-        return tokens * w[..., None], w
 
 
 # ----------------------------------------------------------------------------- trained weights

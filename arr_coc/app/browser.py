@@ -118,26 +118,3 @@ class Page:
         self.driver.find_element(self.by.ID, button).click()
         self.wait(lambda d: self.text("status") != before and self.text("status").startswith(("Done", "Error")))
         return self.text("status")
-
-    def tab(self, name: str) -> None:
-        """Show the tab labelled ``name`` (once the page has drawn it; a tab Gradio moved into its overflow
-        menu is clicked all the same)."""
-        def button(driver: Any) -> Any:
-            return next((b for b in driver.find_elements(self.by.CSS_SELECTOR, "button[role=tab]")
-                         if (b.get_attribute("textContent") or "").strip() == name), None)
-
-        self.wait(button)
-        self.driver.execute_script("arguments[0].click();", button(self.driver))
-
-    def image_src(self, elem_id: str) -> str:
-        return self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} img").get_attribute("src")
-
-    def table(self, elem_id: str) -> list[list[str]]:
-        """The body rows of the (markdown) table in element ``elem_id``, as cell texts."""
-        rows = self.driver.find_elements(self.by.CSS_SELECTOR, f"#{elem_id} table tbody tr")
-        return [[td.text.strip() for td in r.find_elements(self.by.TAG_NAME, "td")] for r in rows]
-
-    def value(self, elem_id: str) -> str:
-        """The value of the input in element ``elem_id`` (a number or text field)."""
-        box = self.driver.find_element(self.by.CSS_SELECTOR, f"#{elem_id} textarea, #{elem_id} input")
-        return box.get_attribute("value")

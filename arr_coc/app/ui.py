@@ -11,12 +11,12 @@ import shutil
 import tempfile
 import time
 import traceback
-from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
 
 import gradio as gr
 
+from arr_coc import examples as bundled
 from arr_coc.app.context_tab import ContextView, context_request, release_memory
 from arr_coc.app.service import (
     PARTS,
@@ -33,7 +33,6 @@ from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI
 from arr_coc.engine.texture import CHANNELS
 
-EXAMPLES = resources.files("arr_coc") / "examples"  # package data: the wheel carries the bundled images
 EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is the date of the request?",
                      "photo.jpg": "Where is the cat?"}
 MAX_FILE_SIZE = "25mb"  # a phone photo or a scanned page; larger uploads are refused before they reach Python
@@ -115,7 +114,7 @@ def open_answer(view: ContextView | None, number: Any) -> list[Any]:
 
 def build(scope: Microscope, workdir: str | Path | None = None) -> gr.Blocks:
     """The page, wired to ``scope``; the downloads go in ``workdir`` (default: a temporary folder of its own)."""
-    examples = [[str(EXAMPLES / n), q] for n, q in EXAMPLE_QUESTIONS.items()]
+    examples = [[str(bundled.path(n)), q] for n, q in EXAMPLE_QUESTIONS.items()]
     requests = itertools.count(1)  # numbers each request in the status line, so every answer reads differently
     own = tempfile.TemporaryDirectory(prefix="arr-coc-downloads-") if workdir is None else None
     root = Path(own.name if own else workdir) / "downloads"

@@ -10,7 +10,8 @@ import sys
 from typing import Any, Sequence
 
 from arr_coc import __version__
-from arr_coc.cli import ask, look, options, serve, train
+from arr_coc import examples as bundled
+from arr_coc.cli import ask, look, options, progress, serve, train
 from arr_coc.cli import eval as evaluate
 from arr_coc.cli.options import SAMPLER_OPTIONS, add_options, from_args, texture_config
 from arr_coc.errors import UserError
@@ -26,10 +27,32 @@ COMMANDS = {"look": look, "eval": evaluate, "ask": ask, "train": train, "serve":
 USER_ERRORS = (UserError, ValueError, OSError)
 
 
+# `arr-coc --help`: what a user can bring and where the files go (the commands' own --help say the same per flag)
+GUIDE = """\
+inputs (look and ask; the question follows them):
+  IMAGE            one image file (JPEG, PNG, WebP, TIFF, ... any Pillow reads): gestalt + K saccades
+  IMAGE IMAGE ...  several images: one context, one budget over them, each image a page
+  DOC.pdf          a PDF's pages (--pages 1-20, --dpi 100); its text layer is matched to the question
+  NOTES.txt        a text file (.txt .md .rst .tex .text) set on pages (--font-size, --page-width, ...)
+  a tensor         from Python only: ARR()(tensor [3,H,W] or a list, questions); arr_coc.vlm.ask(vlm, tensor, q)
+  the examples     {examples}, bundled with the package; their paths from any folder:
+                   python -c "from arr_coc import examples; print(examples.path('receipt.jpg'))"
+
+outputs (stdout carries the result; progress lines, warnings and errors go to stderr):
+  look   a summary, or --json; a picture at --out FILE, default out/<input>_arr.png (a context's
+         out/<input>_coc.png) under the current folder, none with --json unless --out is given
+  ask    the answer and its costs, or --json; writes no file
+  eval   rows and reports under --out DIR, default out/eval/<dataset>/
+  train  checkpoint, weights and reports under --out DIR, default out/train/ (features cached in out/features/)
+  serve  nothing on disk but its temporary downloads
+
+"""
+
+
 def _parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     epilog = options.registered()
-    p = argparse.ArgumentParser(prog="arr-coc", formatter_class=fmt, epilog=epilog,
+    p = argparse.ArgumentParser(prog="arr-coc", formatter_class=fmt, epilog=GUIDE.format(examples=", ".join(bundled.names())) + epilog,
                                 description="Query-aware visual token allocation: a gestalt of the whole image "
                                             "plus K full-resolution saccades where the question needs them.")
     p.add_argument("--version", action="version", version=f"arr-coc {__version__}")
@@ -50,7 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)
     fit_threads()  # the command owns this process: an OpenMP limit below torch's threads would corrupt bf16 matmul
     try:
-        return COMMANDS[args.command].run(args)
+        try:
+            return COMMANDS[args.command].run(args)
+        finally:
+            progress.stop()  # a stage line on stderr is wiped before any message or traceback
     except USER_ERRORS as err:
         print(f"arr-coc: error: {err}", file=sys.stderr)
         return 2

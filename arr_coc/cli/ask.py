@@ -14,6 +14,7 @@ import time
 from typing import Any, Callable
 
 from arr_coc.cli import options as opt
+from arr_coc.cli import progress
 
 HELP = "answer a question with a frozen VLM fed gestalt + saccades"
 
@@ -50,6 +51,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="print the answer, tokens sent and full, FLOPs and each stage's time as JSON")
     opt.max_new_tokens_option(p)
     opt.decoding(p)
+    progress.add_option(p)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -71,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
     args.image = args.inputs[0]
     decode = opt.from_args(DecodeConfig, args, opt.DECODE_OPTIONS)  # checked before anything loads
     stream = streams(args, decode)
+    show = progress.stages(args)
+    show("loading the model")
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     refuse_total_tokens(adapter, args.tokens)  # a total the adapter cannot split as asked: before any work
@@ -88,7 +92,9 @@ def run(args: argparse.Namespace) -> int:
         arr = arr.to(args.device)
     start = time.perf_counter()
     streamer = None
+    show("allocating, encoding, answering")
     if stream:
+        show.close()  # the answer streams to the terminal from here on
         from transformers import TextStreamer
 
         streamer = TextStreamer(adapter.tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -100,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
                    relevance=relevance, generation_config=from_decode(decode, args.max_new_tokens),
                    streamer=streamer, seed=decode.seed)[0]
     run_s = time.perf_counter() - start
+    show.close()
     if args.json:
         print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "mode": args.mode,
                           "layout": args.layout, **a.to_json(), "load_s": round(load_s, 3)}, indent=2))
@@ -166,8 +173,11 @@ def run_context(args: argparse.Namespace) -> int:
         tokens = budget_tokens(args.tokens, 2 ** 62)
     context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
     layout = opt.text_layout(args)
+    show = progress.stages(args)
+    show("reading the pages")
     # the pages' count and pixels, checked before the model loads (allocate_context checks them again, with the budget)
     open_context(context, pages=args.pages, dpi=args.dpi, layout=layout, max_pages=args.max_pages)
+    show("loading the model")
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
     refuse_total_tokens(adapter, args.tokens, images=None)  # a total the adapter cannot split as asked
@@ -180,6 +190,7 @@ def run_context(args: argparse.Namespace) -> int:
     arr.max_question_tokens = args.max_question_tokens
     # the VLM's own tokenizer counts the text a real model would read; the tiny models' is a character toy
     tokenizer = None if args.model.startswith("tiny:") else adapter.tokenizer
+    show("allocating over the pages, encoding, answering")
     start = time.perf_counter()
     with torch.inference_mode():
         alloc = allocate_context(arr, context, args.question, tokens=tokens,
@@ -188,6 +199,7 @@ def run_context(args: argparse.Namespace) -> int:
         a = read_context(adapter, alloc.pages, args.question, text_tokens=alloc.text_tokens,
                          tokenizer=alloc.tokenizer, layout=args.layout, max_new_tokens=args.max_new_tokens)
     run_s = time.perf_counter() - start
+    show.close()
     if args.json:
         print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "source": alloc.source,
                           **a.to_json(), "allocation_ms": round(sum(alloc.timings_ms.values()), 2),

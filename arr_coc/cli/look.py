@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from arr_coc.cli import options as opt
+from arr_coc.cli import outputs, progress
 
 HELP = "allocate saccades for one image and question; print a summary, draw a PNG"
 
@@ -31,10 +32,12 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                         "(default: the rule under --saccades)")
     opt.add_options(p, ARRConfig, opt.SEED_OPTIONS)
     p.add_argument("--out", type=Path, default=None,
-                   help="PNG to write (default <image>_arr.png in the current directory; with --json only when given)")
+                   help="PNG to write (default out/<input>_arr.png, a context's out/<input>_coc.png, in the "
+                        "current folder; with --json only when given)")
     p.add_argument("--timings", action="store_true", help="print each texture channel's time")
     p.add_argument("--json", action="store_true", help="print the allocation as JSON on stdout")
     p.add_argument("--top", type=int, default=10, help="saccades listed in the summary (default %(default)s)")
+    progress.add_option(p)
 
 
 def summary(alloc: Any, i: int = 0, top: int = 10) -> str:
@@ -71,26 +74,31 @@ def run(args: argparse.Namespace) -> int:
     if opt.is_context(args):
         return run_context(args)
     args.image = args.inputs[0]
+    show = progress.stages(args)
     canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS)
     sampler, gestalt = opt.sent(args, args.image, canvas)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler, seed=args.seed)
+    show("loading the question encoder")
     start = time.perf_counter()
     encoder = opt.query_encoder(args)
     load_ms = (time.perf_counter() - start) * 1e3
     arr = ARR(config, query_encoder=encoder).eval()
     arr.max_question_tokens = args.max_question_tokens
+    show("allocating (texture, OCR, relevance, saccades)")
     with torch.inference_mode():
         alloc = arr([args.image], [args.question])
     out = args.out
     if out is None and not args.json:
-        out = Path(Path(args.image).stem + "_arr.png")
+        out = outputs.picture(args.image, "_arr")
     if out is not None:
+        show("drawing the picture")
         h, w = alloc.canvas.sizes[0]
         c = alloc.canvas.cell
         plot_allocation(alloc.canvas.pixels[0, :, :h, :w], alloc.relevance.map[0, : h // c, : w // c],
                         alloc.positions[0], alloc.scores[0], c, out, gestalt_grid=alloc.gestalt.grid,
                         title=f"{Path(args.image).name}: {args.question}")
+    show.close()
     if args.json:
         print(json.dumps(alloc.to_json(0)))
         return 0
@@ -177,22 +185,28 @@ def run_context(args: argparse.Namespace) -> int:
             raise ValueError("--tokens over a context is a count of tokens (e.g. 2000), not a share")
         tokens = int(args.tokens)
     context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
+    show = progress.stages(args)
+    show("reading the pages")
     # pages, pixels and budget refused before a model loads or a page is drawn
     check_context(canvas, context, tokens=tokens, saccades=None if tokens is not None else sampler.saccades,
                   pages=args.pages, dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
+    show("loading the question encoder")
     arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
     arr.max_question_tokens = args.max_question_tokens
+    show("allocating over the pages (texture, OCR, relevance, saccades)")
     with torch.inference_mode():
         alloc = allocate_context(arr, context, args.question, tokens=tokens,
                                  saccades=None if tokens is not None else sampler.saccades, pages=args.pages,
                                  dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
     out = args.out
     if out is None and not args.json:
-        out = Path(Path(args.inputs[0]).stem + "_coc.png")
+        out = outputs.picture(args.inputs[0], "_coc")
     if out is not None:
+        show("drawing the pages")
         labels = [f"p{p.index + 1}: {p.plan.gestalt[0]}x{p.plan.gestalt[1]} + {p.saccades}" for p in alloc.pages]
         plot_context(_Canvases(alloc.pages), [p.plan.cells for p in alloc.pages], labels,
                      alloc.pages[0].cell, out, title=f"{Path(args.inputs[0]).name}: {args.question}")
+    show.close()
     if args.json:
         print(json.dumps(alloc.to_json()))
         return 0

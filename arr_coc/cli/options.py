@@ -154,13 +154,6 @@ def _parent(title: str) -> tuple[argparse.ArgumentParser, argparse._ArgumentGrou
     return parent, parent.add_argument_group(title)
 
 
-def image_question() -> argparse.ArgumentParser:
-    parent, g = _parent("input")
-    g.add_argument("image", help="image file (any format PIL reads)")
-    _question(g)
-    return parent
-
-
 def _question(g: argparse._ArgumentGroup) -> None:
     g.add_argument("question", help='the question, e.g. "What is the total?"')
     g.add_argument("--max-question-tokens", type=int, default=MAX_QUESTION_TOKENS, metavar="N",

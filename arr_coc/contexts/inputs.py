@@ -204,9 +204,3 @@ def load_context(context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI, l
         _check_count(len(context), max_pages, f"the context {context.source}")
         return context
     return open_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages).load()
-
-
-def context_text(ctx: Context | Sequence[Page]) -> str:
-    """The text of every page, pages separated by a blank line (what the context costs as text)."""
-    pages = ctx.pages if isinstance(ctx, Context) else ctx
-    return "\n\n".join(p.text for p in pages)

@@ -289,9 +289,3 @@ def read_text_file(path: Union[str, os.PathLike]) -> str:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
         raise ValueError(f"{p} is not UTF-8 text ({e.reason} at byte {e.start}); convert it to UTF-8 first") from None
-
-
-def render_text_file(path: Union[str, os.PathLike], layout: TextLayout = TextLayout(),
-                     max_pages: int | None = None) -> Context:
-    """Reads a UTF-8 text file and renders it with :func:`render_text`."""
-    return render_text(read_text_file(path), layout, str(path), max_pages)

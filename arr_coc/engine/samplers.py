@@ -304,15 +304,6 @@ def allocate_quotas(importance: Tensor, counts: Tensor, k: int) -> Tensor:
     return base + filled + whole + (seat < extra[:, None]).long()
 
 
-def stratified_quotas(
-    relevance: Tensor, k: int, valid: Tensor | None = None, grid: tuple[int, int] | Tensor = (4, 4)
-) -> tuple[Tensor, Tensor]:
-    """(quotas, cell counts), each `[B, S]` in row-major stratum order; see `allocate_quotas`."""
-    valid = check_budget(relevance, k, valid)
-    _, counts, importance = _stratum_stats(relevance, valid, grid)
-    return allocate_quotas(importance, counts, k), counts
-
-
 def stratified_cells(
     relevance: Tensor, k: int, valid: Tensor | None = None, grid: tuple[int, int] | Tensor = (4, 4)
 ) -> Selection:

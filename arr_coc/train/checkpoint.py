@@ -36,7 +36,6 @@ from arr_coc.weights import (
 )
 
 CHECKPOINT_FORMAT = "arr-coc-train/1"
-WEIGHTS_FORMAT = SCORER_FORMAT  # what ARR loads as ScorerConfig.weights
 # fields that may change between a run and its resume; every other field must match
 RESUMABLE = ("steps", "eval_every", "out", "resume", "fresh", "progress", "device", "gradient_checkpointing")
 CHECKPOINT = "checkpoint.pt"

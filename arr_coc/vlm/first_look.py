@@ -244,16 +244,16 @@ def first_look(adapter: VLMAdapter, gestalt: Sequence[VisualTokens], grids: Sequ
                      attention, layers)
 
 
-def second_pass_prefill(adapter: VLMAdapter, look: FirstLook, visuals: Sequence[VisualTokens]) -> Prefill:
-    """The saccades and the question of each prompt, to run on top of ``look.cache``.
+def second_pass_prefill(adapter: VLMAdapter, first: FirstLook, visuals: Sequence[VisualTokens]) -> Prefill:
+    """The saccades and the question of each prompt, to run on top of ``first.cache``.
 
     ``visuals[b]`` is the image's full visual set (gestalt first, then saccades, with the positions
     ``encode`` gives them); its gestalt must be the one the first look prefilled.
     """
-    if len(visuals) != len(look.gestalt):
-        raise ValueError(f"need one visual set per prompt of the first look ({len(look.gestalt)}), got {len(visuals)}")
+    if len(visuals) != len(first.gestalt):
+        raise ValueError(f"need one visual set per prompt of the first look ({len(first.gestalt)}), got {len(visuals)}")
     sacc, pos, starts, deep = [], [], [], []
-    for vis, g, pre in zip(visuals, look.gestalt, look.prefixes):
+    for vis, g, pre in zip(visuals, first.gestalt, first.prefixes):
         n = vis.n_gestalt
         if n != len(g) or not torch.equal(vis.positions[:, :n], g.positions):
             raise ValueError("the visual tokens' gestalt is not the one the first look prefilled")
@@ -261,4 +261,4 @@ def second_pass_prefill(adapter: VLMAdapter, look: FirstLook, visuals: Sequence[
         pos.append(vis.positions[:, n:].float() + len(pre))
         starts.append(float(len(pre) + vis.extent))
         deep.append([d[n:] for d in vis.deepstack])
-    return chunk(adapter.embed_tokens, sacc, pos, look.suffixes, starts, adapter.rope_rows, deep)
+    return chunk(adapter.embed_tokens, sacc, pos, first.suffixes, starts, adapter.rope_rows, deep)

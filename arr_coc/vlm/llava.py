@@ -146,16 +146,6 @@ class LlavaAdapter(VLMAdapter):
                                                   vision_feature_select_strategy=self.strategy)
         return torch.stack(list(out.pooler_output))
 
-    @torch.no_grad()
-    def sparse_features(self, tile: Tensor, index: Tensor) -> Tensor:
-        """Tokens [k, D] of only the patches ``index`` [k] (raster, in-tile) of one tile [C, S, S].
-
-        The CLIP tower attends over CLS + these patches alone, each patch with the position
-        embedding of its place in the tile (see :meth:`tower_tokens`).
-        """
-        at = torch.stack([index // self.side, index % self.side], 1).float()  # [k, 2] whole slots
-        return self.tower_tokens(to_patches(tile, self.cell)[index], at)
-
     def position_at(self, at: Tensor) -> Tensor:
         """The tower's patch position embeddings [k, Dv] at in-tile (row, col) slots [k, 2], float.
 

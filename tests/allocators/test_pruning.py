@@ -7,9 +7,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_far, reduction_atol
 
-from arr_coc.allocators.pruning import PatchSelector, TokenPruner, cells_of, pad_tokens, prune, soft_weights
-from arr_coc.engine.samplers import topk_cells
+from arr_coc.allocators.pruning import PatchSelector, TokenPruner, _check_scores, pad_tokens, prune
+from arr_coc.engine.samplers import check_budget, topk_cells
+from arr_coc.engine.soft_topk import standardized_soft_topk
 from arr_coc.vlm.processing import all_cells
+
+
+def soft_weights(scores: torch.Tensor, k: int, mask: torch.Tensor | None = None,
+                 temperature: float = 0.5) -> torch.Tensor:
+    """Differentiable keep-weights `[B, N]` in [0, 1], K per row, zero on padding: `prune`'s checks, then
+    `standardized_soft_topk` (temperature in standard deviations of each row's unmasked scores)."""
+    return standardized_soft_topk(scores, k, temperature, _check_scores(scores, k, mask))
+
+
+def soft_selection(selector: PatchSelector, pixels: torch.Tensor, k: int, valid: torch.Tensor | None = None,
+                   temperature: float = 0.5) -> torch.Tensor:
+    """The selector's soft top-K weights `[B, Hc, Wc]` (sum K, zero on invalid cells): what a proxy loss trains."""
+    imp = selector.importance(pixels, valid)
+    valid = check_budget(imp, k, valid)
+    return soft_weights(imp.flatten(1), k, valid.flatten(1), temperature).view_as(imp)
+
+
+def soft_keep(pruner: TokenPruner, tokens: torch.Tensor, k: int, mask: torch.Tensor | None = None,
+              query: torch.Tensor | None = None, temperature: float = 0.5) -> tuple[torch.Tensor, torch.Tensor]:
+    """The pruner's training stand-in: `(tokens * weights [B, N, D], weights [B, N])`, all N kept, each scaled by
+    its `soft_weights` keep-weight (K in total per row, 0 on padding)."""
+    w = soft_weights(pruner.score(tokens, query), k, mask, temperature)
+    return tokens * w[..., None], w
 
 
 def reference_keep(scores: torch.Tensor, mask: torch.Tensor, k: int) -> list[list[int]]:
@@ -80,22 +104,7 @@ def test_prune_rejects_mismatched_shapes_with_the_shapes():
         prune(torch.zeros(2, 5, 3), torch.zeros(2, 5), 1, torch.ones(2, 5))
 
 
-# ----------------------------------------------------------------------------- cells_of and padding
-
-
-def test_cells_of_round_trips_raster_indices_per_image_grid():
-    grids = torch.tensor([[3, 4], [2, 5]])
-    flat = torch.tensor([[0, 3, 4, 11], [0, 4, 5, 9]])
-    cells = cells_of(flat, grids)
-    assert cells.tolist() == [[[0, 0], [0, 3], [1, 0], [2, 3]], [[0, 0], [0, 4], [1, 0], [1, 4]]]
-    assert torch.equal(cells[..., 0] * grids[:, 1:] + cells[..., 1], flat)
-    every = torch.arange(12)[None]
-    assert torch.equal(cells_of(every, (3, 4))[0], all_cells(3, 4))
-
-
-def test_cells_of_rejects_indices_outside_the_grid():
-    with pytest.raises(ValueError, match=r"row 1 has indices outside its 2x2 grid \(0..3\): \[4\]"):
-        cells_of(torch.tensor([[5], [4]]), torch.tensor([[3, 3], [2, 2]]))
+# ----------------------------------------------------------------------------- padding
 
 
 def test_pruned_native_tokens_of_two_images_land_on_their_own_cells():
@@ -103,7 +112,8 @@ def test_pruned_native_tokens_of_two_images_land_on_their_own_cells():
     tokens, mask = pad_tokens([all_cells(h, w).float() for h, w in grids])  # each token holds its own (y, x)
     scores = torch.tensor([[5.0, 1, 4, 2, 3, 0], [0.0, 1, 2, 3, 4, 5]])
     kept, idx = prune(tokens, scores, 3, mask)
-    assert torch.equal(cells_of(idx, torch.tensor(grids)).float(), kept)
+    wc = torch.tensor([w for _, w in grids])[:, None]  # raster index -> (y, x) on each image's own grid
+    assert torch.equal(torch.stack((idx // wc, idx % wc), -1).float(), kept)
 
 
 def test_pad_tokens_marks_padding():
@@ -142,7 +152,7 @@ def test_soft_keep_passes_gradcheck_through_the_scorer_in_float64():
     pruner = TokenPruner(dim=4, hidden=3).double()
     tokens = torch.randn(2, 5, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2),
                          requires_grad=True)
-    assert torch.autograd.gradcheck(lambda t: pruner.soft_keep(t, 2, temperature=0.7)[0], (tokens,))
+    assert torch.autograd.gradcheck(lambda t: soft_keep(pruner, t, 2, temperature=0.7)[0], (tokens,))
 
 
 # ----------------------------------------------------------------------------- TokenPruner
@@ -158,7 +168,7 @@ def test_token_pruner_equals_prune_of_its_scores_and_uses_the_query():
     assert torch.equal(idx, ref_idx) and torch.equal(kept, ref_kept)
     score = pruner.score(tokens, query)  # a small MLP over 8 + 3 inputs: 3 reductions
     assert_far(score, pruner.score(tokens, -query), atol=reduction_atol(score, reduction_len=11, depth=3))
-    soft, w = pruner.soft_keep(tokens, 3, mask, query)
+    soft, w = soft_keep(pruner, tokens, 3, mask, query)
     assert torch.equal(soft, tokens * w[..., None]) and float(w[1, 4:].detach().sum()) == 0.0  # this product
 
 
@@ -224,7 +234,7 @@ def test_patch_selector_picks_exactly_k_distinct_valid_cells_in_importance_order
     assert bool((sel.scores.diff(dim=1) <= 0).all())
     assert torch.equal(pos, ref.positions)
     with torch.no_grad():
-        w = SELECTOR.soft_selection(pixels, k, valid)
+        w = soft_selection(SELECTOR, pixels, k, valid)
     assert torch.allclose(w.flatten(1).sum(1), torch.full((b,), float(k)), atol=1e-4)
     assert float(w[~valid].abs().sum()) == 0.0
 
@@ -260,7 +270,7 @@ def test_patch_selector_learns_to_cover_the_answer_with_the_proxy_loss():
     losses = []
     for step in range(30):
         pixels, target = bright_squares(16, seed=100 + step)
-        weights = selector.soft_selection(pixels, k, temperature=0.5)
+        weights = soft_selection(selector, pixels, k, temperature=0.5)
         loss = 1 - (weights * target).sum() / target.sum()
         optimizer.zero_grad()
         loss.backward()

@@ -39,6 +39,33 @@ def page_file(tmp_path_factory):
     return path
 
 
+def show_tab(page: Page, name: str) -> None:
+    """Show the tab labelled ``name`` (once the page has drawn it; a tab Gradio moved into its overflow menu is
+    clicked all the same)."""
+    def button(driver):
+        return next((b for b in driver.find_elements(page.by.CSS_SELECTOR, "button[role=tab]")
+                     if (b.get_attribute("textContent") or "").strip() == name), None)
+
+    page.wait(button)
+    page.driver.execute_script("arguments[0].click();", button(page.driver))
+
+
+def table(page: Page, elem_id: str) -> list[list[str]]:
+    """The body rows of the (markdown) table in element ``elem_id``, as cell texts."""
+    rows = page.driver.find_elements(page.by.CSS_SELECTOR, f"#{elem_id} table tbody tr")
+    return [[td.text.strip() for td in r.find_elements(page.by.TAG_NAME, "td")] for r in rows]
+
+
+def value(page: Page, elem_id: str) -> str:
+    """The value of the input in element ``elem_id`` (a number or text field)."""
+    return page.driver.find_element(page.by.CSS_SELECTOR, f"#{elem_id} textarea, #{elem_id} input").get_attribute("value")
+
+
+def image_src(page: Page, elem_id: str) -> str:
+    """The src (a URL or a data: URI) of the image in element ``elem_id``."""
+    return page.driver.find_element(page.by.CSS_SELECTOR, f"#{elem_id} img").get_attribute("src")
+
+
 def fetch(url: str) -> np.ndarray:
     with urllib.request.urlopen(url, timeout=30) as r:
         return np.asarray(Image.open(io.BytesIO(r.read())).convert("RGB")).astype(float)
@@ -90,7 +117,7 @@ def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
         assert "tokens sent 128 = 64 gestalt (8x8) + 64 saccades" in page.text("summary")
         assert "full resolution 192" in page.text("summary")
 
-        shown, original = fetch(page.image_src("saccades")), np.asarray(Image.open(page_file)).astype(float)
+        shown, original = fetch(image_src(page, "saccades")), np.asarray(Image.open(page_file)).astype(float)
         assert shown.shape == original.shape  # a small page is drawn 1:1, cell for cell
         assert np.abs(shown - original).mean() > 20  # the saccade view is not the input image
         # exactly the 128 cells not sent are dimmed (read in each cell's corner, inside the outline, off the numbers)
@@ -115,7 +142,7 @@ def test_the_page_answers_shows_errors_and_keeps_serving(page_file, tmp_path):
         assert status.startswith("Done"), status
         assert "tokens sent 48 = 16 gestalt (4x4) + 32 saccades" in page.text("summary")
 
-        page.tab("Compare")  # A (the default sampler, as above) and B (another) side by side, with their tokens
+        show_tab(page, "Compare")  # A (the default sampler, as above) and B (another) side by side, with their tokens
         assert page.run("compare").startswith("Done")
         a, b = page.text("summary-a"), page.text("summary-b")
         assert COMPARE_WITH != SamplerConfig.name
@@ -132,7 +159,7 @@ def test_the_context_tab_shows_the_budget_per_page_the_strip_and_the_opened_page
     pdf = key_pdf(tmp_path / "manual.pdf", 40)  # page 38 (index 37) alone says where the brass key is
     with server("--query-encoder", "hashing", "--threads", "1") as url, chromium() as driver:
         page = Page(driver, url, timeout_s=300)  # five pages through the default channels on a shared CPU
-        page.tab("Context (PDF or pages)")
+        show_tab(page, "Context (PDF or pages)")
         page.upload(pdf, "context-files")
         page.fill("question", "Where is the brass key?")
         page.fill("context-tokens", 60)
@@ -143,7 +170,7 @@ def test_the_context_tab_shows_the_budget_per_page_the_strip_and_the_opened_page
         m = re.search(r"5 pages: sent 60 visual tokens = (\d+) gestalt \+ (\d+) saccades, of (\d+) at full", summary)
         assert m, summary
         gestalt, saccades = int(m[1]), int(m[2])
-        rows = page.table("context-summary")  # page | gestalt (h x w) | saccades | text from
+        rows = table(page, "context-summary")  # page | gestalt (h x w) | saccades | text from
         assert [r[0] for r in rows] == ["36", "37", "38", "39", "40"] and {r[3] for r in rows} == {"text layer"}
         grids = [tuple(map(int, r[1].split("x"))) for r in rows]
         per_page = [int(r[2]) for r in rows]
@@ -152,16 +179,16 @@ def test_the_context_tab_shows_the_budget_per_page_the_strip_and_the_opened_page
         assert sum(h * w for h, w in grids) + sum(per_page) == 60
         assert max(per_page) == per_page[2] > 0  # the detail goes to the key's page
 
-        strip = fetch(page.image_src("context-strip"))  # 5 equal pages, 8 px of grey between them
+        strip = fetch(image_src(page, "context-strip"))  # 5 equal pages, 8 px of grey between them
         width = (strip.shape[1] - 4 * 8) / 5
         outlined = sorted({int(x // (width + 8)) for x in np.nonzero(red(strip).any(0))[0]})
         assert strip.shape[0] == 240 and outlined == [i for i, k in enumerate(per_page) if k > 0]
 
-        assert page.value("context-open") == "38"  # the page with the most saccades is opened
-        opened = fetch(page.image_src("context-page"))
+        assert value(page, "context-open") == "38"  # the page with the most saccades is opened
+        opened = fetch(image_src(page, "context-page"))
         assert opened.shape[0] == 900 and red(opened).sum() > 0
         quiet = next(i for i, k in enumerate(per_page) if k == 0)  # a page without saccades, opened by number
         page.fill("context-open", 36 + quiet)
         page.driver.find_element(page.by.CSS_SELECTOR, "#context-open input").send_keys("\n")
         page.wait(lambda d: page.text("status") == f"Page {36 + quiet}.")
-        page.wait(lambda d: page.image_src("context-page") and not red(fetch(page.image_src("context-page"))).any())
+        page.wait(lambda d: image_src(page, "context-page") and not red(fetch(image_src(page, "context-page"))).any())

@@ -17,7 +17,7 @@ from arr_coc.documents import corpus
 from arr_coc.documents.page import Context, union
 from arr_coc.documents.pdf import read_pdf
 from arr_coc.documents.questions import KINDS, leaks, questions
-from arr_coc.documents.text_pages import TextLayout, _extent, _font, render_text, render_text_file
+from arr_coc.documents.text_pages import TextLayout, _extent, _font, read_text_file, render_text
 from arr_coc.errors import MissingDependencyError
 
 # Words drawn on a 4 x 3 inch page (288 x 216 pt: every dpi below gives whole pixels), at figure
@@ -207,10 +207,10 @@ def test_text_pages_keep_every_word_in_order_and_record_the_settings(prose, tmp_
     assert code.box[1] >= 30 + 4 * 5  # four leading spaces indent the line
     path = tmp_path / "t.txt"
     path.write_text("Hello world\n", encoding="utf-8")
-    assert [w.text for w in render_text_file(path).pages[0].words] == ["Hello", "world"]
+    assert [w.text for w in render_text(read_text_file(path)).pages[0].words] == ["Hello", "world"]
     path.write_bytes(b"\xff\xfe bad")
     with pytest.raises(ValueError, match=r"t\.txt is not UTF-8 text"):
-        render_text_file(path)
+        read_text_file(path)
     with pytest.raises(ValueError, match=r"font family 'No Such Font' is not installed"):
         render_text("x", TextLayout(font="No Such Font"))
     with pytest.raises(ValueError, match=r"leaves no room for 64 px text"):

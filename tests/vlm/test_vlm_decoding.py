@@ -1,7 +1,7 @@
 """Decoding settings: a GenerationConfig through ask, the CLI's decoding flags, and their one-line refusals.
 
 What decoding computes is specified over every adapter in test_vlm_contract.py (greedy equals a
-cache-free reference, sampling, beams, stop strings, streaming) and test_vlm_look.py (the first
+cache-free reference, sampling, beams, stop strings, streaming) and test_vlm_first_look.py (the first
 look's cache); this file covers the ways in and the errors.
 """
 import json

