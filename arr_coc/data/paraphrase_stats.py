@@ -29,6 +29,11 @@ def stats() -> str:
         docs = Counter(q.document for q in qs)
         lines.append(f"texlive-paraphrase {split}: {len(qs)} questions, {len(docs)} documents (at most "
                      f"{max(docs.values())} from one), kinds: {_kinds([q.kind for q in qs])}")
+        # where the answers sit: front matter is page 1, and a short manual is a short window
+        at = Counter(min(3, (q.answer_page - q.pages[0]) // 5) for q in qs)
+        lines.append(f"  answer on the document's page 1: {sum(q.answer_page == 1 for q in qs)}; windows of 20 pages: "
+                     f"{sum(q.pages[1] - q.pages[0] + 1 == 20 for q in qs)}; answer on window pages 1-5 / 6-10 / 11-15 / "
+                     f"16-20: {' / '.join(str(at[i]) for i in range(4))}")
     for split in ("val", "test"):
         rows = [r for r in images if r["split"] == split]
         n_images = len({(r["source"], r["image"]) for r in rows})
