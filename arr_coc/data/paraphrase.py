@@ -5,7 +5,11 @@ split (:mod:`arr_coc.documents.corpus`, split by document family; a manual's spl
 corpus's, never chosen here) and asks for a short span printed on that page the way a user
 would ask for it: the question shares no content word with its answer and quotes no phrase of
 the page (:mod:`arr_coc.data.paraphrase_rules`). It comes with a window of the document, up to 20
-pages that hold the answer page, so that it is asked of a context, not of the page.
+pages that hold the answer page, so that it is asked of a context, not of the page. The window is
+not chosen by hand: :func:`window_for` gives the whole manual when it has at most 20 pages and
+otherwise draws the window's first page, uniformly among those whose window holds the answer page,
+from a hash of ``WINDOW_SEED``, the document and the question, so where in its window an answer
+lies does not follow from how the set was written.
 
 The questions ship as ``arr_coc/data/questions/texlive-paraphrase.jsonl``, one object a line::
 
@@ -24,8 +28,10 @@ one and :mod:`arr_coc.data.image_paraphrase`).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +43,7 @@ QUESTIONS = Path(__file__).with_name("questions")
 TEXLIVE_FILE = QUESTIONS / "texlive-paraphrase.jsonl"
 KINDS = ("front", "name", "value", "fact", "table", "listing")
 WINDOW = 20  # pages of a question's context (fewer where the manual is shorter)
+WINDOW_SEED = 0  # of the draw that places a window over a long manual (window_for)
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,32 @@ class WindowQuestion:
     def page_range(self) -> str:
         """The window as ``look --pages`` takes it, e.g. ``"3-22"``."""
         return f"{self.pages[0]}-{self.pages[1]}"
+
+
+def window_for(document: str, n_pages: int, answer_page: int, question: str,
+               seed: int = WINDOW_SEED) -> tuple[int, int]:
+    """The window (first, last page, 1-based) of a question on ``answer_page`` of a manual of ``n_pages``.
+
+    A manual of at most ``WINDOW`` pages is its own window. Over a longer one the window's first page
+    is drawn uniformly from those that keep the answer page and the whole window inside the manual,
+    by a hash of ``seed``, ``document`` and ``question``: an answer deep in a long manual falls on any
+    of the window's pages alike, and the draw is the same on every machine.
+
+    Example:
+        >>> window_for("a.pdf", 8, 5, "Who?")
+        (1, 8)
+        >>> window_for("a.pdf", 100, 1, "Who?"), window_for("a.pdf", 100, 100, "Who?")
+        ((1, 20), (81, 100))
+        >>> first, last = window_for("a.pdf", 100, 50, "Who?"); last - first + 1, first <= 50 <= last
+        (20, True)
+    """
+    if not 1 <= answer_page <= n_pages:
+        raise ValueError(f"answer page {answer_page} lies outside the document's {n_pages} pages")
+    if n_pages <= WINDOW:
+        return 1, n_pages
+    rng = random.Random(hashlib.sha256(f"{seed}:{document}:{question}".encode()).hexdigest())
+    first = rng.randint(max(1, answer_page - WINDOW + 1), min(answer_page, n_pages - WINDOW + 1))
+    return first, first + WINDOW - 1
 
 
 def _text(obj: dict, key: str, where: str) -> str:

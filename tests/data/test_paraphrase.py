@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from arr_coc.data import image_paraphrase, paraphrase
+from arr_coc.data import image_paraphrase, paraphrase, paraphrase_stats
 from arr_coc.data.datasets import DATASETS, default_root, load_dataset, split_of
 from arr_coc.data.paraphrase_rules import content_words, found_on_page, quoted_phrase
 from arr_coc.data.sroie import normalise, read_sroie_lines
@@ -35,7 +35,9 @@ def test_every_answer_is_printed_on_its_answer_page_inside_the_window(texlive) -
     for q in qs:
         n = docs[q.document].n_pages
         assert 1 <= q.pages[0] <= q.answer_page <= q.pages[1] <= n, q.id
-        assert q.pages[1] - q.pages[0] + 1 == min(paraphrase.WINDOW, n), q.id  # 20 pages, or the whole manual
+        # the window is the rule's, never chosen by hand: the whole short manual, or a seeded draw over a long one
+        assert q.pages == paraphrase.window_for(q.document, n, q.answer_page, q.question), q.id
+        assert q.pages[1] - q.pages[0] + 1 == min(paraphrase.WINDOW, n), q.id
         for answer in q.answers:
             assert found_on_page(answer, text[q.document, q.answer_page]), (q.id, answer)
     # controls: case counts, and a span the page does not print is not found
@@ -69,6 +71,40 @@ def test_splits_are_the_corpus_splits_disjoint_by_document_and_balanced(texlive)
         assert len(group) >= 150 and len(per_doc) >= 25, split
         assert max(per_doc.values()) <= 0.1 * len(group), split  # no manual is more than a tenth of a split
         assert {q.kind for q in group} == set(paraphrase.KINDS), split
+
+
+def test_answers_sit_anywhere_in_their_windows_not_on_the_first_pages(texlive) -> None:
+    """Sending a window's first pages must not read the set by construction."""
+    qs, _, docs = texlive
+    for split in ("val", "test"):
+        group = [q for q in qs if q.split == split]
+        at = [q.answer_page - q.pages[0] + 1 for q in group]  # the answer's page within its window
+        deep, first, full = sum(a >= 6 for a in at), sum(q.answer_page == 1 for q in group), \
+            sum(docs[q.document].n_pages >= paraphrase.WINDOW for q in group)
+        assert deep >= 0.45 * len(group), (split, deep, len(group))  # answer on window pages 6-20
+        assert first <= 0.25 * len(group), (split, first, len(group))  # answer on the manual's first page
+        assert full >= 0.6 * len(group), (split, full, len(group))  # full 20-page windows (manuals of >= 20 pages)
+        assert set(at) == set(range(1, paraphrase.WINDOW + 1)), split  # every window page holds some answer
+        # the stats command prints these same counts
+        p = paraphrase_stats.placement(group)
+        assert (p["6-20"], p["page 1"], p["full windows"], p["questions"]) == (deep, first, full, len(group))
+        assert p["1-5"] + p["6-10"] + p["11-15"] + p["16-20"] == len(group) and p["1-5"] == len(group) - deep
+    # control: the draw places the windows; another seed moves many of those over long manuals
+    long_qs = [q for q in qs if docs[q.document].n_pages > paraphrase.WINDOW and q.answer_page > 1]
+    moved = sum(paraphrase.window_for(q.document, docs[q.document].n_pages, q.answer_page, q.question, seed=1)
+                != q.pages for q in long_qs)
+    assert moved > len(long_qs) // 2, (moved, len(long_qs))
+
+
+def test_window_for_keeps_the_answer_inside_a_full_window_and_refuses_a_page_outside() -> None:
+    assert paraphrase.window_for("a.pdf", 12, 9, "q") == (1, 12)  # a short manual is its own window
+    assert paraphrase.window_for("a.pdf", 300, 1, "q") == (1, 20) and paraphrase.window_for("a.pdf", 300, 300, "q") \
+        == (281, 300)  # at the ends the draw has one choice
+    starts = {paraphrase.window_for("a.pdf", 300, 150, f"question {i}")[0] for i in range(400)}
+    assert starts == set(range(131, 151))  # every window that holds page 150, and no other
+    assert paraphrase.window_for("a.pdf", 300, 150, "q") == paraphrase.window_for("a.pdf", 300, 150, "q")
+    with pytest.raises(ValueError, match=r"^answer page 13 lies outside the document's 12 pages$"):
+        paraphrase.window_for("a.pdf", 12, 13, "q")
 
 
 def test_the_registered_loader_gives_records_with_the_window_and_answer_page() -> None:
