@@ -305,9 +305,9 @@ def test_jsonl_rejects_duplicate_ids_folders_with_several_files_and_no_path(json
 
 # -------------------------------------------------------------------------------- registry and subsets
 def test_registry_holds_every_loader_and_unknown_names_list_them() -> None:
-    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "texlive", "docvqa", "infovqa", "textvqa", "chartqa",
-                                "mpdocvqa", "slidevqa"]
-    with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, texlive, docvqa"):
+    assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "texlive", "texlive-paraphrase", "image-paraphrase",
+                                "docvqa", "infovqa", "textvqa", "chartqa", "mpdocvqa", "slidevqa"]
+    with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, texlive, texlive-paraphrase"):
         load_dataset("vqav2")
 
 
@@ -333,6 +333,9 @@ def test_specs_say_how_each_dataset_is_read_split_and_scored() -> None:
         "chartqa": ("ChartQA", "official", "relaxed_accuracy", "vlm", None),
         "mpdocvqa": ("MP-DocVQA", "official", "anls", "vlm", None),  # several pages per record
         "slidevqa": ("SlideVQA", "official", "anls", "vlm", None),
+        # hand-written: whole PDF windows without boxes; receipts and forms with the annotation's boxes
+        "texlive-paraphrase": ("TeX Live paraphrased questions", "official", "anls", "vlm", None),
+        "image-paraphrase": ("Paraphrased receipts and forms", "official", "anls", "tesseract", ""),
     }
 
 
