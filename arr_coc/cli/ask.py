@@ -80,6 +80,9 @@ def run(args: argparse.Namespace) -> int:
     if paged:
         from arr_coc.cli.heap import map_large_buffers
         from arr_coc.contexts import open_context
+        from arr_coc.vlm.answer import refuse_for_context
+
+        refuse_for_context(args.mode, not args.no_gestalt, args.allocator, args.relevance)  # before a model loads
 
         map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
         # the pages' count and pixels, checked before the model loads
