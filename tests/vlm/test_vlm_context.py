@@ -166,3 +166,21 @@ def test_ask_refuses_what_acts_on_one_image_for_a_context_in_one_line(qwen, pdf,
 def test_a_batch_needs_one_question_per_context(qwen, receipt):
     with pytest.raises(ValueError, match=r"^got 2 questions for 3 contexts; pass one question, or a list of contexts"):
         ask(qwen, [receipt, receipt, receipt], ["a?", "b?"])
+
+
+def test_an_image_given_a_total_is_the_image_path_at_that_split(qwen, receipt):
+    from dataclasses import replace
+
+    from arr_coc.config import GestaltConfig
+
+    arr, q = fast_arr(qwen.cell), "What is the total?"
+    total = ask(qwen, receipt, q, arr=arr, budget="192", max_new_tokens=3)[0]
+    # the image path with the split by hand: 192 tokens on 53 x 35 cells are an 8x8 gestalt + 128 saccades
+    split = ARR(replace(arr.config, gestalt=GestaltConfig(grid=(8, 8))), query_encoder=HashingQueryEncoder()).eval()
+    by_hand = ask(qwen, receipt, q, arr=split, saccades=128, max_new_tokens=3)[0]
+    assert (total.gestalt_tokens, total.saccades, total.visual_tokens) == (64, 128, 192)
+    assert total.cells.tolist() == by_hand.cells.tolist() and total.tokens == by_hand.tokens
+    assert total.plan.gestalt == by_hand.plan.gestalt == (8, 8)
+    # one token more is one saccade more (the gestalt stays 8x8), the first 128 where they were
+    more = ask(qwen, receipt, q, arr=arr, budget="193", max_new_tokens=1)[0]
+    assert more.saccades == 129 and more.cells[:128].tolist() == total.cells.tolist()
