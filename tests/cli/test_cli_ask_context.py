@@ -87,6 +87,10 @@ def test_decoding_options_act_on_a_context(tmp_path, capsys):
 
     one, again, other = (answer("--do-sample", "--seed", s) for s in ("1", "1", "2"))
     assert one == again and one != other  # sampling acts, reproducibly from its seed
+    greedy = answer()
+    assert main(["ask", str(doc), "Total?", *FAST[:-3], "--max-new-tokens", "6", "--stream"]) == 0
+    out = capsys.readouterr().out
+    assert f"answer        {greedy}\n" in out and "context       " in out  # streamed as text, not quoted
 
 
 @pytest.mark.parametrize("flags, message", [
