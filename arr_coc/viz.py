@@ -214,7 +214,7 @@ def page_strip(images: list[Tensor], cells: list[Tensor], cell: int, height: int
 
     Args:
         images: per page [3, H, W] in [0, 1] (its canvas).
-        cells: per page [k_i, 2] (y, x) saccade cells on that canvas.
+        cells: per page [k_i, 2] (y, x) saccade cells on that canvas, or [k_i, 3] (y, x, side) squares.
         cell: token cell side on the canvas, px.
         height: the strip's height, px.
 
@@ -233,8 +233,9 @@ def page_strip(images: list[Tensor], cells: list[Tensor], cell: int, height: int
         pil = Image.fromarray((image.permute(1, 2, 0).clamp(0, 1).numpy() * 255).round().astype(np.uint8))
         pil = pil.resize((max(1, round(w * s)), height), Image.LANCZOS)
         d = ImageDraw.Draw(pil)
-        for y, x in cs.tolist():
-            d.rectangle([x * cell * s, y * cell * s, (x + 1) * cell * s - 1, (y + 1) * cell * s - 1],
+        for y, x, *side in cs.tolist():  # a patch allocator's squares carry their side in cells
+            n = side[0] if side else 1
+            d.rectangle([x * cell * s, y * cell * s, (x + n) * cell * s - 1, (y + n) * cell * s - 1],
                         outline=(220, 0, 0), width=max(1, round(2 * s)))
         tiles.append(np.asarray(pil))
     gap = np.full((height, 8, 3), 128, np.uint8)

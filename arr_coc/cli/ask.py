@@ -1,9 +1,10 @@
 """``arr-coc ask CONTEXT "QUESTION" --model M``: a frozen VLM answers from gestalt + saccades.
 
-CONTEXT is one image (the one-image path, unchanged) or a context: a PDF, a text file set on pages, or
-several images. A context's pages share one budget (:func:`arr_coc.contexts.allocate_context`: a
-gestalt per page, saccades ranked over every page's cells) and are read as one multi-image prompt
-(:func:`arr_coc.vlm.context.read_context`).
+CONTEXT is one image or a context: a PDF, a text file set on pages, or several images. Either goes through
+:func:`arr_coc.vlm.ask`: one image is allocated alone (every ``--mode``, ``--allocator`` and
+``--relevance``); a context's pages share one budget (a gestalt per page, saccades ranked over every
+page's cells) and are read as one multi-image prompt. ``--json`` carries every page's saccade positions,
+``--out`` draws them.
 """
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import argparse
 import json
 import sys
 import time
+from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable
 
 from arr_coc.cli import options as opt
@@ -48,7 +51,10 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                         "tokens through the LLM, and the answer reuses the gestalt's prefill); auto: vlm on "
                         "CUDA, arr elsewhere (default %(default)s)")
     p.add_argument("--json", action="store_true",
-                   help="print the answer, tokens sent and full, FLOPs and each stage's time as JSON")
+                   help="print the answer, per page the tokens sent and the saccades' positions, full-resolution and "
+                        "text tokens, FLOPs and each stage's time as JSON")
+    p.add_argument("--out", type=Path, default=None, metavar="FILE.png",
+                   help="draw every page with its saccades outlined into this PNG (default: no picture)")
     opt.max_new_tokens_option(p)
     opt.decoding(p)
     progress.add_option(p)
@@ -57,10 +63,10 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, ScorerConfig
+    from arr_coc.budget import Budget
+    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, GestaltConfig, SamplerConfig, ScorerConfig
     from arr_coc.engine.pipeline import ARR
-    from arr_coc.vlm import ask as answer
-    from arr_coc.vlm import load_vlm
+    from arr_coc.vlm import ask, load_vlm
     from arr_coc.vlm.answer import default_relevance, refuse_total_tokens
     from arr_coc.vlm.generation import from_decode
 
@@ -68,22 +74,36 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
     opt.check_question(args)
     opt.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
-    if opt.is_context(args):
-        return run_context(args)
-    args.image = args.inputs[0]
+    paged = opt.is_context(args)
+    context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
+    budget = Budget.parse(args.tokens) if paged and args.tokens is not None else None  # parsed once, here
     decode = opt.from_args(DecodeConfig, args, opt.DECODE_OPTIONS)  # checked before anything loads
     stream = streams(args, decode)
     show = progress.stages(args)
+    if paged:
+        show("reading the pages")
+        from arr_coc.cli.heap import map_large_buffers
+        from arr_coc.contexts import open_context
+        from arr_coc.vlm.answer import refuse_for_context
+
+        refuse_for_context(args.mode, not args.no_gestalt, args.allocator, args.relevance)  # before a model loads
+
+        map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
+        # the pages' count and pixels, checked before the model loads
+        open_context(context, pages=args.pages, dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
     show("loading the model")
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
-    refuse_total_tokens(adapter, args.tokens)  # a total the adapter cannot split as asked: before any work
-    relevance = default_relevance(adapter) if args.relevance == "auto" else args.relevance
+    refuse_total_tokens(adapter, args.tokens, images=None if paged else 1)  # a total it cannot split as asked
     # the vlm source reads the question with the VLM itself: MiniLM is then not loaded
-    encoder = opt.query_encoder(args, load=relevance != "vlm")
+    looks = not paged and (default_relevance(adapter) if args.relevance == "auto" else args.relevance) == "vlm"
+    encoder = opt.query_encoder(args, load=not looks)
     load_s = time.perf_counter() - start
     canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS, cell=adapter.cell)
-    sampler, gestalt = opt.sent(args, args.image, canvas)
+    if paged:  # the pages' gestalts come from the context rule
+        sampler, gestalt = opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS), GestaltConfig()
+    else:
+        sampler, gestalt = opt.sent(args, context, canvas)
     config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
                        scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler)
     arr = ARR(config, query_encoder=encoder).eval()
@@ -101,31 +121,80 @@ def run(args: argparse.Namespace) -> int:
         print(f"question      {args.question!r}")
         print("answer        ", end="", flush=True)  # the streamer writes the answer on, then ends the line
     with torch.inference_mode():
-        a = answer(adapter, [args.image], [args.question], arr=arr, mode=args.mode, layout=args.layout,
-                   gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator,
-                   relevance=relevance, generation_config=from_decode(decode, args.max_new_tokens),
-                   streamer=streamer, seed=decode.seed)[0]
+        a = ask(adapter, context, args.question, arr=arr, budget=budget, mode=args.mode, layout=args.layout,
+                gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator,
+                relevance=args.relevance, generation_config=from_decode(decode, args.max_new_tokens),
+                streamer=streamer, seed=decode.seed, pages=args.pages, dpi=args.dpi, text_layout=opt.text_layout(args),
+                max_pages=args.max_pages,
+                # the VLM's own tokenizer counts the text a real model would read; the tiny models' is a character toy
+                text_tokenizer=None if args.model.startswith("tiny:") else adapter.tokenizer)[0]
     run_s = time.perf_counter() - start
     show.close()
+    if args.out is not None:
+        draw(a, args.out, adapter.cell, f"{Path(args.inputs[0]).name}: {args.question}")
     if args.json:
         print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "mode": args.mode,
                           "layout": args.layout, **a.to_json(), "load_s": round(load_s, 3)}, indent=2))
         return 0
-    tf, ff = a.flops["total"], a.flops_full["total"]
-    if not stream:
-        print(f"question      {a.question!r}")
-        print(f"answer        {a.text!r}")
-    print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout {args.layout}"
-          f"  allocator {args.allocator}  relevance {a.relevance}")
-    print(f"visual tokens sent {a.visual_tokens} = {a.gestalt_tokens} gestalt + {a.saccades} saccades  |  "
-          f"full resolution {a.full_tokens}  ({100 * a.visual_tokens / a.full_tokens:.0f}%)")
-    print(f"prefill FLOPs est. {tf / 1e12:.3g} T (LLM {a.flops['llm'] / 1e12:.3g} T + vision "
-          f"{a.flops['vision'] / 1e12:.3g} T)  |  full resolution {ff / 1e12:.3g} T  (full / sent = {ff / tf:.1f}x)")
-    st = a.stage_ms()
-    print(f"time          load {load_s:.1f} s  |  allocate + encode + answer {run_s:.1f} s  (allocation "
-          f"{st['allocation'] / 1e3:.2f} s, vision {st['vision'] / 1e3:.2f} s, prefill {st['prefill'] / 1e3:.2f} s, "
-          f"decode {st['decode'] / 1e3:.2f} s)")
+    print(report(a, args, adapter, stream, load_s, run_s))
     return 0
+
+
+def report(a: Any, args: argparse.Namespace, adapter: Any, streamed: bool, load_s: float, run_s: float) -> str:
+    """The answer as ``ask`` prints it: the tokens sent (per page for several), text tokens, FLOPs, times."""
+    lines = [] if streamed else [f"question      {a.question!r}", f"answer        {a.text!r}"]
+    lines.append(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  mode {args.mode}  layout "
+                 f"{args.layout}  allocator {a.allocator}  relevance {a.relevance}")
+    if len(a.pages) > 1 or a.text_tokens is not None:
+        n = len(a.pages)
+        lines.append(f"context       {a.source}: {n} page{'s' if n != 1 else ''}")
+        lines += [f"  page {p.index + 1:>3}    {p.gestalt_tokens:>4} gestalt + {p.saccades:>4} saccades  "
+                  f"(full resolution {p.full_tokens})" for p in a.pages]
+    lines.append(f"visual tokens sent {a.visual_tokens} = {a.gestalt_tokens} gestalt + {a.saccades} saccades  |  "
+                 f"full resolution {a.full_tokens}  ({100 * a.visual_tokens / a.full_tokens:.0f}%)")
+    if a.text_tokens is not None:
+        lines.append(f"text tokens   {a.text_tokens} ({a.tokenizer})  |  compression {a.compression:.2f}x "
+                     f"(text tokens / visual tokens sent)")
+    elif len(a.pages) > 1:
+        lines.append("text tokens   none (no page has a text layer or words)")
+    tf, ff = a.flops["total"], a.flops_full["total"]
+    lines.append(f"prefill FLOPs est. {tf / 1e12:.3g} T (LLM {a.flops['llm'] / 1e12:.3g} T + vision "
+                 f"{a.flops['vision'] / 1e12:.3g} T)  |  full resolution {ff / 1e12:.3g} T  (full / sent = "
+                 f"{ff / tf:.1f}x)")
+    st = a.stage_ms()
+    lines.append(f"time          load {load_s:.1f} s  |  allocate + encode + answer {run_s:.1f} s  (allocation "
+                 f"{st['allocation'] / 1e3:.2f} s, vision {st['vision'] / 1e3:.2f} s, prefill "
+                 f"{st['prefill'] / 1e3:.2f} s, decode {st['decode'] / 1e3:.2f} s)")
+    if args.out is not None:
+        lines.append(f"picture       {args.out}")
+    return "\n".join(lines)
+
+
+def draw(a: Any, out: Path, cell: int, title: str) -> None:
+    """Every page the answer read, its saccades outlined (cells, or a patch allocator's squares), into ``out``."""
+    from arr_coc.viz import plot_context
+
+    labels = [f"p{p.index + 1}: {p.gestalt_tokens} gestalt + {p.saccades}" for p in a.pages]
+    where = [p.squares if p.squares is not None else p.cells for p in a.pages]
+    plot_context(Pages(a.pages), where, labels, cell, out, title=title)
+
+
+class Pages:
+    """The pages' canvases for the picture, drawn when asked and the last row's kept (a row is 10 pages):
+    a long context's canvases are never all in memory at once."""
+
+    def __init__(self, pages: Any, keep: int = 10) -> None:
+        self.pages, self.keep, self.kept = pages, keep, OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self.pages)
+
+    def __getitem__(self, i: int) -> Any:
+        if i not in self.kept:
+            self.kept[i] = self.pages[i].image.cpu()
+            while len(self.kept) > self.keep:
+                self.kept.popitem(last=False)
+        return self.kept[i]
 
 
 def streams(args: argparse.Namespace, decode: Any) -> bool:
@@ -136,92 +205,3 @@ def streams(args: argparse.Namespace, decode: Any) -> bool:
     if args.stream is not None:
         return args.stream
     return not args.json and decode.num_beams == 1 and sys.stdout.isatty()
-
-
-def run_context(args: argparse.Namespace) -> int:
-    """A context: one budget over its pages (allocate_context), one multi-image prompt (read_context)."""
-    from arr_coc.cli.heap import map_large_buffers
-
-    map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
-    import torch
-
-    from arr_coc.budget import budget_tokens
-    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
-    from arr_coc.contexts import allocate_context, open_context
-    from arr_coc.engine.pipeline import ARR
-    from arr_coc.vlm import load_vlm
-    from arr_coc.vlm.answer import refuse_total_tokens
-    from arr_coc.vlm.context import read_context
-
-    refused = [flag for flag, on in (("--mode " + args.mode, args.mode != "sparse"), ("--no-gestalt", args.no_gestalt),
-                                     ("--allocator " + args.allocator, args.allocator != "arr"),
-                                     ("--relevance vlm", args.relevance == "vlm")) if on]
-    if refused:
-        raise ValueError(f"a context (several pages) is allocated by one ranking over its pages' cells and sent "
-                         f"sparse with a gestalt per page; drop {', '.join(refused)}")
-    decoding = [flag for flag, on in (("--do-sample", args.do_sample), ("--temperature", args.temperature != 1.0),
-                                      ("--top-p", args.top_p != 1.0), ("--num-beams", args.num_beams != 1),
-                                      ("--stop", bool(args.stop)), ("--seed", args.seed is not None),
-                                      ("--stream", args.stream is not None)) if on]
-    if decoding:  # read_context decodes greedily, without streaming: these would go unused
-        raise ValueError(f"a context's answer is decoded greedily, in one piece; drop {', '.join(decoding)} (they "
-                         f"act on one image)")
-    tokens = None
-    if args.tokens is not None:
-        if str(args.tokens).strip().endswith("%"):
-            raise ValueError(f"a context takes --tokens as a count over all its pages (e.g. 1300), got {args.tokens}")
-        tokens = budget_tokens(args.tokens, 2 ** 62)
-    context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
-    layout = opt.text_layout(args)
-    show = progress.stages(args)
-    show("reading the pages")
-    # the pages' count and pixels, checked before the model loads (allocate_context checks them again, with the budget)
-    open_context(context, pages=args.pages, dpi=args.dpi, layout=layout, max_pages=args.max_pages)
-    show("loading the model")
-    start = time.perf_counter()
-    adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
-    refuse_total_tokens(adapter, args.tokens, images=None)  # a total the adapter cannot split as asked
-    load_s = time.perf_counter() - start
-    canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS, cell=adapter.cell)
-    config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
-                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS))
-    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
-    arr.max_question_tokens = args.max_question_tokens
-    # the VLM's own tokenizer counts the text a real model would read; the tiny models' is a character toy
-    tokenizer = None if args.model.startswith("tiny:") else adapter.tokenizer
-    show("allocating over the pages, encoding, answering")
-    start = time.perf_counter()
-    with torch.inference_mode():
-        alloc = allocate_context(arr, context, args.question, tokens=tokens,
-                                 saccades=None if tokens is not None else config.sampler.saccades, pages=args.pages,
-                                 dpi=args.dpi, layout=layout, max_pages=args.max_pages, tokenizer=tokenizer)
-        a = read_context(adapter, alloc.pages, args.question, text_tokens=alloc.text_tokens,
-                         tokenizer=alloc.tokenizer, layout=args.layout, max_new_tokens=args.max_new_tokens)
-    run_s = time.perf_counter() - start
-    show.close()
-    if args.json:
-        print(json.dumps({"model": args.model, "family": adapter.name, "cell": adapter.cell, "source": alloc.source,
-                          **a.to_json(), "allocation_ms": round(sum(alloc.timings_ms.values()), 2),
-                          "load_s": round(load_s, 3)}, indent=2))
-        return 0
-    n = len(a.pages)
-    print(f"question      {a.question!r}")
-    print(f"answer        {a.text!r}")
-    print(f"model         {args.model} ({adapter.name}, {adapter.cell} px cells)  layout {args.layout}")
-    print(f"context       {alloc.source}: {n} page{'s' if n != 1 else ''}")
-    for p in a.pages:
-        print(f"  page {p.index + 1:>3}    {p.gestalt_tokens:>4} gestalt + {p.saccades:>4} saccades  "
-              f"(full resolution {p.full_tokens})")
-    print(f"visual tokens sent {a.visual_tokens} = {sum(p.gestalt_tokens for p in a.pages)} gestalt + "
-          f"{sum(p.saccades for p in a.pages)} saccades  |  full resolution {a.full_tokens}  "
-          f"({100 * a.visual_tokens / a.full_tokens:.0f}%)")
-    if a.text_tokens is None:
-        print("text tokens   none (no page has a text layer or words)")
-    else:
-        print(f"text tokens   {a.text_tokens} ({a.tokenizer})  |  compression {a.compression:.2f}x "
-              f"(text tokens / visual tokens sent)")
-    tf, ff = a.flops["total"], a.flops_full["total"]
-    print(f"prefill FLOPs est. {tf / 1e12:.3g} T  |  full resolution {ff / 1e12:.3g} T  (full / sent = {ff / tf:.1f}x)")
-    print(f"time          load {load_s:.1f} s  |  allocate + encode + answer {run_s:.1f} s")
-    return 0

@@ -1,9 +1,13 @@
-"""Ask a frozen VLM about images with gestalt + saccades: load a model, then the four stages in a row.
+"""Ask a frozen VLM about a context (one image, several, a PDF, a text file) with gestalt + saccades: load a
+model, then allocate, encode, prefill and decode.
 
-Saccades are one-cell tokens from ARR's sampler (``allocator="arr"``) or variable-size squares from a
-patch allocator of :data:`arr_coc.allocators.patching.PATCHERS` (``"saliency"``, ``"quadtree"``) run on
-the same relevance, each square shrunk to one token. :func:`ask` is :func:`arr_coc.vlm.stages.allocate`,
-``encode``, ``prefill`` and ``decode``, plus what each answer cost.
+Over one image, saccades are one-cell tokens from ARR's sampler (``allocator="arr"``) or variable-size
+squares from a patch allocator of :data:`arr_coc.allocators.patching.PATCHERS` (``"saliency"``,
+``"quadtree"``) run on the same relevance, each square shrunk to one token
+(:func:`arr_coc.vlm.stages.allocate`). Over a context of several pages, one budget is allocated over all
+of them (:func:`arr_coc.vlm.context.allocate_pages`). Either way the pages are read by one path
+(:func:`arr_coc.vlm.context.read_pages`: ``encode``, ``prefill``, ``decode``) into one answer type,
+:class:`arr_coc.vlm.reply.Answer`, with what each answer cost.
 
 >>> from arr_coc.vlm import load_vlm
 >>> adapter = load_vlm("tiny:qwen2_5_vl")  # random weights: the answer is noise, the plumbing is real
@@ -12,29 +16,28 @@ the same relevance, each square shrunk to one token. :func:`ask` is :func:`arr_c
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
+from arr_coc.budget import Budget
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig, check_int, resolve_device, resolve_dtype
-from arr_coc.engine.plan import Plan
 from arr_coc.threads import check_model
-from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (decode_flops: the VLM evaluation's import)
-from arr_coc.vlm.generation import answer_text, decoding_config, stage_ms, timed
-from arr_coc.vlm.processing import LAYOUTS, MODES, VisualTokens
+from arr_coc.vlm.context import PageInput, allocate_pages, read_pages
+from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (the VLM evaluation's imports)
+from arr_coc.vlm.generation import answer_text, decoding_config  # noqa: F401  (answer_text: the evaluation's)
+from arr_coc.vlm.processing import LAYOUTS, MODES
 from arr_coc.vlm.protocol import ADAPTERS, VLMAdapter
-from arr_coc.vlm.stages import (
+from arr_coc.vlm.reply import Answer, PageSent, Read  # noqa: F401  (Answer, PageSent: the answer's types, here too)
+from arr_coc.vlm.stages import (  # noqa: F401  (RELEVANCE_SOURCES, allocators, default_relevance: the CLI's imports)
     RELEVANCE_SOURCES,
-    Prompt,
     allocate,
     allocators,
     arr_for,
     check_look,
-    decode,
     default_relevance,
-    encode,
-    prefill,
 )
 
 
@@ -98,61 +101,6 @@ def _processor_parts(path: str) -> tuple[Any, Any, Any, Any]:
         return None, None, None, None
 
 
-@dataclass
-class Answer:
-    """One question's answer and what it cost against the model's full-resolution input."""
-
-    question: str
-    text: str
-    tokens: list[int]
-    gestalt_tokens: int
-    saccades: int
-    full_tokens: int  # visual tokens of the full-resolution image
-    flops: dict[str, float]  # estimated FLOPs sent: llm, vision (prefill), allocation (the VLM's first look), total
-    flops_full: dict[str, float]  # the same at full resolution
-    plan: Plan = field(repr=False)  # what was sent (kind cells, squares, or full under the weighted encoding)
-    allocator: str = "arr"  # who chose the saccades: "arr" (sampler) or a PATCHERS name
-    relevance: str = "arr"  # where relevance came from: "arr" (texture + OCR scorer) or "vlm" (its first look)
-    # wall milliseconds of the whole call (the batch) per stage: "allocation/<stage>" (ARR's stages,
-    # "allocation/channel/<name>" inside its texture and coupling; or the first look), "vision...",
-    # "prefill...", "decode"
-    timings_ms: dict[str, float] = field(default_factory=dict, repr=False)
-
-    @property
-    def cells(self) -> torch.Tensor | None:
-        """[K, 2] (y, x) saccade cells in relevance order (allocator "arr"), else None."""
-        return None if self.plan.cells is None else self.plan.cells.cpu()
-
-    @property
-    def squares(self) -> torch.Tensor | None:
-        """[K, 3] (y, x, side) squares of a patch allocator, in its order, one token each, else None."""
-        return None if self.plan.squares is None else self.plan.squares.cpu()
-
-    @property
-    def visual_tokens(self) -> int:
-        return self.gestalt_tokens + self.saccades
-
-    def stage_ms(self) -> dict[str, float]:
-        """Milliseconds per stage group: allocation, vision, prefill, decode (channel details not added twice)."""
-        return stage_ms(self.timings_ms)
-
-    def to_json(self) -> dict[str, Any]:
-        """The answer, the tokens sent and full, FLOPs and stage times, as plain JSON-able data."""
-        stages = self.stage_ms()
-        return {
-            "question": self.question,
-            "answer": self.text,
-            "relevance": self.relevance,
-            "allocator": self.allocator,
-            "tokens": {"sent": self.visual_tokens, "gestalt": self.gestalt_tokens, "saccades": self.saccades,
-                       "full_resolution": self.full_tokens},
-            "flops": {k: float(v) for k, v in self.flops.items()},
-            "flops_full": {k: float(v) for k, v in self.flops_full.items()},
-            "time_ms": {**{k: round(v, 2) for k, v in stages.items()}, "total": round(sum(stages.values()), 2)},
-            "stages_ms": {k: round(v, 2) for k, v in self.timings_ms.items()},
-        }
-
-
 def fixed_gestalt(adapter: Any) -> int | None:
     """The tokens of an adapter's gestalt when it cannot be chosen (LLaVA's tower view), else None."""
     return getattr(adapter, "fixed_gestalt", None)
@@ -179,21 +127,31 @@ def refuse_total_tokens(adapter: Any, tokens: Any, images: int | None = 1) -> No
                      f"instead ({fixed} + K tokens per image{hint})")
 
 
-def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr: Any = None,
-        saccades: int | None = None, mode: str = "sparse", layout: str = "scaled", gestalt: bool = True,
-        max_new_tokens: int = MAX_NEW_TOKENS, config: ARRConfig | None = None, allocator: str = "arr",
-        relevance: str = "auto", look_layers: Sequence[int] | None = None, generation_config: Any = None,
-        streamer: Any = None, seed: int | None = None) -> list[Answer]:
-    """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades.
+def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, arr: Any = None,
+        saccades: int | None = None, budget: Any = None, mode: str = "sparse", layout: str = "scaled",
+        gestalt: bool = True, max_new_tokens: int = MAX_NEW_TOKENS, config: ARRConfig | None = None,
+        allocator: str = "arr", relevance: str = "auto", look_layers: Sequence[int] | None = None,
+        generation_config: Any = None, streamer: Any = None, seed: int | None = None, pages: Any = None,
+        dpi: float | None = None, text_layout: Any = None, max_pages: int | None = None,
+        text_tokenizer: Any = None) -> list[Answer]:
+    """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades: one
+    :class:`Answer` per question.
 
     Args:
         adapter: a VLM adapter (:func:`load_vlm`); its cell sets the canvas cell.
-        images: what :class:`arr_coc.ARR` accepts (paths, PIL images, tensors; one or a list).
-        questions: one per image.
+        contexts: what the questions are about. With one question (a str): one context, which is one image
+            (a path, a PIL image, a [3, H, W] tensor), several images (a list: one page each), a PDF, a text
+            file, or a :class:`arr_coc.documents.page.Context`. With a list of questions: a list of contexts,
+            one per question (a batch). A [B, 3, H, W] tensor is B images, one per question (one question: asked
+            of each).
+        questions: one question, or one per context.
         arr: an ARR whose canvas cell equals ``adapter.cell``; built from ``config`` when None. Its
             canvas, gestalt rule and sampler serve both relevance sources.
         saccades: K per image (default: the config's sampler saccades); a patch allocator's K
-            (quadtree: at most K, and at least its starting tiling).
+            (quadtree: at most K, and at least its starting tiling); over a context, K for all its pages.
+        budget: instead of ``saccades``, a :class:`arr_coc.budget.Budget` or its spec: a total of tokens
+            ("1300") or a share of full resolution ("25%") over a context's pages, each page a gestalt by
+            the context rule (an image given a total is read as a one-page context).
         mode: ``sparse`` (the tower encodes only the saccades), ``slice`` (the full grid, saccades
             kept) or ``weighted`` (every cell, scaled by relevance); patch allocators need ``sparse``.
         layout: saccade positions relative to the gestalt (``adapter.layouts``).
@@ -205,7 +163,8 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
             CPU). ``"vlm"``: the VLM's first look (:mod:`arr_coc.vlm.first_look`): the model encodes the
             gestalt, reads the question over it, and its attention to each gestalt token, spread
             over the cells, is the relevance; the answer then reuses that prefill. Everything runs
-            on the model's device. ``"auto"``: :func:`arr_coc.vlm.stages.default_relevance`.
+            on the model's device. ``"auto"``: :func:`arr_coc.vlm.stages.default_relevance` for an image,
+            ``"arr"`` for a context.
         look_layers: decoder layers the first look reads (default: the middle half).
         generation_config: how to decode, a ``transformers.GenerationConfig`` passed to the model's own
             ``generate`` (sampling, beams, stop strings, ...; unset fields come from the checkpoint's
@@ -214,6 +173,14 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
         streamer: a transformers streamer (e.g. ``TextStreamer(adapter.tokenizer, skip_prompt=True)``),
             one question at a time.
         seed: seeds sampling's draws on a generator forked from torch's (None: torch's global one).
+        pages, dpi, text_layout, max_pages: how a context is read (a PDF's 1-based page range and render
+            resolution, a text file's :class:`arr_coc.documents.text_pages.TextLayout`, the most pages taken).
+        text_tokenizer: what counts a context's text tokens (the compression ratio); None: the offline
+            default (:data:`arr_coc.contexts.DEFAULT_TOKENIZER`).
+
+    A context's pages are allocated together (one gestalt per page, saccades ranked over all its pages'
+    cells) and sent sparse with their gestalts: ``mode``, ``gestalt=False``, a patch ``allocator`` and
+    ``relevance="vlm"`` act on one image and are refused for a context (:func:`refuse_for_context`).
     """
     if allocator not in allocators():
         raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
@@ -228,15 +195,30 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
         seed = check_int("seed", seed, 0)
     if saccades is not None:
         saccades = check_int("saccades", saccades)
-    if relevance == "auto":
-        relevance = default_relevance(adapter)
-    if relevance not in RELEVANCE_SOURCES:
+    if budget is not None:
+        if saccades is not None:
+            raise ValueError("give saccades (K) or budget (a total), not both")
+        budget = Budget.parse(budget)
+        if budget.kind == "saccades":
+            saccades, budget = int(budget.value), None
+    if relevance not in ("auto", *RELEVANCE_SOURCES):
         raise ValueError(f"unknown relevance source {relevance!r}; choose one of auto, {', '.join(RELEVANCE_SOURCES)}")
-    if allocator != "arr" and mode != "sparse":
-        raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
-                         f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
-    if relevance == "vlm":
-        check_look(adapter, mode, gestalt, "relevance 'vlm'")
+    items = batch(contexts, questions)
+    # an image given a total budget is split as a one-page context (the context rule on one page is the image's)
+    images = [i for i, (c, _) in enumerate(items) if budget is None and one_image(c) is not None]
+    paged = [i for i in range(len(items)) if i not in images]
+    if paged:
+        refuse_for_context(mode, gestalt, allocator, relevance)
+        refuse_total_tokens(adapter, budget, images=None)
+    if images:
+        relevance = default_relevance(adapter) if relevance == "auto" else relevance
+        if allocator != "arr" and mode != "sparse":
+            raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
+                             f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
+        if relevance == "vlm":
+            check_look(adapter, mode, gestalt, "relevance 'vlm'")
+    else:
+        relevance = "arr"
     arr = arr_for(adapter, arr, config)
     grid = arr.config.gestalt.grid
     if gestalt and grid is not None and fixed_gestalt(adapter) is not None:  # a grid the adapter would not send
@@ -244,29 +226,84 @@ def ask(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, arr
                          f"whole-image view), not the gestalt grid {tuple(grid)} asked for; leave GestaltConfig.grid "
                          f"unset (and give K saccades rather than a total of tokens)")
     k = saccades if saccades is not None else arr.config.sampler.saccades
-    t: dict[str, float] = {}
-    planned = allocate(adapter, images, questions, saccades=k, arr=arr, relevance=relevance, allocator=allocator,
-                       encoding=mode, gestalt=gestalt, look_layers=look_layers, timings=t)
-    with timed(t, "vision", adapter.device):
-        visual = encode(adapter, planned.plans, planned.images, layout=layout, weights=planned.weights,
-                        encoded=planned.gestalt_tokens)
-    prompt = prefill(adapter, visual, planned.prompts, look=planned.look)
-    tokens, _ = decode(adapter, prompt, max_new_tokens=max_new_tokens, generation_config=generation_config,
-                       streamer=streamer, seed=seed, logits=False, timings=t)
-    return answers(adapter, planned.queries, tokens, visual, prompt, planned.plans, allocator, relevance, t)
+    decoding = dict(layout=layout, max_new_tokens=max_new_tokens, generation_config=generation_config,
+                    streamer=streamer, seed=seed)
+    out: list[Answer | None] = [None] * len(items)
+    if images:
+        t: dict[str, float] = {}
+        whole = contexts if is_image_batch(contexts) and not paged else [one_image(items[i][0]) for i in images]
+        planned = allocate(adapter, whole, [items[i][1] for i in images], saccades=k, arr=arr, relevance=relevance,
+                           allocator=allocator, encoding=mode, gestalt=gestalt, look_layers=look_layers, timings=t)
+        reads = [Read(q, [PageInput(0, img, plan)], [pre, suf], source=source_of(items[i][0]))
+                 for i, q, img, plan, (pre, suf) in zip(images, planned.queries, planned.images, planned.plans,
+                                                        planned.prompts)]
+        for i, a in zip(images, read_pages(adapter, reads, look=planned.look, weights=planned.weights,
+                                           encoded=planned.gestalt_tokens, allocator=allocator, relevance=relevance,
+                                           timings=t, **decoding)):
+            out[i] = a
+    if paged:
+        t = {}
+        reads = []
+        for i in paged:
+            alloc = allocate_pages(arr, items[i][0], items[i][1], budget or Budget.saccades(k), pages=pages, dpi=dpi,
+                                   text_layout=text_layout, max_pages=max_pages, tokenizer=text_tokenizer)
+            for name, ms in alloc.timings_ms.items():
+                t[f"allocation/{name}"] = t.get(f"allocation/{name}", 0.0) + ms
+            reads.append(Read(alloc.question, alloc.pages, adapter.prompt_segments(alloc.question, len(alloc.pages)),
+                              alloc.text_tokens, alloc.tokenizer, alloc.source))
+        for i, a in zip(paged, read_pages(adapter, reads, allocator="arr", relevance="arr", timings=t, **decoding)):
+            out[i] = a
+    return out  # type: ignore[return-value]  (every prompt is answered by one of the two groups)
 
 
-def answers(adapter: VLMAdapter, queries: Sequence[str], tokens: torch.Tensor, visual: Sequence[VisualTokens],
-            prompt: Prompt, plans: Sequence[Plan], allocator: str, relevance: str,
-            timings: dict[str, float]) -> list[Answer]:
-    """One :class:`Answer` per prompt: its text, tokens sent, and FLOPs beside full resolution."""
-    out = []
-    for b, (vis, (pre, suf), plan) in enumerate(zip(visual, prompt.prompts, plans)):
-        text, toks = answer_text(adapter, tokens[b].tolist())
-        full = plan.full_tokens
-        out.append(Answer(queries[b], text, toks, vis.n_gestalt, len(vis) - vis.n_gestalt, full,
-                          prefill_flops(adapter, len(pre) + len(vis) + len(suf), vis.vision_segments,
-                                        *prompt.look_work(b, vis)),
-                          prefill_flops(adapter, len(pre) + full + len(suf), (full * adapter.merge ** 2,)),
-                          plan, allocator, relevance, dict(timings)))
-    return out
+def refuse_for_context(mode: str, gestalt: bool, allocator: str, relevance: str) -> None:
+    """Refuse, in one line, what acts on one image only: a context's pages are allocated by one ranking over
+    their cells and sent sparse, each page with its gestalt."""
+    refused = [flag for flag, on in ((f"--mode {mode} (mode=)", mode != "sparse"),
+                                     ("--no-gestalt (gestalt=False)", not gestalt),
+                                     (f"--allocator {allocator} (allocator=)", allocator != "arr"),
+                                     ("--relevance vlm (relevance=)", relevance == "vlm")) if on]
+    if refused:
+        raise ValueError(f"a context (several pages) is allocated by one ranking over its pages' cells and sent "
+                         f"sparse with a gestalt per page; drop {', '.join(refused)}")
+
+
+def is_image_batch(x: Any) -> bool:
+    """A [B, 3, H, W] tensor: B images."""
+    return isinstance(x, torch.Tensor) and x.ndim == 4
+
+
+def batch(contexts: Any, questions: str | Sequence[str]) -> list[tuple[Any, str]]:
+    """The prompts of a call: (context, question) pairs. One question: one context (a [B, 3, H, W] tensor: B
+    images, each asked it); a list of questions: one context each."""
+    if isinstance(questions, str):
+        return [(img, questions) for img in contexts] if is_image_batch(contexts) else [(contexts, questions)]
+    qs = list(questions)
+    cs = list(contexts) if is_image_batch(contexts) or isinstance(contexts, (list, tuple)) else [contexts]
+    if len(cs) != len(qs) or not qs:
+        raise ValueError(f"got {len(qs)} questions for {len(cs)} contexts; pass one question, or a list of contexts "
+                         f"(each an image, a list of images, a PDF or a text file) with one question each")
+    return list(zip(cs, qs))
+
+
+def one_image(context: Any) -> Any:
+    """The image a context is when it is one image (a list of one image is that image), else None."""
+    from arr_coc.contexts.inputs import TEXT_SUFFIXES, is_pdf
+
+    if isinstance(context, (list, tuple)):
+        return one_image(context[0]) if len(context) == 1 else None
+    if isinstance(context, (str, Path)):
+        p = Path(context)
+        return None if is_pdf(p) or p.suffix.lower() in TEXT_SUFFIXES else context
+    if isinstance(context, torch.Tensor):
+        return context if context.ndim in (2, 3) else None
+    from PIL import Image
+
+    return context if isinstance(context, (Image.Image, np.ndarray)) else None
+
+
+def source_of(context: Any) -> str | None:
+    """Where an image came from, when it is a path."""
+    if isinstance(context, (list, tuple)) and len(context) == 1:
+        return source_of(context[0])
+    return str(context) if isinstance(context, (str, Path)) else None

@@ -1,31 +1,36 @@
-"""A context read by the VLM: every page's gestalt + saccades in one multi-image prompt, and what it cost.
+"""Pages read by the VLM: a batch of prompts, each of any number of pages, encoded, prefilled and decoded in one go.
 
-:func:`read_context` takes the pages of an allocated context (anything with ``index``, ``image``
-[3, H, W] on the model's cell and ``plan``, a :class:`arr_coc.engine.plan.Plan`: the context allocation's
-``PageAllocation`` or :class:`PageInput`), encodes every page's plan through the model's own tower
-(one call, one attention segment per gestalt and per page's saccades), places each page as its
-own image of one prompt at the positions the model's multi-image path gives it
-(:func:`arr_coc.vlm.stages.prefill_context`) and decodes the answer. A page may send its gestalt
-alone (no saccades). :class:`ContextAnswer` reports, per page, gestalt tokens and saccades, and the
-context's text tokens against the visual tokens sent: the COC compression ratio.
+:func:`read_pages` is the one path from plans to answers: every page's plan of every prompt goes through the
+model's own tower (:func:`arr_coc.vlm.stages.encode`: one call per plan kind, one attention segment per
+gestalt and per page's saccades), each prompt places its pages as the images of one prompt at the positions
+the model's multi-image path gives them (:func:`arr_coc.vlm.stages.prefill`: one page is its one-image
+case), and the batch decodes together. Each prompt becomes one :class:`arr_coc.vlm.reply.Answer`: per page
+its gestalt tokens, saccades and their positions, and the context's text tokens against the visual tokens
+sent (the COC compression ratio).
+
+:func:`read_context` reads one context's allocated pages (anything with ``index``, ``image`` [3, H, W] on
+the model's cell and ``plan``: the context allocation's ``PageAllocation`` or :class:`PageInput`) for one
+question. :func:`allocate_pages` is where a context's pages get their plans.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol, Sequence
 
 from torch import Tensor
 
+from arr_coc.budget import Budget
 from arr_coc.config import MAX_NEW_TOKENS
 from arr_coc.engine.plan import Plan
-from arr_coc.vlm.cost import prefill_flops
-from arr_coc.vlm.generation import answer_text, stage_ms, timed
+from arr_coc.vlm.generation import timed
+from arr_coc.vlm.processing import VisualTokens
 from arr_coc.vlm.protocol import VLMAdapter
-from arr_coc.vlm.stages import decode, encode, prefill_context
+from arr_coc.vlm.reply import Answer, Read, replies
+from arr_coc.vlm.stages import decode, encode, prefill
 
 
 class PageLike(Protocol):
-    """What :func:`read_context` needs of a page: the context allocation's pages have it."""
+    """What reading needs of a page: the context allocation's pages have it."""
 
     index: int
     image: Tensor
@@ -41,67 +46,43 @@ class PageInput:
     plan: Plan
 
 
-@dataclass
-class PageSent:
-    """What one page sent: its index in the source, gestalt tokens, saccades and its full-resolution tokens."""
+def read_pages(adapter: VLMAdapter, reads: Sequence[Read], *, layout: str = "scaled",
+               max_new_tokens: int = MAX_NEW_TOKENS, generation_config: Any = None, streamer: Any = None,
+               seed: int | None = None, look: Any = None, weights: Sequence[Tensor | None] | None = None,
+               encoded: Sequence[VisualTokens] | None = None, allocator: str = "arr", relevance: str = "arr",
+               timings: dict[str, float] | None = None) -> list[Answer]:
+    """One answer per prompt of ``reads``: each prompt's pages encoded, placed between its text runs, decoded.
 
-    index: int
-    gestalt_tokens: int
-    saccades: int
-    full_tokens: int
-
-    @property
-    def tokens(self) -> int:
-        return self.gestalt_tokens + self.saccades
-
-
-@dataclass
-class ContextAnswer:
-    """The answer over a whole context, what each page sent, and the COC compression ratio."""
-
-    question: str
-    text: str
-    tokens: list[int]
-    pages: list[PageSent]
-    text_tokens: int | None  # the context's text as text tokens (None: no text known)
-    tokenizer: str | None  # who counted them
-    flops: dict[str, float]  # estimated prefill FLOPs sent: llm, vision, total
-    flops_full: dict[str, float]  # the same with every page at full resolution
-    timings_ms: dict[str, float] = field(default_factory=dict, repr=False)
-
-    @property
-    def visual_tokens(self) -> int:
-        return sum(p.tokens for p in self.pages)
-
-    @property
-    def full_tokens(self) -> int:
-        return sum(p.full_tokens for p in self.pages)
-
-    @property
-    def compression(self) -> float | None:
-        """Text tokens / visual tokens sent (None without text tokens)."""
-        return None if self.text_tokens is None else self.text_tokens / self.visual_tokens
-
-    def to_json(self) -> dict[str, Any]:
-        stages = stage_ms(self.timings_ms)
-        return {
-            "question": self.question, "answer": self.text,
-            "pages": [{"page": p.index + 1, "gestalt": p.gestalt_tokens, "saccades": p.saccades,
-                       "full_resolution": p.full_tokens} for p in self.pages],
-            "tokens": {"visual": self.visual_tokens, "gestalt": sum(p.gestalt_tokens for p in self.pages),
-                       "saccades": sum(p.saccades for p in self.pages), "full_resolution": self.full_tokens,
-                       "text": self.text_tokens, "tokenizer": self.tokenizer,
-                       "compression": None if self.compression is None else round(self.compression, 3)},
-            "flops": {k: float(v) for k, v in self.flops.items()},
-            "flops_full": {k: float(v) for k, v in self.flops_full.items()},
-            "time_ms": {**{k: round(v, 2) for k, v in stages.items()}, "total": round(sum(stages.values()), 2)},
-        }
+    Args:
+        reads: per prompt its question, pages (``index``, ``image``, ``plan``) and ``runs``, the ids around them.
+        layout: saccade positions relative to each page's gestalt (``adapter.layouts``).
+        max_new_tokens, generation_config, streamer, seed: how to decode (:func:`arr_coc.vlm.stages.decode`).
+        look: the first look whose cache the prompts continue (one page per prompt; its gestalt is reused).
+        weights, encoded: per page, in batch order, the weighted encoding's maps and the first look's gestalt
+            tokens (:func:`arr_coc.vlm.stages.encode`).
+        allocator, relevance: recorded on the answers.
+        timings: collects ``vision``, ``prefill`` and ``decode`` milliseconds (every answer gets a copy).
+    """
+    if not reads or any(not r.pages for r in reads):
+        raise ValueError("a context needs at least one page")
+    t = {} if timings is None else timings
+    pages = [p for r in reads for p in r.pages]
+    with timed(t, "vision", adapter.device):
+        flat = encode(adapter, [p.plan for p in pages], [p.image for p in pages], layout=layout, weights=weights,
+                      encoded=encoded)
+    at = 0
+    for r in reads:
+        r.visual, at = flat[at:at + len(r.pages)], at + len(r.pages)
+    prompt = prefill(adapter, [r.visual for r in reads], [r.runs for r in reads], look=look)
+    tokens, _ = decode(adapter, prompt, max_new_tokens=max_new_tokens, generation_config=generation_config,
+                       streamer=streamer, seed=seed, logits=False, timings=t)
+    return replies(adapter, reads, tokens, prompt, allocator, relevance, t)
 
 
 def read_context(adapter: VLMAdapter, pages: Sequence[PageLike], question: str, *, text_tokens: int | None = None,
                  tokenizer: str | None = None, layout: str = "scaled", max_new_tokens: int = MAX_NEW_TOKENS,
-                 timings: dict[str, float] | None = None) -> ContextAnswer:
-    """The VLM's answer to ``question`` over every page's plan, as one multi-image prompt.
+                 timings: dict[str, float] | None = None) -> Answer:
+    """The VLM's answer to ``question`` over every page's plan, as one multi-image prompt (:func:`read_pages`).
 
     Args:
         adapter: the VLM; every page's image is on its cell.
@@ -115,17 +96,37 @@ def read_context(adapter: VLMAdapter, pages: Sequence[PageLike], question: str, 
     """
     if not pages:
         raise ValueError("a context needs at least one page")
-    t = {} if timings is None else timings
-    with timed(t, "vision", adapter.device):
-        visual = encode(adapter, [p.plan for p in pages], [p.image for p in pages], layout=layout)
-    runs = adapter.prompt_segments(question, len(pages))
-    tokens, _ = decode(adapter, prefill_context(adapter, [visual], [runs]), max_new_tokens=max_new_tokens,
-                       timings=t)
-    text, toks = answer_text(adapter, tokens[0].tolist())
-    n_text = sum(len(r) for r in runs)
-    sent = [PageSent(p.index, v.n_gestalt, len(v) - v.n_gestalt, p.plan.full_tokens) for p, v in zip(pages, visual)]
-    flops = prefill_flops(adapter, n_text + sum(len(v) for v in visual),
-                          tuple(s for v in visual for s in v.vision_segments))
-    full = [s.full_tokens for s in sent]
-    flops_full = prefill_flops(adapter, n_text + sum(full), tuple(n * adapter.merge ** 2 for n in full))
-    return ContextAnswer(question, text, toks, sent, text_tokens, tokenizer, flops, flops_full, dict(t))
+    read = Read(question, list(pages), adapter.prompt_segments(question, len(pages)), text_tokens, tokenizer)
+    return read_pages(adapter, [read], layout=layout, max_new_tokens=max_new_tokens, timings=timings)[0]
+
+
+def allocate_pages(arr: Any, context: Any, question: str, budget: Budget, *, pages: Any = None,
+                   dpi: float | None = None, text_layout: Any = None, max_pages: int | None = None,
+                   tokenizer: Any = None) -> Any:
+    """A context's pages and their plans for one question under ``budget`` (the one place a context is allocated
+    on the VLM path): :func:`arr_coc.contexts.allocate_context`, one ranking over every page's cells.
+
+    A share of full resolution ("25%") is taken of the pages' full tokens, read from their sizes before anything
+    is drawn; a compression of the text ("10x") is refused (the text is known only once the pages are read).
+    """
+    from arr_coc.contexts import allocate_context
+    from arr_coc.contexts.allocate import canvas_grids
+    from arr_coc.contexts.inputs import MAX_PAGES, open_context
+    from arr_coc.documents.pdf import DEFAULT_DPI
+    from arr_coc.documents.text_pages import TextLayout
+
+    where = dict(pages=pages, dpi=DEFAULT_DPI if dpi is None else dpi,
+                 layout=TextLayout() if text_layout is None else text_layout,
+                 max_pages=MAX_PAGES if max_pages is None else max_pages)
+    tokens = saccades = None
+    if budget.kind == "saccades":
+        saccades = int(budget.value)
+    elif budget.kind == "text":
+        raise ValueError(f"budget {budget}: a context's answer takes a token count (e.g. 1300), a share of full "
+                         f"resolution (e.g. 25%) or --saccades K; a compression of its text is not taken here")
+    elif budget.kind == "share":
+        grids = canvas_grids(arr.config.canvas, open_context(context, **where))
+        tokens = budget.total(sum(h * w for h, w in grids))
+    else:
+        tokens = int(budget.value)
+    return allocate_context(arr, context, question, tokens=tokens, saccades=saccades, tokenizer=tokenizer, **where)

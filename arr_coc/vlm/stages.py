@@ -12,8 +12,8 @@ call them too, timing or swapping one stage at a time.
 * :func:`encode` -- cells through ``adapter.encode``, squares through ``encode_patches``, full
   through every cell, native through the model's own processor (``encode_processed``); a gestalt
   the first look encoded is reused.
-* :func:`prefill` -- the prompts around the visual tokens, or their continuation of the first
-  look's cache; :func:`prefill_context` -- several images (the pages of a context) in one prompt.
+* :func:`prefill` -- each prompt's text runs around its pages' visual tokens (one page or several: the
+  pages of a context), or their continuation of the first look's cache.
 * :func:`decode` -- the answer through the model's own ``generate`` (greedy by default, any
   ``GenerationConfig``).
 """
@@ -33,7 +33,7 @@ from arr_coc.engine.samplers import SAMPLERS, Sampler, select, shift_nonnegative
 from arr_coc.threads import check_model
 from arr_coc.vlm.first_look import FirstLook, first_look, second_pass_prefill
 from arr_coc.vlm.generation import generate, timed
-from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble, assemble_context, left_pad_ids
+from arr_coc.vlm.processing import Prefill, VisualTokens, all_cells, assemble_context, left_pad_ids
 from arr_coc.vlm.protocol import FIRST_LOOK, PROCESSOR, VLMAdapter
 
 if TYPE_CHECKING:
@@ -342,39 +342,41 @@ class Prompt:
     """A batch of prompts ready to decode: the prefill inputs, and the first look's cache they continue."""
 
     prefill: Prefill
-    # per prompt the ids before and after the image (several images: before the first, and every later run)
-    prompts: list[tuple[list[int], list[int]]]
+    # per prompt its runs of text ids around its pages: before the first page, between pages, after the last
+    # (one page: (before, after))
+    prompts: list[list[list[int]]]
     look: FirstLook | None = None
 
-    def look_work(self, b: int, visual: VisualTokens) -> tuple[int, int]:
-        """Prompt b's first-look work for the FLOP estimate: (question tokens read again, cached tokens under them)."""
+    def look_work(self, b: int, visual: VisualTokens | Sequence[VisualTokens]) -> tuple[int, int]:
+        """Prompt b's first-look work for the FLOP estimate: (question tokens read again, cached tokens under them).
+        A first look reads one page (``visual``: its tokens, or the list of that one page's)."""
         if self.look is None:
             return 0, 0
         pre, suf = self.prompts[b]
-        return len(suf), len(pre) + visual.n_gestalt
+        vis = visual if isinstance(visual, VisualTokens) else visual[0]
+        return len(suf), len(pre) + vis.n_gestalt
 
 
-def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens],
-            prompts: Sequence[tuple[Sequence[int], Sequence[int]]], *, look: FirstLook | None = None) -> Prompt:
-    """Each image's visual tokens between its prompt's ids before and after, left-padded (:func:`assemble`);
-    with ``look``, the saccades and the question that continue its cache (whose prompts they are)."""
+def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens | Sequence[VisualTokens]],
+            prompts: Sequence[Sequence[Sequence[int]]], *, look: FirstLook | None = None) -> Prompt:
+    """The batch's prompts: prompt b holds its pages' visual tokens ``visuals[b]`` (one page: its
+    VisualTokens, or a list of one) between its runs of ids ``prompts[b]`` (one page: (before, after);
+    n pages: the n + 1 runs of :meth:`VLMAdapter.prompt_segments`), each page at its own positions as the
+    model's multi-image path places them, left-padded (:func:`arr_coc.vlm.processing.assemble_context`).
+    Prompts of different page counts batch together.
+
+    With ``look`` (one page per prompt), the saccades and the question that continue the first look's cache
+    (whose prompts they are).
+    """
     check_model(adapter, "prefill")
+    pages = [[v] if isinstance(v, VisualTokens) else list(v) for v in visuals]
     if look is not None:
-        return Prompt(second_pass_prefill(adapter, look, visuals), list(zip(look.prefixes, look.suffixes)), look)
-    prompts = [(list(p), list(s)) for p, s in prompts]
-    pf = assemble(adapter.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], adapter.rope_rows)
-    return Prompt(pf, prompts)
-
-
-def prefill_context(adapter: VLMAdapter, visuals: Sequence[Sequence[VisualTokens]],
-                    texts: Sequence[Sequence[Sequence[int]]]) -> Prompt:
-    """Several images in one prompt (the pages of a context): prompt b holds ``visuals[b]`` between the runs of
-    ids ``texts[b]`` (:meth:`VLMAdapter.prompt_segments`), each image at its own positions as the model's
-    multi-image path places them (:func:`arr_coc.vlm.processing.assemble_context`). One image per prompt
-    gives exactly :func:`prefill`'s prompt."""
-    texts = [[list(run) for run in runs] for runs in texts]
-    pf = assemble_context(adapter.embed_tokens, texts, visuals, adapter.rope_rows)
-    return Prompt(pf, [(runs[0], [t for run in runs[1:] for t in run]) for runs in texts])
+        if any(len(p) != 1 for p in pages):
+            raise ValueError("a first look's cache holds one image per prompt; give one page per prompt")
+        return Prompt(second_pass_prefill(adapter, look, [p[0] for p in pages]),
+                      [[list(p), list(s)] for p, s in zip(look.prefixes, look.suffixes)], look)
+    texts = [[list(run) for run in runs] for runs in prompts]
+    return Prompt(assemble_context(adapter.embed_tokens, texts, pages, adapter.rope_rows), texts)
 
 
 def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW_TOKENS,

@@ -285,7 +285,9 @@ def test_cli_ask_relevance_vlm_json_prints_answer_tokens_and_stage_times(receipt
     assert main(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert (out["relevance"], out["family"]) == ("vlm", "qwen2_5_vl")
-    assert out["tokens"] == {"sent": 76, "gestalt": 36, "saccades": 40, "full_resolution": 53 * 35}
+    assert out["tokens"] == {"sent": 76, "visual": 76, "gestalt": 36, "saccades": 40, "full_resolution": 53 * 35,
+                             "text": None, "tokenizer": None, "compression": None}
+    assert [len(p["positions"]) for p in out["pages"]] == [40] and out["pages"][0]["gestalt_grid"] == [6, 6]
     assert isinstance(out["answer"], str) and set(out["time_ms"]) == {"allocation", "vision", "prefill", "decode",
                                                                        "total"}
     assert out["time_ms"]["total"] == pytest.approx(sum(v for k, v in out["time_ms"].items() if k != "total"), abs=0.1)

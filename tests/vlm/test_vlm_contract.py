@@ -22,7 +22,6 @@ from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.vlm import ADAPTERS, LAYOUTS, ask, assemble, encode, generate, load_vlm, prefill
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.protocol import CAPABILITIES, FIRST_LOOK, PROCESSOR, VLMAdapter
-from arr_coc.vlm.stages import prefill_context
 
 # the grid whose every cell the model's own forward sees at full resolution (LLaVA: exactly one S x S tile)
 NATIVE_GRID = {"llava": (4, 4)}
@@ -149,7 +148,7 @@ def context_logits(adapter, imgs, question, order=None):
     """The sparse multi-image prompt (every cell of every page, each page its own tower segment)."""
     order = order or range(len(imgs))
     vis = encode(adapter, [every_cell(imgs[i], adapter.cell) for i in order], [imgs[i] for i in order])
-    return run_llm(adapter, prefill_context(adapter, [vis], [adapter.prompt_segments(question, len(vis))]).prefill)
+    return run_llm(adapter, prefill(adapter, [vis], [adapter.prompt_segments(question, len(vis))]).prefill)
 
 
 def test_every_cell_of_every_page_reproduces_the_native_multi_image_forward(adapter):
@@ -173,7 +172,7 @@ def test_one_page_context_is_exactly_the_one_image_prompt(adapter):
     img, q = image(adapter, 5, 4, seed=8), "Total?"
     plan = Plan("arr", "cells", (5, 4), gestalt=(2, 2), cells=torch.tensor([[4, 3], [0, 1]]))
     vis = encode(adapter, [plan], [img])
-    one, ctx = prefill(adapter, vis, [adapter.prompt_ids(q)]).prefill, prefill_context(
+    one, ctx = prefill(adapter, vis, [adapter.prompt_ids(q)]).prefill, prefill(
         adapter, [vis], [adapter.prompt_segments(q, 1)]).prefill
     for name in ("inputs_embeds", "attention_mask", "position_ids", "next_position", "visual_mask"):
         assert torch.equal(getattr(one, name), getattr(ctx, name)), name
@@ -188,8 +187,8 @@ def test_context_prompts_of_different_page_counts_batch_like_each_alone(adapter)
     assert [len(v) - v.n_gestalt for v in vis] == [2, 0, 2]
     groups, questions = [vis[:1], vis[1:]], ["Date?", "Which total is larger?"]
     texts = [adapter.prompt_segments(q, len(g)) for q, g in zip(questions, groups)]
-    batch = prefill_context(adapter, groups, texts).prefill
-    singles = [prefill_context(adapter, [g], [t]).prefill for g, t in zip(groups, texts)]
+    batch = prefill(adapter, groups, texts).prefill
+    singles = [prefill(adapter, [g], [t]).prefill for g, t in zip(groups, texts)]
     check_batch_equals_singles(adapter, batch, singles, run_llm)
 
 
