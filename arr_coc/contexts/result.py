@@ -1,7 +1,8 @@
 """What an allocation sends: per page a plan on its canvas; in all, the tokens and the compression.
 
 One image is a context of one page: its :class:`ContextAllocation` has one :class:`PageAllocation`, and its JSON
-carries that page's fields at the top level too (what ``look --json`` printed for an image).
+carries that page's fields at the top level too (what ``look --json`` printed for an image, ``scores`` there being
+what its sampler read, as ``ARR()`` reports them; per page ``scores`` are the ranking's, comparable across pages).
 """
 from __future__ import annotations
 
@@ -66,15 +67,21 @@ class PageAllocation:
     def tokens(self) -> int:
         return self.plan.tokens
 
+    def ranking_scores(self) -> Tensor:
+        """[k_i] each saccade's ranking score (comparable across pages: what decided the page's share)."""
+        cells = self.plan.cells.long()
+        return self.relevance[cells[:, 0], cells[:, 1]]
+
     def to_json(self) -> dict[str, Any]:
+        """The page as JSON: per saccade its ranking score (``scores``, comparable across pages) and the score its
+        sampler read (``sampler_scores``, ``plan.scores``)."""
         p = self.plan
         d: dict[str, Any] = {
             "index": self.index, "canvas": [g * self.cell for g in p.grid], "grid": list(p.grid), "cell": self.cell,
             "gestalt_grid": list(p.gestalt), "gestalt_tokens": p.gestalt_tokens, "saccades": p.saccades,
             "full_resolution": p.full_tokens, "text_from": self.text_from,
-            "positions": p.cells.tolist(), "scores": [round(s, 5) for s in p.scores.tolist()]}
-        cells = p.cells.long()  # each saccade's ranking score (what decided the page's share)
-        d["ranking"] = [round(s, 5) for s in self.relevance[cells[:, 0], cells[:, 1]].tolist()] if len(cells) else []
+            "positions": p.cells.tolist(), "scores": [round(s, 5) for s in self.ranking_scores().tolist()],
+            "sampler_scores": [round(s, 5) for s in p.scores.tolist()]}
         if self.image_size is not None:
             d["image_size"] = list(self.image_size)
         if self.weights is not None:
@@ -126,8 +133,9 @@ class ContextAllocation:
             d.update({k: page[k] for k in ("image_size", "canvas", "cell", "grid") if k in page})
         d["tokens"] = {"gestalt": self.gestalt_tokens, "saccades": self.saccades, "sent": self.tokens,
                        "full_resolution": self.full_tokens}
-        if len(self.pages) == 1:
-            d.update({k: page[k] for k in ("gestalt_grid", "context_weights", "positions", "scores") if k in page})
+        if len(self.pages) == 1:  # the image schema: its scores are what its sampler read (ARR()'s scores)
+            d.update({k: page[k] for k in ("gestalt_grid", "context_weights", "positions") if k in page})
+            d["scores"] = page["sampler_scores"]
         d.update({"source": self.source, "pages": [p.to_json() for p in self.pages],
                   "budget": None if self.budget is None else str(self.budget),
                   "text_tokens": self.text_tokens, "tokenizer": self.tokenizer,

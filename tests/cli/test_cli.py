@@ -84,7 +84,7 @@ def test_a_programming_bug_inside_a_command_keeps_its_traceback(bug, receipt, mo
     def broken(self, *args, **kwargs):
         raise bug
 
-    monkeypatch.setattr(ARR, "forward", broken)
+    monkeypatch.setattr(ARR, "score", broken)  # every input is scored through it
     with pytest.raises(type(bug)) as caught:
         main(["look", str(receipt), "q", "--json", "--channels", "mvp", "--query-encoder", "hashing"])
     assert caught.value is bug

@@ -224,3 +224,22 @@ def test_page_text_reaches_the_text_channels_as_an_argument_not_through_ocr(monk
     fresh = _arr(MVP_CHANNELS + ("text_match",))  # control: without the text the channel reads the page by OCR
     with pytest.raises(pytest.fail.Exception, match="OCR ran"):
         fresh.cell_stack(fresh.see([page.image]), ["Where is gamma?"])
+
+
+def test_over_pages_the_ranking_decides_the_shares_and_each_pages_sampler_places_them():
+    from arr_coc.contexts import rank_cells
+
+    ctx, q = render_text(_story(3, 1), SMALL), "When does the zanzibar harbour open?"
+    top = allocate(_arr(), ctx, q, 60)
+    want = rank_cells([p.relevance for p in top.pages], top.saccades)  # top-K: the context's top K itself
+    assert [p.plan.cells.tolist() for p in top.pages] == [c.tolist() for c in want]
+    page = top.pages[0].to_json()
+    assert page["scores"] == [round(float(s), 5) for s in top.pages[0].ranking_scores()]
+    assert page["sampler_scores"] == [round(float(s), 5) for s in top.pages[0].plan.scores]
+    nms = allocate(_arr(sampler="nms"), ctx, q, 60)
+    assert [p.saccades for p in nms.pages] == [p.saccades for p in top.pages] and nms.tokens == 60
+    assert [p.plan.cells.tolist() for p in nms.pages] != [c.tolist() for c in want]  # placed by nms's own rule
+    for p in nms.pages:  # nms keeps a page's saccades apart (min distance 2 cells, Chebyshev) where they fit
+        c = p.plan.cells
+        d = (c[:, None] - c[None]).abs().amax(-1) + 2 * torch.eye(len(c), dtype=torch.long)
+        assert len(c) < 2 or int(d.min()) >= 2 or p.saccades * 4 > p.plan.full_tokens
