@@ -76,6 +76,21 @@ def test_look_gives_an_image_a_compression_budget_one_clear_line(tmp_path, capsy
                    "(no text layer, nothing read by OCR); give a token count or a share instead")
 
 
+def test_look_prints_one_schema_for_an_image_and_a_context(story, tmp_path, capsys):
+    image = tmp_path / "p.png"
+    Image.fromarray((torch.rand(112, 140, 3, generator=torch.Generator().manual_seed(0)) * 255).byte().numpy()).save(image)
+    assert main(["look", str(image), "Where?", "--saccades", "8", "--json", *FAST]) == 0
+    one = json.loads(capsys.readouterr().out)
+    assert main(["look", str(story), "Where?", "--tokens", "40", "--json", *SMALL, *FAST]) == 0
+    many = json.loads(capsys.readouterr().out)
+    assert set(many) <= set(one)  # every field of a context's JSON, for an image too
+    assert set(one) - set(many) == {"image_size", "canvas", "cell", "grid", "gestalt_grid", "context_weights",
+                                    "positions", "scores"}  # and its page's fields at the top level, as before
+    page = one["pages"][0]
+    assert one["positions"] == page["positions"] and one["scores"] == page["sampler_scores"]
+    assert one["tokens"]["sent"] == 8 + 4 and one["budget"] == "K=8" and one["gestalt_grid"] == [2, 2]
+
+
 def test_look_refuses_too_many_pages_in_one_line(tmp_path, capsys):
     paths = []
     for i in range(3):
