@@ -10,7 +10,7 @@ Installed with ``pip install arr-coc[lmms]``, the package registers this model i
 
 * ``pretrained``: what :func:`arr_coc.vlm.load_vlm` takes: a checkpoint folder, a hub id or ``tiny:<family>``.
 * ``tokens``: the total T sent per image (``529`` or a share of full resolution, ``25%``), split on each
-  image's own cell grid into gestalt + saccades by :func:`arr_coc.budget.split_budget`, as ``arr-coc eval``
+  image's own cell grid into gestalt + saccades by :meth:`arr_coc.budget.Budget.split`, as ``arr-coc eval``
   and ``ask --tokens`` split it; or ``saccades``: K per image with the gestalt of the token rule
   (default: K = 273, i.e. 16x16 + 273 = 529 tokens on a page of at least 16 cells a side).
 * ``relevance``: ``auto`` (default), ``arr`` or ``vlm``; ``mode``, ``layout``, ``allocator``: as ``ask``.
@@ -46,7 +46,7 @@ import torch  # noqa: E402
 from lmms_eval.api.instance import Instance  # noqa: E402
 from lmms_eval.api.model import lmms  # noqa: E402
 
-from arr_coc.budget import budget_tokens, split_budget  # noqa: E402
+from arr_coc.budget import Budget  # noqa: E402
 from arr_coc.config import ARRConfig, GestaltConfig, check_int  # noqa: E402
 
 OPTIONS = ("pretrained", "tokens", "saccades", "relevance", "mode", "layout", "allocator", "dtype", "device",
@@ -73,9 +73,11 @@ class ArrCoc(lmms):
                              f"use --batch_size 1, got {batch_size!r}")
         if tokens is not None and saccades is not None:
             raise ValueError("arr_coc model_args: give tokens=T (gestalt + saccades) or saccades=K, not both")
-        if tokens is not None:
-            budget_tokens(tokens, 10**9)  # a bad count or share fails now, not at the first request
-        self.tokens = None if tokens is None else str(tokens)
+        # the request's budget, parsed once here: a bad count or share fails now, not at the first request
+        self.budget = None if tokens is None else Budget.parse(str(tokens))
+        if self.budget is not None and self.budget.needs_text:
+            raise ValueError(f"arr_coc model_args: tokens={tokens} is a compression of a context's text; a task's "
+                             f"images take a token count (529) or a share of full resolution (25%)")
         self.saccades = None if saccades is None else check_int("saccades", saccades)
         self.vlm = load_vlm(str(pretrained), dtype=dtype, device=device)
         self.relevance = default_relevance(self.vlm) if relevance == "auto" else relevance
@@ -95,15 +97,14 @@ class ArrCoc(lmms):
 
     def _budget(self, image: Any) -> tuple[Any, int]:
         """(the ARR with this image's gestalt grid, K): ``tokens`` split on the image's own cell grid."""
-        if self.tokens is None:
+        if self.budget is None:
             arr = self._arr(None)
             return arr, self.saccades or arr.config.sampler.saccades
         from arr_coc.engine.canvas import make_canvas
 
         canvas = self._arr(None).config.canvas
         c = make_canvas(image, cell=self.vlm.cell, min_pixels=canvas.min_pixels, max_pixels=canvas.max_pixels)
-        hc, wc = (s // c.cell for s in c.sizes[0])
-        grid, k = split_budget(budget_tokens(self.tokens, hc * wc), (hc, wc))
+        (grid,), k = self.budget.split([tuple(s // c.cell for s in c.sizes[0])])
         return self._arr(grid), k
 
     def answer(self, image: Any, question: str, max_new_tokens: int) -> Any:

@@ -1,7 +1,7 @@
 """The microscope over a context: a PDF or several images -> one budget over the pages, the strip, one page opened.
 
 The pages go through the same ARR the image view uses (shipped scorer, default channels, the
-microscope's shared OCR cache), with :func:`arr_coc.contexts.allocate_context`: every page a small
+microscope's shared OCR cache), with :func:`arr_coc.contexts.allocate`: every page a small
 gestalt, the saccades ranked over all pages. What the page shows: the totals with the text tokens
 and the compression ratio, a table of pages (gestalt, saccades, where the text came from), the pages
 as a strip, and the page the user opens at full size with its saccades outlined.
@@ -26,7 +26,7 @@ import torch
 from PIL import Image
 
 from arr_coc.app.service import Microscope, Settings, check_question, read_upload
-from arr_coc.contexts import ContextAllocation, allocate_context
+from arr_coc.contexts import ContextAllocation, allocate
 from arr_coc.contexts.inputs import is_pdf
 from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI, page_geometry
 from arr_coc.viz import page_strip
@@ -116,8 +116,8 @@ def run_context(scope: Microscope, paths: Sequence[str | Path], question: str | 
         context = _read_images(paths)
     arr = scope.arr(Settings(cell=scope.cell))
     with torch.inference_mode():
-        return allocate_context(arr, context, q, tokens=int(tokens), pages=(pages or None) if pdfs else None,
-                                dpi=dpi, max_pages=MAX_APP_PAGES, chunk=APP_CHUNK)
+        return allocate(arr, context, q, int(tokens), pages=(pages or None) if pdfs else None,
+                        dpi=dpi, max_pages=MAX_APP_PAGES, chunk=APP_CHUNK)
 
 
 def context_summary(alloc: ContextAllocation) -> str:

@@ -1,8 +1,10 @@
-"""``arr-coc look IMAGE "QUESTION"``: allocate saccades for one image and question, print them, draw a PNG.
+"""``arr-coc look INPUT "QUESTION"``: allocate one budget over an input's pages, print them, draw a PNG.
 
-``arr-coc look doc.pdf "QUESTION" --pages 1-20 --tokens 2000`` (or a text file, or several images): one
-budget over the context's pages; prints per page its gestalt and saccades, the text tokens and the
-compression ratio; draws the pages as a strip with their saccades.
+One code path for every input (:func:`arr_coc.contexts.allocate`): an image is a context of one page (printed
+with its sizes, context weights and top saccades, drawn with its relevance); ``arr-coc look doc.pdf "QUESTION"
+--pages 1-20 --tokens 2000`` (or a text file, or several images) prints per page its gestalt and saccades,
+the text tokens and the compression ratio, and draws the pages as a strip with their saccades. ``--json``
+prints :meth:`~arr_coc.contexts.ContextAllocation.to_json` for either.
 """
 from __future__ import annotations
 
@@ -40,9 +42,9 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     progress.add_option(p)
 
 
-def summary(alloc: Any, i: int = 0, top: int = 10) -> str:
-    """Image ``i``'s allocation as the lines ``look`` prints: sizes, tokens, context weights, the top saccades."""
-    d = alloc.to_json(i)
+def summary(d: dict[str, Any], top: int = 10) -> str:
+    """A one-page allocation's JSON (``to_json()``) as the lines ``look`` prints: sizes, tokens, context weights,
+    the top saccades."""
     tok = d["tokens"]
     lines = [
         f"question      {d['question']!r}",
@@ -62,23 +64,29 @@ def summary(alloc: Any, i: int = 0, top: int = 10) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    """``look`` over any input: one image is a context of one page (one path, one JSON schema)."""
+    from arr_coc.cli.heap import map_large_buffers
+
+    map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
     import torch
 
-    from arr_coc.config import ARRConfig, CanvasConfig, ScorerConfig, check_int
+    from arr_coc.config import GestaltConfig, check_int
+    from arr_coc.contexts import allocate, check_context
     from arr_coc.engine.pipeline import ARR
-    from arr_coc.viz import plot_allocation
 
     check_int("top", args.top, 0)
     opt.check_question(args)
     opt.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
-    if opt.is_context(args):
-        return run_context(args)
-    args.image = args.inputs[0]
+    budget = opt.budget(args)  # the one parse of --tokens / --saccades
+    if args.gestalt is not None and budget.kind != "saccades":
+        raise ValueError("--tokens T sets the gestalt by the split rule; give --saccades K with --gestalt N instead")
+    config = opt.arr_config(args, gestalt=GestaltConfig(grid=None if args.gestalt is None else (args.gestalt,) * 2))
+    context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
     show = progress.stages(args)
-    canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS)
-    sampler, gestalt = opt.sent(args, args.image, canvas)
-    config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler, seed=args.seed)
+    show("reading the input")
+    # pages, pixels and budget refused before a model loads or a page is drawn
+    opened, _, _ = check_context(config, context, budget, pages=args.pages, dpi=args.dpi, layout=opt.text_layout(args),
+                                 max_pages=args.max_pages)
     show("loading the question encoder")
     start = time.perf_counter()
     encoder = opt.query_encoder(args)
@@ -87,29 +95,44 @@ def run(args: argparse.Namespace) -> int:
     arr.max_question_tokens = args.max_question_tokens
     show("allocating (texture, OCR, relevance, saccades)")
     with torch.inference_mode():
-        alloc = arr([args.image], [args.question])
+        alloc = allocate(arr, opened, args.question, budget)  # the input as checked above, opened once
+    one = len(alloc.pages) == 1  # one page: its saccades on its relevance; more: a strip of pages
     out = args.out
     if out is None and not args.json:
-        out = outputs.picture(args.image, "_arr")
+        out = outputs.picture(args.inputs[0], "_arr" if one else "_coc")
     if out is not None:
         show("drawing the picture")
-        h, w = alloc.canvas.sizes[0]
-        c = alloc.canvas.cell
-        plot_allocation(alloc.canvas.pixels[0, :, :h, :w], alloc.relevance.map[0, : h // c, : w // c],
-                        alloc.positions[0], alloc.scores[0], c, out, gestalt_grid=alloc.gestalt.grid,
-                        title=f"{Path(args.image).name}: {args.question}")
+        draw(alloc, out, f"{Path(args.inputs[0]).name}: {args.question}")
     show.close()
     if args.json:
-        print(json.dumps(alloc.to_json(0)))
+        print(json.dumps(alloc.to_json()))
         return 0
-    print(summary(alloc, 0, args.top))
+    if not one:
+        print(context_summary(alloc, args.top))
+        print(f"picture       {out}")
+        return 0
+    d = alloc.to_json()
+    print(summary(d, args.top))
     print(f"scorer        {config.scorer.name}, weights: {arr.weights_source}")
     if args.timings:
-        channel_ms = alloc.to_json(0)["channel_ms"]
-        print("channel ms    " + "  ".join(f"{k} {v:.1f}" for k, v in channel_ms.items()))
+        print("channel ms    " + "  ".join(f"{k} {v:.1f}" for k, v in d["channel_ms"].items()))
     print(f"model load    {load_ms:.0f} ms (query encoder, once per process)")
     print(f"picture       {out}")
     return 0
+
+
+def draw(alloc: Any, out: Path, title: str) -> None:
+    """The picture: one page with its relevance and saccades, or the pages as a strip with their saccades."""
+    from arr_coc.viz import plot_allocation, plot_context
+
+    if len(alloc.pages) == 1:
+        p = alloc.pages[0]
+        plot_allocation(p.image, p.placing, p.plan.cells, p.plan.scores, p.cell, out, gestalt_grid=p.plan.gestalt,
+                        title=title)
+        return
+    labels = [f"p{p.index + 1}: {p.plan.gestalt[0]}x{p.plan.gestalt[1]} + {p.saccades}" for p in alloc.pages]
+    plot_context(_Canvases(alloc.pages), [p.plan.cells for p in alloc.pages], labels, alloc.pages[0].cell, out,
+                 title=title)
 
 
 def context_summary(alloc: Any, top: int = 10) -> str:
@@ -158,58 +181,3 @@ class _Canvases(Sequence):
             while len(self.kept) > self.keep:
                 self.kept.popitem(last=False)
         return self.kept[i]
-
-
-def run_context(args: argparse.Namespace) -> int:
-    """``look`` over a context: one budget over its pages."""
-    from arr_coc.cli.heap import map_large_buffers
-
-    map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
-    import torch
-
-    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
-    from arr_coc.contexts import allocate_context, check_context
-    from arr_coc.engine.pipeline import ARR
-    from arr_coc.viz import plot_context
-
-    if args.gestalt is not None:
-        raise ValueError("--gestalt sets one image's gestalt; a context's pages get theirs by the context rule "
-                         "(docs/coc.md): give --tokens T or --saccades K")
-    canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS)
-    sampler = opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS)
-    config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model),
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler, seed=args.seed)
-    tokens = None
-    if args.tokens is not None:
-        if str(args.tokens).strip().endswith("%"):
-            raise ValueError("--tokens over a context is a count of tokens (e.g. 2000), not a share")
-        tokens = int(args.tokens)
-    context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
-    show = progress.stages(args)
-    show("reading the pages")
-    # pages, pixels and budget refused before a model loads or a page is drawn
-    check_context(canvas, context, tokens=tokens, saccades=None if tokens is not None else sampler.saccades,
-                  pages=args.pages, dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
-    show("loading the question encoder")
-    arr = ARR(config, query_encoder=opt.query_encoder(args)).eval()
-    arr.max_question_tokens = args.max_question_tokens
-    show("allocating over the pages (texture, OCR, relevance, saccades)")
-    with torch.inference_mode():
-        alloc = allocate_context(arr, context, args.question, tokens=tokens,
-                                 saccades=None if tokens is not None else sampler.saccades, pages=args.pages,
-                                 dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
-    out = args.out
-    if out is None and not args.json:
-        out = outputs.picture(args.inputs[0], "_coc")
-    if out is not None:
-        show("drawing the pages")
-        labels = [f"p{p.index + 1}: {p.plan.gestalt[0]}x{p.plan.gestalt[1]} + {p.saccades}" for p in alloc.pages]
-        plot_context(_Canvases(alloc.pages), [p.plan.cells for p in alloc.pages], labels,
-                     alloc.pages[0].cell, out, title=f"{Path(args.inputs[0]).name}: {args.question}")
-    show.close()
-    if args.json:
-        print(json.dumps(alloc.to_json()))
-        return 0
-    print(context_summary(alloc, args.top))
-    print(f"picture       {out}")
-    return 0

@@ -42,9 +42,10 @@ SEED_OPTIONS: Options = {"seed": "--seed"}
 DECODE_OPTIONS: Options = {"do_sample": "--do-sample", "temperature": "--temperature", "top_p": "--top-p",
                            "num_beams": "--num-beams", "stop": "--stop", "seed": "--seed"}
 
-TOKENS_HELP = ("T total visual tokens (gestalt + saccades), as tokens (529) or a share of full resolution (25%%): "
-               "the largest square gestalt of at most T/2 tokens (sides 16, 12, 8, 6, 4, 2, 1, clamped to the "
-               "image's cell grid) and the rest as saccades, the split eval and train use (529 -> 16x16 + 273)")
+TOKENS_HELP = ("T total visual tokens (gestalt + saccades), as tokens (529), a share of full resolution (25%%) or "
+               "a compression of the context's text tokens (10x): the largest square gestalt of at most T/2 tokens "
+               "(sides 16, 12, 8, 6, 4, 2, 1, clamped to the image's cell grid; over n pages n gestalts) and the "
+               "rest as saccades, the split eval and train use (529 -> 16x16 + 273)")
 MAX_NEW_TOKENS_HELP = "answer length limit in new tokens (default %(default)s)"
 QUERY_ENCODERS = ("minilm", "hashing")
 
@@ -333,24 +334,42 @@ def query_encoder(args: argparse.Namespace, load: bool = True) -> Any:
     return MiniLMQueryEncoder().load() if load else MiniLMQueryEncoder()
 
 
-def sent(args: argparse.Namespace, image: Any, canvas: CanvasConfig) -> tuple[SamplerConfig, GestaltConfig]:
-    """The sampler (with K) and gestalt that ``--saccades K`` / ``--tokens T`` / ``--gestalt N`` ask for on ``image``.
+def budget(args: argparse.Namespace) -> Any:
+    """The request's :class:`~arr_coc.budget.Budget`, parsed once here: ``--tokens`` ("529", "25%", "10x") or
+    ``--saccades K`` (default: the sampler's K)."""
+    from arr_coc.budget import Budget
 
-    ``--tokens T`` is split on the image's own cell grid by :func:`arr_coc.budget.split_budget`, the rule
-    ``eval`` uses, so ``look --tokens 192`` sends what eval's arr method sends at 192 tokens.
-    """
+    if args.tokens is not None:
+        return Budget.parse(args.tokens)
+    return Budget.saccades(getattr(args, "saccades", SamplerConfig().saccades))
+
+
+def arr_config(args: argparse.Namespace, **parts: Any) -> ARRConfig:
+    """The ARRConfig the command's options ask for (canvas, channels, scorer, sampler, seed), ``parts`` replacing
+    any of them (e.g. ``gestalt=GestaltConfig(...)``)."""
+    sampler = SAMPLER_OPTIONS if hasattr(args, "saccades") else SAMPLER_NAME_OPTIONS
+    made = dict(canvas=from_args(CanvasConfig, args, CANVAS_OPTIONS),
+                texture=texture_config(getattr(args, "channels", None), getattr(args, "clip_model", None)),
+                scorer=from_args(ScorerConfig, args, SCORER_OPTIONS), sampler=from_args(SamplerConfig, args, sampler))
+    if hasattr(args, "seed"):
+        made["seed"] = args.seed
+    return ARRConfig(**{**made, **parts})
+
+
+def sent(args: argparse.Namespace, image: Any, canvas: CanvasConfig) -> tuple[SamplerConfig, GestaltConfig]:
+    """The sampler (with K) and gestalt that ``--saccades K`` / ``--tokens T`` / ``--gestalt N`` ask for on ``image``
+    (one image's split of :func:`budget`, by :meth:`~arr_coc.budget.Budget.split`; kept for ``ask``'s one-image
+    path until it allocates with :func:`arr_coc.contexts.allocate`)."""
     gestalt = getattr(args, "gestalt", None)
     if args.tokens is None:
         return (from_args(SamplerConfig, args, SAMPLER_OPTIONS),
                 GestaltConfig(grid=None if gestalt is None else (gestalt, gestalt)))
     if gestalt is not None:
         raise ValueError("--tokens T sets the gestalt by the split rule; give --saccades K with --gestalt N instead")
-    from arr_coc.budget import budget_tokens, split_budget
     from arr_coc.engine.canvas import make_canvas
 
     c = make_canvas(image, cell=canvas.cell, min_pixels=canvas.min_pixels, max_pixels=canvas.max_pixels)
-    hc, wc = (s // c.cell for s in c.sizes[0])
-    grid, k = split_budget(budget_tokens(args.tokens, hc * wc), (hc, wc))
+    (grid,), k = budget(args).split([tuple(s // c.cell for s in c.sizes[0])])
     return from_args(SamplerConfig, args, SAMPLER_OPTIONS, saccades=k), GestaltConfig(grid=grid)
 
 

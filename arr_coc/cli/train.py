@@ -41,7 +41,6 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from arr_coc.config import ARRConfig, SamplerConfig, ScorerConfig
     from arr_coc.train.checkpoint import check_export, export
     from arr_coc.train.loop import TrainConfig, train
     from arr_coc.train.settings import SCORER_WEIGHTS_UNUSED
@@ -53,9 +52,7 @@ def run(args: argparse.Namespace) -> int:
     if args.export:
         # before any work: a user's files are never overwritten silently, nor an hour's run refused at its end
         check_export(args.export, cfg.fresh, cfg.learner)
-    config = ARRConfig(texture=opt.texture_config(args.channels, args.clip_model),
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
-                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=cfg.seed)
+    config = opt.arr_config(args, seed=cfg.seed)
     result = train(cfg, config, query_encoder=opt.query_encoder(args, load=False))
     if not result.metrics:  # not rank 0
         return 0

@@ -1,19 +1,17 @@
 """A page's words for the ranking and the text channels: its text layer or rendered words, else OCR.
 
-:func:`page_text` gives a page's words and lines on its canvas and where they came from;
-:func:`hand_over` seeds the ARR's per-image cache with them, so the text channels run no OCR on the page.
+:func:`page_text` gives a page's words and lines on its canvas and where they came from; the scene carries
+them to the text channels (:class:`~arr_coc.engine.texture.PageText`), so those run no OCR on the page.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
-import torch
 from torch import Tensor
 
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Page
-from arr_coc.engine.channels.text import image_lines, lines_from_text
-from arr_coc.engine.channels.text_layer import image_words
+from arr_coc.engine.channels.text import image_lines
 from arr_coc.engine.pipeline import ARR
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN
 
@@ -64,21 +62,3 @@ def page_text(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[lis
     tl = image_lines(arr.cache, image, arr.query_encoder, min(sides, default=DET_LIMIT_SIDE_LEN))
     lines = [(t, tuple(b)) for t, b, ok in zip(tl.texts, tl.boxes_px.tolist(), tl.legible.tolist()) if ok]
     return _line_words(lines), lines, "ocr"
-
-
-def hand_over(arr: ARR, image: Tensor, words: list[Line], lines: list[Line]) -> None:
-    """Give the page's text to the text channels through the cache, so they run no OCR on it.
-
-    Done before every allocation: an entry the cache evicted since is made again from the lines.
-    """
-    made: list[Any] = []
-
-    def known() -> Any:  # embedded once, even when the two channels read at different sides
-        if not made:
-            made.append(lines_from_text(torch.tensor([b for _, b in lines], dtype=torch.float32).reshape(-1, 4),
-                                        [t for t, _ in lines], arr.query_encoder))
-        return made[0]
-
-    for side in _coupling_sides(arr):
-        image_lines(arr.cache, image, arr.query_encoder, side, known=known)
-    image_words(arr.cache, image, known=lambda: words)

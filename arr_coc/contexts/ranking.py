@@ -16,7 +16,9 @@ A cell's ranking score (:func:`ranking_score`) is the sum of four parts (:class:
   on the text layer's lines.
 
 The weights (``TEXT_WEIGHT``, ``PAGE_WEIGHT``, ``NEAR_WEIGHT``) were chosen on validation documents
-(docs/coc.md, "Questions over a long context"). :func:`rank_cells` takes the top K over all pages.
+(docs/coc.md, "Questions over a long context"). :func:`text_parts` computes every page's parts,
+:func:`rank_cells` takes the top K over all pages and :func:`placing_map` gives each page's sampler the
+ranking in the page's own relevance units.
 """
 from __future__ import annotations
 
@@ -29,8 +31,9 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.engine.channels.text import value_regions
-from arr_coc.engine.channels.text_layer import question_terms, quoted_terms, term
+from arr_coc.engine.channels.text_layer import match_map, question_terms, quoted_terms, term, word_values
 from arr_coc.engine.imageops import paint_boxes
+from arr_coc.engine.texture import pool_to_cells
 
 Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px)
 
@@ -142,3 +145,47 @@ def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
         mine = order[page_of == i] - offsets[i]  # rank order kept
         out.append(torch.stack([mine // s.shape[1], mine % s.shape[1]], -1).long().reshape(-1, 2))
     return out
+
+
+def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tensor], words: Sequence[list[Line]],
+               lines: Sequence[list[Line]], question: str) -> list[RankParts]:
+    """Every page's :class:`RankParts` from its relevance (any scale: scaled here by :func:`unit`), its words and
+    lines and its canvas size.
+
+    The text part is the ``text_layer`` channel's map (the matching words painted with their values, over
+    one context-wide maximum, clamped to [0, 1]) pooled to cells: computed from the words alone.
+    """
+    weights = idf(words, question)
+    values = [word_values([w for w, _ in ws], question, weights) for ws in words]
+    norm = max((max(v, default=0.0) for v in values), default=0.0)
+    parts = []
+    for size, raw, ws, ls, vs in zip(sizes, rels, words, lines, values):
+        rel = unit(raw)
+        if norm > 0:
+            m = (match_map(ws, question, size, weights) / norm).float().clamp(0, 1)
+            text = pool_to_cells(m[None, None], cell)[0, 0]  # [hc, wc]
+            near = near_map(ws, ls, [v / norm for v in vs], size, cell)
+        else:
+            text = near = torch.zeros_like(rel)
+        parts.append(RankParts(rel, text, near[: rel.shape[0], : rel.shape[1]],
+                               max(vs, default=0.0) / norm if norm > 0 else 0.0))
+    return parts
+
+
+def placing_map(relevance: Tensor, parts: RankParts, text_weight: float = TEXT_WEIGHT, page_weight: float = PAGE_WEIGHT,
+                near_weight: float = NEAR_WEIGHT) -> Tensor:
+    """``[hc, wc]`` what a page's sampler places its saccades on: the ranking score in the page's own relevance
+    units, ``relevance + (max - min) x (the text, page and near parts)``.
+
+    It orders the page's cells as :func:`ranking_score` does (that is ``unit(relevance)`` + the same parts); a
+    page without matched words gets its relevance itself, so one image alone is placed as the ARR places it.
+
+    >>> p = RankParts(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]), torch.tensor([[0.0, 0.0]]), 0.0)
+    >>> placing_map(torch.tensor([[3.0, 1.0]]), p, 4.0).tolist(), placing_map(torch.tensor([[3.0, 1.0]]), p, 0.0).tolist()
+    ([[3.0, 9.0]], [[3.0, 1.0]])
+    """
+    extra = text_weight * parts.text + page_weight * parts.page + near_weight * parts.near
+    if not bool(extra.ne(0).any()):
+        return relevance
+    span = float(relevance.max() - relevance.min())
+    return relevance + (span if span > 0 else 1.0) * extra.to(relevance)

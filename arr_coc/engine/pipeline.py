@@ -23,7 +23,14 @@ from arr_coc.engine.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.engine.relevance import SCORERS, Relevance
 from arr_coc.engine.samplers import SAMPLERS, Selection, module_dtype, select
-from arr_coc.engine.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
+from arr_coc.engine.texture import (
+    PageText,
+    channel_layout,
+    channel_width,
+    compute_texture,
+    pool_to_cells,
+    query_channels,
+)
 from arr_coc.errors import WeightsError
 from arr_coc.threads import check_threads
 from arr_coc.weights import SCORER_FORMAT, load_scorer_weights, pretrained_config, save_folder, scorer_file  # noqa: F401  (the scorer files' tag, re-exported)
@@ -88,13 +95,14 @@ class Allocation:
 def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = None, *,
                  queries: Sequence[str] | None = None, query_encoder: QueryEncoder | None = None,
                  cache: ImageCache | None = None, options: dict | None = None,
-                 timings: dict[str, float] | None = None) -> Tensor:
+                 text: Sequence[PageText | None] | None = None, timings: dict[str, float] | None = None) -> Tensor:
     """The texture of each image pooled to its token cells, zero on padding -> [B, C, Hc, Wc].
 
     Images are grouped by canvas size and each group is computed as one batch on its own unpadded
     pixels: per-image normalisation, saliency's spectrum and the position channels then see the
     image itself, not the padding, so a batch gives exactly what each image gives alone.
-    ``queries`` (one per image), ``query_encoder`` and ``cache`` feed query-coupled channels.
+    ``queries`` (one per image), ``query_encoder``, ``cache`` and ``text`` (each image's known text, or None)
+    feed query-coupled channels.
     """
     groups: dict[tuple[int, int], list[int]] = {}
     for i, size in enumerate(canvas.sizes):
@@ -105,7 +113,8 @@ def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = 
         tex = compute_texture(canvas.pixels[sel, :, :h, :w], channels,
                               prev=None if prev is None else prev[sel, :, :h, :w],
                               queries=None if queries is None else [queries[i] for i in idx],
-                              query_encoder=query_encoder, cache=cache, options=options, timings=timings)
+                              query_encoder=query_encoder, cache=cache, options=options,
+                              text=None if text is None else [text[i] for i in idx], timings=timings)
         cells = pool_to_cells(tex, canvas.cell)  # [b, C, h/cell, w/cell]
         if out is None:
             out = cells.new_zeros(canvas.batch_size, cells.shape[1], *canvas.grid)
@@ -115,10 +124,12 @@ def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = 
 
 @dataclass
 class Scene:
-    """What the images alone determine: the canvas and the texture pooled to cells."""
+    """What the images alone determine: the canvas, the texture pooled to cells, and each image's text when
+    it is known (a page's text layer: the text channels read it instead of running OCR)."""
 
     canvas: Canvas
     cell_texture: Tensor  # [B, C_image, Hc, Wc] question-free texture per token cell, zero on padding
+    text: list[PageText | None] | None = None  # per image, words and lines in canvas pixels
 
     @property
     def extents(self) -> list[tuple[int, int]]:
@@ -216,8 +227,13 @@ class ARR(nn.Module):
         ``folder/config.json`` (what :meth:`from_pretrained` and ``--scorer-weights FOLDER`` read)."""
         return save_folder(scorer_file(self), folder)
 
-    def see(self, images: Any, *, prev: Any = None, timings: dict[str, float] | None = None) -> Scene:
-        """Canvas and cell texture: what the images alone determine, reusable across questions and token counts."""
+    def see(self, images: Any, *, prev: Any = None, text: Sequence[PageText | None] | None = None,
+            timings: dict[str, float] | None = None) -> Scene:
+        """Canvas and cell texture: what the images alone determine, reusable across questions and token counts.
+
+        ``text``: per image its known :class:`~arr_coc.engine.texture.PageText` on the canvas (or None), read
+        by the text channels instead of OCR (``dataclasses.replace(scene, text=...)`` sets it later).
+        """
         cfg, t = self.config.canvas, {} if timings is None else timings
         with _timed(t, "canvas"):
             canvas = make_canvas(images, cell=cfg.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
@@ -230,7 +246,9 @@ class ARR(nn.Module):
         with _timed(t, "texture"):
             texture = cell_texture(canvas, self.image_channels, prev=prev_pixels, cache=self.cache,
                                    options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
-        return Scene(canvas=canvas, cell_texture=texture)
+        if text is not None and len(text) != canvas.batch_size:
+            raise ValueError(f"got the text of {len(text)} images for {canvas.batch_size} images")
+        return Scene(canvas=canvas, cell_texture=texture, text=None if text is None else list(text))
 
     def gestalt(self, scene: Scene, saccades: int, grid: tuple[int, int] | None = None) -> Gestalt:
         """The gestalt sent with K saccades (16x16, or smaller for small K; clamped to the smallest image).
@@ -291,7 +309,8 @@ class ARR(nn.Module):
                              f"({list(self.query_channels)})")
         todo = tuple(c for c in self.query_channels if c not in given)
         computed = cell_texture(scene.canvas, todo, queries=list(queries), query_encoder=self.query_encoder,
-                                cache=self.cache, options=self.config.texture.options, timings=timings) if todo else None
+                                cache=self.cache, options=self.config.texture.options, text=scene.text,
+                                timings=timings) if todo else None
         layout = channel_layout(todo) if todo else {}
         parts = [given[c].to(scene.cell_texture) if c in given else computed[:, layout[c]]
                  for c in self.query_channels]

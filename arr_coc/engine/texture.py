@@ -53,6 +53,18 @@ EDGE_THRESHOLD = 0.25
 DISTANCE_MAX_SIDE = 128
 
 
+Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px on the image)
+
+
+@dataclass(frozen=True)
+class PageText:
+    """What an image's text is, when it is known (a PDF's text layer, rendered text, an OCR run before):
+    its words and its lines on the image, in pixels. The text channels read it instead of running OCR."""
+
+    words: Sequence[Line] = ()
+    lines: Sequence[Line] = ()
+
+
 @dataclass
 class TextureInputs:
     """What channels read: the pixels, an optional previous frame, and shared intermediates computed once.
@@ -64,6 +76,7 @@ class TextureInputs:
         query_encoder: embeds questions and any text found in the image into one space.
         cache: per-image cache for the slow, question-free part of model-based channels.
         options: per-channel settings, e.g. ``{"clip": {"model": "/path/to/clip"}}``.
+        text: per image its known :class:`PageText`, or None (the text channels then read it by OCR).
     """
 
     pixels: Tensor
@@ -72,6 +85,11 @@ class TextureInputs:
     query_encoder: Any = None
     cache: ImageCache = field(default_factory=ImageCache)
     options: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    text: Sequence[PageText | None] | None = None
+
+    def known_text(self, i: int) -> PageText | None:
+        """Image ``i``'s known text, or None."""
+        return None if self.text is None else self.text[i]
 
     def option(self, channel: str, key: str, default: Any = None) -> Any:
         """The ``key`` setting of ``channel`` (``options[channel][key]``), or ``default``."""
@@ -363,7 +381,7 @@ def _check_image(x: object, name: str) -> Tensor:
 def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev: Tensor | None = None, *,
                     queries: Sequence[str] | None = None, query_encoder: Any = None,
                     cache: ImageCache | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
-                    timings: dict[str, float] | None = None) -> Tensor:
+                    text: Sequence[PageText | None] | None = None, timings: dict[str, float] | None = None) -> Tensor:
     """Stack the named channel groups of a batch of images into a texture.
 
     Args:
@@ -373,6 +391,7 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev
         queries, query_encoder: one question per image and its encoder, for query-coupled channels.
         cache: reuse the question-free part of model-based channels across calls (one per pipeline).
         options: per-channel settings (``{"clip": {"model": PATH}}``).
+        text: per image its known :class:`PageText` (or None): the text channels read it instead of OCR.
         timings: if given, each channel's milliseconds are added under ``"channel/<name>"``.
 
     Returns:
@@ -387,8 +406,10 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev
     _check_image(pixels, "pixels")
     if prev is not None and _check_image(prev, "prev").shape != pixels.shape:
         raise ValueError(f"prev must match pixels {tuple(pixels.shape)}, got shape {tuple(prev.shape)}")
+    if text is not None and len(text) != pixels.shape[0]:
+        raise ValueError(f"got the text of {len(text)} images for {pixels.shape[0]} images")
     inputs = TextureInputs(pixels, prev, queries, query_encoder, cache if cache is not None else ImageCache(),
-                           options or {})
+                           options or {}, text)
     b, _, h, w = pixels.shape
     groups = []
     for spec in specs:  # a loop over channel groups, each batched over images and pixels

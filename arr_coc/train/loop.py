@@ -137,7 +137,7 @@ def _train(cfg: TrainConfig, arr_config: ARRConfig, out: Path, ckpt_path: Path, 
     if world > 1:
         model = nn.parallel.DistributedDataParallel(objective)
     optimizer = torch.optim.Adam(params, lr=cfg.lr)
-    initial = {s: hard_metrics(learner, split[s], cfg.tokens) for s in ("val", "test")}
+    initial = {s: hard_metrics(learner, split[s], cfg.budget) for s in ("val", "test")}
     history, start = [], 0
     if cfg.resume:
         ckpt = load_checkpoint(ckpt_path, cfg, arr_config, encoder_name(arr.query_encoder))
@@ -155,7 +155,7 @@ def _train(cfg: TrainConfig, arr_config: ARRConfig, out: Path, ckpt_path: Path, 
             value /= world
         row = {"step": step + 1, "loss": float(value), **parts}
         if (step + 1) % cfg.eval_every == 0 or step + 1 == cfg.steps:
-            row["val"] = hard_metrics(learner, split["val"], cfg.tokens)
+            row["val"] = hard_metrics(learner, split["val"], cfg.budget)
             if rank == 0:
                 save_checkpoint(ckpt_path, step + 1, objective, optimizer, history + [row], cfg, arr_config,
                                 encoder_name(arr.query_encoder))
@@ -165,8 +165,8 @@ def _train(cfg: TrainConfig, arr_config: ARRConfig, out: Path, ckpt_path: Path, 
     if rank == 0:
         run.metrics = {
             "tokens": cfg.tokens, "examples": {s: len(v) for s, v in split.items()},
-            "initial": initial, "learned": {s: hard_metrics(learner, split[s], cfg.tokens) for s in ("val", "test")},
-            "random": {s: hard_metrics(learner, split[s], cfg.tokens, random_seed=cfg.seed) for s in ("val", "test")},
+            "initial": initial, "learned": {s: hard_metrics(learner, split[s], cfg.budget) for s in ("val", "test")},
+            "random": {s: hard_metrics(learner, split[s], cfg.budget, random_seed=cfg.seed) for s in ("val", "test")},
             "train_seconds": run.seconds, "processes": world,
         }
         # what the leakage check refuses to score these weights on: the images they learned from or were chosen on
@@ -198,7 +198,7 @@ def accumulate(model: nn.Module, chunk: Sequence[Example], cfg: TrainConfig, ste
         seeds = [seed_of(cfg.seed, step, e.record_id) for e in micro]
         sync = world == 1 or j == cfg.accumulate - 1
         with nullcontext() if sync else model.no_sync():
-            loss, p = model({**collate(micro), "examples": micro}, [budget_k(e, cfg.tokens) for e in micro], seeds)
+            loss, p = model({**collate(micro), "examples": micro}, [budget_k(e, cfg.budget) for e in micro], seeds)
             (loss * (size / len(chunk))).backward()
         total += loss.detach() * (size / len(chunk))
         for k, v in p.items():

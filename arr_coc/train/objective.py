@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
-from arr_coc.budget import budget_tokens, split_budget
+from arr_coc.budget import Budget
 from arr_coc.engine.soft_topk import coverage_loss, standardized_soft_topk
 from arr_coc.train.features import Example, collate
 from arr_coc.train.settings import ESTIMATORS, LEARNERS, RELAXATIONS, TrainConfig
@@ -28,10 +28,9 @@ def seed_of(*parts: Any) -> int:
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little") >> 1
 
 
-def budget_k(example: Example, budget: str) -> int:
+def budget_k(example: Example, budget: Budget | str) -> int:
     """Saccades K for an example at the run's token budget (the evaluation's gestalt/saccade split)."""
-    hc, wc = example.grid
-    return split_budget(budget_tokens(budget, hc * wc), (hc, wc))[1]
+    return Budget.parse(budget).split([tuple(example.grid)])[1]
 
 
 class Learner(nn.Module):
@@ -145,7 +144,8 @@ class Objective(nn.Module):
         if self.cfg.relaxation == "candidates":
             cells = [top_cells(rel[b, :e.grid[0], :e.grid[1]], self.cfg.candidates * k)
                      for b, (e, k) in enumerate(zip(examples, ks))]
-        gestalt = [split_budget(budget_tokens(self.cfg.tokens, e.grid[0] * e.grid[1]), e.grid)[0] for e in examples]
+        budget = self.cfg.budget
+        gestalt = [budget.split([tuple(e.grid)])[0][0] for e in examples]
         device = self.vlm.model.device
         with torch.autocast(device.type, dtype=DTYPES[self.cfg.dtype], enabled=self.cfg.dtype != "float32"):
             loss = answer_loss(self.vlm, images, [e.question for e in examples], [e.answer for e in examples],
@@ -154,7 +154,7 @@ class Objective(nn.Module):
 
 
 @torch.no_grad()
-def hard_metrics(scorer: nn.Module, examples: Sequence[Example], budget: str, *, random_seed: int | None = None
+def hard_metrics(scorer: nn.Module, examples: Sequence[Example], budget: Budget | str, *, random_seed: int | None = None
                  ) -> dict[str, float]:
     """Top-K of the scorer's relevance (or a `Learner`'s map, or K random cells) against the answer: IoU
     (the training proxy) and covered share of the answer's area, means over examples."""

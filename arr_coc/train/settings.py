@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
-from arr_coc.budget import budget_tokens
+from arr_coc.budget import Budget
 from arr_coc.config import check_float, check_int
 
 ESTIMATORS = ("soft", "gumbel", "straight_through")
@@ -85,13 +86,20 @@ class TrainConfig:
             DATASETS.get(name)
         if self.limit is not None:
             self.limit = check_int("limit", self.limit)
-        budget_tokens(self.tokens, 10**9)  # '25%' or a token count
+        if self.budget.needs_text:  # the one parse of the run's budget (Budget.parse refuses anything else)
+            raise ValueError(f"tokens {self.tokens!r} is a compression of a context's text; training examples are "
+                             f"images: give a token count (529) or a share of full resolution (10%)")
         self.temperature = check_float("temperature", self.temperature)
         self.coverage_weight = check_float("coverage_weight", self.coverage_weight, strict=False)
         self.lr = check_float("lr", self.lr)
         for name in ("steps", "batch_size", "eval_every"):
             setattr(self, name, check_int(name, getattr(self, name)))
         self.seed = check_int("seed", self.seed, 0)
+
+    @cached_property
+    def budget(self) -> Budget:
+        """``tokens`` as a :class:`~arr_coc.budget.Budget` (a count or a share)."""
+        return Budget.parse(self.tokens)
 
 
 @dataclass

@@ -52,7 +52,7 @@ def test_look_prints_a_summary_and_writes_the_picture(receipt, tmp_path, capsys)
     (["look", "{tmp}/bad.png", "q"], "bad.png"),
     (["look", "{receipt}", "q", "--sampler", "magic"], "unknown sampler 'magic'; known: "),
     (["look", "{receipt}", "  "], "question 0 is empty"),
-    (["look", "{receipt}", "q", "--saccades", "99999"], "exceeds"),
+    (["look", "{receipt}", "q", "--saccades", "99999"], "99999 saccades exceed the 1855 cells of the 1 page"),
     (["look", "{receipt}", "q", "--tokens", "1"], "at least 2 (one gestalt, one saccade)"),
     (["look", "{receipt}", "q", "--tokens", "64", "--gestalt", "4"], "--tokens T sets the gestalt"),
 ])
@@ -84,7 +84,7 @@ def test_a_programming_bug_inside_a_command_keeps_its_traceback(bug, receipt, mo
     def broken(self, *args, **kwargs):
         raise bug
 
-    monkeypatch.setattr(ARR, "forward", broken)
+    monkeypatch.setattr(ARR, "score", broken)  # every input is scored through it
     with pytest.raises(type(bug)) as caught:
         main(["look", str(receipt), "q", "--json", "--channels", "mvp", "--query-encoder", "hashing"])
     assert caught.value is bug
@@ -189,7 +189,7 @@ def test_look_tokens_t_is_split_as_eval_splits_it(receipt, capsys):
     assert share["tokens"] == {"gestalt": 144, "saccades": 320, "sent": 464, "full_resolution": 1855}
     # where the rule's gestalt for K equals the split's, the two spellings send the same thing
     assert _look_json(receipt, capsys, "--tokens", "192") == _look_json(receipt, capsys, "--saccades", "128") \
-        | {"timings_ms": ANY, "channel_ms": ANY}
+        | {"timings_ms": ANY, "channel_ms": ANY, "budget": "192"}
 
 
 def test_max_new_tokens_has_one_default_in_ask_eval_and_serve():

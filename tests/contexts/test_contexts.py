@@ -1,7 +1,6 @@
-"""Contexts: one image is today's path, totals are exact over any pages, detail goes to the page the question names."""
+"""Contexts: one image is the ARR's own allocation, totals are exact over any pages and budgets, detail goes to the
+page the question names."""
 from __future__ import annotations
-
-import json
 
 import pytest
 import torch
@@ -10,39 +9,69 @@ from hypothesis import strategies as st
 from tolerances import assert_close_reduction, assert_far
 
 from arr_coc import ARR, ARRConfig
-from arr_coc.budget import split_budget
-from arr_coc.config import MVP_CHANNELS, GestaltConfig, TextureConfig
-from arr_coc.contexts import allocate_context, load_context, split_context, text_tokens, tokenizer_name
+from arr_coc.budget import Budget
+from arr_coc.config import MVP_CHANNELS, GestaltConfig, SamplerConfig, TextureConfig
+from arr_coc.contexts import allocate, load_context, text_tokens, tokenizer_name
 from arr_coc.documents.text_pages import TextLayout, render_text
 from arr_coc.engine.query import HashingQueryEncoder
 
 SMALL = TextLayout(size=14, width=280, height=224, margin=14)  # 10 x 8 cells of 28 px
 
 
-def _arr(channels=MVP_CHANNELS) -> ARR:
-    return ARR(ARRConfig(texture=TextureConfig(channels=channels)), query_encoder=HashingQueryEncoder()).eval()
+def _arr(channels=MVP_CHANNELS, sampler="topk") -> ARR:
+    return ARR(ARRConfig(texture=TextureConfig(channels=channels), sampler=SamplerConfig(name=sampler)),
+               query_encoder=HashingQueryEncoder()).eval()
 
 
 def _without_times(d: dict) -> dict:
     return {k: v for k, v in d.items() if k not in ("timings_ms", "channel_ms")}
 
 
-@pytest.mark.parametrize("budget", [{"saccades": 64}, {"tokens": 192}])
-def test_one_image_is_todays_path(budget):
-    arr, image = _arr(), torch.rand(3, 560, 448)
-    ctx = allocate_context(arr, image, "Where is the total?", **budget)
-    grid, k = split_budget(budget["tokens"], (20, 16)) if "tokens" in budget else (None, budget["saccades"])
-    cfg = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), gestalt=GestaltConfig(grid=grid))
-    today = ARR(cfg, query_encoder=HashingQueryEncoder())(image, "Where is the total?", saccades=k)  # as look runs
-    assert torch.equal(ctx.pages[0].plan.cells, today.positions[0])
-    assert json.dumps(_without_times(ctx.allocation.to_json(0))) == json.dumps(_without_times(today.to_json(0)))
-    assert ctx.tokens == today.tokens_sent == k + 8 * 8 and ctx.text_tokens is None and ctx.compression is None
+SAMPLER_NAMES = ("topk", "nms", "stratified", "uniform", "random", "adaptive_stratified", "log_polar")
 
 
-def test_one_image_path_differs_from_a_wrong_k():  # negative control for the equality above
+@pytest.mark.parametrize("sampler", SAMPLER_NAMES)
+@pytest.mark.parametrize("budget", [Budget.saccades(64), Budget.parse("192"), Budget.parse("25%")])
+def test_one_image_is_the_arrs_own_allocation_on_every_sampler(sampler, budget):
+    """One image is a context of one page: its page is what ARR()(image, question) gives (same computation)."""
+    arr, image = _arr(sampler=sampler), torch.rand(3, 560, 448, generator=torch.Generator().manual_seed(3))
+    ctx = allocate(arr, image, "Where is the total?", budget)
+    (grid,), k = budget.split([(20, 16)])
+    cfg = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), gestalt=GestaltConfig(grid=grid),
+                    sampler=SamplerConfig(name=sampler))
+    today = ARR(cfg, query_encoder=HashingQueryEncoder())(image, "Where is the total?", saccades=k)  # as look ran
+    page = ctx.pages[0]
+    assert torch.equal(page.plan.cells, today.positions[0]) and torch.equal(page.plan.scores, today.scores[0])
+    assert page.plan.gestalt == today.gestalt.grid and torch.equal(page.placing, today.relevance.map[0])
+    mine, theirs = _without_times(ctx.to_json()), _without_times(today.to_json(0))
+    assert {key: mine[key] for key in theirs} == theirs  # every field look --json printed for an image, same values
+    want = {"saccades": 64 + 8 * 8, "tokens": 192, "share": 80}[budget.kind]  # 25% of the 20 x 16 = 320 cells
+    assert ctx.tokens == today.tokens_sent == want
+    assert ctx.text_tokens is None and ctx.compression is None
+
+
+def test_one_image_differs_from_a_wrong_k_or_sampler():  # negative controls for the equalities above
     arr, image = _arr(), torch.rand(3, 330, 270)
-    ctx = allocate_context(arr, image, "Where is the total?", saccades=64)
+    ctx = allocate(arr, image, "Where is the total?", Budget.saccades(64))
     assert not torch.equal(ctx.pages[0].plan.cells, arr(image, "Where is the total?", saccades=63).positions[0])
+    nms = allocate(_arr(sampler="nms"), image, "Where is the total?", Budget.saccades(64))
+    assert not torch.equal(ctx.pages[0].plan.cells, nms.pages[0].plan.cells)
+
+
+def test_shares_and_totals_over_a_context_by_share_and_compression():
+    """"25%" and "10x" work over a context: T from the pages' full resolution or from the counted text."""
+    ctx = render_text(_story(3, 1), SMALL)
+    arr = _arr()
+    quarter = allocate(arr, ctx, "When does the zanzibar harbour open?", "25%")
+    full = sum(h * w for h, w in (p.plan.grid for p in quarter.pages))
+    n = len(ctx.pages)
+    assert full == n * 80 and quarter.tokens == round(0.25 * full) == n * 20  # 10 x 8 cells a page
+    tenth = allocate(arr, ctx, "When does the zanzibar harbour open?", "10x")
+    assert tenth.text_tokens > 0 and tenth.tokens == max(2 * n, round(tenth.text_tokens / 10))
+    assert tenth.tokens != quarter.tokens  # control: the two rules give different totals here
+    with pytest.raises(ValueError, match=r"budget 10x is a compression of the context's text, and this context has "
+                                         r"no text"):
+        allocate(arr, torch.rand(3, 280, 280), "What is here?", "10x")  # an image alone is not read by OCR
 
 
 @settings(max_examples=12, deadline=None)
@@ -54,15 +83,13 @@ def test_totals_are_exact_for_any_pages(sizes, share, by_tokens):
     n, cells = len(sizes), sum(h * w for h, w in sizes)
     if by_tokens:
         total = max(2 * n, round(share * cells))
-        gestalts, k = split_context(sizes, tokens=total)
-        if k > cells:
-            return
-        out = allocate_context(arr, images, "What is here?", tokens=total)
+        gestalts, k = Budget.parse(total).split(sizes)
+        out = allocate(arr, images, "What is here?", total)
         assert out.tokens == total
     else:
         k = max(n, round(share * cells) // 2)
-        gestalts, k2 = split_context(sizes, saccades=k)
-        out = allocate_context(arr, images, "What is here?", saccades=k)
+        gestalts, k2 = Budget.saccades(k).split(sizes)
+        out = allocate(arr, images, "What is here?", Budget.saccades(k))
         assert k2 == k and out.tokens == k + sum(g[0] * g[1] for g in gestalts)
     assert out.saccades == k and [p.plan.gestalt for p in out.pages] == gestalts
     for p, (h, w) in zip(out.pages, sizes):
@@ -71,20 +98,20 @@ def test_totals_are_exact_for_any_pages(sizes, share, by_tokens):
         assert ((c[:, 0] < h) & (c[:, 1] < w) & (c >= 0).all(1)).all()
         assert len({tuple(x) for x in c.tolist()}) == len(c)  # distinct cells
     if n > 1:  # one ranking: every sent cell scores at least as high as every cell left out
-        sent = torch.cat([p.plan.scores for p in out.pages])
+        sent = torch.cat([p.relevance[p.plan.cells[:, 0], p.plan.cells[:, 1]] for p in out.pages])
         left = torch.cat([p.relevance.reshape(-1) for p in out.pages])
         assert sent.numel() == k and float(sent.min()) >= float(left.sort(descending=True).values[k - 1]) - 1e-6
 
 
 def test_budget_rule_for_many_pages_and_its_limits():
-    assert split_context([(40, 32)] * 20, tokens=1300) == ([(4, 4)] * 20, 980)
-    assert split_context([(40, 32)] * 60, tokens=300) == ([(1, 1)] * 60, 240)
+    assert Budget.parse(1300).split([(40, 32)] * 20) == ([(4, 4)] * 20, 980)
+    assert Budget.parse(300).split([(40, 32)] * 60) == ([(1, 1)] * 60, 240)
     with pytest.raises(ValueError, match=r"100 tokens cannot give 60 pages a 1x1 gestalt each.*at least 120 tokens"):
-        split_context([(40, 32)] * 60, tokens=100)
+        Budget.parse(100).split([(40, 32)] * 60)
     with pytest.raises(ValueError, match=r"each page needs at least a 1x1 gestalt, so K >= 5"):
-        split_context([(4, 4)] * 5, saccades=4)
+        Budget.saccades(4).split([(4, 4)] * 5)
     with pytest.raises(ValueError, match=r"exceed the 8 cells"):
-        split_context([(2, 2)] * 2, saccades=10)
+        Budget.saccades(10).split([(2, 2)] * 2)
 
 
 def test_page_limit_is_one_clear_line():
@@ -104,21 +131,21 @@ def test_detail_goes_to_the_page_holding_the_question_words():
     assert len(holding) == 1
     needle = holding[0]
     arr = _arr()
-    out = allocate_context(arr, ctx, "When does the zanzibar harbour open?", tokens=40)
+    out = allocate(arr, ctx, "When does the zanzibar harbour open?", 40)
     per_page = [p.saccades for p in out.pages]
     assert out.tokens == 40 and per_page[needle] == max(per_page)
-    top = max(out.pages, key=lambda p: float(p.plan.scores[0]) if p.saccades else -1e9)
+    top = max(out.pages, key=lambda p: float(p.relevance[tuple(p.plan.cells[0])]) if p.saccades else -1e9)
     y, x = top.plan.cells[0].tolist()
     boxes = [b for w, b in top.words if w in ("zanzibar", "harbour")]
     assert top.index == needle and any(b[0] < 28 * (y + 1) and b[2] > 28 * y and b[1] < 28 * (x + 1) and b[3] > 28 * x
                                        for b in boxes)
-    blind = allocate_context(arr, ctx, "When does the zanzibar harbour open?", tokens=40, text_weight=0, page_weight=0)
+    blind = allocate(arr, ctx, "When does the zanzibar harbour open?", 40, text_weight=0, page_weight=0)
     assert [p.saccades for p in blind.pages] != per_page  # without the text layer the ranking differs
 
 
 def test_text_tokens_are_counted_and_named():
     ctx = render_text("one two three four five six seven eight nine ten " * 40, SMALL)
-    out = allocate_context(_arr(), ctx, "What follows seven?", tokens=2 * len(ctx) + 10)
+    out = allocate(_arr(), ctx, "What follows seven?", 2 * len(ctx) + 10)
     words = " ".join(w.text for p in ctx.pages for w in p.words)
     assert out.text_tokens == text_tokens("\n\n".join(" ".join(w.text for w in p.words) for p in ctx.pages))
     assert out.text_tokens == 400 and text_tokens(words) == 400  # one WordPiece token per English number word
@@ -162,7 +189,7 @@ def test_text_layer_channel_equals_the_matching_words_rasterised():
 
 def test_allocation_hands_the_rendered_words_to_the_channel():
     ctx = render_text("alpha beta gamma delta " * 30, SMALL)
-    out = allocate_context(_arr(), ctx, "Where is gamma?", tokens=2 * len(ctx) + 8)
+    out = allocate(_arr(), ctx, "Where is gamma?", 2 * len(ctx) + 8)
     for page, p in zip(ctx.pages, out.pages):
         assert p.text_from == "text layer" and p.words == [(w.text, w.box) for w in page.words]  # canvas = page
 
@@ -174,5 +201,45 @@ def test_a_seen_context_serves_several_questions_as_fresh_calls_do():
     arr = _arr()
     seen = see_context(arr, ctx)
     for q in ("When does the zanzibar harbour open?", "What is lorem?"):
-        a, b = allocate_context(arr, seen, q, tokens=40), allocate_context(_arr(), ctx, q, tokens=40)
+        a, b = allocate(arr, seen, q, 40), allocate(_arr(), ctx, q, 40)
         assert [p.plan.cells.tolist() for p in a.pages] == [p.plan.cells.tolist() for p in b.pages]
+
+
+def test_page_text_reaches_the_text_channels_as_an_argument_not_through_ocr(monkeypatch):
+    """A scene's known text (ARR.see(..., text=)) is what text_match reads: no OCR runs, whatever the cache holds."""
+    from arr_coc.engine.channels import text as text_channel
+    from arr_coc.engine.texture import PageText
+
+    calls: list[int] = []
+    monkeypatch.setattr(text_channel, "detect_lines", lambda *a, **k: calls.append(1) or pytest.fail("OCR ran"))
+    ctx = render_text("alpha beta gamma delta " * 30, SMALL)
+    page = ctx.pages[0]
+    words = [(w.text, w.box) for w in page.words]
+    lines = [(page.line_text(i), page.line_box(i)) for i in range(len(page.lines))]
+    arr = _arr(MVP_CHANNELS + ("text_match",))
+    scene = arr.see([page.image], text=[PageText(words, lines)])
+    arr.cell_stack(scene, ["Where is gamma?"])
+    read = arr.cache.get(text_channel.lines_entry(arr.query_encoder), page.image, lambda: pytest.fail("not read"))
+    assert calls == [] and read.texts == tuple(t for t, _ in lines)  # the known lines, no OCR
+    fresh = _arr(MVP_CHANNELS + ("text_match",))  # control: without the text the channel reads the page by OCR
+    with pytest.raises(pytest.fail.Exception, match="OCR ran"):
+        fresh.cell_stack(fresh.see([page.image]), ["Where is gamma?"])
+
+
+def test_over_pages_the_ranking_decides_the_shares_and_each_pages_sampler_places_them():
+    from arr_coc.contexts import rank_cells
+
+    ctx, q = render_text(_story(3, 1), SMALL), "When does the zanzibar harbour open?"
+    top = allocate(_arr(), ctx, q, 60)
+    want = rank_cells([p.relevance for p in top.pages], top.saccades)  # top-K: the context's top K itself
+    assert [p.plan.cells.tolist() for p in top.pages] == [c.tolist() for c in want]
+    page = top.pages[0].to_json()
+    assert page["scores"] == [round(float(s), 5) for s in top.pages[0].ranking_scores()]
+    assert page["sampler_scores"] == [round(float(s), 5) for s in top.pages[0].plan.scores]
+    nms = allocate(_arr(sampler="nms"), ctx, q, 60)
+    assert [p.saccades for p in nms.pages] == [p.saccades for p in top.pages] and nms.tokens == 60
+    assert [p.plan.cells.tolist() for p in nms.pages] != [c.tolist() for c in want]  # placed by nms's own rule
+    for p in nms.pages:  # nms keeps a page's saccades apart (min distance 2 cells, Chebyshev) where they fit
+        c = p.plan.cells
+        d = (c[:, None] - c[None]).abs().amax(-1) + 2 * torch.eye(len(c), dtype=torch.long)
+        assert len(c) < 2 or int(d.min()) >= 2 or p.saccades * 4 > p.plan.full_tokens

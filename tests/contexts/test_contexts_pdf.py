@@ -9,7 +9,7 @@ from conftest import key_pdf
 
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
-from arr_coc.contexts import allocate_context, load_context
+from arr_coc.contexts import allocate, load_context
 from arr_coc.engine.channels.text import lines_entry
 from arr_coc.engine.query import HashingQueryEncoder
 
@@ -32,14 +32,14 @@ def test_fifty_page_pdf_runs_no_ocr_and_finds_the_page(fifty):
         return []
 
     arr = _arr()
-    out = allocate_context(arr, fifty, "Where is the brass key?", tokens=200, dpi=60, ocr=ocr)
+    out = allocate(arr, fifty, "Where is the brass key?", 200, dpi=60, ocr=ocr)
     assert calls == [] and len(out.pages) == 50 and out.tokens == 200
     assert {p.text_from for p in out.pages} == {"text layer"}
     # the text channels read the text layer from the cache (an OCR run would have stored its own lines)
     entry = lines_entry(arr.query_encoder)
     lines = arr.cache.get(entry, out.pages[37].image, lambda: pytest.fail("page 37's lines were not seeded"))
     assert lines.texts == ("chapter 37 notes", "the brass key is under the mat")
-    best = max(range(50), key=lambda i: float(out.pages[i].plan.scores[0]) if out.pages[i].saccades else -1e9)
+    best = max(range(50), key=lambda i: float(out.pages[i].relevance.max()))  # the ranking's best cell
     assert best == 37 and out.pages[37].saccades == out.pages[37].plan.full_tokens  # the whole page is read
     assert out.text_tokens > 0 and out.compression == pytest.approx(out.text_tokens / 200)
 
@@ -52,13 +52,13 @@ def test_the_same_pages_as_images_are_read_by_ocr(fifty):  # control: the counte
         return [("the brass key", (10.0, 10.0, 30.0, 120.0))]
 
     images = [p.image for p in load_context(fifty, pages="1-6", dpi=60).pages]
-    out = allocate_context(_arr(), images, "Where is the brass key?", tokens=40, ocr=ocr)
+    out = allocate(_arr(), images, "Where is the brass key?", 40, ocr=ocr)
     assert len(calls) == 6 and {p.text_from for p in out.pages} == {"ocr"}
     assert [w for w, _ in out.pages[0].words] == ["the", "brass", "key"]
 
 
 def test_pdf_page_range_and_limit(fifty):
-    out = allocate_context(_arr(), fifty, "Where is the brass key?", tokens=40, pages="36-39", dpi=60)
+    out = allocate(_arr(), fifty, "Where is the brass key?", 40, pages="36-39", dpi=60)
     assert [p.index for p in out.pages] == [35, 36, 37, 38] and out.tokens == 40
     with pytest.raises(ValueError, match=r"has 50 pages; a context holds at most 20"):
-        allocate_context(_arr(), fifty, "Where?", max_pages=20)
+        allocate(_arr(), fifty, "Where?", max_pages=20)

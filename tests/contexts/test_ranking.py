@@ -5,7 +5,7 @@ import torch
 
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
-from arr_coc.contexts import allocate_context
+from arr_coc.contexts import allocate
 from arr_coc.contexts.ranking import near_map
 from arr_coc.documents.text_pages import TextLayout, render_text
 from arr_coc.engine.channels.text import BELOW_WEIGHT
@@ -52,7 +52,7 @@ def test_near_weight_puts_the_saccades_on_the_line_after_a_quoted_phrase():
     question = 'What comes after "zanzibar harbour gate"?'
 
     def covered(near_weight: float) -> set:
-        out = allocate_context(arr, ctx, question, tokens=2 * len(ctx.pages) + 12, near_weight=near_weight)
+        out = allocate(arr, ctx, question, 2 * len(ctx.pages) + 12, near_weight=near_weight)
         assert out.tokens == 2 * len(ctx.pages) + 12  # the total stays exact
         p = next(p for p in out.pages if p.index == page.index)
         return cells & {tuple(c) for c in p.plan.cells.tolist()}
@@ -70,7 +70,7 @@ def test_a_quote_found_verbatim_names_its_page_though_its_one_content_word_is_ev
     arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder()).eval()
 
     def saccades(question: str) -> list[int]:
-        out = allocate_context(arr, ctx, question, tokens=2 * len(ctx.pages) + 12)
+        out = allocate(arr, ctx, question, 2 * len(ctx.pages) + 12)
         assert out.tokens == 2 * len(ctx.pages) + 12
         return [p.saccades for p in out.pages]
 

@@ -16,9 +16,10 @@ from corpus_checks import outcome, run_cli
 
 import arr_coc.documents.pdf as pdf
 from arr_coc import ARR, ARRConfig
+from arr_coc.budget import Budget
 from arr_coc.config import MVP_CHANNELS, TextureConfig
-from arr_coc.contexts import allocate_context, load_context, see_context
-from arr_coc.contexts.allocate import chunks
+from arr_coc.contexts import allocate, load_context, see_context
+from arr_coc.contexts.seen import chunks
 from arr_coc.documents.text_pages import TextLayout, _font, _pieces, _width, layout_text, render_text
 from arr_coc.engine.query import HashingQueryEncoder
 from benchmarks.hostile_pdf import A4, raw_pdf
@@ -42,11 +43,11 @@ def nothing_drawn(monkeypatch):
 def test_a_page_tree_that_names_more_pages_than_load_is_one_line(tmp_path):
     lies = raw_pdf(tmp_path / "lies.pdf", [(A4, "")] * 2, count=4)  # /Count 4 over 2 kids
     dangling = raw_pdf(tmp_path / "dangling.pdf", [(A4, ""), None, (A4, "")])  # a kid that is no object
-    assert outcome(lambda: allocate_context(_arr(), lies, Q, tokens=40, dpi=50)) == (
+    assert outcome(lambda: allocate(_arr(), lies, Q, 40, dpi=50)) == (
         "error", f"{lies} page 3 cannot be loaded: the PDF lists 4 pages but this one is damaged; choose other pages "
                  "with --pages / pages=, or repair the file (e.g. qpdf in.pdf out.pdf)")
     assert outcome(lambda: load_context(dangling))[1].startswith(f"{dangling} page 2 cannot be loaded: the PDF lists 3")
-    kind, out = outcome(lambda: allocate_context(_arr(), dangling, Q, tokens=40, dpi=50, pages="1,3"))
+    kind, out = outcome(lambda: allocate(_arr(), dangling, Q, 40, dpi=50, pages="1,3"))
     assert kind == "ok" and [p.index for p in out.pages] == [0, 2] and out.tokens == 40  # the pages that load
     code, _, err = run_cli(["look", str(lies), Q, *LOOK, "--dpi", "50"])
     assert code == 2 and err.strip().splitlines()[-1] == f"arr-coc: error: {lies} page 3 cannot be loaded: " \
@@ -58,7 +59,7 @@ def test_a_page_200_inches_wide_is_refused_before_drawing_naming_dpi(tmp_path, n
     wide = raw_pdf(tmp_path / "wide.pdf", [("0 0 14400 792", "")])
     line = (f"{wide} page 1 is 200 x 11 in: at 150 dpi it renders 30001x1651 px, more than 25 million pixels a page; "
             "lower --dpi / dpi= to 106 or less, or leave the page out with --pages")
-    assert outcome(lambda: allocate_context(_arr(), wide, Q, tokens=40)) == ("error", line)
+    assert outcome(lambda: allocate(_arr(), wide, Q, 40)) == ("error", line)
     assert outcome(lambda: pdf.read_pdf(wide)) == ("error", line)
     for cmd in (["look", str(wide), Q, *LOOK], ["ask", str(wide), Q, "--model", "tiny:llava", "--query-encoder",
                                                 "hashing", "--channels", "mvp"]):
@@ -85,7 +86,7 @@ def test_a_huge_userunit_is_ignored_as_pdfium_draws_it(tmp_path):
 
 def test_one_page_at_1200_dpi_is_refused_with_the_dpi_that_fits(tmp_path, nothing_drawn):
     a4 = raw_pdf(tmp_path / "a4.pdf", [(A4, "")])
-    assert outcome(lambda: allocate_context(_arr(), a4, Q, dpi=1200)) == (
+    assert outcome(lambda: allocate(_arr(), a4, Q, dpi=1200)) == (
         "error", f"{a4} page 1 is 8.268 x 11.69 in: at 1200 dpi it renders 9922x14032 px, more than 25 million "
                  "pixels a page; lower --dpi / dpi= to 508 or less, or leave the page out with --pages")
 
@@ -94,10 +95,10 @@ def test_a_budget_too_small_for_the_pages_is_refused_before_drawing(tmp_path, no
     twenty = raw_pdf(tmp_path / "twenty.pdf", [(A4, "")] * 20)
     line = "2 tokens cannot give 20 pages a 1x1 gestalt each and as many saccades; use at least 40 tokens or " \
            "choose fewer pages"
-    assert outcome(lambda: allocate_context(_arr(), twenty, Q, tokens=2)) == ("error", line)
+    assert outcome(lambda: allocate(_arr(), twenty, Q, 2)) == ("error", line)
     code, _, err = run_cli(["look", str(twenty), Q, *LOOK, "--tokens", "2"])
     assert code == 2 and err.strip().splitlines()[-1] == f"arr-coc: error: {line}"
-    assert outcome(lambda: allocate_context(_arr(), twenty, Q, saccades=19))[1].startswith(
+    assert outcome(lambda: allocate(_arr(), twenty, Q, Budget.saccades(19)))[1].startswith(
         "19 saccades give 20 pages no gestalt")
 
 
@@ -105,7 +106,7 @@ def test_five_thousand_pages_under_max_pages_5000_are_refused_by_their_pixels(tm
     many = raw_pdf(tmp_path / "many.pdf", [(A4, "")] * 5000)
     line = (f"the 5000 pages of {many} at 150 dpi are 10884 million pixels drawn, more than a context's 256 million; "
             "lower --dpi / dpi= to 22 or less, or choose fewer pages with --pages / pages=")
-    assert outcome(lambda: allocate_context(_arr(), many, Q, tokens=20000, max_pages=5000)) == ("error", line)
+    assert outcome(lambda: allocate(_arr(), many, Q, 20000, max_pages=5000)) == ("error", line)
     code, _, err = run_cli(["look", str(many), Q, *LOOK, "--max-pages", "5000", "--tokens", "20000"])
     assert code == 2 and err.strip().splitlines()[-1] == f"arr-coc: error: {line}"
     assert outcome(lambda: load_context(many))[1] == (  # the default page limit is met first
@@ -127,7 +128,7 @@ def test_a_long_text_is_refused_while_laid_out_not_after_drawing(tmp_path, monke
     big.write_text("lorem ipsum dolor sit amet consectetur adipiscing\n" * 20_000)  # 1 MB, ~440 pages
     drawn = []
     monkeypatch.setattr("arr_coc.documents.text_pages.TextSetting.page", lambda *a: drawn.append(a))
-    assert outcome(lambda: allocate_context(_arr(), big, Q, tokens=400)) == (
+    assert outcome(lambda: allocate(_arr(), big, Q, 400)) == (
         "error", f"{big} needs more than 64 pages at 16 px on 896x1120 px pages (counted while laying it out, before "
                  "drawing); a context holds at most 64: shorten the text, or raise --max-pages / max_pages=")
     assert drawn == []
@@ -176,9 +177,9 @@ def test_chinese_text_the_font_cannot_draw_is_refused_naming_the_characters(tmp_
 def test_drawn_a_few_pages_at_a_time_equals_all_pages_held_at_once(tmp_path):
     doc = key_pdf(tmp_path / "key.pdf", 40)
     arr = _arr(MVP_CHANNELS + ("text_match", "key_value"))
-    streamed = allocate_context(arr, doc, Q, tokens=300, dpi=50)
-    held = allocate_context(arr, see_context(arr, doc, dpi=50), Q, tokens=300)
-    alone = allocate_context(arr, doc, Q, tokens=300, dpi=50, chunk=1)
+    streamed = allocate(arr, doc, Q, 300, dpi=50)
+    held = allocate(arr, see_context(arr, doc, dpi=50), Q, 300)
+    alone = allocate(arr, doc, Q, 300, dpi=50, chunk=1)
     assert streamed.tokens == held.tokens == alone.tokens == 300 and streamed.pages[37].saccades > 0
     for a, b, c in zip(streamed.pages, held.pages, alone.pages):
         assert torch.equal(a.plan.cells, b.plan.cells) and torch.equal(a.relevance, b.relevance)
@@ -186,7 +187,7 @@ def test_drawn_a_few_pages_at_a_time_equals_all_pages_held_at_once(tmp_path):
         assert torch.equal(a.plan.cells, c.plan.cells)
         torch.testing.assert_close(a.relevance, c.relevance, rtol=1e-5, atol=1e-5)
     assert torch.equal(streamed.pages[37].image, held.pages[37].image)  # the canvas drawn again is the one scored
-    other = allocate_context(arr, doc, "Where is chapter 12?", tokens=300, dpi=50)  # control: another question differs
+    other = allocate(arr, doc, "Where is chapter 12?", 300, dpi=50)  # control: another question differs
     assert not all(torch.equal(a.plan.cells, b.plan.cells) for a, b in zip(streamed.pages, other.pages))
     assert chunks([(800, 600)] * 9) == [[0, 1, 2, 3], [4, 5, 6, 7], [8]]
     assert chunks([(800, 600)] * 3 + [(1754, 1240)] + [(800, 600)] * 4) == [[0, 1, 2], [3], [4, 5, 6, 7]]
@@ -196,11 +197,11 @@ MEASURE = """
 import resource, sys, torch
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
-from arr_coc.contexts import allocate_context
+from arr_coc.contexts import allocate
 from arr_coc.engine.query import HashingQueryEncoder
 arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder()).eval()
 with torch.inference_mode():
-    out = allocate_context(arr, sys.argv[1:], "Where is the total?", tokens=600)
+    out = allocate(arr, sys.argv[1:], "Where is the total?", 600)
 print(out.tokens, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 

@@ -290,8 +290,8 @@ def image_lines(cache: Any, image: Tensor, query_encoder: Any, det_limit_side_le
                 known: Any = None) -> TextLines:
     """One image's cached :class:`TextLines`: ``known()`` (lines from a text layer) if given, else OCR.
 
-    Whichever fills the cache first is what ``text_match`` and ``key_value`` read for this image: a
-    context seeds its pages' text layer here, so those channels never run OCR on them.
+    Whichever fills the cache first is what ``text_match`` and ``key_value`` read for this image; those channels
+    pass the image's known text (``TextureInputs.text``: a page's text layer), so they run no OCR on it.
     """
     compute = known if known is not None else (lambda: detect_lines(image, query_encoder, det_limit_side_len))
     return cache.get(lines_entry(query_encoder, det_limit_side_len), image, compute)
@@ -301,8 +301,17 @@ def _lines(inputs: TextureInputs, channel: str) -> tuple[list[TextLines], Tensor
     """Per image its cached :class:`TextLines`, and the question embeddings ``[B, D]``."""
     query_emb = inputs.query_emb  # raises the TextureInputs error before any OCR runs without an encoder
     side = int(inputs.option(channel, "det_limit_side_len", DET_LIMIT_SIDE_LEN))
-    lines = [image_lines(inputs.cache, image, inputs.query_encoder, side) for image in inputs.pixels]  # OCR per image
+    lines = [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs))
+             for i, image in enumerate(inputs.pixels)]  # OCR per image whose text is not known
     return lines, query_emb
+
+
+def _known(text: Any, inputs: TextureInputs) -> Any:
+    """``known()`` for :func:`image_lines` from an image's known text (None: it is read by OCR)."""
+    if text is None:
+        return None
+    return lambda: lines_from_text(torch.tensor([b for _, b in text.lines], dtype=torch.float32).reshape(-1, 4),
+                                   [t for t, _ in text.lines], inputs.query_encoder)
 
 
 def _similarity(lines: TextLines, q: Tensor) -> Tensor:

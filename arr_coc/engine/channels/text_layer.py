@@ -160,8 +160,10 @@ def _text_layer(inputs: TextureInputs) -> Tensor:
     side = int(inputs.option("text_layer", "det_limit_side_len", DET_LIMIT_SIDE_LEN))
     size = tuple(inputs.pixels.shape[-2:])
     maps = []
-    for image, question in zip(inputs.pixels, inputs.queries):
-        m = match_map(image_words(inputs.cache, image, det_limit_side_len=side), question, size, weights)
+    for i, (image, question) in enumerate(zip(inputs.pixels, inputs.queries)):
+        text = inputs.known_text(i)  # a page's known words (its text layer): no OCR
+        known = None if text is None else (lambda words=list(text.words): words)
+        m = match_map(image_words(inputs.cache, image, known=known, det_limit_side_len=side), question, size, weights)
         top = float(norm) if norm is not None else float(m.max())
         maps.append(m / top if top > 0 else m)
     return torch.stack(maps)[:, None].to(inputs.pixels).clamp(0, 1)  # [B, 1, H, W]
