@@ -104,29 +104,13 @@ def allocate_pages(arr: Any, context: Any, question: str, budget: Budget, *, pag
                    dpi: float | None = None, text_layout: Any = None, max_pages: int | None = None,
                    tokenizer: Any = None) -> Any:
     """A context's pages and their plans for one question under ``budget`` (the one place a context is allocated
-    on the VLM path): :func:`arr_coc.contexts.allocate_context`, one ranking over every page's cells.
-
-    A share of full resolution ("25%") is taken of the pages' full tokens, read from their sizes before anything
-    is drawn; a compression of the text ("10x") is refused (the text is known only once the pages are read).
-    """
-    from arr_coc.contexts import allocate_context
-    from arr_coc.contexts.allocate import canvas_grids
-    from arr_coc.contexts.inputs import MAX_PAGES, open_context
+    on the VLM path): :func:`arr_coc.contexts.allocate`, one ranking over every page's cells; a share ("25%") is
+    of the pages' full tokens, a compression ("10x") of their text tokens."""
+    from arr_coc.contexts import allocate
+    from arr_coc.contexts.inputs import MAX_PAGES
     from arr_coc.documents.pdf import DEFAULT_DPI
     from arr_coc.documents.text_pages import TextLayout
 
-    where = dict(pages=pages, dpi=DEFAULT_DPI if dpi is None else dpi,
-                 layout=TextLayout() if text_layout is None else text_layout,
-                 max_pages=MAX_PAGES if max_pages is None else max_pages)
-    tokens = saccades = None
-    if budget.kind == "saccades":
-        saccades = int(budget.value)
-    elif budget.kind == "text":
-        raise ValueError(f"budget {budget}: a context's answer takes a token count (e.g. 1300), a share of full "
-                         f"resolution (e.g. 25%) or --saccades K; a compression of its text is not taken here")
-    elif budget.kind == "share":
-        grids = canvas_grids(arr.config.canvas, open_context(context, **where))
-        tokens = budget.total(sum(h * w for h, w in grids))
-    else:
-        tokens = int(budget.value)
-    return allocate_context(arr, context, question, tokens=tokens, saccades=saccades, tokenizer=tokenizer, **where)
+    return allocate(arr, context, question, budget, pages=pages, dpi=DEFAULT_DPI if dpi is None else dpi,
+                    layout=TextLayout() if text_layout is None else text_layout,
+                    max_pages=MAX_PAGES if max_pages is None else max_pages, tokenizer=tokenizer)
