@@ -57,7 +57,8 @@ def test_look_json_with_progress_keeps_stdout_json_and_names_the_stages_on_stder
     captured = capsys.readouterr()
     assert len(json.loads(captured.out)["positions"]) == 16
     stages = [line.rsplit(":", 1)[0] for line in captured.err.splitlines()]
-    assert stages == ["arr-coc: loading the question encoder", "arr-coc: allocating (texture, OCR, relevance, saccades)"]
+    assert stages == ["arr-coc: reading the input", "arr-coc: loading the question encoder",
+                      "arr-coc: allocating (texture, OCR, relevance, saccades)"]
     assert main(["look", str(receipt), "What is the total?", "--saccades", "16", "--json", "--query-encoder",
                  "hashing"]) == 0
     assert capsys.readouterr().err == ""  # pytest's stderr is no terminal: off unless asked
