@@ -23,7 +23,7 @@ answer region from exactly what the VLM would see (``arr_coc.eval.reading.render
 
 A thin driver over the library's context evaluation (what ``arr-coc eval texlive-contexts`` runs):
 contexts and questions from :func:`arr_coc.data.contexts.texlive_contexts`, the methods from
-:mod:`arr_coc.eval.context_methods`, the rows from :func:`arr_coc.eval.context_run.evaluate_contexts`
+:mod:`arr_coc.eval.context_methods`, the rows from :func:`arr_coc.eval.loop.evaluate`
 into ``--out/<source>/records.jsonl`` (resumable); this script writes them as rows.csv, timing.csv and
 summary.md in ``--out``.
 """
@@ -41,7 +41,8 @@ from arr_coc.config import TextureConfig
 from arr_coc.contexts import tokenizer_name
 from arr_coc.data.contexts import texlive_contexts
 from arr_coc.eval.context_methods import BM25Pages
-from arr_coc.eval.context_run import ContextEvalSettings, evaluate_contexts
+from arr_coc.eval.loop import evaluate
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 
 # the library's method names -> this benchmark's table labels (as published in docs/coc.md)
@@ -124,12 +125,12 @@ def main() -> None:
     arr = ARR(ARRConfig(texture=TextureConfig(channels=tuple(args.channels)) if args.channels else TextureConfig())).eval()
     rows, timing = [], []
     for source in args.sources:
-        settings = ContextEvalSettings(methods=("full", *LABELS), budgets=[f"{c:g}x" for c in args.compression],
+        settings = EvalSettings(methods=("full", *LABELS), budgets=[f"{c:g}x" for c in args.compression],
                                        reader=args.reader, text_weight=args.text_weight, page_weight=args.page_weight,
                                        contexts={"split": args.split, "source": source, "pages": args.pages,
                                                  "dpi": args.dpi, "questions": args.questions, "seed": 0},
                                        fresh=args.fresh)
-        jsonl = evaluate_contexts(contexts(args, source), arr, out / source, settings)
+        jsonl = evaluate(contexts(args, source), arr, out / source, settings)
         keys = set().union(*(settings.keys(q) for item in contexts(args, source) for q in item.questions))
         got, times = table_rows(RowStore(jsonl.parent).rows(keys), source)
         rows += got

@@ -19,8 +19,9 @@ from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.eval.loop import evaluate, shard
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
-from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
 from arr_coc.vlm import load_vlm
 from arr_coc.weights import refuse_leakage
 
@@ -104,9 +105,9 @@ def cli(name: str, data: Path, out: Path, *extra: str) -> list[dict]:
 
 
 def run(records, arr, adapter, out: Path, **kw) -> list[dict]:
-    settings = VLMEvalSettings(**{"methods": ("full", "native_budget", "arr"), "tokens": ("8",),
+    settings = EvalSettings(reader="vlm", **{"methods": ("full", "native_budget", "arr"), "tokens": ("8",),
                                   "max_new_tokens": 3, "batch_size": 4, **kw})
-    return read_rows(evaluate_vlm(records, arr, adapter, out, settings, progress=False))
+    return read_rows(evaluate(records, arr, out, settings, progress=False, adapter=adapter))
 
 
 # --------------------------------------------------------------------------------- native_budget

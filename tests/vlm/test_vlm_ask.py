@@ -137,7 +137,7 @@ def test_cli_ask_errors_are_one_clear_line(tmp_path, receipt, capsys):
 
 
 @pytest.mark.parametrize("family, gestalt", [("qwen2_5_vl", 2 * 2), ("llava", 16)])  # Qwen: 2x2, the largest offered square <= 11; LLaVA: its own 4x4 view
-@pytest.mark.parametrize("allocator, sent", [("saliency", 11), ("quadtree", 9)])  # quadtree: 6 squares + 3 per split
+@pytest.mark.parametrize("allocator, sent", [("patches", 11), ("quadtree", 9)])  # quadtree: 6 squares + 3 per split
 def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny, family, gestalt, allocator, sent):
     adapter, q, k = tiny[family], "What is the total?", 11
     arr, img = fast_arr(adapter.cell), small_image(adapter)
@@ -171,7 +171,7 @@ def test_allocator_arr_is_the_call_without_it(tiny, family):
     (dict(allocator="grid"), f"unknown allocator 'grid'; choose one of {', '.join(allocators())}"),
     (dict(allocator="quadtree", mode="slice"),
      "allocator 'quadtree' sends variable-size patches, which only mode='sparse' encodes \\(got mode='slice'\\)"),
-    (dict(allocator="saliency", mode="weighted"), "use mode='sparse' or allocator='arr'"),
+    (dict(allocator="patches", mode="weighted"), "use mode='sparse' or allocator='arr'"),
     (dict(allocator="quadtree", saccades=5), "'quadtree' needs more saccades: budget K=5 is below the 6 starting "
                                              "squares .*; raise --saccades \\(saccades=\\) to at least 6"),
 ])
