@@ -1,8 +1,8 @@
 """Questions over a long context: one budget over 10-60 pages vs uniform downscale, first pages, equal split, BM25.
 
-    python benchmarks/coc_questions.py --split test --docs 3 --pages 20 --questions 6 --compression 5 10 20
+    python benchmarks/coc_questions.py --split test --docs 3 --window 20 --questions 6 --compression 5 10 20
 
-Contexts: the first ``--pages`` pages of each corpus document of the split with at least that many
+Contexts: the first ``--window`` pages of each corpus document of the split with at least that many
 pages (``arr_coc.documents.corpus``; test documents are never used to choose a setting), as the PDF
 (rendered at ``--dpi``, its text layer) and as its text layer re-set with ``render_text`` (``text``).
 Questions: :func:`arr_coc.documents.questions.context_questions` (section titles and next words, each
@@ -55,7 +55,7 @@ VLM_MS_PER_TOKEN = 105507 / 2334
 
 
 def contexts(args: argparse.Namespace, source: str):
-    return texlive_contexts(args.split, pages=args.pages, source=source, dpi=args.dpi, questions=args.questions,
+    return texlive_contexts(args.split, pages=args.window, source=source, dpi=args.dpi, questions=args.questions,
                             n_docs=args.docs)
 
 
@@ -79,8 +79,8 @@ def table_rows(store_rows: list[dict], source: str) -> tuple[list[dict], list[tu
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test", choices=["train", "val", "test"])
-    ap.add_argument("--docs", type=int, default=3, help="documents (sorted by name) with at least --pages pages")
-    ap.add_argument("--pages", type=int, default=20, help="pages per context (the first pages of each document)")
+    ap.add_argument("--docs", type=int, default=3, help="documents (sorted by name) with at least --window pages")
+    ap.add_argument("--window", type=int, default=20, help="pages per context (the first pages of each document)")
     ap.add_argument("--questions", type=int, default=6, help="questions per context")
     ap.add_argument("--compression", type=float, nargs="+", default=[5.0, 10.0, 20.0])
     ap.add_argument("--sources", nargs="+", default=["pdf", "text"], choices=["pdf", "text"])
@@ -127,7 +127,7 @@ def main() -> None:
     for source in args.sources:
         settings = EvalSettings(methods=("full", *LABELS), budgets=[f"{c:g}x" for c in args.compression],
                                        reader=args.reader, text_weight=args.text_weight, page_weight=args.page_weight,
-                                       contexts={"split": args.split, "source": source, "pages": args.pages,
+                                       contexts={"split": args.split, "source": source, "pages": args.window,
                                                  "dpi": args.dpi, "questions": args.questions, "seed": 0},
                                        fresh=args.fresh)
         jsonl = evaluate(contexts(args, source), arr, out / source, settings)
@@ -160,7 +160,7 @@ def summary(rows, timing, args) -> str:
     docs = sorted({r["doc"] for r in rows})
     lines = [f"made by: `{cmd}`", "",
              f"{args.split} documents ({len(docs)}): {', '.join(docs)}; {n_q} questions; contexts of "
-             f"{args.pages} pages at {args.dpi:g} dpi; ARR channels {', '.join(args.channels or ['the defaults'])}; text tokens by {tokenizer_name()}; reader {args.reader} "
+             f"{args.window} pages at {args.dpi:g} dpi; ARR channels {', '.join(args.channels or ['the defaults'])}; text tokens by {tokenizer_name()}; reader {args.reader} "
              "(contains_score); equal visual tokens T = text tokens / compression for every method.", "",
              "| source | compression | T (mean) | method | page hit | coverage | reading | reading / full |",
              "|---|---:|---:|---|---:|---:|---:|---:|"]

@@ -45,7 +45,7 @@ from arr_coc.allocators.patching import (
     Patches,
     edge_density,
 )
-from arr_coc.budget import split_budget
+from arr_coc.budget import Budget
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.samplers import SAMPLERS, select, topk_cells
 from arr_coc.registry import Registry
@@ -84,7 +84,8 @@ class MethodInputs:
 
     def split(self, tokens: int) -> tuple[tuple[int, int], int]:
         """(gestalt grid, saccades K) of a total of ``tokens``."""
-        return split_budget(tokens, self.grid)
+        gestalts, k = Budget.parse(tokens).split([self.grid])
+        return gestalts[0], k
 
 
 class Method(Protocol):

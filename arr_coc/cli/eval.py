@@ -16,6 +16,7 @@ HELP = "answers or OCR reading of the answer at equal total tokens, per method"
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import SamplerConfig
     from arr_coc.data.contexts import CONTEXT_DPI, CONTEXT_SOURCES, TEXLIVE_CONTEXTS
+    from arr_coc.eval.reading import READERS
     from arr_coc.eval.settings import DEFAULT_BUDGETS, MARGIN_PX, EvalSettings, default_methods, known_methods
 
     p = command("eval", [opt.data(), opt.pipeline(), opt.vlm(required=False)], help=HELP,
@@ -38,7 +39,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                         f"{' '.join(DEFAULT_BUDGETS['image', 'vlm'])})".replace("%", "%%"))
     opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # what the method arr sends
     p.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
-    p.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
+    p.add_argument("--reader", default="tesseract", choices=(*READERS.names(), "vlm", "none"),
                    help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "
                         "model (--model) answers the question; none: allocation metrics only (default %(default)s)")
     p.add_argument("--reading", default="region", choices=("region", "find"),

@@ -178,6 +178,28 @@ def test_bad_context_options_fail_in_one_line(docs, tmp_path, capsys, extra, mes
     assert last.startswith("arr-coc: error: ") and message in last and err.endswith(last + "\n"), err
 
 
+def test_images_and_contexts_go_through_one_loop_into_one_row_schema(arr, docs, tmp_path):
+    from arr_coc.data.datasets import Record
+
+    image = page_image(tmp_path / "a.png", "Total 9")
+    records = [Record("toy", "r1", image, "a", "Total?", "9", ((80.0, 15.0, 120.0, 110.0),))]
+    image_rows = RowStore(evaluate(records, arr, tmp_path / "i", EvalSettings(methods=("full", "topk"),
+                                                                              budgets=("25%",), reader=None),
+                                   progress=False).parent).rows()
+    items = list(texlive_contexts(root=docs, pages=3, questions=1))
+    context_rows = RowStore(evaluate(items, arr, tmp_path / "c", EvalSettings(methods=("full", "coc"),
+                                                                              budgets=("60",), reader=None),
+                                     progress=False).parent).rows()
+    lead = ["dataset", "record_id", "image_id", "kind", "question", "answer", "method", "budget", "tokens",
+            "full_tokens", "reader"]
+    assert len(image_rows) == 2 and len(context_rows) == 2
+    for r in image_rows + context_rows:
+        assert list(r)[:len(lead)] == lead and r["reader"] is None
+    assert [r["tokens"] for r in context_rows] == [context_rows[0]["full_tokens"], 60]
+    with pytest.raises(ValueError, match=r"methods \['coc'\] do not send one image"):
+        evaluate(records, arr, tmp_path / "x", EvalSettings(methods=("coc",), reader=None), progress=False)
+
+
 def test_context_options_on_a_dataset_of_single_images_are_refused(tmp_path, capsys):
     page_image(tmp_path / "a.png", "Total 9")
     (tmp_path / "toy.jsonl").write_text(json.dumps({"image": "a.png", "question": "Total?", "answer": "9",

@@ -139,6 +139,22 @@ def test_bad_settings_fail_before_any_work():
         EvalSettings(methods=("coc",)).resolve("image")
 
 
+def test_budgets_are_parsed_once_and_keyed_as_asked():
+    from arr_coc.budget import Budget
+
+    settings = EvalSettings(budgets=(" 25% ", 529, "10.0x", Budget.parse("5%")))
+    assert settings.budgets == ("25%", "529", "10x", "5%")  # rows' budget column: a compression normalised
+    assert settings.parsed() == {"25%": Budget("share", 0.25), "529": Budget("tokens", 529),
+                                 "10x": Budget("text", 10.0), "5%": Budget("share", 0.05)}
+    with pytest.raises(ValueError, match="tokens '1' gives 1 tokens; at least 2"):
+        EvalSettings(budgets=("1",))
+    image = EvalSettings(methods=("full", "topk"), budgets=("25%",)).resolve("image")
+    assert (image.margin_px, image.wanted()) == (8, [("full", "full"), ("topk", "25%")])
+    assert image.keys("r") == {("r", "full", "full"), ("r", "topk", "25%")}
+    context = EvalSettings().resolve("context")
+    assert (context.margin_px, context.budgets, context.methods[:2]) == (4.0, ("10x", "20x"), ("full", "coc"))
+
+
 def test_variable_size_allocators_fill_the_budget_and_report_what_they_saw(pages, arr, tmp_path):
     records = load_dataset("jsonl", pages)[:2]
     settings = EvalSettings(methods=("topk", "patches", "quadtree"), budgets=("25%",), reader=None)

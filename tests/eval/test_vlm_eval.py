@@ -105,7 +105,7 @@ def cli(name: str, data: Path, out: Path, *extra: str) -> list[dict]:
 
 
 def run(records, arr, adapter, out: Path, **kw) -> list[dict]:
-    settings = EvalSettings(reader="vlm", **{"methods": ("full", "native_budget", "arr"), "tokens": ("8",),
+    settings = EvalSettings(reader="vlm", **{"methods": ("full", "native_budget", "arr"), "budgets": ("8",),
                                   "max_new_tokens": 3, "batch_size": 4, **kw})
     return read_rows(evaluate(records, arr, out, settings, progress=False, adapter=adapter))
 
@@ -173,7 +173,7 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
     methods = ("full", "native_budget", "arr", "vlm", "slice", "topk", "random", "patches", "quadtree")
     rows = {(r["method"], r["budget"]): r for r in run(records, arr, adapter, tmp_path / "o", methods=methods,
-                                                         tokens=("16", "50%"))}
+                                                         budgets=("16", "50%"))}
     full = rows[("full", "full")]["full_tokens"]
     assert full == 24  # 168 x 112 px = 6 x 4 cells
     for (m, b), r in rows.items():
