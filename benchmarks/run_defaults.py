@@ -14,7 +14,7 @@ Why not `arr-coc eval --split val`: the shipped weights record the pixel hash of
 image, because training measured them on it every `eval_every` steps (a curve, loss.png; the last step
 is exported, no checkpoint is picked by it), and `eval` refuses any recorded image. Choosing among
 samplers for those fixed weights is what validation images are for, so this script runs the same
-evaluation (:func:`arr_coc.eval.run.evaluate`) without that refusal; the test images stay refused.
+evaluation (:func:`arr_coc.eval.loop.evaluate`) without that refusal; the test images stay refused.
 """
 from __future__ import annotations
 

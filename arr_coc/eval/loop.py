@@ -90,9 +90,6 @@ def evaluate(records: Iterable[Any], arr: Any, out_dir: Path, settings: EvalSett
     head = [] if first is None else [first]
     scope = scope_of(head)
     settings = (settings or EvalSettings(reader="vlm" if adapter is not None else "tesseract")).resolve(scope)
-    if first is not None and not hasattr(first, "questions") and scope == "context":
-        if any(not getattr(r, "pages", ()) for r in head):
-            raise ValueError("a run's records are all images or all contexts (records with pages)")
     stream = _chain(head, records)
     reader = make_reader(arr, settings, adapter, scope)
     rank, world, created = process_group(adapter.visual.device) if reader.shards else (0, 1, False)
@@ -169,6 +166,9 @@ def _units(records: Iterable[Any], scope: str, answered: bool) -> Iterator[Unit]
         if hasattr(r, "questions"):
             raise ValueError(f"context {r.context_id} is read by an OCR reader (--reader tesseract or rapidocr); the "
                              f"VLM reads records with pages (mpdocvqa, slidevqa)")
+        if bool(r.pages) != (scope == "context"):
+            raise ValueError(f"record {r.record_id} is {'one image' if not r.pages else 'a context (pages)'} among "
+                             f"{'contexts' if scope == 'context' else 'images'}: a run's records are of one kind")
         groups.setdefault(r.image_id, []).append(r)
     for image_id, recs in groups.items():
         yield Unit(recs[0].dataset, image_id, recs, recs)
