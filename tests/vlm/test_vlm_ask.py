@@ -144,7 +144,11 @@ def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny
     with torch.no_grad():
         a = ask(adapter, img, q, arr=arr, saccades=k, allocator=allocator, max_new_tokens=2)[0]
         alloc = arr(img, q, saccades=k)
-    patches = PATCHERS.get(allocator)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
+    from arr_coc.vlm.stages import patcher_of
+
+    patcher = patcher_of(allocator)  # the registry's method "patches" places squares with the saliency patcher
+    assert patcher == {"patches": "saliency", "quadtree": "quadtree"}[allocator]
+    patches = PATCHERS.get(patcher)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
     assert int(patches.counts[0]) == sent and a.full_tokens == 48
     assert (a.allocator, a.gestalt_tokens, a.saccades, a.visual_tokens) == (allocator, gestalt, sent, gestalt + sent)
     assert a.squares.tolist() == patches.boxes[0, :sent].tolist() and a.cells is None  # [K, 3] (y, x, side)
