@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
-from arr_coc.allocators.methods import METHODS, methods_for
+from arr_coc.allocators.methods import METHODS, SCOPE_NAMES, methods_for
 from arr_coc.budget import Budget
 from arr_coc.config import MAX_NEW_TOKENS, check_float, check_int
 from arr_coc.data.datasets import SHORT_ANSWER_PROMPT
@@ -163,6 +163,5 @@ class EvalSettings:
 
 
 def _entry(name: str, scope: str) -> str:
-    from arr_coc.allocators.methods import SCOPE_NAMES
-
+    """The registry name of a method as ``scope``'s tables spell it (over a context, ``uniform``)."""
     return SCOPE_NAMES.get(scope, {}).get(name, name)
