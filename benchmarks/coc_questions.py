@@ -1,8 +1,8 @@
 """Questions over a long context: one budget over 10-60 pages vs uniform downscale, first pages, equal split, BM25.
 
-    python benchmarks/coc_questions.py --split test --docs 3 --pages 20 --questions 6 --compression 5 10 20
+    python benchmarks/coc_questions.py --split test --docs 3 --window 20 --questions 6 --compression 5 10 20
 
-Contexts: the first ``--pages`` pages of each corpus document of the split with at least that many
+Contexts: the first ``--window`` pages of each corpus document of the split with at least that many
 pages (``arr_coc.documents.corpus``; test documents are never used to choose a setting), as the PDF
 (rendered at ``--dpi``, its text layer) and as its text layer re-set with ``render_text`` (``text``).
 Questions: :func:`arr_coc.documents.questions.context_questions` (section titles and next words, each
@@ -23,7 +23,7 @@ answer region from exactly what the VLM would see (``arr_coc.eval.reading.render
 
 A thin driver over the library's context evaluation (what ``arr-coc eval texlive-contexts`` runs):
 contexts and questions from :func:`arr_coc.data.contexts.texlive_contexts`, the methods from
-:mod:`arr_coc.eval.context_methods`, the rows from :func:`arr_coc.eval.context_run.evaluate_contexts`
+:mod:`arr_coc.eval.context_methods`, the rows from :func:`arr_coc.eval.loop.evaluate`
 into ``--out/<source>/records.jsonl`` (resumable); this script writes them as rows.csv, timing.csv and
 summary.md in ``--out``.
 """
@@ -41,7 +41,8 @@ from arr_coc.config import TextureConfig
 from arr_coc.contexts import tokenizer_name
 from arr_coc.data.contexts import texlive_contexts
 from arr_coc.eval.context_methods import BM25Pages
-from arr_coc.eval.context_run import ContextEvalSettings, evaluate_contexts
+from arr_coc.eval.loop import evaluate
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 
 # the library's method names -> this benchmark's table labels (as published in docs/coc.md)
@@ -54,7 +55,7 @@ VLM_MS_PER_TOKEN = 105507 / 2334
 
 
 def contexts(args: argparse.Namespace, source: str):
-    return texlive_contexts(args.split, pages=args.pages, source=source, dpi=args.dpi, questions=args.questions,
+    return texlive_contexts(args.split, pages=args.window, source=source, dpi=args.dpi, questions=args.questions,
                             n_docs=args.docs)
 
 
@@ -78,8 +79,8 @@ def table_rows(store_rows: list[dict], source: str) -> tuple[list[dict], list[tu
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test", choices=["train", "val", "test"])
-    ap.add_argument("--docs", type=int, default=3, help="documents (sorted by name) with at least --pages pages")
-    ap.add_argument("--pages", type=int, default=20, help="pages per context (the first pages of each document)")
+    ap.add_argument("--docs", type=int, default=3, help="documents (sorted by name) with at least --window pages")
+    ap.add_argument("--window", type=int, default=20, help="pages per context (the first pages of each document)")
     ap.add_argument("--questions", type=int, default=6, help="questions per context")
     ap.add_argument("--compression", type=float, nargs="+", default=[5.0, 10.0, 20.0])
     ap.add_argument("--sources", nargs="+", default=["pdf", "text"], choices=["pdf", "text"])
@@ -124,12 +125,12 @@ def main() -> None:
     arr = ARR(ARRConfig(texture=TextureConfig(channels=tuple(args.channels)) if args.channels else TextureConfig())).eval()
     rows, timing = [], []
     for source in args.sources:
-        settings = ContextEvalSettings(methods=("full", *LABELS), budgets=[f"{c:g}x" for c in args.compression],
+        settings = EvalSettings(methods=("full", *LABELS), budgets=[f"{c:g}x" for c in args.compression],
                                        reader=args.reader, text_weight=args.text_weight, page_weight=args.page_weight,
-                                       contexts={"split": args.split, "source": source, "pages": args.pages,
+                                       contexts={"split": args.split, "source": source, "pages": args.window,
                                                  "dpi": args.dpi, "questions": args.questions, "seed": 0},
                                        fresh=args.fresh)
-        jsonl = evaluate_contexts(contexts(args, source), arr, out / source, settings)
+        jsonl = evaluate(contexts(args, source), arr, out / source, settings)
         keys = set().union(*(settings.keys(q) for item in contexts(args, source) for q in item.questions))
         got, times = table_rows(RowStore(jsonl.parent).rows(keys), source)
         rows += got
@@ -159,7 +160,7 @@ def summary(rows, timing, args) -> str:
     docs = sorted({r["doc"] for r in rows})
     lines = [f"made by: `{cmd}`", "",
              f"{args.split} documents ({len(docs)}): {', '.join(docs)}; {n_q} questions; contexts of "
-             f"{args.pages} pages at {args.dpi:g} dpi; ARR channels {', '.join(args.channels or ['the defaults'])}; text tokens by {tokenizer_name()}; reader {args.reader} "
+             f"{args.window} pages at {args.dpi:g} dpi; ARR channels {', '.join(args.channels or ['the defaults'])}; text tokens by {tokenizer_name()}; reader {args.reader} "
              "(contains_score); equal visual tokens T = text tokens / compression for every method.", "",
              "| source | compression | T (mean) | method | page hit | coverage | reading | reading / full |",
              "|---|---:|---:|---|---:|---:|---:|---:|"]

@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from arr_coc.data.datasets import load_dataset  # noqa: E402
 from arr_coc.engine.pipeline import ARR  # noqa: E402
+from arr_coc.eval.loop import evaluate  # noqa: E402
 from arr_coc.eval.report import pivot_table, summarize, write_reports  # noqa: E402
-from arr_coc.eval.run import METHODS, EvalSettings, evaluate  # noqa: E402
+from arr_coc.eval.settings import EvalSettings, known_methods  # noqa: E402
 from arr_coc.eval.store import RowStore  # noqa: E402
 from arr_coc.train import TrainConfig, train  # noqa: E402
 
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> None:
         shutil.copyfile(out / "metrics.json", OUT / "train" / f"{learner}_metrics.json")
         shutil.copyfile(out / "loss.png", OUT / "train" / f"{learner}_loss.png")
     arr = ARR().eval()
-    settings = EvalSettings(methods=ALLOCATORS, tokens=args.tokens, learned=weights)
+    settings = EvalSettings(methods=ALLOCATORS, budgets=args.tokens, learned=weights)
     summaries = {}
     for name in DATASETS:
         records = load_dataset(name, limit=args.limit, split="test")
@@ -122,7 +123,7 @@ def plot(summaries: dict[str, list[dict]], path: Path) -> Path:
     for ax, (name, summary) in zip(axes, summaries.items()):
         column = "reading" if any(s["reading"] == s["reading"] for s in summary) else "coverage"
         budgets = sorted({s["budget"] for s in summary if s["budget"] != "full"}, key=lambda b: float(b[:-1]))
-        methods = [m for m in METHODS if m != "full" and any(s["method"] == m for s in summary)]
+        methods = [m for m in known_methods("tesseract", "image") if m != "full" and any(s["method"] == m for s in summary)]
         width = 0.8 / len(budgets)
         for j, b in enumerate(budgets):
             vals = {s["method"]: s[column] for s in summary if s["budget"] == b}

@@ -32,7 +32,8 @@ from arr_coc.engine.canvas import make_canvas  # noqa: E402
 from arr_coc.engine.pipeline import ARR  # noqa: E402
 from arr_coc.eval.reading import READERS  # noqa: E402
 from arr_coc.eval.report import markdown_table, pivot_table, plot_summary, summarize  # noqa: E402
-from arr_coc.eval.run import EvalSettings, allocation_rows  # noqa: E402
+from arr_coc.eval.run import allocation_rows  # noqa: E402
+from arr_coc.eval.settings import EvalSettings  # noqa: E402
 from arr_coc.eval.store import RowStore  # noqa: E402
 from arr_coc.train import TrainConfig, hard_metrics, train  # noqa: E402
 from arr_coc.train.features import build_examples, collate  # noqa: E402
@@ -72,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.skip_reading:
         return
     by_id = {(e.dataset, e.record_id): e for e in examples}
-    settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), tokens=args.tokens)
+    settings = EvalSettings(methods=("full", "uniform_image", "random", "topk", "stratified"), budgets=args.tokens)
     samplers = build_samplers(settings.methods)
     reader = READERS.get("tesseract")()
     report = []

@@ -26,7 +26,8 @@ from arr_coc.engine.canvas import make_canvas
 from arr_coc.engine.pipeline import ARR
 from arr_coc.eval.reading import READERS
 from arr_coc.eval.report import pivot_table, summarize
-from arr_coc.eval.run import EvalSettings, allocation_rows
+from arr_coc.eval.run import allocation_rows
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 from arr_coc.train.features import build_examples, collate
 from arr_coc.weights import refuse_leakage
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     hand = ARR(ARRConfig(scorer=ScorerConfig(weights="none"))).eval()  # features do not depend on weights
     shipped = ARR(ARRConfig(), query_encoder=hand.query_encoder).eval()
-    settings = EvalSettings(methods=METHODS, tokens=args.tokens)
+    settings = EvalSettings(methods=METHODS, budgets=args.tokens)
     samplers, reader = build_samplers(METHODS), READERS.get("tesseract")()
     for name in args.datasets:
         records = load_dataset(name, limit=args.limit, split=args.split)

@@ -23,7 +23,8 @@ from tqdm import tqdm
 from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.eval.reading import READERS
-from arr_coc.eval.run import EvalSettings, allocation_rows
+from arr_coc.eval.run import allocation_rows
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
             scene = arr.see(record.image)
             relevance, query = arr.score(scene, [record.question], arr.gestalt(scene, 1).vector)
             for alpha in args.priors:
-                settings = EvalSettings(methods=METHODS, tokens=args.tokens,
+                settings = EvalSettings(methods=METHODS, budgets=args.tokens,
                                         patch_options={"size_prior": alpha})
                 store.append(allocation_rows(record, scene.canvas, relevance.map, query, {}, reader, settings, done,
                                              suffix=f"@{alpha:g}"))

@@ -231,23 +231,23 @@ def test_max_pixels_above_the_largest_canvas_is_refused_with_the_limit(receipt, 
 ])
 def test_eval_prompt_templates_are_checked_while_parsing(prompt, message, capsys):
     from arr_coc.cli import main
-    from arr_coc.eval.vlm_reader import VLMEvalSettings
+    from arr_coc.eval.settings import EvalSettings
 
     with pytest.raises(SystemExit) as done:  # argparse: before any dataset or model loads
         main(["eval", "funsd", "--reader", "vlm", "--model", "tiny:qwen2_5_vl", "--prompt", prompt])
     assert done.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == f"arr-coc eval: error: argument --prompt: {message}"
     with pytest.raises(ValueError) as err:  # the library says the same
-        VLMEvalSettings(prompt=prompt)
+        EvalSettings(reader="vlm", prompt=prompt)
     assert str(err.value) == message
 
 
 def test_a_prompt_with_doubled_braces_and_the_default_pass():
-    from arr_coc.eval.vlm_reader import PROMPT, VLMEvalSettings
+    from arr_coc.eval.settings import PROMPT, EvalSettings
     from arr_coc.vlm.processing import check_prompt
 
     template = 'Reply as {{"answer": ...}}: {question}'
-    assert VLMEvalSettings(prompt=template).prompt.format(question="Q") == 'Reply as {"answer": ...}: Q'
+    assert EvalSettings(reader="vlm", prompt=template).prompt.format(question="Q") == 'Reply as {"answer": ...}: Q'
     assert check_prompt(PROMPT) == PROMPT
 
 
@@ -257,13 +257,14 @@ def test_method_vlm_without_a_first_look_is_refused_in_eval_as_in_ask(tmp_path):
     from arr_coc.config import ARRConfig, CanvasConfig
     from arr_coc.engine.pipeline import ARR
     from arr_coc.engine.query import HashingQueryEncoder
-    from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm
+    from arr_coc.eval.loop import evaluate
+    from arr_coc.eval.settings import EvalSettings
     from arr_coc.vlm import ask, load_vlm
 
     llava = load_vlm("tiny:llava")
     arr = ARR(replace(ARRConfig(), canvas=CanvasConfig(cell=llava.cell)), query_encoder=HashingQueryEncoder())
     with pytest.raises(ValueError) as in_eval:
-        evaluate_vlm([], arr, llava, tmp_path, VLMEvalSettings(methods=("vlm",), model="tiny:llava"), progress=False)
+        evaluate([], arr, tmp_path, EvalSettings(reader="vlm", methods=("vlm",), model="tiny:llava"), progress=False, adapter=llava)
     with pytest.raises(ValueError) as in_ask:
         ask(llava, ["examples/receipt.jpg"], ["Total?"], arr=arr, relevance="vlm")
     tail = ("needs an adapter that encodes the gestalt alone and reuses it (the Qwen-VL families); llava does not: "
@@ -305,7 +306,7 @@ def test_the_app_takes_whole_saccades_and_its_field_does_not_round():
 STAGES = """
 import sys, tempfile
 import torch
-from arr_coc.eval.vlm_reader import evaluate_vlm
+from arr_coc.eval.loop import evaluate
 from arr_coc.vlm import load_vlm, stages
 adapter = load_vlm("tiny:qwen2_5_vl", dtype=sys.argv[1])
 calls = {
@@ -313,7 +314,7 @@ calls = {
     "encode": lambda: stages.encode(adapter, [], []),
     "prefill": lambda: stages.prefill(adapter, [], []),
     "decode": lambda: stages.decode(adapter, None),
-    "evaluate_vlm": lambda: evaluate_vlm([], None, adapter, tempfile.mkdtemp()),
+    "evaluate_vlm": lambda: evaluate([], None, tempfile.mkdtemp(), adapter=adapter),
 }
 for name, call in calls.items():
     try:

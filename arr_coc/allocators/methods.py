@@ -14,11 +14,20 @@ Each method declares what it needs instead of callers probing it:
   Sobel edges, query-blind), ``learned`` (a trained allocator's own map) or ``vlm`` (the VLM's first
   look, computed by the VLM path and passed in as ``vlm_relevance``: this module never imports it);
 - ``readers``: the readers that can send it (``ocr``, ``vlm``): the OCR reader renders pixels and has no
-  model to look first or to slice after its encoder.
+  model to look first or to slice after its encoder;
+- ``needs``: what a caller must hand it besides the canvas: ``relevance`` (the ARR's scorer), ``sampler``
+  (the ARR's own sampler), ``vlm`` (the VLM's first look), ``weights`` (a trained allocator), ``text`` (the
+  pages' text: a ranking or retrieval over it);
+- ``scopes``: ``image`` (:meth:`plan`: one image's Plan) and/or ``context`` (:meth:`pages`: a Plan per page
+  of a whole context, :mod:`arr_coc.allocators.pages`).
+
+The whole-context methods (``coc``, ``equal_split``, ``first_pages``, ``bm25_pages``) are entries of the same
+registry; ``full`` and ``uniform_image`` serve both scopes (the context tables call the latter ``uniform``).
 
 ``uniform_image`` and ``native_budget`` are one method (the whole image downscaled to at most T
 tokens, a ``native`` plan): ``native_budget`` is its alias, kept because rows in existing output
-folders and the published VLM tables carry that name (a row keeps the name it was asked by).
+folders and the published VLM tables carry that name (a row keeps the name it was asked by); over a
+context it is ``uniform`` (the context tables' name; :func:`resolve`).
 """
 from __future__ import annotations
 
@@ -29,13 +38,14 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from arr_coc.allocators.pages import BM25_PAGES, COC, EQUAL_SPLIT, FIRST_PAGES, PagePlans, PagesInputs, equal_shares
 from arr_coc.allocators.patching import (
     PATCHERS,
     BudgetTooSmallError,
     Patches,
     edge_density,
 )
-from arr_coc.budget import split_budget
+from arr_coc.budget import Budget
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.samplers import SAMPLERS, select, topk_cells
 from arr_coc.registry import Registry
@@ -74,7 +84,8 @@ class MethodInputs:
 
     def split(self, tokens: int) -> tuple[tuple[int, int], int]:
         """(gestalt grid, saccades K) of a total of ``tokens``."""
-        return split_budget(tokens, self.grid)
+        gestalts, k = Budget.parse(tokens).split([self.grid])
+        return gestalts[0], k
 
 
 class Method(Protocol):
@@ -84,6 +95,8 @@ class Method(Protocol):
     per_tokens: bool
     source: str
     readers: tuple[str, ...]
+    needs: tuple[str, ...]
+    scopes: tuple[str, ...]
 
     def plan(self, name: str, inputs: MethodInputs, tokens: int) -> Plan | None: ...
 
@@ -93,28 +106,42 @@ BOTH = ("ocr", "vlm")
 
 @dataclass(frozen=True)
 class FullResolution:
-    """The upper bound: every cell at full resolution."""
+    """The upper bound: every cell at full resolution (over a context: every page)."""
 
     uses_scorer: bool = False
     per_tokens: bool = False
     source: str = "none"
     readers: tuple[str, ...] = BOTH
+    needs: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ("image", "context")
+    context_readers: tuple[str, ...] = ("ocr",)  # over a context only the OCR readers render its pages
 
     def plan(self, name: str, inputs: MethodInputs, tokens: int) -> Plan:
         return Plan(name, "full", inputs.grid)
 
+    def pages(self, name: str, inputs: PagesInputs, total: int) -> PagePlans:
+        return {i: Plan(name, "full", tuple(g)) for i, g in enumerate(inputs.grids)}
+
 
 @dataclass(frozen=True)
 class NativeDownscale:
-    """The field's baseline: the whole image downscaled to at most the token count."""
+    """The field's baseline: the whole image downscaled to at most the token count (over a context: every
+    page downscaled to an equal share of it)."""
 
     uses_scorer: bool = False
     per_tokens: bool = True
     source: str = "none"
     readers: tuple[str, ...] = BOTH
+    needs: tuple[str, ...] = ()
+    scopes: tuple[str, ...] = ("image", "context")
+    context_readers: tuple[str, ...] = ("ocr",)  # over a context only the OCR readers render its pages
 
     def plan(self, name: str, inputs: MethodInputs, tokens: int) -> Plan:
         return Plan(name, "native", inputs.grid, native=tokens)
+
+    def pages(self, name: str, inputs: PagesInputs, total: int) -> PagePlans:
+        shares = equal_shares(total, len(inputs.grids))
+        return {i: Plan(name, "native", tuple(g), native=shares[i]) for i, g in enumerate(inputs.grids)}
 
 
 def _cells_plan(name: str, inputs: MethodInputs, grid: tuple[int, int], sel: Any, encoding: str = "sparse") -> Plan:
@@ -139,6 +166,12 @@ class SamplerMethod:
     source: str = "scorer"
     readers: tuple[str, ...] = BOTH
     encoding: str = "sparse"
+    scopes: tuple[str, ...] = ("image",)
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return {"scorer": ("relevance",), "vlm": ("vlm",), "edges": ()}[self.source] + \
+            (("sampler",) if self.sampler is None else ())
 
     def plan(self, name: str, inputs: MethodInputs, tokens: int) -> Plan | None:
         grid, k = inputs.split(tokens)
@@ -168,6 +201,8 @@ class LearnedMethod:
     per_tokens: bool = True
     source: str = "learned"
     readers: tuple[str, ...] = BOTH
+    needs: tuple[str, ...] = ("weights",)
+    scopes: tuple[str, ...] = ("image",)
 
     def plan(self, name: str, inputs: MethodInputs, tokens: int) -> Plan | None:
         if self.name not in inputs.maps:
@@ -186,6 +221,11 @@ class SquaresMethod:
     uses_scorer: bool = True
     per_tokens: bool = True
     readers: tuple[str, ...] = BOTH
+    scopes: tuple[str, ...] = ("image",)
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        return ("relevance",) if self.source == "scorer" else ()
 
     def plan(self, name: str, inputs: MethodInputs, tokens: int) -> Plan | None:
         grid, k = inputs.split(tokens)
@@ -203,10 +243,13 @@ class SquaresMethod:
                     scores=patches.scores[0][:n])
 
 
-# Every method, in table order: the upper bound, the field's baseline, then the allocators.
+# Every method, in table order: the upper bound, the whole-context methods, the field's baseline, then the
+# allocators (each reader's list keeps this order: the context table reads full, coc, equal_split, uniform, ...).
 METHODS: Registry[Method] = Registry("allocation method")
 for _name, _method in (
-        ("full", FullResolution()), ("uniform_image", NativeDownscale()), ("native_budget", NativeDownscale()),
+        ("full", FullResolution()), ("coc", COC), ("equal_split", EQUAL_SPLIT),
+        ("uniform_image", NativeDownscale()), ("native_budget", NativeDownscale()),
+        ("first_pages", FIRST_PAGES), ("bm25_pages", BM25_PAGES),
         ("random", SamplerMethod("random", uses_scorer=False)), ("topk", SamplerMethod("topk")),
         ("arr", SamplerMethod()), ("vlm", SamplerMethod(source="vlm", uses_scorer=False, readers=("vlm",))),
         ("slice", SamplerMethod(encoding="slice", readers=("vlm",))),
@@ -218,38 +261,69 @@ for _name, _method in (
         ("selector", LearnedMethod("selector")),
         ("pruner", LearnedMethod("pruner"))):
     METHODS.register(_name)(_method)
-ALIASES = {"native_budget": "uniform_image"}  # the VLM tables' name of the same method (module docstring)
+# the names a reader's rows carry for one entry (a row keeps the name it was asked by): the VLM tables call the
+# native downscale native_budget, the context tables uniform; the OCR tables of images uniform_image
+ALIASES = {"native_budget": "uniform_image"}
+SCOPE_NAMES = {"context": {"uniform": "uniform_image"}}  # over a context, "uniform" is the native downscale
 # evenly spaced saccades and the edge-density top-K (page reading's question-free allocation): asked for by
 # name, but not in the readers' default lists (the published tables were made without them)
 NOT_DEFAULT = ("uniform", "topk_edges")
 # trained allocators (arr_coc.allocators.pruning): top-K of their own map
 LEARNED_METHODS = tuple(n for n in METHODS.names() if isinstance(METHODS.get(n), LearnedMethod))
-SCORER_FREE = tuple(n for n in METHODS.names() if not METHODS.get(n).uses_scorer and METHODS.get(n).source == "none")
+SCORER_FREE = tuple(n for n in METHODS.names() if not METHODS.get(n).uses_scorer and METHODS.get(n).source == "none"
+                    and "image" in METHODS.get(n).scopes)
 
 
-def methods_for(reader: str, default: bool = False) -> tuple[str, ...]:
-    """The methods a reader (``ocr`` or ``vlm``) can send, in table order, under the reader's own name for the
-    native downscale; ``default``: only those its default method list holds.
+def resolve(name: str, scope: str = "image") -> Method:
+    """The registry entry a name means in ``scope`` (``image`` or ``context``): over a context ``uniform`` is the
+    native downscale of every page (the context tables' name), not the evenly spaced saccades.
+
+    >>> resolve("uniform", "context") is METHODS.get("uniform_image"), resolve("uniform") is METHODS.get("uniform")
+    (True, True)
+    """
+    entry = METHODS.get(SCOPE_NAMES.get(scope, {}).get(name, name))
+    if scope not in entry.scopes:
+        raise ValueError(f"method {name!r} does not send a whole {scope}; choose one of "
+                         f"{', '.join(methods_for('ocr', scope=scope))}")
+    return entry
+
+
+def methods_for(reader: str, default: bool = False, scope: str = "image") -> tuple[str, ...]:
+    """The methods a reader (``ocr`` or ``vlm``) can send over one image or a whole context (``scope``), in table
+    order, under the reader's own names; ``default``: only those its default method list holds.
 
     >>> methods_for("ocr")[:5], methods_for("vlm")[:6]
     (('full', 'uniform_image', 'random', 'topk', 'arr'), ('full', 'native_budget', 'random', 'topk', 'arr', 'vlm'))
     >>> "uniform" in methods_for("ocr"), "uniform" in methods_for("ocr", default=True)
     (True, False)
+    >>> methods_for("ocr", scope="context"), methods_for("vlm", scope="context")
+    (('full', 'coc', 'equal_split', 'uniform', 'first_pages', 'bm25_pages'), ('coc',))
     """
+    if scope == "context":
+        named = {v: k for k, v in SCOPE_NAMES["context"].items()}
+        return tuple(named.get(n, n) for n in METHODS.names() if scope in METHODS.get(n).scopes
+                     and reader in getattr(METHODS.get(n), "context_readers", METHODS.get(n).readers)
+                     and n not in ALIASES)
     other_name = tuple(ALIASES) if reader == "ocr" else tuple(ALIASES.values())
     return tuple(n for n in METHODS.names() if reader in METHODS.get(n).readers and n not in other_name
-                 and not (default and n in NOT_DEFAULT))
+                 and scope in METHODS.get(n).scopes and not (default and n in NOT_DEFAULT))
 
 
 def build_samplers(names: Any) -> dict[str, Any]:
     """The named samplers the methods ``names`` call, built once for a run (their seeds come per record)."""
-    wanted = [METHODS.get(n).sampler for n in names if isinstance(METHODS.get(n), SamplerMethod)]
+    wanted = [METHODS.get(n).sampler for n in names if n in METHODS and isinstance(METHODS.get(n), SamplerMethod)]
     return {s: SAMPLERS.get(s)() for s in dict.fromkeys(wanted) if s is not None}
 
 
 def make_plan(name: str, inputs: MethodInputs, tokens: int) -> Plan | None:
     """Method ``name``'s plan for one image at ``tokens`` total tokens (None: nothing to send there)."""
     return METHODS.get(name).plan(name, inputs, tokens)
+
+
+def page_plans(name: str, inputs: PagesInputs, total: int) -> PagePlans:
+    """Method ``name``'s plans {page position: Plan} over a whole context at T = ``total`` (a page it sends nothing
+    of has none); ``name`` as the context tables spell it (:func:`resolve`)."""
+    return resolve(name, "context").pages(name, inputs, total)
 
 
 def cell_mask(plan: Plan) -> Tensor:

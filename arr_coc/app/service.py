@@ -248,7 +248,7 @@ class Microscope:
         if self.vlm is not None:
             from arr_coc.vlm import ask
 
-            allocator = patcher or "arr"
+            allocator = settings.method if patcher else "arr"  # the registry's name of the method
             start = time.perf_counter()
             result.answer = ask(self.vlm, [image], [question], arr=arr, saccades=settings.saccades,
                                 max_new_tokens=self.max_new_tokens, allocator=allocator)[0].text

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -14,10 +16,8 @@ HELP = "answers or OCR reading of the answer at equal total tokens, per method"
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import SamplerConfig
     from arr_coc.data.contexts import CONTEXT_DPI, CONTEXT_SOURCES, TEXLIVE_CONTEXTS
-    from arr_coc.eval import vlm_reader
-    from arr_coc.eval.context_methods import CONTEXT_METHODS
-    from arr_coc.eval.context_run import CONTEXT_MARGIN_PX, DEFAULT_BUDGETS
-    from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, MARGIN_PX, METHODS
+    from arr_coc.eval.reading import READERS
+    from arr_coc.eval.settings import DEFAULT_BUDGETS, MARGIN_PX, EvalSettings, default_methods, known_methods
 
     p = command("eval", [opt.data(), opt.pipeline(), opt.vlm(required=False)], help=HELP,
                 description="Evaluate allocation methods on a dataset at equal total tokens (each method "
@@ -27,30 +27,33 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                             "model answers every method (rows in OUT/DATASET/MODEL/); multi-process: "
                             "torchrun --nproc_per_node N -m arr_coc.cli eval ... --reader vlm")
     p.add_argument("--methods", nargs="+", default=None,
-                   help="OCR readers: any of " + ", ".join(METHODS) + ", default " + " ".join(DEFAULT_METHODS)
-                        + "; --reader vlm: any of "
-                        + ", ".join(vlm_reader.VLM_METHODS) + ", default " + " ".join(vlm_reader.DEFAULT_METHODS)
-                        + "; contexts: any of " + ", ".join(CONTEXT_METHODS) + ", default all (bm25_pages where "
-                        "bm25s is installed)")
+                   help="images, OCR readers: any of " + ", ".join(known_methods("tesseract", "image")) + ", default "
+                        + " ".join(default_methods("tesseract", "image")) + "; images, --reader vlm: any of "
+                        + ", ".join(known_methods("vlm", "image")) + ", default " + " ".join(default_methods("vlm", "image"))
+                        + "; contexts: any of " + ", ".join(known_methods("tesseract", "context")) + ", default all "
+                        "(bm25_pages where bm25s is installed); contexts, --reader vlm: "
+                        + ", ".join(known_methods("vlm", "context")))
     p.add_argument("--tokens", nargs="+", default=None, metavar="T",
-                   help=opt.TOKENS_HELP + f"; several, one row per method and T; default {' '.join(DEFAULT_TOKENS)} "
-                        f"(--reader vlm: {' '.join(vlm_reader.DEFAULT_TOKENS)})".replace("%", "%%"))
+                   help=opt.TOKENS_HELP + "; several, one row per method and T; default "
+                        f"{' '.join(DEFAULT_BUDGETS['image', 'ocr'])} (--reader vlm: "
+                        f"{' '.join(DEFAULT_BUDGETS['image', 'vlm'])})".replace("%", "%%"))
     opt.add_options(p, SamplerConfig, opt.SAMPLER_NAME_OPTIONS)  # what the method arr sends
     p.add_argument("--seed", type=int, default=0, help="subset choice and random baseline")
-    p.add_argument("--reader", default="tesseract", choices=("tesseract", "rapidocr", "vlm", "none"),
+    p.add_argument("--reader", default="tesseract", choices=(*READERS.names(), "vlm", "none"),
                    help="tesseract / rapidocr: OCR reads the answer region of what the VLM would see; vlm: the "
                         "model (--model) answers the question; none: allocation metrics only (default %(default)s)")
     p.add_argument("--reading", default="region", choices=("region", "find"),
                    help="OCR readers: region reads the answer box + --margin of the view (is a known region "
                         "legible?); find reads the whole view, not told where the answer is, and scores the "
                         "best-matching words of all it read (can the answer be found?) (default %(default)s)")
-    p.add_argument("--batch-size", type=int, default=vlm_reader.VLMEvalSettings.batch_size,
+    p.add_argument("--batch-size", type=int, default=EvalSettings.batch_size,
                    help="--reader vlm: answers generated together (default %(default)s)")
-    opt.max_new_tokens_option(p, vlm_reader.VLMEvalSettings.max_new_tokens)
-    p.add_argument("--prompt", default=vlm_reader.PROMPT, type=_prompt,
+    opt.max_new_tokens_option(p, EvalSettings.max_new_tokens)
+    p.add_argument("--prompt", default=EvalSettings.prompt, type=_prompt,
                    help="--reader vlm: the text sent with the image, {question} replaced (default: %(default)r)")
     p.add_argument("--margin", type=int, default=None,
-                   help=f"px around the answer box when reading (default {MARGIN_PX}; contexts {CONTEXT_MARGIN_PX:g})")
+                   help=f"px around the answer box when reading (default {MARGIN_PX['image']}; contexts "
+                        f"{MARGIN_PX['context']:g})")
     p.add_argument("--out", type=Path, default=Path("out/eval"), help="output folder (default %(default)s)")
     p.add_argument("--fresh", action="store_true",
                    help="OUT/DATASET holds rows made with other settings (channels, scorer weights, query "
@@ -68,8 +71,9 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                     "mpdocvqa / slidevqa (their pages); rows in OUT/DATASET[/SOURCE]/")
     c.add_argument("--compression", type=float, nargs="+", default=None, metavar="C",
                    help="T = the context's text tokens / C visual tokens for every method (default "
-                        f"{' '.join(b[:-1] for b in DEFAULT_BUDGETS)} unless --tokens gives counts)")
-    c.add_argument("--pages", type=int, default=None, metavar="N",
+                        f"{' '.join(b[:-1] for b in DEFAULT_BUDGETS['context', 'ocr'])} unless --tokens gives "
+                        "counts)")
+    c.add_argument("--window", type=int, default=None, metavar="N",
                    help=f"{TEXLIVE_CONTEXTS}: the first N pages of every document with at least N (default 20)")
     c.add_argument("--source", choices=CONTEXT_SOURCES, default=None,
                    help=f"{TEXLIVE_CONTEXTS}: the PDF as rendered (pdf, default) or its text layer re-set on pages (text)")
@@ -93,13 +97,11 @@ def _prompt(template: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from arr_coc.allocators.methods import LEARNED_METHODS
+    """One evaluation: the records (images or contexts) of ``args.dataset`` x methods x budgets, one loop."""
     from arr_coc.data.contexts import TEXLIVE_CONTEXTS
     from arr_coc.data.datasets import load_dataset
-    from arr_coc.eval.run import DEFAULT_METHODS, DEFAULT_TOKENS, MARGIN_PX, EvalSettings
-    from arr_coc.eval.run import evaluate as run_eval
-    from arr_coc.eval.store import requested
-    from arr_coc.weights import load_learned_methods, refuse_leakage
+    from arr_coc.eval.loop import evaluate, rank_device
+    from arr_coc.weights import refuse_leakage
 
     if args.reader == "vlm" and not args.model:
         raise ValueError("--reader vlm needs --model PATH_OR_ID (a Qwen2/2.5/3-VL checkpoint, or tiny:qwen2_5_vl)")
@@ -109,41 +111,97 @@ def run(args: argparse.Namespace) -> int:
                          f"reads mpdocvqa and slidevqa contexts")
     records = [] if texlive else load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed,
                                               split=args.split)
-    if args.reader != "vlm" and (texlive or any(r.pages for r in records)):
-        return _evaluate_contexts(args, records)
-    _refuse_context_options(args, "read by the VLM here (--reader vlm)" if args.reader == "vlm"
-                            else "a dataset of single images")
+    scope = "context" if texlive or any(r.pages for r in records) else "image"
+    run_kind = "vlm" if args.reader == "vlm" else ("context" if scope == "context" else "ocr")
+    if run_kind != "context":
+        _refuse_context_options(args, "read by the VLM here (--reader vlm)" if args.reader == "vlm"
+                                else "a dataset of single images")
     config, arr = _arr(args)
     learned = {"selector": args.selector_weights, "pruner": args.pruner_weights}
-    if args.reader == "vlm":
-        return _evaluate_vlm(args, records, config, arr, learned)
-    if not all(r.boxes_px for r in records):
+    if run_kind == "ocr" and not all(r.boxes_px for r in records):
         raise ValueError(f"{args.dataset} records have no answer boxes, which the OCR readers and the coverage "
                          f"metrics need; let the model answer: --reader vlm --model PATH_OR_ID")
-    methods = list(args.methods or DEFAULT_METHODS)
-    if args.methods is None:  # the default list: leave out trained allocators whose weights do not fit
-        for m in LEARNED_METHODS:
-            try:
-                load_learned_methods(arr, EvalSettings(methods=(m,), reader=None, learned=learned))
-            except ValueError as err:
-                print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
-                methods.remove(m)
-    _refuse_unused(args, methods, "ocr")
+    methods = _methods(args, arr, scope, learned)
+    _refuse_unused(args, methods, run_kind)
+    budgets = [f"{c:g}x" for c in args.compression or ()] + list(args.tokens or ())
+    out, items, made = args.out / args.dataset, records, {}
+    if run_kind == "context":
+        out, items, made = _contexts(args, records)
+    settings = _settings(args, scope, methods, budgets or None, learned if run_kind != "context" else None, made)
     # before any work, with the reason: by dataset name, and by the pixels of every image to be scored
-    refuse_leakage(args.dataset, args.split, arr, methods, learned, images=sorted({r.image for r in records}))
-    settings = EvalSettings(methods=methods, tokens=args.tokens or DEFAULT_TOKENS, seed=args.seed,
-                            margin_px=MARGIN_PX if args.margin is None else args.margin,
-                            reader=None if args.reader == "none" else args.reader,
-                            reading=args.reading,
-                            learned=learned,
-                            patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
-                            fresh=args.fresh)
-    jsonl = run_eval(records, arr, args.out / args.dataset, settings)
-    csv_path, md_path, png_path = write_summary(jsonl, keys=requested(records, settings.methods, settings.tokens),
-                                                made_by=opt.command_line(args))
+    if run_kind == "context":  # the same documents as the single-page texlive set: its split rule applies
+        refuse_leakage("texlive" if texlive else args.dataset, args.split, arr, ["coc"], {},
+                       images=sorted({str(p) for r in records for p in r.pages}))
+    else:
+        refuse_leakage(args.dataset, args.split, arr, methods, learned, images=sorted({r.image for r in records}))
+    adapter = None
+    if run_kind == "vlm":  # the model loads after every check
+        from dataclasses import replace
+
+        from arr_coc.engine.pipeline import ARR
+        from arr_coc.vlm import load_vlm
+
+        device = rank_device(args.device)
+        adapter = load_vlm(args.model, dtype=args.dtype, device=device)
+        if adapter.cell != config.canvas.cell:  # the canvas is built on the model's token cell
+            arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)), query_encoder=arr.query_encoder)
+        arr = arr.eval().to(device) if device else arr.eval()
+        out = out / re.sub(r"[^A-Za-z0-9._-]+", "_", args.model.strip("/"))
+    keys: set = set()  # the rows this run asks for: the tables hold exactly those
+    resolved = settings.resolve(scope)
+
+    def asked(found: Any) -> Any:
+        for item in found:
+            keys.update(*(resolved.keys(q.record_id) for q in getattr(item, "questions", [item])))
+            yield item
+
+    jsonl = evaluate(asked(items), arr, out, settings, adapter=adapter)
+    if int(os.environ.get("RANK", "0")):  # rank 0 reports
+        return 0
+    report = {"vlm": {"reader": "vlm"}, "context": {"keys": keys, "reader": "context"}, "ocr": {"keys": keys}}
+    csv_path, md_path, png_path = write_summary(jsonl, made_by=opt.command_line(args), **report[run_kind])
     print(md_path.read_text())
     print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
     return 0
+
+
+def _methods(args: argparse.Namespace, arr: Any, scope: str, learned: dict) -> list[str]:
+    """``--methods``, or the reader's default list less what cannot run here, each left out with a line saying why:
+    trained allocators whose weights do not fit (images), BM25 pages without bm25s (contexts)."""
+    from arr_coc.allocators.methods import LEARNED_METHODS
+    from arr_coc.eval.context_methods import NEEDS_BM25, require_bm25
+    from arr_coc.eval.settings import default_methods
+    from arr_coc.weights import load_learned_methods
+
+    reader = None if args.reader == "none" else args.reader
+    if args.methods is not None:
+        return list(args.methods)
+    methods = list(default_methods(reader, scope))
+    for m in [m for m in methods if m in LEARNED_METHODS]:
+        try:
+            load_learned_methods(arr, argparse.Namespace(methods=(m,), learned=learned))
+        except ValueError as err:
+            print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
+            methods.remove(m)
+    if NEEDS_BM25 in methods:
+        try:
+            require_bm25()
+        except ImportError as err:
+            print(f"arr-coc: leaving out method {NEEDS_BM25}: {err}", file=sys.stderr)
+            methods.remove(NEEDS_BM25)
+    return methods
+
+
+def _settings(args: argparse.Namespace, scope: str, methods: list[str], budgets: list[str] | None,
+              learned: dict | None, made: dict) -> Any:
+    from arr_coc.eval.settings import EvalSettings
+
+    return EvalSettings(methods=methods, budgets=budgets, reader=None if args.reader == "none" else args.reader,
+                        reading=args.reading, seed=args.seed, margin_px=args.margin, learned=learned,
+                        patch_options=None if args.size_prior is None else {"size_prior": args.size_prior},
+                        fresh=args.fresh, text_weight=args.text_weight, page_weight=args.page_weight, contexts=made,
+                        batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
+                        model=args.model or "", scope=scope)
 
 
 def write_summary(jsonl: Path, **kw: Any) -> tuple[Path, Path, Path]:
@@ -195,10 +253,10 @@ def _refuse_unused(args: argparse.Namespace, methods: Any, run: str) -> None:
     method, ``--selector-weights`` / ``--pruner-weights`` only with that method (neither over contexts).
     """
     from arr_coc.allocators.methods import METHODS, SquaresMethod
-    from arr_coc.eval import vlm_reader
+    from arr_coc.eval.settings import EvalSettings
 
-    defaults = {"model": None, "dtype": None, "device": None, "batch_size": vlm_reader.VLMEvalSettings.batch_size,
-                "max_new_tokens": vlm_reader.VLMEvalSettings.max_new_tokens, "prompt": vlm_reader.PROMPT,
+    defaults = {"model": None, "dtype": None, "device": None, "batch_size": EvalSettings.batch_size,
+                "max_new_tokens": EvalSettings.max_new_tokens, "prompt": EvalSettings.prompt,
                 "reading": "region", "margin": None, "size_prior": None, "selector_weights": "auto",
                 "pruner_weights": "auto"}
 
@@ -226,7 +284,7 @@ def _refuse_unused(args: argparse.Namespace, methods: Any, run: str) -> None:
             refuse(given(f"{m}_weights"), f"with the method {m} in --methods")
 
 
-CONTEXT_OPTIONS = ("compression", "pages", "source", "dpi", "questions", "contexts", "text_weight", "page_weight")
+CONTEXT_OPTIONS = ("compression", "window", "source", "dpi", "questions", "contexts", "text_weight", "page_weight")
 
 
 def _refuse_context_options(args: argparse.Namespace, what: str, options: tuple[str, ...] = CONTEXT_OPTIONS) -> None:
@@ -236,105 +294,28 @@ def _refuse_context_options(args: argparse.Namespace, what: str, options: tuple[
                          f"{what}, so leave {'it' if len(given) == 1 else 'them'} out")
 
 
-def _evaluate_contexts(args: argparse.Namespace, records: list) -> int:
-    """``eval`` over contexts with an OCR reader: texlive-contexts, or multi-page records (MP-DocVQA, SlideVQA)."""
+def _contexts(args: argparse.Namespace, records: list) -> tuple[Path, Any, dict]:
+    """(output folder, contexts, how they were made) of an OCR run over contexts: texlive-contexts, or multi-page
+    records (MP-DocVQA, SlideVQA) grouped by their pages."""
     import itertools
 
     from arr_coc.data.contexts import CONTEXT_DPI, TEXLIVE_CONTEXTS, record_contexts, texlive_contexts
-    from arr_coc.eval.context_methods import CONTEXT_METHODS, NEEDS_BM25
-    from arr_coc.eval.context_run import CONTEXT_MARGIN_PX, DEFAULT_BUDGETS, ContextEvalSettings, evaluate_contexts
-    from arr_coc.weights import refuse_leakage
 
-    texlive = args.dataset == TEXLIVE_CONTEXTS
-    budgets = [f"{c:g}x" for c in args.compression or ()] + list(args.tokens or ())
-    methods = list(args.methods or CONTEXT_METHODS)
-    if args.methods is None:  # the default list leaves out BM25 where bm25s is not installed, and says so
-        try:
-            ContextEvalSettings(methods=[NEEDS_BM25], budgets=["10x"])
-        except ImportError as err:
-            print(f"arr-coc: leaving out method {NEEDS_BM25}: {err}", file=sys.stderr)
-            methods.remove(NEEDS_BM25)
-    _refuse_unused(args, methods, "context")
-    if texlive:
-        if args.limit is not None:
-            raise ValueError(f"--limit counts records; {TEXLIVE_CONTEXTS} takes --contexts N (documents) and "
-                             f"--questions Q (per document)")
-        source, pages = args.source or "pdf", 20 if args.pages is None else args.pages
-        made = {"split": args.split, "source": source, "pages": pages, "dpi": CONTEXT_DPI if args.dpi is None else args.dpi,
-                "questions": 8 if args.questions is None else args.questions, "seed": args.seed,
-                "data": None if args.data is None else str(args.data)}
-        items = texlive_contexts(args.split, pages=pages, source=source, dpi=made["dpi"], questions=made["questions"],
-                                 n_docs=args.contexts, seed=args.seed, root=args.data)
-        out = args.out / args.dataset / source
-    else:
-        _refuse_context_options(args, "made of its own pages", ("pages", "source", "dpi", "questions", "contexts"))
-        items = record_contexts(records)
-        made = {"split": args.split, "limit": args.limit, "seed": args.seed}
-        out = args.out / args.dataset
-    settings = ContextEvalSettings(methods=methods, budgets=budgets or DEFAULT_BUDGETS,
-                                   reader=None if args.reader == "none" else args.reader,
-                                   margin_px=CONTEXT_MARGIN_PX if args.margin is None else args.margin,
-                                   text_weight=args.text_weight, page_weight=args.page_weight, contexts=made,
-                                   fresh=args.fresh)
-    _, arr = _arr(args)
-    # the same documents as the single-page texlive set: its split rule and trained-on check apply
-    refuse_leakage("texlive" if texlive else args.dataset, args.split, arr, ["coc"], {},
-                   images=sorted({str(p) for r in records for p in r.pages}))
-    keys: set = set()  # the rows this run asks for: the tables hold exactly those
-
-    def asked(found):
-        for item in found:
-            keys.update(*(settings.keys(q) for q in item.questions))
-            yield item
-
-    items = iter(items)
+    if args.dataset != TEXLIVE_CONTEXTS:
+        _refuse_context_options(args, "made of its own pages", ("window", "source", "dpi", "questions", "contexts"))
+        return args.out / args.dataset, record_contexts(records), {"split": args.split, "limit": args.limit,
+                                                                     "seed": args.seed}
+    if args.limit is not None:
+        raise ValueError(f"--limit counts records; {TEXLIVE_CONTEXTS} takes --contexts N (documents) and "
+                         f"--questions Q (per document)")
+    source, pages = args.source or "pdf", 20 if args.window is None else args.window
+    made = {"split": args.split, "source": source, "pages": pages, "dpi": CONTEXT_DPI if args.dpi is None else args.dpi,
+            "questions": 8 if args.questions is None else args.questions, "seed": args.seed,
+            "data": None if args.data is None else str(args.data)}
+    items = iter(texlive_contexts(args.split, pages=pages, source=source, dpi=made["dpi"], questions=made["questions"],
+                                  n_docs=args.contexts, seed=args.seed, root=args.data))
     first = next(items, None)  # before any work: a run without a question says so
     if first is None:
-        raise ValueError(f"no context of {args.dataset} has a question with these options"
-                         + (f" (documents with at least {pages} pages" + (f" of the {args.split} split" if args.split
-                                                                           else "") + ")" if texlive else ""))
-    jsonl = evaluate_contexts(asked(itertools.chain([first], items)), arr, out, settings)
-    csv_path, md_path, png_path = write_summary(jsonl, keys=keys, made_by=opt.command_line(args), reader="context")
-    print(md_path.read_text())
-    print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
-    return 0
-
-
-def _evaluate_vlm(args: argparse.Namespace, records: list, config: Any, arr: Any, learned: dict) -> int:
-    """``eval --reader vlm``: the model answers every method x T (one process, or this rank's share)."""
-    import os
-    import re
-    from dataclasses import replace
-
-    from arr_coc.engine.pipeline import ARR
-    from arr_coc.eval.vlm_reader import (
-        DEFAULT_METHODS,
-        DEFAULT_TOKENS,
-        VLMEvalSettings,
-        evaluate_vlm,
-        rank_device,
-    )
-    from arr_coc.vlm import load_vlm
-    from arr_coc.weights import refuse_leakage
-
-    methods = tuple(args.methods or DEFAULT_METHODS)
-    _refuse_unused(args, methods, "vlm")
-    settings = VLMEvalSettings(methods=methods, tokens=tuple(args.tokens or DEFAULT_TOKENS),
-                               batch_size=args.batch_size, max_new_tokens=args.max_new_tokens, prompt=args.prompt,
-                               seed=args.seed, model=args.model, learned=learned, fresh=args.fresh,
-                               patch_options=None if args.size_prior is None else {"size_prior": args.size_prior})
-    refuse_leakage(args.dataset, args.split, arr, methods, learned,  # before the model loads
-                   images=sorted({r.image for r in records}))
-    device = rank_device(args.device)
-    adapter = load_vlm(args.model, dtype=args.dtype, device=device)
-    if adapter.cell != config.canvas.cell:  # the canvas is built on the model's token cell
-        arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)), query_encoder=arr.query_encoder)
-    arr = arr.eval().to(device) if device else arr.eval()
-    out = args.out / args.dataset / re.sub(r"[^A-Za-z0-9._-]+", "_", args.model.strip("/"))
-    jsonl = evaluate_vlm(records, arr, adapter, out, settings)
-    if int(os.environ.get("RANK", "0")):  # rank 0 reports
-        return 0
-    csv_path, md_path, png_path = write_summary(jsonl, made_by=opt.command_line(args), reader="vlm")
-    print(md_path.read_text())
-    print(f"rows {jsonl}\ntable {md_path}  csv {csv_path}  plot {png_path}")
-    return 0
+        raise ValueError(f"no context of {args.dataset} has a question with these options (documents with at least "
+                         f"{pages} pages" + (f" of the {args.split} split" if args.split else "") + ")")
+    return args.out / args.dataset / source, itertools.chain([first], items), made

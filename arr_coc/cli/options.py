@@ -53,7 +53,7 @@ QUERY_ENCODERS = ("minilm", "hashing")
 RENAMED = {
     "look": {"--budget": "--saccades K (or --tokens T for a total)"},
     "ask": {"--budget": "--saccades K (or --tokens T for a total)"},
-    "eval": {"--budgets": "--tokens"},
+    "eval": {"--budgets": "--tokens", "--pages": "--window N (the first N pages of every document)"},
     "train": {"--budget": "--tokens"},
 }
 

@@ -1,7 +1,7 @@
 """Context datasets: questions over whole contexts of many pages, each knowing the page(s) that hold its answer.
 
 Two kinds of :class:`ContextItem` (a context and its questions), both evaluated by
-:func:`arr_coc.eval.context_run.evaluate_contexts` (``arr-coc eval texlive-contexts|mpdocvqa|slidevqa``):
+:func:`arr_coc.eval.loop.evaluate` (``arr-coc eval texlive-contexts|mpdocvqa|slidevqa``):
 
 - :func:`texlive_contexts`: the long-context questions of the LaTeX manuals
   (:mod:`arr_coc.documents.corpus`, split by document family): the first ``pages`` pages of every
@@ -120,7 +120,7 @@ def texlive_contexts(split: str | None = None, *, pages: int = 20, source: str =
     if source not in CONTEXT_SOURCES:
         raise ValueError(f"unknown context source {source!r}; choose one of {', '.join(CONTEXT_SOURCES)}")
     if isinstance(pages, bool) or not isinstance(pages, int) or pages < 1:
-        raise ValueError(f"--pages must be a whole number of pages, at least 1, got {pages!r}")
+        raise ValueError(f"--window must be a whole number of pages, at least 1, got {pages!r}")
     if isinstance(questions, bool) or not isinstance(questions, int) or questions < 1:
         raise ValueError(f"--questions must be a whole number, at least 1, got {questions!r}")
     if n_docs is not None and (isinstance(n_docs, bool) or not isinstance(n_docs, int) or n_docs < 1):

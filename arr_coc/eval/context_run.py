@@ -1,9 +1,10 @@
-"""The context evaluation: questions over whole contexts x methods x budgets -> resumable rows (OCR readers).
+"""Contexts read by OCR: questions over whole contexts x methods x budgets (the context reader of the loop).
 
 For every context (:mod:`arr_coc.data.contexts`: the LaTeX manuals' long contexts, MP-DocVQA,
-SlideVQA) the pages are seen once (:func:`arr_coc.contexts.see_context`); for every question the
-cells of all pages are scored once (:func:`arr_coc.contexts.allocate_context`), and every method of
-:mod:`arr_coc.eval.context_methods` sends its plans at every budget, all at equal visual tokens.
+SlideVQA) the pages are seen once (:func:`arr_coc.contexts.see_context`); for every question and budget
+the context allocation is made once (:func:`arr_coc.contexts.allocate_context` at that budget: the ``coc``
+method's plans, and the per-page scores the other methods rank by), and every whole-context method of the
+registry (:mod:`arr_coc.allocators.pages`) sends its plans, all at equal visual tokens.
 
 A budget is ``"10x"`` (T = the context's text tokens / 10, at least 2 per page: the COC compression
 ratio asked), a count (``"1500"``) or a share of the context's full resolution (``"5%"``). A row,
@@ -20,31 +21,27 @@ per question, method and budget, records on the answer's page(s):
 
 and over the context: ``tokens`` (visual tokens sent, exact), ``full_tokens``, ``text_tokens`` (the
 context's text by :func:`arr_coc.contexts.text_tokens`: the text layer, or OCR on pages without one)
-and ``compression`` = text tokens / tokens sent. Rows go through :class:`arr_coc.eval.store.RowStore`
-(a rerun skips what is done; other settings are refused); :func:`arr_coc.eval.report.write_reports`
-with ``reader="context"`` makes the tables.
+and ``compression`` = text tokens / tokens sent. The loop (:func:`arr_coc.eval.loop.evaluate`) stores
+the rows; :func:`arr_coc.eval.report.write_reports` with ``reader="context"`` makes the tables.
 """
 from __future__ import annotations
 
-import json
 import math
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
-from tqdm import tqdm
 
-from arr_coc.budget import budget_tokens
+from arr_coc.allocators.methods import page_plans, resolve
+from arr_coc.allocators.pages import PagesInputs
 from arr_coc.contexts import allocate_context, see_context, text_tokens, tokenizer_name
 from arr_coc.data.contexts import ContextItem, ContextQuestion
 from arr_coc.engine.imageops import paint_boxes
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
-from arr_coc.eval.context_methods import CONTEXT_METHODS, NEEDS_BM25, BM25Pages, context_plans, require_bm25
+from arr_coc.eval.context_methods import NEEDS_BM25, BM25Pages
+from arr_coc.eval.loop import Unit, row
 from arr_coc.eval.reading import (
-    READERS,
     best_window,
     contains_score,
     make_view_reader,
@@ -53,100 +50,47 @@ from arr_coc.eval.reading import (
     rendered_tokens,
 )
 from arr_coc.eval.run import arr_settings
-from arr_coc.eval.store import RowStore
-
-DEFAULT_BUDGETS = ("10x", "20x")
-CONTEXT_MARGIN_PX = 4.0  # the long-context task's reading margin (docs/coc.md): tight crops of one text line
+from arr_coc.eval.settings import EvalSettings
 
 
-def parse_budget(spec: Any) -> str:
-    """A budget spec checked and written as rows key it: ``"10x"``, a count or a share.
+class ContextReading:
+    """The loop's reader of contexts: OCR (``settings.reader``) or none (page hit and coverage only)."""
 
-    >>> parse_budget("10x"), parse_budget(1500), parse_budget("5%")
-    ('10x', '1500', '5%')
-    """
-    s = str(spec).strip()
-    if s.endswith("x"):
-        try:
-            c = float(s[:-1])
-        except ValueError:
-            c = float("nan")
-        if not (math.isfinite(c) and c > 0):
-            raise ValueError(f"compression {spec!r} must be a positive ratio, e.g. 10x (--compression 10)")
-        return f"{c:g}x"
-    budget_tokens(s, 10**9)  # a count or a share, or one line saying which it must be
-    return s
+    shards = False
+    desc = ""
 
+    def __init__(self, arr: ARR, settings: EvalSettings) -> None:
+        self.arr, self.settings = arr, settings
+        self.readers = {} if settings.reader is None else {r: make_view_reader(settings.reader, r)
+                                                           for r in ("region", "find")}
 
-def budget_total(spec: str, text: int | None, full: int, pages: int) -> int:
-    """T for one context: ``"Cx"`` -> max(2 x pages, round(text / C)); a count or share as :func:`budget_tokens`.
+    def identity(self) -> tuple[dict, dict]:
+        s = self.settings
+        return ({**arr_settings(self.arr), "task": "contexts", "reader": s.reader, "margin_px": s.margin_px,
+                 "ranking": s.weights(), "text_tokenizer": tokenizer_name(), "contexts": s.contexts}, {})
 
-    >>> budget_total("10x", 12640, 25000, 20), budget_total("10x", 100, 25000, 20), budget_total("5%", None, 2000, 3)
-    (1264, 40, 100)
-    """
-    if spec.endswith("x"):
-        if not text:
-            raise ValueError(f"budget {spec} is a compression of the context's text, and this context has no text "
-                             f"(no text layer, nothing read by OCR); give --tokens counts instead")
-        return min(full, max(2 * pages, round(text / float(spec[:-1]))))
-    return budget_tokens(spec, full)  # below 2 per page, split_context says the least that works
+    def rows(self, unit: Unit, todo: list, done: set) -> Iterator[list[dict]]:
+        item: ContextItem = unit.payload
+        start = time.perf_counter()
+        with torch.inference_mode():
+            try:
+                seen = see_context(self.arr, item.load())
+            except (ValueError, OSError) as err:
+                raise type(err)(f"context {item.context_id}: {err}") from err
+        see_ms = (time.perf_counter() - start) * 1e3
+        texts = page_texts(seen)
+        n_text = text_tokens("\n\n".join(texts)) if any(t.strip() for t in texts) else None
+        bm25 = BM25Pages(texts) if NEEDS_BM25 in self.settings.methods else None
+        for q in todo:
+            yield question_rows(item, q, seen, self.arr, self.settings, self.readers, done, n_text, bm25, see_ms)
 
-
-@dataclass
-class ContextEvalSettings:
-    """What a context evaluation runs: ``methods`` (:data:`CONTEXT_METHODS`) at every budget of ``budgets``.
-
-    ``contexts`` records how the contexts were made (source, pages, dpi, questions, seed): it goes into the
-    folder's settings, so rows of other contexts are never mixed in.
-    """
-
-    methods: Sequence[str] = CONTEXT_METHODS
-    budgets: Sequence[Any] = DEFAULT_BUDGETS
-    reader: str | None = "tesseract"  # None: page hit and coverage only
-    margin_px: float = CONTEXT_MARGIN_PX
-    text_weight: float | None = None  # the ranking's weights (None: allocate_context's)
-    page_weight: float | None = None
-    contexts: dict = field(default_factory=dict)
-    fresh: bool = False
-
-    def __post_init__(self) -> None:
-        if isinstance(self.methods, str) or isinstance(self.budgets, (str, int)):
-            raise TypeError("methods and budgets are lists, e.g. methods=('coc',), budgets=('10x',)")
-        unknown = [m for m in self.methods if m not in CONTEXT_METHODS]
-        if unknown:
-            raise ValueError(f"unknown context methods {unknown}; known: {', '.join(CONTEXT_METHODS)}")
-        if not self.methods or (not self.budgets and set(self.methods) != {"full"}):
-            raise ValueError("name at least one method and one budget (--compression or --tokens)")
-        self.budgets = tuple(parse_budget(b) for b in self.budgets)
-        if self.reader is not None:
-            READERS.get(self.reader)  # fail now, not after the first context
-        if not (math.isfinite(self.margin_px) and self.margin_px >= 0):
-            raise ValueError(f"--margin must be >= 0 px, got {self.margin_px}")
-        for name, w in self.weights().items():
-            if not (math.isfinite(w) and w >= 0):
-                raise ValueError(f"--{name.replace('_', '-')} must be a finite weight >= 0, got {w}")
-        if NEEDS_BM25 in self.methods:
-            require_bm25()
-
-    def keys(self, q: ContextQuestion) -> set[tuple[str, str, str]]:
-        """The row keys one question asks for."""
-        return {(q.record_id, m, "full" if m == "full" else b) for m in self.methods
-                for b in (("full",) if m == "full" else self.budgets)}
-
-    def weights(self) -> dict[str, float]:
-        return {k: v for k, v in (("text_weight", self.text_weight), ("page_weight", self.page_weight)) if v is not None}
+    def flush(self) -> list[dict]:
+        return []
 
 
-def context_settings(arr: ARR, settings: ContextEvalSettings) -> dict:
-    """What a context row depends on besides its key: recorded in the output folder and checked."""
-    return json.loads(json.dumps({**arr_settings(arr), "task": "contexts", "reader": settings.reader,
-                                  "margin_px": settings.margin_px, "ranking": settings.weights(),
-                                  "text_tokenizer": tokenizer_name(), "contexts": settings.contexts}, default=str))
-
-
-def answer_boxes(q: ContextQuestion, page: Any, source_size: tuple[int, int]) -> list[tuple[float, ...]]:
-    """The question's boxes moved from the page's pixels onto its canvas (``page``: a PageAllocation)."""
-    sy, sx = page.image.shape[-2] / source_size[0], page.image.shape[-1] / source_size[1]
+def answer_boxes(q: ContextQuestion, image: torch.Tensor, source_size: tuple[int, int]) -> list[tuple[float, ...]]:
+    """The question's boxes moved from the page's pixels onto its canvas (``image``: the page's canvas [3, H, W])."""
+    sy, sx = image.shape[-2] / source_size[0], image.shape[-1] / source_size[1]
     return [(b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx) for b in q.boxes]
 
 
@@ -186,72 +130,45 @@ def page_texts(seen: Any) -> list[str]:
     return [p.text if p.words else " ".join(w for w, _ in ws) for p, ws in zip(seen.context.pages, seen.words)]
 
 
-def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, settings: ContextEvalSettings,
+def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, settings: EvalSettings,
                   readers: dict[str, Any], done: set, n_text: int | None, bm25: BM25Pages | None,
                   see_ms: float) -> list[dict]:
-    """Every row one question asks for and ``done`` does not hold."""
-    start = time.perf_counter()
-    with torch.inference_mode():
-        alloc = allocate_context(arr, seen, q.question, tokens=2 * len(seen), **settings.weights())
-    alloc_ms = (time.perf_counter() - start) * 1e3
-    scores = [p.relevance for p in alloc.pages]
-    full = alloc.full_tokens
-    order = bm25.rank(q.question) if bm25 is not None else None
-    if any(not 0 <= a < len(seen) for a in q.pages):
+    """Every row one question asks for and ``done`` does not hold: per budget the context allocation is made once
+    (when a method asked reads it: ``coc`` sends it, ``equal_split`` ranks by its scores)."""
+    n = len(seen)
+    if any(not 0 <= a < n for a in q.pages):
         raise ValueError(f"question {q.record_id}: answer page(s) {list(q.pages)} outside the context's "
-                         f"{len(seen)} pages")
-    targets = [(a, answer_boxes(q, alloc.pages[a], seen.context.pages[a].size) if i == 0 else [])
+                         f"{n} pages")
+    grids = [tuple(int(v) for v in g) for scene in seen.scenes for g in scene.extents]
+    full, cell = sum(h * w for h, w in grids), seen.scenes[0].canvas.cell
+    images = {a: seen.image(a) for a in q.pages}
+    targets = [(a, answer_boxes(q, images[a], seen.context.pages[a].size) if i == 0 else [])
                for i, a in enumerate(q.pages)]
+    order = bm25.rank(q.question) if bm25 is not None else None
+    budgets = settings.parsed()
     rows = []
     for budget in ("full", *settings.budgets):
         methods = [m for m in settings.methods if (m == "full") == (budget == "full")
                    and (q.record_id, m, budget) not in done]
         if not methods:
             continue
-        total = full if budget == "full" else budget_total(budget, n_text, full, len(seen))
-        for method, plans in context_plans(methods, scores, total, order).items():
-            got = [measure(plans.get(a), alloc.pages[a].image, alloc.pages[a].cell, boxes, q.answers, readers,
-                           settings.margin_px) for a, boxes in targets]
+        total = full if budget == "full" else budgets[budget].total(full, text_tokens=n_text, pages=n)
+        inputs, alloc_ms = PagesInputs(grids, order=order), 0.0
+        if any("relevance" in resolve(m, "context").needs for m in methods):
+            start = time.perf_counter()
+            with torch.inference_mode():
+                alloc = allocate_context(arr, seen, q.question, tokens=total, **settings.weights())
+            alloc_ms = (time.perf_counter() - start) * 1e3
+            inputs = PagesInputs(grids, [p.relevance for p in alloc.pages], [p.plan for p in alloc.pages], order)
+        for method in methods:
+            plans = page_plans(method, inputs, total)
+            got = [measure(plans.get(a), images[a], cell, boxes, q.answers, readers, settings.margin_px)
+                   for a, boxes in targets]
             sent = sum(rendered_tokens(p) for p in plans.values())
             best = max(range(len(got)), key=lambda i: got[i][2] or 0.0)
-            rows.append({"dataset": item.dataset, "record_id": q.record_id, "image_id": item.context_id,
-                         "kind": q.kind, "question": q.question, "answer": q.answers[0], "method": method,
-                         "budget": budget, "budget_tokens": total, "tokens": sent, "full_tokens": full,
-                         "text_tokens": n_text, "compression": n_text / sent if n_text else None,
-                         "pages": len(seen), "answer_pages": list(q.pages),
-                         "page_hit": sum(g[0] for g in got) / len(got), "coverage": got[0][1],
-                         "reading": got[best][2], "prediction": got[best][3],
-                         "see_ms": round(see_ms, 1), "alloc_ms": round(alloc_ms, 1)})
+            rows.append(row(item.dataset, q.record_id, item.context_id, q.kind, q.question, q.answers[0], method,
+                            budget, sent, full, settings.reader, budget_tokens=total, text_tokens=n_text,
+                            compression=n_text / sent if n_text else None, pages=n, answer_pages=list(q.pages),
+                            page_hit=sum(g[0] for g in got) / len(got), coverage=got[0][1], reading=got[best][2],
+                            prediction=got[best][3], see_ms=round(see_ms, 1), alloc_ms=round(alloc_ms, 1)))
     return rows
-
-
-def evaluate_contexts(items: Iterable[ContextItem], arr: ARR, out_dir: Path,
-                      settings: ContextEvalSettings | None = None, progress: bool = True) -> Path:
-    """Evaluate every question of every context into ``out_dir``; returns the rows' JSONL path.
-
-    Raises:
-        ValueError: ``out_dir`` holds rows made with other settings (unless ``settings.fresh``), a budget
-            cannot give every page a gestalt, or a compression budget meets a context without text.
-    """
-    settings = settings or ContextEvalSettings()
-    store = RowStore(Path(out_dir))
-    store.claim(context_settings(arr, settings), fresh=settings.fresh)
-    readers = {} if settings.reader is None else {r: make_view_reader(settings.reader, r) for r in ("region", "find")}
-    for item in tqdm(items, desc="contexts", disable=not progress):
-        done = store.done()  # re-read: another run into the same folder may have done some
-        todo = [q for q in item.questions if not settings.keys(q) <= done]
-        if not todo:
-            continue
-        start = time.perf_counter()
-        with torch.inference_mode():
-            try:
-                seen = see_context(arr, item.load())
-            except (ValueError, OSError) as err:
-                raise type(err)(f"context {item.context_id}: {err}") from err
-        see_ms = (time.perf_counter() - start) * 1e3
-        texts = page_texts(seen)
-        n_text = text_tokens("\n\n".join(texts)) if any(t.strip() for t in texts) else None
-        bm25 = BM25Pages(texts) if NEEDS_BM25 in settings.methods else None
-        for q in tqdm(todo, desc=item.context_id, leave=False, disable=not progress):
-            store.append(question_rows(item, q, seen, arr, settings, readers, done, n_text, bm25, see_ms))
-    return store.path

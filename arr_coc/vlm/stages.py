@@ -44,18 +44,29 @@ WEIGHT_FLOOR = 0.5  # weighted encoding: the least relevant token keeps half its
 
 
 def allocators() -> tuple[str, ...]:
-    """What ``ask`` places saccades with, read from the method registry (:data:`arr_coc.allocators.methods.METHODS`):
-    the methods that sample one-cell saccades with the ARR's own sampler on its scorer's relevance (``"arr"``),
-    then the patchers of the methods that place squares on that relevance, by patcher name.
+    """What ``ask`` places saccades with: the method registry's (:data:`arr_coc.allocators.methods.METHODS`)
+    methods that sample one-cell saccades with the ARR's own sampler on its scorer's relevance (``"arr"``), then
+    those that place variable-size squares on that relevance, by their registry names.
 
     >>> allocators()
-    ('arr', 'saliency', 'quadtree')
+    ('arr', 'patches', 'quadtree')
     """
     methods = {name: METHODS.get(name) for name in METHODS.names()}
     cells = [n for n, m in methods.items() if isinstance(m, SamplerMethod) and m.sampler is None
              and m.source == "scorer" and m.encoding == "sparse"]
-    squares = [m.patcher for m in methods.values() if isinstance(m, SquaresMethod) and m.source == "scorer"]
-    return tuple(dict.fromkeys([*cells, *squares]))
+    squares = [n for n, m in methods.items() if isinstance(m, SquaresMethod) and m.source == "scorer"]
+    return (*cells, *squares)
+
+
+def patcher_of(allocator: Any) -> str | None:
+    """The patch allocator (:data:`arr_coc.allocators.patching.PATCHERS`) a registry method places squares with,
+    None for one-cell saccades.
+
+    >>> patcher_of("patches"), patcher_of("quadtree"), patcher_of("arr")
+    ('saliency', 'quadtree', None)
+    """
+    entry = METHODS.get(allocator) if isinstance(allocator, str) and allocator in METHODS else None
+    return entry.patcher if isinstance(entry, SquaresMethod) else None
 
 
 def default_relevance(adapter: VLMAdapter) -> str:
@@ -194,8 +205,9 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
             both relevance sources, its sampler the ``arr`` one.
         relevance: ``"arr"``: ARR's scorer (the VLM's first look feeds it when ARR has the ``first_look``
             channel); ``"vlm"``: the VLM's first look alone.
-        allocator: ``"arr"``: one-cell saccades from ARR's sampler; a SAMPLERS name or a Sampler: that
-            sampler on the first look (``relevance="vlm"``); a PATCHERS name: squares on the relevance.
+        allocator: a method of the registry (:func:`allocators`): ``"arr"``, one-cell saccades from ARR's
+            sampler; ``"patches"`` / ``"quadtree"``, variable-size squares on the relevance; or a SAMPLERS name
+            or a Sampler: that sampler on the first look (``relevance="vlm"``).
         encoding: ``sparse``, ``slice`` (cells plans) or ``weighted`` (every cell, a full plan scaled by
             the relevance; no gestalt).
         gestalt: send the gestalt (ARR's grid for K) before the saccades.
@@ -207,7 +219,8 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
     from arr_coc.engine.query import check_queries
 
     t = {} if timings is None else timings
-    squares = isinstance(allocator, str) and allocator in PATCHERS.names()
+    patcher = patcher_of(allocator)
+    squares = patcher is not None
     if relevance not in RELEVANCE_SOURCES:
         raise ValueError(f"unknown relevance source {relevance!r}; choose one of auto, {', '.join(RELEVANCE_SOURCES)}")
     if squares and encoding != "sparse":
@@ -235,7 +248,7 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
             valid = canvas.valid.to(device)
         with timed(t, "allocation/selection", device):
             if squares:
-                sent = patch_squares(allocator, rel, canvas, k)
+                sent = patch_squares(patcher, rel, canvas, k)
             else:
                 sent = sample_cells(arr.sampler if allocator == "arr" else allocator, rel, k, valid, arr.config.seed)
         weights = None
@@ -253,7 +266,7 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
         alloc = arr(images, questions, saccades=k, coupled=coupled)
         t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
         canvas, queries = alloc.canvas, alloc.queries
-        sent = patch_squares(allocator, alloc.relevance.map, canvas, k) if squares else \
+        sent = patch_squares(patcher, alloc.relevance.map, canvas, k) if squares else \
             [alloc.positions[b] for b in range(canvas.batch_size)]
         weights = None
         if encoding == "weighted":

@@ -41,7 +41,7 @@ def test_every_method_plans_exactly_the_tokens_it_is_given(inputs):
     total = 100
     grid, k = split_budget(total, inputs.grid)
     assert (grid, k) == ((6, 6), 64)
-    for name in METHODS.names():
+    for name in (n for n in METHODS.names() if "image" in METHODS.get(n).scopes):
         plan = make_plan(name, inputs, total)
         assert isinstance(plan, Plan) and plan.method == name and plan.grid == (20, 14), name
         if plan.kind == "full":
@@ -113,3 +113,38 @@ def test_the_ocr_reader_renders_each_plan_kind_as_its_view(inputs):
     tree = make_plan("quadtree", inputs, 100)  # leaves tile the page: most of it seen through larger squares
     sizes = square_sizes(tree)
     assert torch.equal(cell_mask(tree), sizes == 1) and bool((sizes > 0).all()) and int((sizes == 1).sum()) < 280
+
+
+def test_the_whole_context_methods_are_registry_entries_with_a_plan_per_page():
+    from arr_coc.allocators.methods import page_plans, resolve
+    from arr_coc.allocators.pages import PagesInputs
+    from arr_coc.budget import Budget
+
+    grids = [(4, 5), (3, 3), (6, 2)]  # 20 + 9 + 12 = 41 cells
+    scores = [torch.arange(h * w, dtype=torch.float32).view(h, w) * (i + 1) for i, (h, w) in enumerate(grids)]
+    allocated = [Plan("coc", "cells", g, gestalt=(1, 1), cells=torch.tensor([[0, 0]])) for g in grids]
+    inputs = PagesInputs(grids, scores, allocated, order=[2, 0, 1])
+    assert resolve("uniform", "context") is METHODS.get("uniform_image")  # the context tables' name
+    with pytest.raises(ValueError, match="method 'topk' does not send a whole context; choose one of full, coc"):
+        resolve("topk", "context")
+    with pytest.raises(ValueError, match="method 'coc' sends a whole context"):
+        make_plan("coc", None, 10)
+    full = page_plans("full", inputs, 41)
+    assert [(p.kind, p.grid) for p in full.values()] == [("full", g) for g in grids]
+    # coc sends the context allocation's own plans, as made (the same objects)
+    assert all(page_plans("coc", inputs, 20)[i] is allocated[i] for i in range(3))
+    with pytest.raises(ValueError, match="method 'coc' sends the context allocation's plans, which were not passed"):
+        page_plans("coc", PagesInputs(grids), 20)
+    # equal split: the budget's gestalts (1x1 here: 3 x 2 x 2 > 20 // 2), K = 17 split 6 / 6 / 5, each page's best
+    split = page_plans("equal_split", inputs, 20)
+    assert Budget.parse(20).split(grids) == ([(1, 1)] * 3, 17)
+    assert [len(p.cells) for p in split.values()] == [6, 6, 5]
+    assert split[0].cells.tolist()[:2] == [[3, 4], [3, 3]] and sum(p.tokens for p in split.values()) == 20
+    # uniform: every page downscaled to its share; first / bm25 pages: whole pages in their order while they fit
+    assert [p.native for p in page_plans("uniform", inputs, 20).values()] == [7, 7, 6]
+    assert {i: (p.kind, p.native) for i, p in page_plans("first_pages", inputs, 25).items()} == {
+        0: ("full", None), 1: ("native", 5)}
+    assert {i: (p.kind, p.native) for i, p in page_plans("bm25_pages", inputs, 30).items()} == {
+        2: ("full", None), 0: ("native", 18)}
+    with pytest.raises(ValueError, match="method 'bm25_pages' needs the pages' BM25 order"):
+        page_plans("bm25_pages", PagesInputs(grids), 30)

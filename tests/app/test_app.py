@@ -155,6 +155,17 @@ def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp
     assert d["answer"] == result.answer and d["cell"] == vlm.cell
 
 
+def test_with_a_vlm_a_patch_method_is_answered_by_its_registry_name(page):
+    from arr_coc.vlm import load_vlm
+    from arr_coc.vlm.stages import allocators
+
+    assert "patches" in allocators() and "saliency" not in allocators()  # one vocabulary: the registry's
+    scope = Microscope(query_encoder=HashingQueryEncoder(), vlm=load_vlm("tiny:qwen2_5_vl"), max_new_tokens=2)
+    result = scope.run(read_upload(page), "What is the total due?",
+                       Settings(saccades=40, method="patches", channels=MVP_CHANNELS))
+    assert result.sent.shape[1] == 3 and isinstance(result.answer, str) and "answer" in result.timings_ms
+
+
 def test_a_checkpoint_that_is_not_a_torch_file_is_a_readable_error(scope, page, tmp_path):
     garbage = tmp_path / "scorer.pt"
     garbage.write_bytes(b"not a checkpoint")

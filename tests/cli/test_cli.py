@@ -126,6 +126,7 @@ def test_look_and_ask_take_k_saccades_or_t_tokens():
     (["look", "a.png", "q"], "--budget", "--saccades K (or --tokens T for a total)"),
     (["ask", "a.png", "q", "--model", "tiny:llava"], "--budget", "--saccades K (or --tokens T for a total)"),
     (["eval", "funsd"], "--budgets", "--tokens"),
+    (["eval", "texlive-contexts"], "--pages", "--window N (the first N pages of every document)"),
     (["train"], "--budget", "--tokens"),
 ])
 def test_an_old_flag_exits_with_one_line_naming_the_new_one(argv, old, new, capsys):
@@ -195,14 +196,14 @@ def test_look_tokens_t_is_split_as_eval_splits_it(receipt, capsys):
 def test_max_new_tokens_has_one_default_in_ask_eval_and_serve():
     from arr_coc.app.service import Microscope
     from arr_coc.config import MAX_NEW_TOKENS
-    from arr_coc.eval.vlm_reader import VLMEvalSettings
+    from arr_coc.eval.settings import EvalSettings
     from arr_coc.vlm.answer import ask
 
     assert MAX_NEW_TOKENS == 32
     for name, argv in (("ask", ["ask", "a.png", "q", "--model", "m"]), ("eval", ["eval", "funsd"]),
                        ("serve", ["serve"])):
         assert _parser().parse_args(argv).max_new_tokens == MAX_NEW_TOKENS, name
-    assert VLMEvalSettings.max_new_tokens == MAX_NEW_TOKENS
+    assert EvalSettings.max_new_tokens == MAX_NEW_TOKENS
     for fn in (ask, Microscope.__init__):
         assert inspect.signature(fn).parameters["max_new_tokens"].default == MAX_NEW_TOKENS
     assert _parser().parse_args(["serve", "--max-new-tokens", "5"]).max_new_tokens == 5

@@ -130,7 +130,7 @@ THREADS = """
 import sys, tempfile
 import torch
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
-from arr_coc.eval.vlm_reader import evaluate_vlm
+from arr_coc.eval.loop import evaluate
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.vlm import ask, load_vlm, stages
@@ -147,7 +147,7 @@ for dtype in ("bfloat16", "float16", "float32"):
         "encode": lambda: stages.encode(adapter, [], []),
         "prefill": lambda: stages.prefill(adapter, [], []),
         "decode": lambda: stages.decode(adapter, None),
-        "evaluate_vlm": lambda: evaluate_vlm([], None, adapter, tempfile.mkdtemp()),
+        "evaluate_vlm": lambda: evaluate([], None, tempfile.mkdtemp(), adapter=adapter),
     }
     for name, call in cases.items():
         try:

@@ -16,15 +16,16 @@ from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.texture import MVP_CHANNELS
+from arr_coc.eval.loop import evaluate
 from arr_coc.eval.report import write_reports
-from arr_coc.eval.run import EvalSettings, evaluate
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore, requested
 from arr_coc.train import TrainConfig, load_checkpoint
 from arr_coc.train.checkpoint import CHECKPOINT_FORMAT
 from arr_coc.train.features import build_examples, cache_file
 
 MVP = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), scorer=ScorerConfig(weights="none"))
-SETTINGS = EvalSettings(methods=("topk", "random"), tokens=("25%", "50%"), reader=None)
+SETTINGS = EvalSettings(methods=("topk", "random"), budgets=("25%", "50%"), reader=None)
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +66,7 @@ def test_a_rerun_with_other_settings_is_refused_then_replaced_with_fresh(pages, 
                            seed=7))  # other hand-set weights: the weights' hash tells them apart
     kind, message = outcome(lambda: evaluate(records, seeded, tmp_path, SETTINGS, progress=False))
     assert kind == "error" and "scorer_weights:" in message
-    fresh = EvalSettings(methods=SETTINGS.methods, tokens=SETTINGS.tokens, reader=None, fresh=True)
+    fresh = EvalSettings(methods=SETTINGS.methods, budgets=SETTINGS.budgets, reader=None, fresh=True)
     path = evaluate(records, other, tmp_path, fresh, progress=False)
     assert len(keys_of(path)) == 4 * 4
     assert json.loads((tmp_path / "settings.json").read_text())["channels"] == ["rgb", "edges"]
@@ -74,9 +75,9 @@ def test_a_rerun_with_other_settings_is_refused_then_replaced_with_fresh(pages, 
 def test_the_summary_covers_exactly_the_records_methods_and_budgets_asked(pages, tmp_path):
     records = load_dataset("jsonl", pages)
     path = evaluate(records, arr(), tmp_path, SETTINGS, progress=False)  # 12 records x 2 methods x 2 budgets
-    asked = EvalSettings(methods=("topk",), tokens=("25%",), reader=None)
+    asked = EvalSettings(methods=("topk",), budgets=("25%",), reader=None)
     evaluate(records[:3], arr(), tmp_path, asked, progress=False)
-    csv_path, md_path, _ = write_reports(path, keys=requested(records[:3], asked.methods, asked.tokens),
+    csv_path, md_path, _ = write_reports(path, keys=requested(records[:3], asked.methods, asked.budgets),
                                          made_by="arr-coc eval jsonl --methods topk")
     assert md_path.read_text().splitlines()[0] == "made by: arr-coc eval jsonl --methods topk"
     lines = csv_path.read_text().splitlines()

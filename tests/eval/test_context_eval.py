@@ -25,8 +25,9 @@ from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.views import downsampled_grid
 from arr_coc.errors import MissingDependencyError
 from arr_coc.eval.context_methods import CONTEXT_METHODS
-from arr_coc.eval.context_run import ContextEvalSettings, evaluate_contexts
+from arr_coc.eval.loop import evaluate
 from arr_coc.eval.reading import contains_score, make_reader, read_region
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 
 FAST = ["--query-encoder", "hashing", "--channels", "mvp"]
@@ -55,10 +56,10 @@ def cells(seen, i: int) -> tuple[int, int]:
 
 
 def test_every_row_sends_exactly_its_budget_and_counts_the_context_text(arr, docs, seen, tmp_path):
-    settings = ContextEvalSettings(budgets=("2x", "4x", "120"), reader=None)
+    settings = EvalSettings(budgets=("2x", "4x", "120"), reader=None)
     items = list(texlive_contexts(root=docs, pages=3, questions=2))
     assert len(items) == 1 and len(items[0].questions) == 2
-    rows = RowStore(evaluate_contexts(items, arr, tmp_path, settings, progress=False).parent).rows()
+    rows = RowStore(evaluate(items, arr, tmp_path, settings, progress=False).parent).rows()
     assert len(rows) == 2 * (1 + 3 * 5)  # per question: full once, 5 methods x 3 budgets
     text = text_tokens("\n\n".join(p.text for p in read_pdf(docs / "story.pdf", dpi=100).pages))
     grids = [cells(seen, i) for i in range(3)]
@@ -81,7 +82,7 @@ def test_every_row_sends_exactly_its_budget_and_counts_the_context_text(arr, doc
 def test_the_full_row_reads_what_the_full_page_reads(arr, docs, seen, tmp_path):
     item = next(texlive_contexts(root=docs, pages=3, questions=1))
     q = item.questions[0]
-    rows = RowStore(evaluate_contexts([item], arr, tmp_path, ContextEvalSettings(methods=("full", "uniform"),
+    rows = RowStore(evaluate([item], arr, tmp_path, EvalSettings(methods=("full", "uniform"),
                                                                                  budgets=("4x",)),
                                       progress=False).parent).rows()
     full = next(r for r in rows if r["method"] == "full")
@@ -104,9 +105,9 @@ def key_item(path: Path, order: list[int], answer_at: int) -> ContextItem:
 
 def test_page_hit_follows_the_answer_page_and_drops_when_pages_are_swapped(arr, tmp_path):
     pdf = key_pdf(tmp_path / "keys.pdf", 40)  # only page index 37 holds the brass key
-    settings = ContextEvalSettings(methods=("coc", "first_pages"), budgets=("12",), reader=None)
+    settings = EvalSettings(methods=("coc", "first_pages"), budgets=("12",), reader=None)
     items = [key_item(pdf, [35, 36, 37], 2), key_item(pdf, [37, 36, 35], 2), key_item(pdf, [37, 36, 35], 0)]
-    rows = RowStore(evaluate_contexts(items, arr, tmp_path / "rows", settings, progress=False).parent).rows()
+    rows = RowStore(evaluate(items, arr, tmp_path / "rows", settings, progress=False).parent).rows()
     hit = {(r["record_id"], r["method"]): r["page_hit"] for r in rows}
     assert len(rows) == 6 and all(r["tokens"] == 12 for r in rows if r["method"] == "coc")
     assert hit[("pages [35, 36, 37], answer at 2", "coc")] == 1.0  # the key's page gets saccades
@@ -117,7 +118,7 @@ def test_page_hit_follows_the_answer_page_and_drops_when_pages_are_swapped(arr, 
 
 
 def test_eval_over_a_tiny_pdf_context_end_to_end_and_resumes(docs, tmp_path, capsys):
-    argv = ["eval", "texlive-contexts", "--data", str(docs), "--pages", "3", "--questions", "2", "--compression", "2",
+    argv = ["eval", "texlive-contexts", "--data", str(docs), "--window", "3", "--questions", "2", "--compression", "2",
             "--out", str(tmp_path), *FAST]
     assert main(argv) == 0
     out = capsys.readouterr().out
@@ -158,31 +159,54 @@ def test_eval_reads_mpdocvqa_pages_with_an_ocr_reader(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, message", [
     (["--compression", "0"], "compression '0x' must be a positive ratio, e.g. 10x"),
-    (["--pages", "0"], "--pages must be a whole number of pages, at least 1"),
-    (["--pages", "5"], "no context of texlive-contexts has a question with these options (documents with at least 5"),
+    (["--window", "0"], "--window must be a whole number of pages, at least 1"),
+    (["--window", "5"], "no context of texlive-contexts has a question with these options (documents with at least 5"),
     (["--limit", "3"], "--limit counts records; texlive-contexts takes --contexts N (documents)"),
     (["--contexts", "0"], "--contexts must be a whole number of documents, at least 1, got 0"),
     (["--text-weight", "nan"], "--text-weight must be a finite weight >= 0, got nan"),
     (["--dpi", "0"], "dpi must be in (0, "),
-    (["--methods", "coc", "nope"], "unknown context methods ['nope']; known: full, coc"),
+    (["--methods", "coc", "nope"], "unknown methods ['nope']; known: full, coc, equal_split, uniform, first_pages"),
+    (["--methods", "coc", "topk"], "unknown methods ['topk']; known: full, coc, equal_split, uniform, first_pages"),
     (["--tokens", "4"], "4 tokens cannot give 3 pages a 1x1 gestalt each and as many saccades; use at least 6"),
     (["--reader", "vlm", "--model", "tiny:qwen2_5_vl"], "texlive-contexts is read by an OCR reader"),
 ])
 def test_bad_context_options_fail_in_one_line(docs, tmp_path, capsys, extra, message):
-    assert main(["eval", "texlive-contexts", "--data", str(docs), "--pages", "3", "--questions", "1",
+    assert main(["eval", "texlive-contexts", "--data", str(docs), "--window", "3", "--questions", "1",
                  "--out", str(tmp_path), *FAST, *extra[:1], *extra[1:]]) == 2
     err = capsys.readouterr().err.split("\r")[-1]  # a budget too small for a context fails in it, after the progress bar
     last = err.splitlines()[-1]
     assert last.startswith("arr-coc: error: ") and message in last and err.endswith(last + "\n"), err
 
 
+def test_images_and_contexts_go_through_one_loop_into_one_row_schema(arr, docs, tmp_path):
+    from arr_coc.data.datasets import Record
+
+    image = page_image(tmp_path / "a.png", "Total 9")
+    records = [Record("toy", "r1", image, "a", "Total?", "9", ((80.0, 15.0, 120.0, 110.0),))]
+    image_rows = RowStore(evaluate(records, arr, tmp_path / "i", EvalSettings(methods=("full", "topk"),
+                                                                              budgets=("25%",), reader=None),
+                                   progress=False).parent).rows()
+    items = list(texlive_contexts(root=docs, pages=3, questions=1))
+    context_rows = RowStore(evaluate(items, arr, tmp_path / "c", EvalSettings(methods=("full", "coc"),
+                                                                              budgets=("60",), reader=None),
+                                     progress=False).parent).rows()
+    lead = ["dataset", "record_id", "image_id", "kind", "question", "answer", "method", "budget", "tokens",
+            "full_tokens", "reader"]
+    assert len(image_rows) == 2 and len(context_rows) == 2
+    for r in image_rows + context_rows:
+        assert list(r)[:len(lead)] == lead and r["reader"] is None
+    assert [r["tokens"] for r in context_rows] == [context_rows[0]["full_tokens"], 60]
+    with pytest.raises(ValueError, match=r"methods \['coc'\] do not send one image"):
+        evaluate(records, arr, tmp_path / "x", EvalSettings(methods=("coc",), reader=None), progress=False)
+
+
 def test_context_options_on_a_dataset_of_single_images_are_refused(tmp_path, capsys):
     page_image(tmp_path / "a.png", "Total 9")
     (tmp_path / "toy.jsonl").write_text(json.dumps({"image": "a.png", "question": "Total?", "answer": "9",
                                                     "boxes": [[80, 85, 150, 120]]}))
-    assert main(["eval", "jsonl", "--data", str(tmp_path / "toy.jsonl"), "--source", "text", "--pages", "3",
+    assert main(["eval", "jsonl", "--data", str(tmp_path / "toy.jsonl"), "--source", "text", "--window", "3",
                  "--out", str(tmp_path / "o"), *FAST]) == 2
-    assert capsys.readouterr().err == ("arr-coc: error: --pages --source choose contexts; jsonl is a dataset of single "
+    assert capsys.readouterr().err == ("arr-coc: error: --window --source choose contexts; jsonl is a dataset of single "
                                        "images, so leave them out\n")
 
 
@@ -190,8 +214,8 @@ def test_without_bm25s_the_default_leaves_bm25_pages_out_and_asking_for_it_is_on
                                                                                        monkeypatch):
     monkeypatch.setitem(sys.modules, "bm25s", None)  # as if not installed: importing it raises ImportError
     with pytest.raises(MissingDependencyError, match=r"method bm25_pages needs bm25s: pip install 'arr-coc\[bench\]'"):
-        ContextEvalSettings(methods=("bm25_pages",))
-    argv = ["eval", "texlive-contexts", "--data", str(docs), "--pages", "3", "--questions", "1", "--reader", "none",
+        EvalSettings(methods=("bm25_pages",))
+    argv = ["eval", "texlive-contexts", "--data", str(docs), "--window", "3", "--questions", "1", "--reader", "none",
             "--compression", "2", "--out", str(tmp_path), *FAST]
     assert main(argv + ["--methods", "coc", "bm25_pages"]) == 2
     assert capsys.readouterr().err.splitlines()[-1].startswith("arr-coc: error: method bm25_pages needs bm25s")

@@ -12,8 +12,9 @@ from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.eval.loop import evaluate
 from arr_coc.eval.report import summarize, write_reports
-from arr_coc.eval.run import EvalSettings, evaluate
+from arr_coc.eval.settings import EvalSettings
 
 FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 FIELDS = [("Date:", "21/11/2026"), ("Total:", "42.00"), ("Name:", "Ada Lovelace")]
@@ -49,7 +50,7 @@ def arr() -> ARR:
     return ARR(ARRConfig(), query_encoder=HashingQueryEncoder()).eval()
 
 
-SETTINGS = EvalSettings(methods=("full", "uniform_image", "topk", "random"), tokens=("10%", "60%"))
+SETTINGS = EvalSettings(methods=("full", "uniform_image", "topk", "random"), budgets=("10%", "60%"))
 
 
 def read_rows(path: Path) -> list[dict]:
@@ -127,15 +128,36 @@ def test_bad_settings_fail_before_any_work():
         EvalSettings(methods=("full", "magic"))
     with pytest.raises(KeyError, match="unknown reader 'eyes'"):
         EvalSettings(reader="eyes")
-    with pytest.raises(TypeError, match="methods and tokens are lists, e.g. methods=\\('topk',\\), tokens=\\('25%',\\)"):
-        EvalSettings(tokens="25%")
-    with pytest.raises(ValueError, match="name at least one method and one token count"):
-        EvalSettings(tokens=())
+    with pytest.raises(TypeError, match="methods and budgets are lists, e.g. methods=\\('topk',\\), budgets=\\('25%',\\)"):
+        EvalSettings(budgets="25%")
+    with pytest.raises(ValueError, match="name at least one method and one budget \\(--tokens, or --compression"):
+        EvalSettings(budgets=())
+    EvalSettings(methods=("full",), budgets=())  # full resolution has one plan: no budget needed
+    with pytest.raises(ValueError, match="budgets \\['10x'\\] are compressions of a context's text; images take"):
+        EvalSettings(budgets=("10x",)).resolve("image")
+    with pytest.raises(ValueError, match="methods \\['coc'\\] do not send one image; choose from full, uniform_image"):
+        EvalSettings(methods=("coc",)).resolve("image")
+
+
+def test_budgets_are_parsed_once_and_keyed_as_asked():
+    from arr_coc.budget import Budget
+
+    settings = EvalSettings(budgets=(" 25% ", 529, "10.0x", Budget.parse("5%")))
+    assert settings.budgets == ("25%", "529", "10x", "5%")  # rows' budget column: a compression normalised
+    assert settings.parsed() == {"25%": Budget("share", 0.25), "529": Budget("tokens", 529),
+                                 "10x": Budget("text", 10.0), "5%": Budget("share", 0.05)}
+    with pytest.raises(ValueError, match="tokens '1' gives 1 tokens; at least 2"):
+        EvalSettings(budgets=("1",))
+    image = EvalSettings(methods=("full", "topk"), budgets=("25%",)).resolve("image")
+    assert (image.margin_px, image.wanted()) == (8, [("full", "full"), ("topk", "25%")])
+    assert image.keys("r") == {("r", "full", "full"), ("r", "topk", "25%")}
+    context = EvalSettings().resolve("context")
+    assert (context.margin_px, context.budgets, context.methods[:2]) == (4.0, ("10x", "20x"), ("full", "coc"))
 
 
 def test_variable_size_allocators_fill_the_budget_and_report_what_they_saw(pages, arr, tmp_path):
     records = load_dataset("jsonl", pages)[:2]
-    settings = EvalSettings(methods=("topk", "patches", "quadtree"), tokens=("25%",), reader=None)
+    settings = EvalSettings(methods=("topk", "patches", "quadtree"), budgets=("25%",), reader=None)
     rows = read_rows(evaluate(records, arr, tmp_path, settings, progress=False))
     by = {(r["record_id"], r["method"]): r for r in rows}
     total = budget_tokens("25%", 20 * 30)
@@ -152,7 +174,7 @@ def test_patches_with_a_steep_size_prior_are_exactly_top_k(pages, arr, tmp_path)
     """alpha > 2 makes every square score below its best cell, so only 1x1 cells are ever picked,
     in relevance order: the patch allocator then equals the top-K sampler row for row."""
     records = load_dataset("jsonl", pages)[:3]
-    settings = EvalSettings(methods=("topk", "patches", "patches_edges"), tokens=("10%", "25%"), reader=None,
+    settings = EvalSettings(methods=("topk", "patches", "patches_edges"), budgets=("10%", "25%"), reader=None,
                             patch_options={"size_prior": 3.0})
     rows = read_rows(evaluate(records, arr, tmp_path, settings, progress=False))
     by = {(r["record_id"], r["method"], r["budget"]): r for r in rows}
@@ -163,7 +185,7 @@ def test_patches_with_a_steep_size_prior_are_exactly_top_k(pages, arr, tmp_path)
                    [topk[c] for c in ("tokens", "coverage", "hit", "iou")]
             assert patches["seen"] == patches["coverage"]  # nothing was seen shrunk
             assert edges["tokens"] == topk["tokens"]  # the query-blind edge map spends the same budget
-    flat = EvalSettings(methods=("topk", "patches"), tokens=("25%",), reader=None, patch_options={"size_prior": 0.0})
+    flat = EvalSettings(methods=("topk", "patches"), budgets=("25%",), reader=None, patch_options={"size_prior": 0.0})
     rows = read_rows(evaluate(records, arr, tmp_path / "flat", flat, progress=False))
     assert any(r["seen"] > r["coverage"] for r in rows if r["method"] == "patches")  # large squares, seen shrunk
 
@@ -183,7 +205,7 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
     save_learned(tmp_path / "selector.pt", "selector", PatchSelector(cell=28, seed=3), arr.channels)
     paths = {m: tmp_path / f"{m}.pt" for m in ("pruner", "selector")}
     records = load_dataset("jsonl", pages)[:2]
-    settings = EvalSettings(methods=("topk", "selector", "pruner"), tokens=("25%",), reader=None, learned=paths)
+    settings = EvalSettings(methods=("topk", "selector", "pruner"), budgets=("25%",), reader=None, learned=paths)
     rows = read_rows(evaluate(records, arr, tmp_path / "eval", settings, progress=False))
     learned = load_learned_methods(arr, settings)
     with torch.no_grad():
@@ -198,7 +220,7 @@ def test_trained_selector_and_pruner_rows_are_top_k_of_their_own_maps(pages, arr
                 expect = allocation_metrics(chosen, 28, scale_boxes(rec.boxes_px, scene.canvas.scales[0]),
                                             scale_boxes(rec.others_px, scene.canvas.scales[0]))
                 assert row["coverage"] == pytest.approx(expect.coverage) and row["tokens"] == k + 64
-    missing = EvalSettings(methods=("pruner",), tokens=("25%",), reader=None, learned={"pruner": tmp_path / "no.pt"})
+    missing = EvalSettings(methods=("pruner",), budgets=("25%",), reader=None, learned={"pruner": tmp_path / "no.pt"})
     with pytest.raises(ValueError, match=r"no\.pt: no such file; expected pruner weights \(train one with `arr-coc train --learner pruner`\)"):
         evaluate(records, arr, tmp_path / "missing", missing, progress=False)
 
@@ -232,7 +254,7 @@ def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(p
     assert small.value.k == 1 and small.value.minimum == 24
     assert split_budget(25, (30, 20)) == ((2, 2), 21) and split_budget(40, (30, 20)) == ((4, 4), 24)
     records = load_dataset("jsonl", pages)[:1]
-    settings = EvalSettings(methods=("topk", "quadtree"), tokens=("25", "40"), reader=None)
+    settings = EvalSettings(methods=("topk", "quadtree"), budgets=("25", "40"), reader=None)
     rows = read_rows(evaluate(records, arr, tmp_path / "a", settings, progress=False))
     assert sorted((r["method"], r["budget"]) for r in rows) == [("quadtree", "40"), ("topk", "25"), ("topk", "40")]
     assert next(r["tokens"] for r in rows if r["method"] == "quadtree") == 16 + 24
@@ -258,8 +280,9 @@ def test_every_method_is_a_typed_registry_entry():
     )
     from arr_coc.allocators.methods import METHODS as REGISTRY
     from arr_coc.engine.samplers import SAMPLERS
-    from arr_coc.eval.run import METHODS
+    from arr_coc.eval.settings import known_methods
 
+    METHODS = known_methods("tesseract", "image")
     assert METHODS == methods_for("ocr") and METHODS[0] == "full" and set(METHODS) < set(REGISTRY.names())
     assert not {"vlm", "slice", "native_budget"} & set(METHODS)  # the OCR reader has no model to look or slice
     assert LEARNED_METHODS == ("selector", "pruner") and SCORER_FREE == ("full", "uniform_image", "native_budget")
@@ -273,6 +296,16 @@ def test_every_method_is_a_typed_registry_entry():
     assert isinstance(REGISTRY.get("pruner"), LearnedMethod)
     assert REGISTRY.get("native_budget") == REGISTRY.get("uniform_image")  # one method, two names
     assert REGISTRY.get("vlm").source == "vlm" and REGISTRY.get("slice").encoding == "slice"
+    # the whole-context methods are entries of the same registry, each declaring what it needs
+    assert known_methods("tesseract", "context") == ("full", "coc", "equal_split", "uniform", "first_pages",
+                                                     "bm25_pages")
+    assert known_methods("vlm", "context") == ("coc",)
+    assert {m: REGISTRY.get(m).needs for m in ("coc", "equal_split", "first_pages", "bm25_pages", "arr", "topk",
+                                                "vlm", "full", "pruner", "topk_edges")} == {
+        "coc": ("relevance", "text"), "equal_split": ("relevance", "text"), "first_pages": (), "bm25_pages": ("text",),
+        "arr": ("relevance", "sampler"), "topk": ("relevance",), "vlm": ("vlm", "sampler"), "full": (),
+        "pruner": ("weights",), "topk_edges": ()}
+    assert not set(known_methods("tesseract", "context")) - {"uniform"} - set(REGISTRY.names())
 
 
 def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
@@ -290,7 +323,7 @@ def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
     assert len(expected) == DEFAULT_SACCADES == 273
     record = Record("jsonl", "receipt-total", receipt, "receipt", question, "", ((1000.0, 300.0, 1100.0, 700.0),))
     other = next(m for m in ("stratified", "topk") if m != SamplerConfig.name)
-    settings = EvalSettings(methods=("arr", other), tokens=(256 + DEFAULT_SACCADES,), reader=None, keep_cells=True)
+    settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_SACCADES,), reader=None, keep_cells=True)
     rows = {r["method"]: r for r in read_rows(evaluate([record], arr, tmp_path / "default", settings, progress=False))}
     assert rows["arr"]["tokens"] == 529 and rows["arr"]["cells"] == expected
     # negative controls: another sampler, and the default sampler on the hand-set scorer, pick other cells
@@ -336,7 +369,7 @@ def test_eval_sampler_flag_sends_the_arr_method_through_that_sampler_with_its_tr
     assert all(torch.equal(a, b) for a, b in zip(loaded.sampler.parameters(), trained.sampler.parameters()))
     assert all(torch.equal(a, b) for a, b in zip(fresh.sampler.parameters(), initial))
     records = load_dataset("jsonl", pages)
-    settings = EvalSettings(methods=("arr",), tokens=("10%",), reader=None, keep_cells=True)
+    settings = EvalSettings(methods=("arr",), budgets=("10%",), reader=None, keep_cells=True)
 
     def cells(arr: ARR, name: str) -> list:
         rows = read_rows(evaluate(records, arr, tmp_path / name, settings, progress=False))

@@ -11,9 +11,10 @@ from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.eval.loop import evaluate
 from arr_coc.eval.metrics import best_window
 from arr_coc.eval.reading import make_view_reader, render, scale_boxes
-from arr_coc.eval.run import EvalSettings, evaluate
+from arr_coc.eval.settings import EvalSettings
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +48,7 @@ def test_whole_view_finds_the_answer_only_when_its_cells_are_sent(pages):
 def test_find_rows_keep_the_span_that_counted_and_full_resolution_finds_every_answer(pages, tmp_path):
     records = load_dataset("jsonl", pages)
     arr = ARR(ARRConfig(), query_encoder=HashingQueryEncoder()).eval()
-    settings = EvalSettings(methods=("full", "uniform_image"), tokens=("5%",), reading="find")
+    settings = EvalSettings(methods=("full", "uniform_image"), budgets=("5%",), reading="find")
     rows = [json.loads(line) for line in evaluate(records, arr, tmp_path / "find", settings, progress=False)
             .read_text().splitlines()]
     full = {r["answer"]: r for r in rows if r["method"] == "full"}
@@ -57,7 +58,7 @@ def test_find_rows_keep_the_span_that_counted_and_full_resolution_finds_every_an
     blurred = [r for r in rows if r["method"] == "uniform_image"]
     assert sum(r["reading"] for r in blurred) / len(blurred) < 0.5  # 30 tokens cannot show 13 px text
     # a folder of region readings refuses find rows: the reading is one of the settings a row depends on
-    evaluate(records[:1], arr, tmp_path / "region", EvalSettings(methods=("full",), tokens=("5%",)), progress=False)
+    evaluate(records[:1], arr, tmp_path / "region", EvalSettings(methods=("full",), budgets=("5%",)), progress=False)
     with pytest.raises(ValueError, match=r"reading: 'region' -> 'find'"):
         evaluate(records[:1], arr, tmp_path / "region", settings, progress=False)
     with pytest.raises(ValueError, match=r"unknown reading 'page'; choose one of region, find"):

@@ -19,8 +19,9 @@ from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
+from arr_coc.eval.loop import evaluate, shard
+from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
-from arr_coc.eval.vlm_reader import VLMEvalSettings, evaluate_vlm, shard
 from arr_coc.vlm import load_vlm
 from arr_coc.weights import refuse_leakage
 
@@ -104,9 +105,9 @@ def cli(name: str, data: Path, out: Path, *extra: str) -> list[dict]:
 
 
 def run(records, arr, adapter, out: Path, **kw) -> list[dict]:
-    settings = VLMEvalSettings(**{"methods": ("full", "native_budget", "arr"), "tokens": ("8",),
+    settings = EvalSettings(reader="vlm", **{"methods": ("full", "native_budget", "arr"), "budgets": ("8",),
                                   "max_new_tokens": 3, "batch_size": 4, **kw})
-    return read_rows(evaluate_vlm(records, arr, adapter, out, settings, progress=False))
+    return read_rows(evaluate(records, arr, out, settings, progress=False, adapter=adapter))
 
 
 # --------------------------------------------------------------------------------- native_budget
@@ -172,7 +173,7 @@ def test_every_method_sends_what_its_budget_allows(tmp_path, adapter, arr):
     records = load_dataset("docvqa", make_dataset("docvqa", tmp_path / "d"), split="val")[:1]
     methods = ("full", "native_budget", "arr", "vlm", "slice", "topk", "random", "patches", "quadtree")
     rows = {(r["method"], r["budget"]): r for r in run(records, arr, adapter, tmp_path / "o", methods=methods,
-                                                         tokens=("16", "50%"))}
+                                                         budgets=("16", "50%"))}
     full = rows[("full", "full")]["full_tokens"]
     assert full == 24  # 168 x 112 px = 6 x 4 cells
     for (m, b), r in rows.items():

@@ -137,14 +137,18 @@ def test_cli_ask_errors_are_one_clear_line(tmp_path, receipt, capsys):
 
 
 @pytest.mark.parametrize("family, gestalt", [("qwen2_5_vl", 2 * 2), ("llava", 16)])  # Qwen: 2x2, the largest offered square <= 11; LLaVA: its own 4x4 view
-@pytest.mark.parametrize("allocator, sent", [("saliency", 11), ("quadtree", 9)])  # quadtree: 6 squares + 3 per split
+@pytest.mark.parametrize("allocator, sent", [("patches", 11), ("quadtree", 9)])  # quadtree: 6 squares + 3 per split
 def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny, family, gestalt, allocator, sent):
     adapter, q, k = tiny[family], "What is the total?", 11
     arr, img = fast_arr(adapter.cell), small_image(adapter)
     with torch.no_grad():
         a = ask(adapter, img, q, arr=arr, saccades=k, allocator=allocator, max_new_tokens=2)[0]
         alloc = arr(img, q, saccades=k)
-    patches = PATCHERS.get(allocator)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
+    from arr_coc.vlm.stages import patcher_of
+
+    patcher = patcher_of(allocator)  # the registry's method "patches" places squares with the saliency patcher
+    assert patcher == {"patches": "saliency", "quadtree": "quadtree"}[allocator]
+    patches = PATCHERS.get(patcher)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
     assert int(patches.counts[0]) == sent and a.full_tokens == 48
     assert (a.allocator, a.gestalt_tokens, a.saccades, a.visual_tokens) == (allocator, gestalt, sent, gestalt + sent)
     assert a.squares.tolist() == patches.boxes[0, :sent].tolist() and a.cells is None  # [K, 3] (y, x, side)
@@ -171,7 +175,7 @@ def test_allocator_arr_is_the_call_without_it(tiny, family):
     (dict(allocator="grid"), f"unknown allocator 'grid'; choose one of {', '.join(allocators())}"),
     (dict(allocator="quadtree", mode="slice"),
      "allocator 'quadtree' sends variable-size patches, which only mode='sparse' encodes \\(got mode='slice'\\)"),
-    (dict(allocator="saliency", mode="weighted"), "use mode='sparse' or allocator='arr'"),
+    (dict(allocator="patches", mode="weighted"), "use mode='sparse' or allocator='arr'"),
     (dict(allocator="quadtree", saccades=5), "'quadtree' needs more saccades: budget K=5 is below the 6 starting "
                                              "squares .*; raise --saccades \\(saccades=\\) to at least 6"),
 ])
