@@ -39,40 +39,6 @@ def gestalt_grid(saccades: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
     return _clamp(next(s for s in GESTALT_SIDES if s * s <= saccades), cells_hw)
 
 
-def budget_tokens(spec: str | int, full_tokens: int) -> int:
-    """Total tokens T given as a count (``"529"``/529) or as a share of full resolution (``"25%"``) -> tokens.
-
-    >>> budget_tokens("25%", 972), budget_tokens(529, 400), budget_tokens("100", 972)
-    (243, 400, 100)
-    """
-    s = str(spec).strip()
-    try:
-        value = float(s[:-1]) / 100 if s.endswith("%") else int(s)
-    except ValueError:
-        raise ValueError(f"tokens {spec!r} is neither a token count (e.g. 529) nor a share (e.g. 25%)") from None
-    if s.endswith("%"):
-        if not 0 < value <= 1:
-            raise ValueError(f"tokens {spec!r} must be a share in (0%, 100%]")
-        tokens = round(value * full_tokens)
-    else:
-        tokens = int(value)
-    if tokens < 2:
-        raise ValueError(f"tokens {spec!r} gives {tokens} tokens; at least 2 (one gestalt, one saccade) are needed")
-    return min(tokens, full_tokens)
-
-
-def split_budget(total: int, cells_hw: tuple[int, int]) -> tuple[tuple[int, int], int]:
-    """Share ``total`` tokens between a gestalt grid and K saccades (the inverse of :func:`gestalt_grid`).
-
-    >>> split_budget(529, (48, 48)), split_budget(192, (48, 48)), split_budget(48, (36, 27))
-    (((16, 16), 273), ((8, 8), 128), ((4, 4), 32))
-    """
-    if total < 2:
-        raise ValueError(f"{total} tokens cannot hold one gestalt and one saccade token")
-    gh, gw = _clamp(next(s for s in GESTALT_SIDES if s * s <= total // 2), cells_hw)
-    return (gh, gw), total - gh * gw
-
-
 def _side(n_pages: int, share: int) -> int | None:
     return next((s for s in GESTALT_SIDES if n_pages * s * s <= share), None)
 
@@ -84,7 +50,7 @@ class Budget:
     Kinds: ``tokens`` T in all (``"529"``); ``share`` of full resolution (``"25%"``: T = round(share x the
     pages' full tokens)); ``text``, a compression C of the context's text tokens (``"10x"``: T = round(text / C),
     at least 2 per page); ``saccades`` K on top of the per-page gestalts (:meth:`saccades`). A total above full
-    resolution sends full resolution's count (as ``budget_tokens`` does).
+    resolution sends full resolution's count.
 
     >>> Budget.parse("529"), Budget.parse("25%"), Budget.parse("10x"), Budget.saccades(273)
     (Budget('529'), Budget('25%'), Budget('10x'), Budget('K=273'))

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import torch
 from tqdm import tqdm
 
-from arr_coc.budget import budget_tokens, split_budget
+from arr_coc.budget import Budget
 from arr_coc.vlm import load_vlm
 from arr_coc.vlm.answer_loss import relaxation_gap
 
@@ -43,7 +43,7 @@ def measure(family: str, images: int, maps: int, tokens: str, temperature: float
     adapter = load_vlm(f"tiny:{family}")
     adapter.model.requires_grad_(False).eval()
     grid = (6, 8)
-    gestalt, k = split_budget(budget_tokens(tokens, grid[0] * grid[1]), grid)
+    (gestalt,), k = Budget.parse(tokens).split([grid])
     g = torch.Generator().manual_seed(seed)
     gaps: dict[str, list[float]] = {"weighted": [], "candidates": []}
     corr: dict[str, list[float]] = {"weighted": [], "candidates": []}

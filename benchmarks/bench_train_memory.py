@@ -82,7 +82,7 @@ def rss_gib() -> float:
 def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: int, tokens: str,
           tower_blocks: int = TOWER_BLOCKS) -> dict[str, Any]:
     """One training step in this process; what it measured."""
-    from arr_coc.budget import budget_tokens, split_budget
+    from arr_coc.budget import Budget
     from arr_coc.engine.soft_topk import soft_topk
     from arr_coc.vlm.answer_loss import answer_loss, top_cells
     from arr_coc.vlm.qwen import Qwen25VLAdapter
@@ -98,7 +98,7 @@ def child(arch: str, layers: int, checkpointing: bool, relaxation: str, size: in
     built = rss_gib()
     image = page(size)
     grid = (size // adapter.cell, size // adapter.cell)
-    gestalt, k = split_budget(budget_tokens(tokens, grid[0] * grid[1]), grid)
+    (gestalt,), k = Budget.parse(tokens).split([grid])
     relevance = torch.nn.Parameter(torch.randn(grid, generator=torch.Generator().manual_seed(0)))
     saved, tower = [0], []
     adapter.visual.register_forward_pre_hook(lambda *a: tower.append(time.perf_counter()))

@@ -9,7 +9,7 @@ Questions: :func:`arr_coc.documents.questions.context_questions` (section titles
 answer unique in the context and never in its question). For each question and each compression
 ratio c, T = text tokens / c visual tokens go to every method (equal tokens):
 
-- ``coc``: :func:`arr_coc.contexts.allocate_context` (a gestalt per page + one ranking of all cells);
+- ``coc``: :func:`arr_coc.contexts.allocate` (a gestalt per page + one ranking of all cells);
 - ``equal split``: the same gestalts, K split equally over the pages, each page's best cells by the same scores;
 - ``uniform``: every page downscaled to T / pages tokens (what rendering at a lower DPI gives);
 - ``first pages``: pages in order at full resolution while they fit, the rest downscaled onto the next;

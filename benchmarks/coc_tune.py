@@ -25,8 +25,9 @@ import torch
 from tqdm import tqdm
 
 from arr_coc import ARR, ARRConfig
+from arr_coc.budget import Budget
 from arr_coc.config import TextureConfig
-from arr_coc.contexts import rank_cells, rank_parts, ranking_score, see_context, split_context, text_tokens
+from arr_coc.contexts import rank_cells, rank_parts, ranking_score, see_context, text_tokens
 from arr_coc.documents.corpus import documents
 from arr_coc.documents.page import Context
 from arr_coc.documents.pdf import read_pdf
@@ -107,7 +108,7 @@ def main() -> None:
             seen = see_context(arr, ctx)
         n_text = text_tokens("\n\n".join(p.text for p in ctx.pages))
         grids = [g for scene in seen.scenes for g in scene.extents]
-        _, k0 = split_context(grids, tokens=2 * len(ctx))  # the benchmark's own call (coc_questions.py)
+        _, k0 = Budget.parse(2 * len(ctx)).split(grids)  # the benchmark's own call (coc_questions.py)
         for q in qs:
             with torch.inference_mode():
                 on = rank_parts(arr, seen, q.question, k0)
@@ -120,7 +121,7 @@ def main() -> None:
             for quotes, tw, pw, nw in grid:
                 scores = [ranking_score(p, tw, pw, nw) for p in (on if quotes == "on" else off)]
                 for c in args.compression:
-                    _, k = split_context(grids, tokens=max(2 * len(ctx), round(n_text / c)))
+                    _, k = Budget.parse(max(2 * len(ctx), round(n_text / c))).split(grids)
                     cells = rank_cells(scores, k)[a]
                     cov[(quotes, tw, pw, nw, source, c)].append(coverage(cells, boxes, tuple(image.shape[-2:]), seen.scenes[0].canvas.cell))
         write(args, grid, cov, sorted(docs), n_q)  # after every context: a run cut short keeps what it has

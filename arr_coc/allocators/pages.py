@@ -5,7 +5,7 @@ per-image methods. Every one gets the same T over the context's pages, given a :
 (the pages' cell grids, the question's per-page ranking scores, the context allocation's own plans, the
 pages' BM25 order):
 
-- ``coc``: the context allocation itself (:func:`arr_coc.contexts.allocate_context` at T: a gestalt per
+- ``coc``: the context allocation itself (:func:`arr_coc.contexts.allocate` at T: a gestalt per
   page by the budget's rule, K saccades by one ranking over every page's cells): its plans as it made them;
 - ``equal_split``: the same gestalts, K split equally over the pages, each page's best cells by the same scores;
 - ``first_pages``: pages in reading order at full resolution while they fit, the rest of T downscaling the next;

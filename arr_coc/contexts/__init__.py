@@ -10,11 +10,9 @@ images before anything is drawn and :func:`load_context` turns them into pages (
 """
 from arr_coc.contexts.allocate import (
     allocate,
-    allocate_context,
     check_context,
     plan_budget,
     rank_parts,
-    split_context,
 )
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, load_context, open_context
 from arr_coc.contexts.ranking import RankParts, placing_map, rank_cells, ranking_score
@@ -22,7 +20,7 @@ from arr_coc.contexts.result import ContextAllocation, PageAllocation
 from arr_coc.contexts.seen import SeenContext, see_context
 from arr_coc.contexts.tokens import DEFAULT_TOKENIZER, text_tokens, tokenizer_name
 
-__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate", "allocate_context", "check_context",
+__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate", "check_context",
            "plan_budget", "see_context", "rank_cells", "rank_parts", "RankParts", "ranking_score", "placing_map",
-           "split_context", "MAX_PAGES", "OpenContext", "load_context", "open_context", "DEFAULT_TOKENIZER",
+           "MAX_PAGES", "OpenContext", "load_context", "open_context", "DEFAULT_TOKENIZER",
            "text_tokens", "tokenizer_name"]

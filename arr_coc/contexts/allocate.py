@@ -229,21 +229,3 @@ def rank_parts(arr: ARR, seen: SeenContext, question: str, k: int = 0, t: dict[s
     parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], rels, seen.words, seen.lines, question)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     return parts
-
-
-def allocate_context(arr: ARR, context: Any, question: str, *, tokens: int | None = None,
-                     saccades: int | None = None, **kwargs: Any) -> ContextAllocation:
-    """:func:`allocate` with the budget as ``tokens=T`` or ``saccades=K`` (the earlier spelling; callers move to
-    :func:`allocate`)."""
-    if tokens is not None and saccades is not None:
-        raise ValueError("give exactly one of tokens (a total) and saccades (K)")
-    budget = Budget.parse(tokens) if tokens is not None else None if saccades is None else Budget.saccades(saccades)
-    return allocate(arr, context, question, budget, **kwargs)
-
-
-def split_context(grids: Sequence[tuple[int, int]], *, tokens: int | None = None,
-                  saccades: int | None = None) -> tuple[list[tuple[int, int]], int]:
-    """:meth:`Budget.split` with the budget as ``tokens=T`` or ``saccades=K`` (the earlier spelling)."""
-    if (tokens is None) == (saccades is None):
-        raise ValueError("give exactly one of tokens (a total) and saccades (K)")
-    return (Budget.parse(tokens) if tokens is not None else Budget.saccades(saccades)).split(grids)

@@ -185,7 +185,7 @@ def load_context(context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI, l
                  max_pages: int = MAX_PAGES) -> Context:
     """A context from a PDF / text / image path, a list of images or paths, one image, or a Context.
 
-    Every page is drawn and held at once; :func:`arr_coc.contexts.allocate_context` given the path draws a
+    Every page is drawn and held at once; :func:`arr_coc.contexts.allocate` given the path draws a
     few at a time. Everything :func:`open_context` checks is checked first.
 
     Args:

@@ -253,7 +253,7 @@ class ARR(nn.Module):
     def gestalt(self, scene: Scene, saccades: int, grid: tuple[int, int] | None = None) -> Gestalt:
         """The gestalt sent with K saccades (16x16, or smaller for small K; clamped to the smallest image).
 
-        ``grid`` overrides the config's rule (a total T split by :func:`arr_coc.budget.split_budget`).
+        ``grid`` overrides the config's rule (a total T split by :meth:`arr_coc.budget.Budget.split`).
         """
         ext = scene.extents
         if grid is None:

@@ -2,7 +2,7 @@
 
 For every context (:mod:`arr_coc.data.contexts`: the LaTeX manuals' long contexts, MP-DocVQA,
 SlideVQA) the pages are seen once (:func:`arr_coc.contexts.see_context`); for every question and budget
-the context allocation is made once (:func:`arr_coc.contexts.allocate_context` at that budget: the ``coc``
+the context allocation is made once (:func:`arr_coc.contexts.allocate` at that budget: the ``coc``
 method's plans, and the per-page scores the other methods rank by), and every whole-context method of the
 registry (:mod:`arr_coc.allocators.pages`) sends its plans, all at equal visual tokens.
 
@@ -34,7 +34,8 @@ import torch
 
 from arr_coc.allocators.methods import page_plans, resolve
 from arr_coc.allocators.pages import PagesInputs
-from arr_coc.contexts import allocate_context, see_context, text_tokens, tokenizer_name
+from arr_coc.budget import Budget
+from arr_coc.contexts import allocate, see_context, text_tokens, tokenizer_name
 from arr_coc.data.contexts import ContextItem, ContextQuestion
 from arr_coc.engine.imageops import paint_boxes
 from arr_coc.engine.pipeline import ARR
@@ -157,7 +158,7 @@ def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, se
         if any("relevance" in resolve(m, "context").needs for m in methods):
             start = time.perf_counter()
             with torch.inference_mode():
-                alloc = allocate_context(arr, seen, q.question, tokens=total, **settings.weights())
+                alloc = allocate(arr, seen, q.question, Budget.parse(total), **settings.weights())
             alloc_ms = (time.perf_counter() - start) * 1e3
             inputs = PagesInputs(grids, [p.relevance for p in alloc.pages], [p.plan for p in alloc.pages], order)
         for method in methods:

@@ -34,7 +34,7 @@ died loses at most the batch it was answering; a folder made with other settings
 refused. Tables and plots: :func:`arr_coc.eval.report.write_reports`.
 
 Multi-page records (``Record.pages``: :mod:`arr_coc.data.mpdocvqa`, :mod:`arr_coc.data.slidevqa`) are read
-by :func:`answer_pages`: method ``coc`` (the context allocation, :func:`arr_coc.contexts.allocate_context`)
+by :func:`answer_pages`: method ``coc`` (the context allocation, :func:`arr_coc.contexts.allocate`)
 at T tokens over all the record's pages, one multi-image prompt.
 """
 from __future__ import annotations
@@ -262,12 +262,12 @@ def answer_jobs(jobs: Sequence[Job], adapter: Any, settings: EvalSettings) -> li
 
 def answer_pages(record: Record, arr: Any, adapter: Any, settings: EvalSettings, spec: str, seen: Any = None) -> dict:
     """One multi-page record (``Record.pages``: MP-DocVQA, SlideVQA) at budget ``spec`` over all its pages, method
-    ``coc``: one budget over the pages (:func:`arr_coc.contexts.allocate_context`), every page's gestalt + saccades
+    ``coc``: one budget over the pages (:func:`arr_coc.contexts.allocate`), every page's gestalt + saccades
     in one multi-image prompt (:func:`arr_coc.vlm.context.read_context`); one scored row, with the pages that got
     saccades and whether an answer page is among them (``answer_page_hit``). ``seen``: the record's pages already
     seen (:func:`arr_coc.contexts.see_context`), shared by the questions over them."""
     from arr_coc.budget import Budget
-    from arr_coc.contexts import allocate_context, see_context, text_tokens
+    from arr_coc.contexts import allocate, see_context, text_tokens
     from arr_coc.eval.context_run import page_texts
     from arr_coc.vlm.context import read_context
 
@@ -279,7 +279,7 @@ def answer_pages(record: Record, arr: Any, adapter: Any, settings: EvalSettings,
         texts = page_texts(seen) if budget.needs_text else []
         n_text = text_tokens("\n\n".join(texts)) if any(t.strip() for t in texts) else None
         total = budget.total(full, text_tokens=n_text, pages=n)
-        alloc = allocate_context(arr, seen, record.question, tokens=total)
+        alloc = allocate(arr, seen, record.question, Budget.parse(total))
     alloc_ms = (time.perf_counter() - start) * 1e3
     t: dict[str, float] = {}
     a = read_context(adapter, alloc.pages, settings.prompt.format(question=record.question),

@@ -16,7 +16,7 @@ from arr_coc.allocators.methods import (
     square_sizes,
 )
 from arr_coc.allocators.patching import PATCHERS, edge_density, render_patches
-from arr_coc.budget import split_budget
+from arr_coc.budget import Budget
 from arr_coc.engine.canvas import make_canvas
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.samplers import SAMPLERS, select, topk_cells
@@ -39,7 +39,7 @@ def inputs() -> MethodInputs:
 
 def test_every_method_plans_exactly_the_tokens_it_is_given(inputs):
     total = 100
-    grid, k = split_budget(total, inputs.grid)
+    (grid,), k = Budget.parse(total).split([inputs.grid])
     assert (grid, k) == ((6, 6), 64)
     for name in (n for n in METHODS.names() if "image" in METHODS.get(n).scopes):
         plan = make_plan(name, inputs, total)
@@ -55,7 +55,7 @@ def test_every_method_plans_exactly_the_tokens_it_is_given(inputs):
 
 
 def test_each_method_is_the_sampler_or_map_it_declares(inputs):
-    grid, k = split_budget(100, inputs.grid)
+    (grid,), k = Budget.parse(100).split([inputs.grid])
     valid = inputs.canvas.valid
     topk = make_plan("topk", inputs, 100)
     assert torch.equal(topk.cells, topk_cells(inputs.relevance, k, valid).positions[0])

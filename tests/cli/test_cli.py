@@ -176,10 +176,10 @@ def _look_json(receipt, capsys, *flags):
 
 
 def test_look_tokens_t_is_split_as_eval_splits_it(receipt, capsys):
-    """--tokens T sends exactly T (split_budget on the image's 53x35 cells); --saccades K sends K + its gestalt."""
-    from arr_coc.budget import split_budget
+    """--tokens T sends exactly T (Budget.split on the image's 53x35 cells); --saccades K sends K + its gestalt."""
+    from arr_coc.budget import Budget
 
-    assert split_budget(100, (53, 35)) == ((6, 6), 64) and split_budget(464, (53, 35)) == ((12, 12), 320)
+    assert Budget.parse(100).split([(53, 35)]) == ([(6, 6)], 64) and Budget.parse(464).split([(53, 35)]) == ([(12, 12)], 320)
     by_tokens = _look_json(receipt, capsys, "--tokens", "100")
     assert by_tokens["tokens"] == {"gestalt": 36, "saccades": 64, "sent": 100, "full_resolution": 1855}
     assert by_tokens["gestalt_grid"] == [6, 6]

@@ -6,7 +6,7 @@ import matplotlib
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from arr_coc.budget import budget_tokens, split_budget
+from arr_coc.budget import Budget
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig
 from arr_coc.data.datasets import load_dataset
@@ -65,10 +65,10 @@ def test_every_record_method_and_budget_gets_one_row(pages, arr, tmp_path):
     for r in rows:
         assert r["full_tokens"] == full_tokens
         if r["method"] in ("topk", "random"):  # gestalt + saccades exactly fill the budget
-            assert r["tokens"] == budget_tokens(r["budget"], full_tokens)
+            assert r["tokens"] == Budget.parse(r["budget"]).total(full_tokens)
             assert 0 <= r["coverage"] <= 1 and r["hit"] == float(r["coverage"] >= 0.5)
         if r["method"] == "uniform_image":
-            assert r["tokens"] <= budget_tokens(r["budget"], full_tokens)
+            assert r["tokens"] <= Budget.parse(r["budget"]).total(full_tokens)
     full = [r for r in rows if r["method"] == "full"]
     assert all(r["reading"] >= 0.9 for r in full), [(r["answer"], r["prediction"]) for r in full]
     tiny = [r for r in rows if r["method"] == "uniform_image" and r["budget"] == "10%"]
@@ -115,12 +115,12 @@ def test_cli_eval_on_jsonl(pages, tmp_path, capsys):
 
 
 def test_budget_arithmetic():
-    assert budget_tokens("5%", 972) == 49 and budget_tokens("50%", 972) == 486 and budget_tokens(5000, 972) == 972
-    assert split_budget(529, (48, 48)) == ((16, 16), 273) and split_budget(10, (3, 3)) == ((2, 2), 6)
+    assert Budget.parse("5%").total(972) == 49 and Budget.parse("50%").total(972) == 486 and Budget.parse(5000).total(972) == 972
+    assert Budget.parse(529).split([(48, 48)]) == ([(16, 16)], 273) and Budget.parse(10).split([(3, 3)]) == ([(2, 2)], 6)
     with pytest.raises(ValueError, match="must be a share"):
-        budget_tokens("150%", 100)
+        Budget.parse("150%").total(100)
     with pytest.raises(ValueError, match="at least 2"):
-        budget_tokens("1%", 100)
+        Budget.parse("1%").total(100)
 
 
 def test_bad_settings_fail_before_any_work():
@@ -160,7 +160,7 @@ def test_variable_size_allocators_fill_the_budget_and_report_what_they_saw(pages
     settings = EvalSettings(methods=("topk", "patches", "quadtree"), budgets=("25%",), reader=None)
     rows = read_rows(evaluate(records, arr, tmp_path, settings, progress=False))
     by = {(r["record_id"], r["method"]): r for r in rows}
-    total = budget_tokens("25%", 20 * 30)
+    total = Budget.parse("25%").total(20 * 30)
     for rec in records:
         patches, quad, topk = (by[(rec.record_id, m)] for m in ("patches", "quadtree", "topk"))
         assert patches["tokens"] == topk["tokens"] == total  # exactly K tokens, whatever their sizes
@@ -252,7 +252,7 @@ def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(p
         PATCHERS.get("quadtree")(torch.rand(1, 30, 20), 1)  # the 560x840 page's 30x20 cells
     # its coarsest start: 16x16, four 4x4 beside it, then 8-, 4- and 2-cell squares below: 24 leaves
     assert small.value.k == 1 and small.value.minimum == 24
-    assert split_budget(25, (30, 20)) == ((2, 2), 21) and split_budget(40, (30, 20)) == ((4, 4), 24)
+    assert Budget.parse(25).split([(30, 20)]) == ([(2, 2)], 21) and Budget.parse(40).split([(30, 20)]) == ([(4, 4)], 24)
     records = load_dataset("jsonl", pages)[:1]
     settings = EvalSettings(methods=("topk", "quadtree"), budgets=("25", "40"), reader=None)
     rows = read_rows(evaluate(records, arr, tmp_path / "a", settings, progress=False))

@@ -4,7 +4,7 @@ import torch
 from conftest import key_pdf
 
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
-from arr_coc.contexts import allocate_context
+from arr_coc.contexts import allocate
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.query import HashingQueryEncoder
@@ -116,7 +116,7 @@ def test_ask_on_a_pdf_is_the_context_allocation_read_as_one_prompt(qwen, pdf):
     arr, q = fast_arr(qwen.cell), "Where is the key?"
     a = ask(qwen, str(pdf), q, arr=arr, budget="120", max_new_tokens=4)[0]
     # the read_context path by hand: the context's allocation, its pages encoded, one multi-image prompt, decoded
-    alloc = allocate_context(arr, str(pdf), q, tokens=120)
+    alloc = allocate(arr, str(pdf), q, 120)
     vis = encode(qwen, [p.plan for p in alloc.pages], [p.image for p in alloc.pages])
     runs = qwen.prompt_segments(q, 3)
     tokens, _ = decode(qwen, Prompt(assemble_context(qwen.embed_tokens, [runs], [vis], qwen.rope_rows), [runs]),
