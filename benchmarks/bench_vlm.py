@@ -83,8 +83,8 @@ def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str,
 
     grid = (image.shape[1] // adapter.cell, image.shape[2] // adapter.cell)
 
-    def answer_prefill(t: dict[str, float], visual: list, prompts: list, look: Any = None) -> tuple:
-        prompt = prefill(adapter, visual, prompts, look=look)
+    def answer_prefill(t: dict[str, float], visual: list, prompts: list, first_look: Any = None) -> tuple:
+        prompt = prefill(adapter, visual, prompts, first_look=first_look)
         _, logits = decode(adapter, prompt, max_new_tokens=1, timings=t)
         # one token: generate runs the prompt's last token and its logits, which a single pass's prefill does
         t["prefill"] = t.get("prefill", 0.0) + t.pop("decode", 0.0)
@@ -102,13 +102,13 @@ def make_runs(adapter: VLMAdapter, arr: Any, image: torch.Tensor, question: str,
             arr.cache = ImageCache()  # the OCR and every other image-only channel run again, as on a new page
             t: dict[str, float] = {}
             planned = allocate(adapter, [image], [question], saccades=saccades, arr=arr, relevance=relevance,
-                               look_layers=layers, prompts=[(pre, suf)], timings=t)
+                               first_look_layers=layers, prompts=[(pre, suf)], timings=t)
             with timed(t, "vision", adapter.device):
                 vis = encode(adapter, planned.plans, planned.images, encoded=planned.gestalt_tokens)
-            prompt, logits = answer_prefill(t, vis, planned.prompts, planned.look)
+            prompt, logits = answer_prefill(t, vis, planned.prompts, planned.first_look)
             detail = {k.split("/", 1)[1]: v for k, v in t.items() if k.startswith("allocation/")}
-            cached = 0 if planned.look is None else planned.look.attention_mask.shape[1]
-            look = prompt.look_work(0, vis[0]) if planned.look is not None else None
+            cached = 0 if planned.first_look is None else planned.first_look.attention_mask.shape[1]
+            look = prompt.first_look_work(0, vis[0]) if planned.first_look is not None else None
             return stage_ms(t), detail, vis[0], cached + prompt.prefill.inputs_embeds.shape[1], logits, look
         return run
 

@@ -190,7 +190,7 @@ def peak_kb():
 with torch.inference_mode():
     open("/proc/self/clear_refs", "w").write("5")  # the peak from here on: loading the model does not count
     base = peak_kb()
-    seen = stages.look_at(adapter, [torch.rand(3, 112, 112)], [(4, 4)], prompts=[(before, after[:1] * 4000 + after)])
+    seen = stages.read_first_look(adapter, [torch.rand(3, 112, 112)], [(4, 4)], prompts=[(before, after[:1] * 4000 + after)])
 print(tuple(seen.attention[0].shape), (peak_kb() - base) // 1024)
 """
 
@@ -310,7 +310,7 @@ from arr_coc.eval.loop import evaluate
 from arr_coc.vlm import load_vlm, stages
 adapter = load_vlm("tiny:qwen2_5_vl", dtype=sys.argv[1])
 calls = {
-    "look_at": lambda: stages.look_at(adapter, [torch.rand(3, 56, 56)], [(2, 2)], ["What is the total?"]),
+    "read_first_look": lambda: stages.read_first_look(adapter, [torch.rand(3, 56, 56)], [(2, 2)], ["What is the total?"]),
     "encode": lambda: stages.encode(adapter, [], []),
     "prefill": lambda: stages.prefill(adapter, [], []),
     "decode": lambda: stages.decode(adapter, None),
@@ -330,7 +330,7 @@ def test_the_vlm_stages_and_eval_refuse_a_half_precision_model_under_the_limit_i
     limited = _python(["-c", STAGES, "bfloat16"], "1").stdout.splitlines()
     fix = ("on the CPU: OMP_THREAD_LIMIT=1 is below torch's 2 threads, so its half-precision matmul computes only "
            "part of its output; unset OMP_THREAD_LIMIT or torch.set_num_threads(1)")
-    assert limited == [f"look_at ThreadLimitError the first look with a bfloat16 model {fix}",
+    assert limited == [f"read_first_look ThreadLimitError the first look with a bfloat16 model {fix}",
                        f"encode ThreadLimitError encode with a bfloat16 model {fix}",
                        f"prefill ThreadLimitError prefill with a bfloat16 model {fix}",
                        f"decode ThreadLimitError decode with a bfloat16 model {fix}",
@@ -338,4 +338,4 @@ def test_the_vlm_stages_and_eval_refuse_a_half_precision_model_under_the_limit_i
                        "threads 2"]  # refused, and the process's thread pool left as it was
     # the controls: the same calls without the limit, and a float32 model under it, get past the check
     for free in (_python(["-c", STAGES, "bfloat16"], None).stdout, _python(["-c", STAGES, "float32"], "1").stdout):
-        assert free.splitlines()[:2] == ["look_at ok", "encode ok"] and "ThreadLimitError" not in free
+        assert free.splitlines()[:2] == ["read_first_look ok", "encode ok"] and "ThreadLimitError" not in free

@@ -17,10 +17,10 @@ from arr_coc.contexts.allocate import (
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, load_context, open_context
 from arr_coc.contexts.ranking import RankParts, placing_map, rank_cells, ranking_score
 from arr_coc.contexts.result import ContextAllocation, PageAllocation
-from arr_coc.contexts.seen import SeenContext, see_context
+from arr_coc.contexts.seen import ContextScene, see_context
 from arr_coc.contexts.tokens import DEFAULT_TOKENIZER, text_tokens, tokenizer_name
 
-__all__ = ["ContextAllocation", "PageAllocation", "SeenContext", "allocate", "check_context",
+__all__ = ["ContextAllocation", "PageAllocation", "ContextScene", "allocate", "check_context",
            "plan_budget", "see_context", "rank_cells", "rank_parts", "RankParts", "ranking_score", "placing_map",
            "MAX_PAGES", "OpenContext", "load_context", "open_context", "DEFAULT_TOKENIZER",
            "text_tokens", "tokenizer_name"]

@@ -48,7 +48,7 @@ from arr_coc.contexts.ranking import (
     text_parts,
 )
 from arr_coc.contexts.result import ContextAllocation, PageAllocation
-from arr_coc.contexts.seen import CHUNK, PageRead, SeenContext, canvas_grids, read_pages
+from arr_coc.contexts.seen import CHUNK, ContextScene, PageRead, canvas_grids, read_pages
 from arr_coc.contexts.tokens import text_tokens as count_tokens
 from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.pdf import DEFAULT_DPI
@@ -125,7 +125,7 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
     Args:
         arr: the ARR whose canvas, channels, scorer and sampler every page goes through.
         context: an image (path, PIL image, [3, H, W] tensor), a list of images (or a [B, 3, H, W] tensor), a PDF,
-            a text file, a :class:`~arr_coc.documents.page.Context`, or a :class:`SeenContext` (from
+            a text file, a :class:`~arr_coc.documents.page.Context`, or a :class:`ContextScene` (from
             :func:`~arr_coc.contexts.see_context`: several questions pay for the pages once), or the
             :class:`~arr_coc.contexts.inputs.OpenContext` :func:`check_context` returned.
         question: the question.
@@ -156,7 +156,7 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
     budget = Budget.saccades(arr.config.sampler.saccades) if budget is None else Budget.parse(budget)
     arr.check_weights()
     t: dict[str, float] = {}
-    if isinstance(context, SeenContext):
+    if isinstance(context, ContextScene):
         grids = [g for scene in context.scenes for g in scene.extents]
         split = None if budget.needs_text else plan_budget(arr.config, budget, grids)
         source, meta, stream = context.context.source, context.context.meta, context.chunks()
@@ -208,7 +208,7 @@ def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, T
     return out
 
 
-def rank_parts(arr: ARR, seen: SeenContext, question: str, k: int = 0, t: dict[str, float] | None = None,
+def rank_parts(arr: ARR, seen: ContextScene, question: str, k: int = 0, t: dict[str, float] | None = None,
                relevance: Sequence[Tensor] | None = None) -> list[RankParts]:
     """Every page's :class:`~arr_coc.contexts.ranking.RankParts` for a question.
 

@@ -2,7 +2,7 @@
 
 :func:`read_pages` yields, chunk after chunk, the ARR's :class:`~arr_coc.engine.pipeline.Scene` of a few pages
 (with each page's known text on it, for the text channels) and what the ranking keeps of each page;
-:func:`see_context` keeps them all (a :class:`SeenContext`), so several questions pay for the pages once.
+:func:`see_context` keeps them all (a :class:`ContextScene`), so several questions pay for the pages once.
 """
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def _redraw(arr: ARR, opened: OpenContext, i: int) -> Tensor:
 
 
 @dataclass
-class SeenContext:
+class ContextScene:
     """What a context's pages alone determine, for any number of questions: canvases, textures, words.
 
     Attributes:
@@ -181,7 +181,7 @@ class SeenContext:
 
 def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI,
                 layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES, ocr: OCR | None = None,
-                chunk: int = CHUNK) -> SeenContext:
+                chunk: int = CHUNK) -> ContextScene:
     """Read a context and compute what its pages alone determine, for several questions (see
     :func:`~arr_coc.contexts.allocate` for the arguments). It holds every page's canvas and texture: for one
     question :func:`~arr_coc.contexts.allocate` on the context itself holds a few pages at a time."""
@@ -194,4 +194,4 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
     for scene, read in read_pages(arr, opened, ocr, chunk, t, keep=True):
         scenes.append(scene)
         reads.extend(read)
-    return SeenContext(Context([r.page for r in reads], opened.source, opened.meta), scenes, reads, t)
+    return ContextScene(Context([r.page for r in reads], opened.source, opened.meta), scenes, reads, t)

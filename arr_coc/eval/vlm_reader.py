@@ -59,7 +59,7 @@ from arr_coc.vlm.answer import answer_text, decode_flops, prefill_flops
 from arr_coc.vlm.generation import generate, synchronize
 from arr_coc.vlm.processing import assemble
 from arr_coc.vlm.protocol import PROCESSOR
-from arr_coc.vlm.stages import look_at
+from arr_coc.vlm.stages import read_first_look
 from arr_coc.weights import load_learned_methods
 
 VLM_METHODS = methods_for("vlm")  # in table order
@@ -214,12 +214,12 @@ def _encode_plan(adapter: Any, plan: Plan, pixels: Any, layout: str, **kwargs: A
 
 def _first_look_job(record: Record, spec: str, adapter: Any, settings: EvalSettings, inputs: MethodInputs,
                     total: int, pixels: Any, full: int) -> Job:
-    """The ``vlm`` method: the staged path's first look (:func:`arr_coc.vlm.stages.look_at`: the gestalt encoded,
+    """The ``vlm`` method: the staged path's first look (:func:`arr_coc.vlm.stages.read_first_look`: the gestalt encoded,
     the question's attention to it read) is the relevance ARR's sampler spends the saccades on (the registry's
     ``vlm`` method, through :func:`arr_coc.engine.samplers.select`); the gestalt tokens are reused for the answer."""
     (grid, _) = inputs.split(total)
     start = time.perf_counter()
-    look = look_at(adapter, [pixels], [grid], [settings.prompt.format(question=record.question)])
+    look = read_first_look(adapter, [pixels], [grid], [settings.prompt.format(question=record.question)])
     # a one-image canvas has no padding: the map covers every valid cell; the methods run on the CPU
     relevance = look.relevance_map([inputs.grid], inputs.canvas.grid).float().cpu()
     with torch.no_grad():

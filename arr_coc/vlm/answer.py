@@ -36,7 +36,7 @@ from arr_coc.vlm.stages import (  # noqa: F401  (RELEVANCE_SOURCES, allocators, 
     allocate,
     allocators,
     arr_for,
-    check_look,
+    check_first_look,
     default_relevance,
 )
 
@@ -130,7 +130,7 @@ def refuse_total_tokens(adapter: Any, tokens: Any, images: int | None = 1) -> No
 def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, arr: Any = None,
         saccades: int | None = None, budget: Any = None, mode: str = "sparse", layout: str = "scaled",
         gestalt: bool = True, max_new_tokens: int = MAX_NEW_TOKENS, config: ARRConfig | None = None,
-        allocator: str = "arr", relevance: str = "auto", look_layers: Sequence[int] | None = None,
+        allocator: str = "arr", relevance: str = "auto", first_look_layers: Sequence[int] | None = None,
         generation_config: Any = None, streamer: Any = None, seed: int | None = None, pages: Any = None,
         dpi: float | None = None, text_layout: Any = None, max_pages: int | None = None,
         text_tokenizer: Any = None) -> list[Answer]:
@@ -165,7 +165,7 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
             over the cells, is the relevance; the answer then reuses that prefill. Everything runs
             on the model's device. ``"auto"``: :func:`arr_coc.vlm.stages.default_relevance` for an image,
             ``"arr"`` for a context.
-        look_layers: decoder layers the first look reads (default: the middle half).
+        first_look_layers: decoder layers the first look reads (default: the middle half).
         generation_config: how to decode, a ``transformers.GenerationConfig`` passed to the model's own
             ``generate`` (sampling, beams, stop strings, ...; unset fields come from the checkpoint's
             ``generation_config.json``, as in transformers). None: plain greedy decoding.
@@ -216,7 +216,7 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
             raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
                              f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
         if relevance == "vlm":
-            check_look(adapter, mode, gestalt, "relevance 'vlm'")
+            check_first_look(adapter, mode, gestalt, "relevance 'vlm'")
     else:
         relevance = "arr"
     arr = arr_for(adapter, arr, config)
@@ -233,11 +233,11 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
         t: dict[str, float] = {}
         whole = contexts if is_image_batch(contexts) and not paged else [one_image(items[i][0]) for i in images]
         planned = allocate(adapter, whole, [items[i][1] for i in images], saccades=k, arr=arr, relevance=relevance,
-                           allocator=allocator, encoding=mode, gestalt=gestalt, look_layers=look_layers, timings=t)
+                           allocator=allocator, encoding=mode, gestalt=gestalt, first_look_layers=first_look_layers, timings=t)
         reads = [Read(q, [PageInput(0, img, plan)], [pre, suf], source=source_of(items[i][0]))
                  for i, q, img, plan, (pre, suf) in zip(images, planned.queries, planned.images, planned.plans,
                                                         planned.prompts)]
-        for i, a in zip(images, read_pages(adapter, reads, look=planned.look, weights=planned.weights,
+        for i, a in zip(images, read_pages(adapter, reads, first_look=planned.first_look, weights=planned.weights,
                                            encoded=planned.gestalt_tokens, allocator=allocator, relevance=relevance,
                                            timings=t, **decoding)):
             out[i] = a

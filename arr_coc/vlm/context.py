@@ -48,7 +48,7 @@ class PageInput:
 
 def read_pages(adapter: VLMAdapter, reads: Sequence[Read], *, layout: str = "scaled",
                max_new_tokens: int = MAX_NEW_TOKENS, generation_config: Any = None, streamer: Any = None,
-               seed: int | None = None, look: Any = None, weights: Sequence[Tensor | None] | None = None,
+               seed: int | None = None, first_look: Any = None, weights: Sequence[Tensor | None] | None = None,
                encoded: Sequence[VisualTokens] | None = None, allocator: str = "arr", relevance: str = "arr",
                timings: dict[str, float] | None = None) -> list[Answer]:
     """One answer per prompt of ``reads``: each prompt's pages encoded, placed between its text runs, decoded.
@@ -57,7 +57,7 @@ def read_pages(adapter: VLMAdapter, reads: Sequence[Read], *, layout: str = "sca
         reads: per prompt its question, pages (``index``, ``image``, ``plan``) and ``runs``, the ids around them.
         layout: saccade positions relative to each page's gestalt (``adapter.layouts``).
         max_new_tokens, generation_config, streamer, seed: how to decode (:func:`arr_coc.vlm.stages.decode`).
-        look: the first look whose cache the prompts continue (one page per prompt; its gestalt is reused).
+        first_look: the first look whose cache the prompts continue (one page per prompt; its gestalt is reused).
         weights, encoded: per page, in batch order, the weighted encoding's maps and the first look's gestalt
             tokens (:func:`arr_coc.vlm.stages.encode`).
         allocator, relevance: recorded on the answers.
@@ -73,7 +73,7 @@ def read_pages(adapter: VLMAdapter, reads: Sequence[Read], *, layout: str = "sca
     at = 0
     for r in reads:
         r.visual, at = flat[at:at + len(r.pages)], at + len(r.pages)
-    prompt = prefill(adapter, [r.visual for r in reads], [r.runs for r in reads], look=look)
+    prompt = prefill(adapter, [r.visual for r in reads], [r.runs for r in reads], first_look=first_look)
     tokens, _ = decode(adapter, prompt, max_new_tokens=max_new_tokens, generation_config=generation_config,
                        streamer=streamer, seed=seed, logits=False, timings=t)
     return replies(adapter, reads, tokens, prompt, allocator, relevance, t)

@@ -180,7 +180,7 @@ def replies(adapter: VLMAdapter, reads: Sequence[Read], tokens: Tensor, prompt: 
         sent = [PageSent(p.index, v.n_gestalt, len(v) - v.n_gestalt, p.plan.full_tokens, p.plan,
                          p.pixels if hasattr(p, "pixels") else p.image) for p, v in zip(r.pages, r.visual)]
         flops = prefill_flops(adapter, n_text + sum(len(v) for v in r.visual),
-                              tuple(s for v in r.visual for s in v.vision_segments), *prompt.look_work(b, r.visual))
+                              tuple(s for v in r.visual for s in v.vision_segments), *prompt.first_look_work(b, r.visual))
         full = [s.full_tokens for s in sent]
         flops_full = prefill_flops(adapter, n_text + sum(full), tuple(n * adapter.merge ** 2 for n in full))
         out.append(Answer(r.question, text, toks, sent, flops, flops_full, r.text_tokens, r.tokenizer, allocator,

@@ -3,7 +3,7 @@
 :func:`arr_coc.vlm.answer` is these four calls in a row; the VLM evaluation and ``benchmarks/bench_vlm.py``
 call them too, timing or swapping one stage at a time.
 
-* :func:`look_at` -- the VLM's first look at the gestalt, a relevance source of its own.
+* :func:`read_first_look` -- the VLM's first look at the gestalt, a relevance source of its own.
 * :func:`allocate` -- relevance from ARR's scorer (``relevance="arr"``; with ARR's ``first_look``
   channel the VLM's first look feeds that scorer) or from the VLM's first look alone (``"vlm"``,
   :mod:`arr_coc.vlm.first_look`), then saccades from a sampler (:func:`sample_cells`) or squares from a
@@ -89,14 +89,14 @@ class Planned:
     queries: list[str]
     prompts: list[tuple[list[int], list[int]]]  # per image the token ids before and after the image
     relevance: str  # "arr" (ARR's scorer) or "vlm" (the VLM's first look)
-    look: FirstLook | None = None  # the first look, when one ran: prefill continues its cache
+    first_look: FirstLook | None = None  # the first look, when one ran: prefill continues its cache
     weights: list[Tensor] | None = None  # weighted encoding: per image [Hc, Wc] relevance weights
     timings_ms: dict[str, float] = field(default_factory=dict)
 
     @property
     def gestalt_tokens(self) -> list[VisualTokens] | None:
         """The gestalt tokens the first look encoded (encode reuses them), or None."""
-        return None if self.look is None else self.look.gestalt
+        return None if self.first_look is None else self.first_look.gestalt
 
 
 def relevance_weights(relevance: Tensor, valid: Tensor, floor: float = WEIGHT_FLOOR) -> Tensor:
@@ -138,7 +138,7 @@ def patch_squares(name: str, relevance: Tensor, canvas: Any, saccades: int) -> l
     return [patches.boxes[b, :n] for b, n in enumerate(patches.counts.tolist())]
 
 
-def check_look(adapter: VLMAdapter, encoding: str, gestalt: bool, why: str) -> None:
+def check_first_look(adapter: VLMAdapter, encoding: str, gestalt: bool, why: str) -> None:
     """Refuse in one line what a first look cannot do: no gestalt to look at, or a family without one."""
     if encoding == "weighted" or not gestalt:
         raise ValueError(f"{why} reads the VLM's look at the gestalt, which "
@@ -160,7 +160,7 @@ def arr_for(adapter: VLMAdapter, arr: ARR | None = None, config: ARRConfig | Non
     return arr
 
 
-def look_at(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tuple[int, int]],
+def read_first_look(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tuple[int, int]],
             questions: Sequence[str] | None = None, *,
             prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None, layers: Sequence[int] | None = None,
             timings: dict[str, float] | None = None) -> FirstLook:
@@ -171,28 +171,28 @@ def look_at(adapter: VLMAdapter, images: Sequence[Tensor], gestalts: Sequence[tu
     :func:`prefill`.
     ``timings`` collects ``vision/gestalt``, ``prefill/gestalt`` and ``allocation/first look``.
     """
-    check_look(adapter, "sparse", True, "the first look")
+    check_first_look(adapter, "sparse", True, "the first look")
     check_model(adapter, "the first look")
     device = adapter.device
     with timed(timings, "vision/gestalt", device):
-        seen = adapter.encode_gestalt([img.to(device) for img in images], gestalts)
+        gestalt = adapter.encode_gestalt([img.to(device) for img in images], gestalts)
     if prompts is None:
-        return first_look(adapter, seen, gestalts, list(questions or ()), layers=layers, timings=timings)
-    return first_look(adapter, seen, gestalts, prompts=prompts, layers=layers, timings=timings)
+        return first_look(adapter, gestalt, gestalts, list(questions or ()), layers=layers, timings=timings)
+    return first_look(adapter, gestalt, gestalts, prompts=prompts, layers=layers, timings=timings)
 
 
-def _look(adapter: VLMAdapter, canvas: Any, queries: Sequence[str], prompts: Any, arr: ARR, k: int, layers: Any,
+def _first_looks(adapter: VLMAdapter, canvas: Any, queries: Sequence[str], prompts: Any, arr: ARR, k: int, layers: Any,
           t: dict[str, float]) -> FirstLook:
     """The first look at every image of a canvas (gestalt grids by ARR's rule for ``k`` saccades)."""
     cell = adapter.cell
     imgs = [canvas.pixels[b, :, :h, :w] for b, (h, w) in enumerate(canvas.sizes)]
     gestalts = [arr.config.gestalt.grid_for(k, (h // cell, w // cell)) for h, w in canvas.sizes]
-    return look_at(adapter, imgs, gestalts, queries, prompts=prompts, layers=layers, timings=t)
+    return read_first_look(adapter, imgs, gestalts, queries, prompts=prompts, layers=layers, timings=t)
 
 
 def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *, saccades: int, arr: ARR | None = None,
              relevance: str = "arr", allocator: str | Sampler = "arr", encoding: str = "sparse",
-             gestalt: bool = True, look_layers: Sequence[int] | None = None,
+             gestalt: bool = True, first_look_layers: Sequence[int] | None = None,
              prompts: Sequence[tuple[Sequence[int], Sequence[int]]] | None = None,
              timings: dict[str, float] | None = None) -> Planned:
     """One :class:`arr_coc.engine.plan.Plan` per image: where the ``saccades`` go, and the gestalt sent before them.
@@ -211,7 +211,7 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
         encoding: ``sparse``, ``slice`` (cells plans) or ``weighted`` (every cell, a full plan scaled by
             the relevance; no gestalt).
         gestalt: send the gestalt (ARR's grid for K) before the saccades.
-        look_layers: decoder layers the first look reads (default: the middle half).
+        first_look_layers: decoder layers the first look reads (default: the middle half).
         prompts: per image the token ids (before, after) the image, instead of chat-templating ``questions``.
         timings: collects wall milliseconds per stage ("allocation/...", "vision/gestalt", "prefill/gestalt").
     """
@@ -233,18 +233,18 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
     if prompts is None and isinstance(questions, (str, list, tuple)):  # in the VLM's own tokens, before any work
         asked = [questions] if isinstance(questions, str) else list(questions)
         check_queries(asked, len(asked), arr.max_question_tokens, adapter.tokenizer)
-    seen: FirstLook | None = None  # the first look, when one runs
+    first: FirstLook | None = None  # the first look, when one runs
     if relevance == "vlm":
-        check_look(adapter, encoding, gestalt, "relevance 'vlm'")
+        check_first_look(adapter, encoding, gestalt, "relevance 'vlm'")
         cfg = arr.config.canvas
         with timed(t, "allocation/canvas"):  # decoding and resizing the images: every path does it
             canvas = make_canvas(images, cell=adapter.cell, min_pixels=cfg.min_pixels, max_pixels=cfg.max_pixels)
             queries = check_queries(questions, canvas.batch_size, arr.max_question_tokens, adapter.tokenizer)
-        seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
+        first = _first_looks(adapter, canvas, queries, prompts, arr, k, first_look_layers, t)
         device = adapter.device
         with timed(t, "allocation/relevance", device):
-            rel = seen.relevance_map([(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes],
-                                     canvas.grid)  # [B, Hc, Wc]
+            rel = first.relevance_map([(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes],
+                                      canvas.grid)  # [B, Hc, Wc]
             valid = canvas.valid.to(device)
         with timed(t, "allocation/selection", device):
             if squares:
@@ -255,13 +255,13 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
     else:
         coupled = None
         if "first_look" in arr.query_channels:
-            check_look(adapter, encoding, gestalt, "the first_look channel")
+            check_first_look(adapter, encoding, gestalt, "the first_look channel")
 
             def coupled(canvas: Any, queries: list[str]) -> dict[str, Tensor]:
-                nonlocal seen
-                seen = _look(adapter, canvas, queries, prompts, arr, k, look_layers, t)
+                nonlocal first
+                first = _first_looks(adapter, canvas, queries, prompts, arr, k, first_look_layers, t)
                 grids = [(h // adapter.cell, w // adapter.cell) for h, w in canvas.sizes]
-                return {"first_look": seen.relevance_map(grids, canvas.grid)[:, None]}
+                return {"first_look": first.relevance_map(grids, canvas.grid)[:, None]}
 
         alloc = arr(images, questions, saccades=k, coupled=coupled)
         t.update({f"allocation/{name}": ms for name, ms in alloc.timings_ms.items()})
@@ -285,11 +285,11 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
             plans.append(Plan(method, "full", grid, cells=sent[b], encoding="weighted"))
         else:
             plans.append(Plan(method, "cells", grid, gestalt=g, cells=sent[b], encoding=encoding))
-    if seen is not None:
-        prompts = list(zip(seen.prefixes, seen.suffixes))
+    if first is not None:
+        prompts = list(zip(first.prefixes, first.suffixes))
     elif prompts is None:
         prompts = [adapter.prompt_ids(q) for q in queries]
-    return Planned(plans, imgs, list(queries), [(list(p), list(s)) for p, s in prompts], relevance, seen, weights, t)
+    return Planned(plans, imgs, list(queries), [(list(p), list(s)) for p, s in prompts], relevance, first, weights, t)
 
 
 def encode(adapter: VLMAdapter, plans: Sequence[Plan], images: Sequence[Tensor], *, layout: str = "scaled",
@@ -358,12 +358,12 @@ class Prompt:
     # per prompt its runs of text ids around its pages: before the first page, between pages, after the last
     # (one page: (before, after))
     prompts: list[list[list[int]]]
-    look: FirstLook | None = None
+    first_look: FirstLook | None = None
 
-    def look_work(self, b: int, visual: VisualTokens | Sequence[VisualTokens]) -> tuple[int, int]:
+    def first_look_work(self, b: int, visual: VisualTokens | Sequence[VisualTokens]) -> tuple[int, int]:
         """Prompt b's first-look work for the FLOP estimate: (question tokens read again, cached tokens under them).
         A first look reads one page (``visual``: its tokens, or the list of that one page's)."""
-        if self.look is None:
+        if self.first_look is None:
             return 0, 0
         pre, suf = self.prompts[b]
         vis = visual if isinstance(visual, VisualTokens) else visual[0]
@@ -371,23 +371,23 @@ class Prompt:
 
 
 def prefill(adapter: VLMAdapter, visuals: Sequence[VisualTokens | Sequence[VisualTokens]],
-            prompts: Sequence[Sequence[Sequence[int]]], *, look: FirstLook | None = None) -> Prompt:
+            prompts: Sequence[Sequence[Sequence[int]]], *, first_look: FirstLook | None = None) -> Prompt:
     """The batch's prompts: prompt b holds its pages' visual tokens ``visuals[b]`` (one page: its
     VisualTokens, or a list of one) between its runs of ids ``prompts[b]`` (one page: (before, after);
     n pages: the n + 1 runs of :meth:`VLMAdapter.prompt_segments`), each page at its own positions as the
     model's multi-image path places them, left-padded (:func:`arr_coc.vlm.processing.assemble_context`).
     Prompts of different page counts batch together.
 
-    With ``look`` (one page per prompt), the saccades and the question that continue the first look's cache
-    (whose prompts they are).
+    With ``first_look`` (one page per prompt), the saccades and the question that continue the first look's
+    cache (whose prompts they are).
     """
     check_model(adapter, "prefill")
     pages = [[v] if isinstance(v, VisualTokens) else list(v) for v in visuals]
-    if look is not None:
+    if first_look is not None:
         if any(len(p) != 1 for p in pages):
             raise ValueError("a first look's cache holds one image per prompt; give one page per prompt")
-        return Prompt(second_pass_prefill(adapter, look, [p[0] for p in pages]),
-                      [[list(p), list(s)] for p, s in zip(look.prefixes, look.suffixes)], look)
+        return Prompt(second_pass_prefill(adapter, first_look, [p[0] for p in pages]),
+                      [[list(p), list(s)] for p, s in zip(first_look.prefixes, first_look.suffixes)], first_look)
     texts = [[list(run) for run in runs] for runs in prompts]
     return Prompt(assemble_context(adapter.embed_tokens, texts, pages, adapter.rope_rows), texts)
 
@@ -406,7 +406,7 @@ def decode(adapter: VLMAdapter, prompt: Prompt, *, max_new_tokens: int = MAX_NEW
     """
     check_model(adapter, "decode")
     g: dict[str, float] = {}
-    look, past = prompt.look, {}
+    look, past = prompt.first_look, {}
     if look is not None:
         cached = [[*pre, *[-1] * len(vis)] for pre, vis in zip(look.prefixes, look.gestalt)]
         past = dict(cache=look.cache, past_mask=look.attention_mask,

@@ -143,7 +143,7 @@ for dtype in ("bfloat16", "float16", "float32"):
         "ARR.allocate": lambda: (lambda scene: arr.to(getattr(torch, dtype)).allocate(scene, "Q?", saccades=4))(
             arr.float().see(image)),  # the scene made in float32, then allocated in the dtype
         "ask": lambda: ask(adapter, [image], ["Q?"], arr=arr.float(), max_new_tokens=1),
-        "look_at": lambda: stages.look_at(adapter, [image], [(2, 2)], ["Q?"]),
+        "read_first_look": lambda: stages.read_first_look(adapter, [image], [(2, 2)], ["Q?"]),
         "encode": lambda: stages.encode(adapter, [], []),
         "prefill": lambda: stages.prefill(adapter, [], []),
         "decode": lambda: stages.decode(adapter, None),

@@ -84,7 +84,7 @@ def test_prefill_of_one_page_is_the_old_one_image_prefill_exactly(qwen):
     # the old one-image prefill's whole computation: assemble of the prefix, the image and the suffix
     old = assemble(qwen.embed_tokens, [pre], vis, [suf], qwen.rope_rows)
     for new in (prefill(qwen, vis, [(pre, suf)]), prefill(qwen, [vis], [[pre, suf]])):  # a page, or a list of one
-        assert same_prefill(new.prefill, old) and new.prompts == [[pre, suf]] and new.look is None
+        assert same_prefill(new.prefill, old) and new.prompts == [[pre, suf]] and new.first_look is None
     # negative controls: the same saccades in another order, and another question, give another prompt
     other = replace_cells(one, [[0, 1], [4, 3], [2, 2]])
     moved = prefill(qwen, encode(qwen, [other.plan], [other.image]), [(pre, suf)]).prefill

@@ -11,7 +11,7 @@ from arr_coc.engine.samplers import SAMPLERS, select
 from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.vlm import allocate, ask, decode, encode, load_vlm, prefill
 from arr_coc.vlm.processing import all_cells
-from arr_coc.vlm.stages import look_at, sample_cells
+from arr_coc.vlm.stages import read_first_look, sample_cells
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +35,9 @@ def test_ask_is_the_four_stages_in_a_row(qwen, relevance):
     answers = ask(qwen, imgs, qs, arr=arr, saccades=6, relevance=relevance, max_new_tokens=4)
     planned = allocate(qwen, imgs, qs, saccades=6, arr=arr, relevance=relevance)
     assert [p.kind for p in planned.plans] == ["cells", "cells"] and [p.saccades for p in planned.plans] == [6, 6]
-    assert [p.grid for p in planned.plans] == [(6, 8), (5, 4)] and (planned.look is not None) == (relevance == "vlm")
+    assert [p.grid for p in planned.plans] == [(6, 8), (5, 4)] and (planned.first_look is not None) == (relevance == "vlm")
     visual = encode(qwen, planned.plans, planned.images, encoded=planned.gestalt_tokens)
-    tokens, _ = decode(qwen, prefill(qwen, visual, planned.prompts, look=planned.look), max_new_tokens=4)
+    tokens, _ = decode(qwen, prefill(qwen, visual, planned.prompts, first_look=planned.first_look), max_new_tokens=4)
     for b, a in enumerate(answers):
         assert a.tokens == tokens[b, :len(a.tokens)].tolist()
         assert a.plan.cells.tolist() == planned.plans[b].cells.tolist()
@@ -47,9 +47,9 @@ def test_ask_is_the_four_stages_in_a_row(qwen, relevance):
 def test_the_first_look_and_one_sampler_call_choose_what_allocate_chose(qwen):
     arr, img, q = fast_arr(qwen.cell), small_image(qwen, seed=3), "What is the total?"
     planned = allocate(qwen, img, q, saccades=7, arr=arr, relevance="vlm")
-    seen = look_at(qwen, [img], [(2, 2)], [q])
+    seen = read_first_look(qwen, [img], [(2, 2)], [q])
     rel, valid = seen.cell_maps([(6, 8)])[0][None], torch.ones(1, 6, 8, dtype=torch.bool)
-    assert_close_reduction(seen.attention[0], planned.look.attention[0], **VLM_ATTENTION)
+    assert_close_reduction(seen.attention[0], planned.first_look.attention[0], **VLM_ATTENTION)
     assert sample_cells(arr.sampler, rel, 7, valid, arr.config.seed)[0].tolist() == planned.plans[0].cells.tolist()
     assert sample_cells("topk", rel, 7, valid, 0)[0].tolist() == planned.plans[0].cells.tolist()  # by name
     # negative control: another sampler on the same map spreads the saccades elsewhere
