@@ -70,3 +70,17 @@ def test_minilm_loads_without_network_and_leaves_the_environment_alone(monkeypat
     e = MiniLMQueryEncoder().encode(["What is the total?"])
     assert e.shape == (1, 384)
     assert dict(os.environ) == before  # a later hub download in this process is not disabled
+
+
+def test_checked_questions_pass_later_stages_as_they_are_and_only_under_a_rule_they_meet(monkeypatch):
+    from arr_coc.engine import query
+
+    q = query.check_queries(["What is the total?", "Who sold it?"], 2)
+    calls = []
+    monkeypatch.setattr(query, "count_tokens", lambda text, tokenizer=None: calls.append(text) or 4)
+    assert query.check_queries(q, 2) is q and query.check_queries(q, 2, 200) is q and calls == []  # no re-check
+    # a stricter limit, another batch or a tokenizer it was not counted with: checked again
+    assert query.check_queries(q, 2, 64) is not q and len(calls) == 2
+    with pytest.raises(ValueError, match="got 2 questions for 3 images"):
+        query.check_queries(q, 3)
+    assert query.check_queries(q, 2, tokenizer=object()) is not q and len(calls) == 4

@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from arr_coc.budget import Budget
-    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, GestaltConfig, SamplerConfig, ScorerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, GestaltConfig, SamplerConfig
     from arr_coc.engine.pipeline import ARR
     from arr_coc.vlm import ask, load_vlm
     from arr_coc.vlm.answer import default_relevance, refuse_total_tokens
@@ -104,8 +104,8 @@ def run(args: argparse.Namespace) -> int:
         sampler, gestalt = opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS), GestaltConfig()
     else:
         sampler, gestalt = opt.sent(args, context, canvas)
-    config = ARRConfig(canvas=canvas, texture=opt.texture_config(args.channels, args.clip_model), gestalt=gestalt,
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS), sampler=sampler)
+    # ask's --seed seeds the answer's sampling, not the ARR: its own seed stays the default
+    config = opt.arr_config(args, canvas=canvas, gestalt=gestalt, sampler=sampler, seed=ARRConfig().seed)
     arr = ARR(config, query_encoder=encoder).eval()
     arr.max_question_tokens = args.max_question_tokens
     if args.device:

@@ -235,13 +235,9 @@ def write_summary(jsonl: Path, **kw: Any) -> tuple[Path, Path, Path]:
 
 def _arr(args: argparse.Namespace) -> tuple[Any, Any]:
     """The ARR the command line describes (canvas, channels, scorer, sampler, question encoder) and its config."""
-    from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig
     from arr_coc.engine.pipeline import ARR
 
-    config = ARRConfig(canvas=opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS),
-                       texture=opt.texture_config(args.channels, args.clip_model),
-                       scorer=opt.from_args(ScorerConfig, args, opt.SCORER_OPTIONS),
-                       sampler=opt.from_args(SamplerConfig, args, opt.SAMPLER_NAME_OPTIONS), seed=args.seed)
+    config = opt.arr_config(args)
     return config, ARR(config, query_encoder=opt.query_encoder(args, load=False)).eval()
 
 

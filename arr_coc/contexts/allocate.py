@@ -55,7 +55,7 @@ from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.pipeline import ARR, Scene
 from arr_coc.engine.plan import Plan
-from arr_coc.engine.query import check_queries
+from arr_coc.engine.query import Questions, check_queries
 
 
 def plan_budget(config: ARRConfig, budget: Budget, grids: Sequence[tuple[int, int]],
@@ -98,7 +98,9 @@ def _score(arr: ARR, scene: Scene, question: str, gestalts: Sequence[tuple[int, 
     c = scene.canvas
     grid = None if gestalts is None else (min(g[0] for g in gestalts), min(g[1] for g in gestalts))
     g = arr.gestalt(scene, arr.config.sampler.saccades, grid)
-    relevance, query_emb = arr.score(scene, [question] * c.batch_size, g.vector, timings=tc)
+    # the question was checked once, where the request entered (allocate): every chunk takes it as it is
+    relevance, query_emb = arr.score(scene, Questions([question] * c.batch_size, arr.max_question_tokens, None), g.vector,
+                                     timings=tc)
     for name, ms in tc.items():
         t[name] = t.get(name, 0.0) + ms
     out = []

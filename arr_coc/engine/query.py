@@ -45,16 +45,34 @@ def count_tokens(text: str, tokenizer: Any = None) -> int:
     return len(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+class Questions(list):
+    """Questions :func:`check_queries` has checked (one per image, under ``max_tokens`` of ``tokenizer``): a
+    request is checked once where it enters, and the stages it passes through take it as it is."""
+
+    def __init__(self, queries: Sequence[str], max_tokens: int, tokenizer: Any) -> None:
+        super().__init__(queries)
+        self.max_tokens, self.tokenizer = max_tokens, tokenizer
+
+    def covers(self, batch_size: int, max_tokens: int, tokenizer: Any) -> bool:
+        """Whether this check holds for another: the same batch, a limit no higher, the same tokenizer or
+        none (a model's tokens are at least its words and punctuation marks, which :func:`count_tokens` counts)."""
+        return (len(self) == batch_size and self.max_tokens <= max_tokens
+                and (tokenizer is None or tokenizer is self.tokenizer))
+
+
 def check_queries(queries: str | Sequence[str], batch_size: int, max_tokens: int = MAX_QUESTION_TOKENS,
-                  tokenizer: Any = None) -> list[str]:
+                  tokenizer: Any = None) -> Questions:
     """Broadcast one question to the batch, or check there is one per image; reject empty or overlong text.
 
     ``max_tokens``: the longest question taken, in ``tokenizer``'s tokens (:func:`count_tokens`;
-    :data:`arr_coc.config.MAX_QUESTION_TOKENS` gives the reason).
+    :data:`arr_coc.config.MAX_QUESTION_TOKENS` gives the reason). :class:`Questions` already checked under the
+    same or a stricter rule are returned as they are.
 
     >>> check_queries("Where is the total?", 2)
     ['Where is the total?', 'Where is the total?']
     """
+    if isinstance(queries, Questions) and queries.covers(batch_size, max_tokens, tokenizer):
+        return queries
     if isinstance(queries, str):
         queries = [queries] * batch_size
     queries = list(queries)
@@ -71,7 +89,7 @@ def check_queries(queries: str | Sequence[str], batch_size: int, max_tokens: int
             raise ValueError(f"question {i} has {n} tokens, above the limit of {max_tokens} (a question, not "
                              f"a document); shorten it, or raise the limit with --max-question-tokens "
                              f"(ARR.max_question_tokens)")
-    return queries
+    return Questions(queries, max_tokens, tokenizer)
 
 
 def question_problem(text: str) -> str | None:

@@ -232,7 +232,8 @@ def allocate(adapter: VLMAdapter, images: Any, questions: str | Sequence[str], *
     arr, k = arr_for(adapter, arr), saccades
     if prompts is None and isinstance(questions, (str, list, tuple)):  # in the VLM's own tokens, before any work
         asked = [questions] if isinstance(questions, str) else list(questions)
-        check_queries(asked, len(asked), arr.max_question_tokens, adapter.tokenizer)
+        checked = check_queries(asked, len(asked), arr.max_question_tokens, adapter.tokenizer)
+        questions = questions if isinstance(questions, str) else checked  # checked once: the stages take it as is
     first: FirstLook | None = None  # the first look, when one runs
     if relevance == "vlm":
         check_first_look(adapter, encoding, gestalt, "relevance 'vlm'")
