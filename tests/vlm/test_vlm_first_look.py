@@ -122,7 +122,7 @@ def two_pass_setup(adapter, hws, grids, cells, questions, layout="scaled", seeds
 
 def second_pass(adapter, look, visuals, max_new_tokens):
     """The answer stages on top of a first look: the prefill continues its cache, then greedy decoding."""
-    return decode(adapter, prefill(adapter, visuals, [], first_look=first_look), max_new_tokens=max_new_tokens)
+    return decode(adapter, prefill(adapter, visuals, [], first_look=look), max_new_tokens=max_new_tokens)
 
 
 def test_second_pass_equals_one_fresh_prefill_of_the_same_sequence(pair):
@@ -209,10 +209,10 @@ def test_the_first_looks_cache_decodes_beams_and_samples_as_one_fresh_pass(pair,
     fresh = assemble(fast.embed_tokens, [p[0] for p in prompts], visuals, [p[1] for p in prompts], fast.rope_rows)
     gc = GenerationConfig(**config)
     ref, _ = generate(fast, fresh, generation_config=gc, seed=1)
-    tokens, _ = decode(fast, prefill(fast, visuals, [], first_look=first_look), generation_config=gc, seed=1)
+    tokens, _ = decode(fast, prefill(fast, visuals, [], first_look=look), generation_config=gc, seed=1)
     assert tokens.shape[0] == 2 and tokens.tolist() == ref.tolist()
     # negative control: another seed draws other samples (beams do not draw)
     if config.get("do_sample"):
         _, _, look, visuals = two_pass_setup(fast, [(6, 4), (3, 7)], [(3, 2), (2, 4)], cells, qs)
-        other, _ = decode(fast, prefill(fast, visuals, [], first_look=first_look), generation_config=gc, seed=2)
+        other, _ = decode(fast, prefill(fast, visuals, [], first_look=look), generation_config=gc, seed=2)
         assert other.tolist() != tokens.tolist()
