@@ -2,15 +2,17 @@
 
     python benchmarks/ocr_lines.py --out benchmarks/results/ocr_lines.md   # identity, then the peaks
     python benchmarks/ocr_lines.py --skip peak                             # identity only
+    python benchmarks/ocr_lines.py --skip peak --own-width                 # and the own-width control
 
 Identity: FUNSD's test images (32), the images of SROIE's 40-question test subset (40) and the bundled
 examples (3), each read at full resolution by RapidOCR itself (``RapidOCR(params=rapidocr_params(...))``,
 ``Rec.rec_batch_num`` 6) and by ``PairedLinesOCR`` with the same options (the text channels': detection at
-960 px, every line kept): every box, text and score must be equal. Then the recogniser's output (the CTC
-probabilities) of every group of lines as RapidOCR's batch against the same rows two at a time (must be 0)
-and, the control that says why two, each row alone (a batch of one); and the control that the group's
-padding matters: each line alone at its own width (``Rec.rec_batch_num`` 1), the lines whose text or
-score differ.
+960 px, every line kept): every box, text and score must be equal. Then, on the bundled examples (all
+images with ``--logits-everywhere``), the recogniser's output (the CTC probabilities) of every group of
+lines as RapidOCR's batch against the same rows two at a time (must be 0) and, the control that says why
+two, each row alone (a batch of one). With ``--own-width``, the control that
+the group's padding matters: each line alone at its own width (``Rec.rec_batch_num`` 1), the lines whose
+text or score differ from RapidOCR's.
 
 Peak: one dense Letter page rendered at 150 dpi (``bench_server_memory.letter_pdf``: a heading and 48
 lines of words; 1275 x 1650 px) read in a process of its own each way, after the engine is built and
@@ -54,11 +56,11 @@ def bgr(path: Path) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(Image.open(path).convert("RGB"))[..., ::-1])
 
 
-def identity() -> list[str]:
+def identity(own_width: bool, logits_everywhere: bool) -> list[str]:
     from rapidocr import RapidOCR
 
     batched, lines = RapidOCR(params=PARAMS), PairedLinesOCR(RapidOCR(params=PARAMS))
-    alone = RapidOCR(params={**PARAMS, "Rec.rec_batch_num": 1})
+    alone = RapidOCR(params={**PARAMS, "Rec.rec_batch_num": 1}) if own_width else None
     counts = {"images": 0, "lines": 0, "legible": 0, "differ": 0, "alone_differ": 0}
     worst, seconds = [0.0, 0.0], [0.0, 0.0]
     differ: list[str] = []
@@ -70,7 +72,7 @@ def identity() -> list[str]:
         b = lines(img)
         seconds[0] += t1 - t0
         seconds[1] += time.perf_counter() - t1
-        c = alone(img)
+        c = alone(img) if own_width else a
         n = len(a.txts or ())
         counts["images"] += 1
         counts["lines"] += n
@@ -83,18 +85,20 @@ def identity() -> list[str]:
         if a.txts != c.txts or a.scores != c.scores:
             counts["alone_differ"] += sum(x != y for x, y in zip(zip(a.txts or (), a.scores or ()),
                                                                  zip(c.txts or (), c.scores or ())))
-        worst = [max(w, d) for w, d in zip(worst, logit_differences(lines, img))]
-        print(f"{name} {path.name}: {n} lines, {'equal' if same else 'DIFFERENT'}", file=sys.stderr, flush=True)
+        if logits_everywhere or name == "examples":
+            worst = [max(w, d) for w, d in zip(worst, logit_differences(lines, img))]
+        print(f"{name} {path.name}: {n} lines, {'equal' if same else 'DIFFERENT'} ({time.perf_counter() - t0:.0f} s)",
+              file=sys.stderr, flush=True)
     return [
         f"{counts['images']} images (FUNSD test, SROIE's 40-question test subset, the bundled examples), "
         f"{counts['lines']} recognised lines ({counts['legible']} scoring 0.5 or more)",
         "",
         f"- two lines at a time against RapidOCR's batches of six: {counts['images'] - counts['differ']} of {counts['images']} "
         f"images with every box, text and score equal" + (f"; different: {', '.join(differ)}" if differ else ""),
-        f"- the recogniser's probabilities, each group as RapidOCR's batch against its rows {LINES_AT_ONCE} at a "
-        f"time: largest absolute difference {worst[0]:.3g}; against each row alone (a batch of one): {worst[1]:.3g}",
-        f"- control, each line alone at its own width (`Rec.rec_batch_num` 1): {counts['alone_differ']} of "
-        f"{counts['lines']} lines differ in text or score",
+        f"- the recogniser's probabilities ({'every image' if logits_everywhere else 'the bundled examples'}), each "
+        f"group as RapidOCR's batch against its rows {LINES_AT_ONCE} at a time: largest absolute difference {worst[0]:.3g}; against each row alone (a batch of one): {worst[1]:.3g}",
+        *([f"- control, each line alone at its own width (`Rec.rec_batch_num` 1): {counts['alone_differ']} of "
+           f"{counts['lines']} lines differ in text or score"] if own_width else []),
         f"- time: RapidOCR {seconds[0]:.0f} s, two at a time {seconds[1]:.0f} s (shared 2-core CPU, indicative)",
     ]
 
@@ -159,13 +163,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, help="also write the report here")
     p.add_argument("--skip", nargs="*", default=[], choices=("identity", "peak"))
+    p.add_argument("--own-width", action="store_true", help="also read each line alone at its own width")
+    p.add_argument("--logits-everywhere", action="store_true", help="compare the probabilities on every image")
     p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
         return child(*args.child)
     report = [f"python benchmarks/ocr_lines.py {shlex.join(sys.argv[1:])}".rstrip(), ""]
     if "identity" not in args.skip:
-        report += identity() + [""]
+        report += identity(args.own_width, args.logits_everywhere) + [""]
     if "peak" not in args.skip:
         report += peaks() + [""]
     text = "\n".join(report)
