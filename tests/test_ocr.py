@@ -90,3 +90,17 @@ def test_an_engine_with_the_orientation_classifier_is_refused():
     with pytest.raises(ValueError, match="^PairedLinesOCR runs detection and recognition without the orientation "
                                          "classifier$"):
         PairedLinesOCR(rapidocr.RapidOCR(params={**rapidocr_params(960, 0.5), "Global.use_cls": True}))
+
+
+def test_two_lines_at_a_time_hold_less_than_half_of_rapidocrs_peak():
+    """One dense Letter page (49 lines) read in a process of its own each way; RapidOCR's batches are the control."""
+    import subprocess
+    import sys
+
+    root = EXAMPLES.parents[1]
+    out = subprocess.run([sys.executable, "benchmarks/ocr_lines.py", "--skip", "identity"], cwd=root, check=True,
+                         capture_output=True, text=True).stdout
+    rises = {row.split("|")[1].strip(): float(row.split("|")[-2].split()[0]) for row in out.splitlines()
+             if row.startswith("| ") and row.endswith("MB |")}
+    paired, batched = rises["two lines at a time (`PairedLinesOCR`)"], rises["RapidOCR, 6 lines a batch"]
+    assert paired < 250 and batched > 2 * paired, rises  # measured +182 MB and +471 MB
