@@ -157,13 +157,21 @@ def font_table(path: str, page_index: int, ours: list, theirs: list, pairs: list
         f["offset"].append((oy - ty, ox - tx))
     lines = ["| font | words | median dy, dx (px) | PDFium ascent / descent (em) | poppler top / bottom (em) | "
              "ink highest / lowest (em) |", "| --- | --- | --- | --- | --- | --- |"]
+    notes = []
     for name, f in sorted(per_font.items(), key=lambda kv: -len(kv[1]["offset"])):
         med = [statistics.median(v) for v in zip(*f["offset"])]
-        pd, pp = (statistics.median(v) for v in zip(*f["pdfium"])), (statistics.median(v) for v in zip(*f["poppler"]))
+        pd = [statistics.median(v) for v in zip(*f["pdfium"])]
+        pp = [statistics.median(v) for v in zip(*f["poppler"])]
         hi_lo = (max(t for t, _ in f["ink"]), min(b for _, b in f["ink"])) if f["ink"] else (float("nan"),) * 2
-        lines.append(f"| {name} | {len(f['offset'])} | {med[0]:.2f}, {med[1]:.2f} | {next(pd):.3f} / {next(pd):.3f} | "
-                     f"{next(pp):.3f} / {next(pp):.3f} | {hi_lo[0]:.3f} / {hi_lo[1]:.3f} |")
-    return lines
+        lines.append(f"| {name} | {len(f['offset'])} | {med[0]:.2f}, {med[1]:.2f} | {pd[0]:.3f} / {pd[1]:.3f} | "
+                     f"{pp[0]:.3f} / {pp[1]:.3f} | {hi_lo[0]:.3f} / {hi_lo[1]:.3f} |")
+        centres = {"PDFium": sum(pd) / 2, "poppler": sum(pp) / 2, "ink": sum(hi_lo) / 2}
+        if abs(centres["PDFium"] - centres["poppler"]) > 0.05 and f["ink"]:
+            nearer = min(("PDFium", "poppler"), key=lambda k: abs(centres[k] - centres["ink"]))
+            notes.append(f"{name}: the engines place its words differently; box centres "
+                         f"{centres['PDFium']:.3f} em (PDFium), {centres['poppler']:.3f} em (poppler), the ink's "
+                         f"{centres['ink']:.3f} em above the baseline: {nearer}'s box is the nearer to the glyphs.")
+    return lines + ([""] + notes if notes else [])
 
 
 Pairs = list[tuple[float, float]]  # (dy, dx) px: our centre minus poppler's, one per matched word
@@ -340,7 +348,7 @@ def table(rows: list[PdfOffsets], worst: int = 15) -> str:
                       "bottom in em of the font's size above the baseline; the ink: the highest and lowest dark "
                       "pixel of the font's words rendered at 600 dpi). A font's words sit off poppler's by the "
                       "difference of the two engines' (ascent + descent) / 2 x its size; the ink says which "
-                      "engine's box is the glyphs' (`benchmarks/pdf_box_fonts.py`):", ""]
+                      "engine's box is the nearer to the glyphs (`--pdf PDF --fonts PAGE`):", ""]
         for r in over:
             lines += r.fonts + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
