@@ -265,7 +265,7 @@ def pdf_offsets(path: str, name: str, dpi: float = DPI) -> PdfOffsets:
     """The first, middle and last page of one PDF compared with poppler, font and ink boxes.
 
     A PDF whose font boxes' median is over ``GOAL_PX`` gets its worst page's offsets by font
-    (``pdf_box_fonts.font_table``: each engine's ascent and descent, and the ink).
+    (:func:`font_table`: each engine's ascent and descent, and the ink).
     """
     doc = open_pdf(path)
     n = len(doc)
