@@ -85,14 +85,13 @@ class PairedLinesOCR:
 
     RapidOCR sorts the detected lines by aspect ratio and recognises them ``Rec.rec_batch_num`` (6) at a time,
     each resized to 48 px high and padded to the widest of its group; on a dense page the recogniser's
-    activations for six such lines cost far more than the rest of the call (reading a 1275 x 1650 px page of
-    49 lines raised the peak by 880 MB; by 280 MB one line at a time). Here the same groups are formed and
+    activations for six such lines are most of the call's peak (reading a 1275 x 1650 px page of 49 lines
+    raised it by 471 MB; by 182 MB two lines at a time: ``benchmarks/ocr_lines.py``). Here the same groups are formed and
     every line is padded to its group's width as there, but sent to the ONNX session in batches of
     :data:`LINES_AT_ONCE`: each row comes out bit for bit as in RapidOCR's batch, so every box, text and
-    score is the one RapidOCR gives (``benchmarks/ocr_lines.py`` compares them). A group of one line is read
-    alone, as RapidOCR reads it; the odd line of a larger group beside a copy of itself. Reading each line
-    alone at its own width instead changes what the recogniser reads (40 of 1,708 lines differ on the FUNSD
-    and SROIE test images).
+    score is the one RapidOCR gives (equal on 75 of 75 FUNSD, SROIE and example images). A group of one line
+    is read alone, as RapidOCR reads it; the odd line of a larger group beside a copy of itself. Reading each
+    line alone at its own width instead changes what the recogniser reads (``--own-width`` counts the lines).
 
     Built from RapidOCR's public steps (``load_img``, ``preprocess_img``, ``detect_and_crop``,
     ``build_final_output``) and its ``TextRecognizer``'s pieces (``resize_norm_img``, ``session``,
