@@ -12,7 +12,7 @@ from typing import Any, Callable, Union
 from torch import Tensor
 
 from arr_coc.budget import Budget
-from arr_coc.engine.plan import Plan
+from arr_coc.engine.plan import PageTotals, Plan
 
 Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px)
 WEIGHT_NAMES = ("propositional", "perspectival", "participatory")
@@ -67,6 +67,10 @@ class PageAllocation:
     def tokens(self) -> int:
         return self.plan.tokens
 
+    @property
+    def full_tokens(self) -> int:
+        return self.plan.full_tokens
+
     def ranking_scores(self) -> Tensor:
         """[k_i] each saccade's ranking score (comparable across pages: what decided the page's share)."""
         cells = self.plan.cells.long()
@@ -90,7 +94,7 @@ class PageAllocation:
 
 
 @dataclass
-class ContextAllocation:
+class ContextAllocation(PageTotals):
     """A whole context's allocation: per page what it sends, and what the context costs as text."""
 
     question: str
@@ -105,25 +109,7 @@ class ContextAllocation:
     @property
     def tokens(self) -> int:
         """Visual tokens sent: every page's gestalt + saccades (exact)."""
-        return sum(p.tokens for p in self.pages)
-
-    @property
-    def gestalt_tokens(self) -> int:
-        return sum(p.gestalt_tokens for p in self.pages)
-
-    @property
-    def saccades(self) -> int:
-        return sum(p.saccades for p in self.pages)
-
-    @property
-    def full_tokens(self) -> int:
-        """Visual tokens every page costs at full resolution."""
-        return sum(p.plan.full_tokens for p in self.pages)
-
-    @property
-    def compression(self) -> float | None:
-        """The COC compression ratio: text tokens over visual tokens sent (None without text)."""
-        return None if self.text_tokens is None else self.text_tokens / self.tokens
+        return self.visual_tokens
 
     def to_json(self) -> dict[str, Any]:
         """The allocation as JSON; a one-page context (one image) has its page's fields at the top level too."""

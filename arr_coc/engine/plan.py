@@ -86,3 +86,34 @@ class Plan:
         if self.kind == "native":
             return int(self.native)
         return self.gestalt_tokens + self.saccades
+
+
+class PageTotals:
+    """What several pages send in all, for anything with ``pages`` (each with ``gestalt_tokens``, ``saccades``
+    and ``full_tokens``) and ``text_tokens``: a context's allocation and a VLM's answer count alike."""
+
+    pages: list
+    text_tokens: int | None
+
+    @property
+    def gestalt_tokens(self) -> int:
+        return sum(p.gestalt_tokens for p in self.pages)
+
+    @property
+    def saccades(self) -> int:
+        return sum(p.saccades for p in self.pages)
+
+    @property
+    def visual_tokens(self) -> int:
+        """Visual tokens sent: every page's gestalt + saccades (exact)."""
+        return sum(p.gestalt_tokens + p.saccades for p in self.pages)
+
+    @property
+    def full_tokens(self) -> int:
+        """Visual tokens of every page at full resolution."""
+        return sum(p.full_tokens for p in self.pages)
+
+    @property
+    def compression(self) -> float | None:
+        """The COC compression ratio: text tokens / visual tokens sent (None without text tokens)."""
+        return None if self.text_tokens is None else self.text_tokens / self.visual_tokens

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence, Union
 
 from torch import Tensor
 
-from arr_coc.engine.plan import Plan
+from arr_coc.engine.plan import PageTotals, Plan
 from arr_coc.vlm.cost import prefill_flops
 from arr_coc.vlm.generation import answer_text, stage_ms
 from arr_coc.vlm.processing import VisualTokens
@@ -64,7 +64,7 @@ class PageSent:
 
 
 @dataclass
-class Answer:
+class Answer(PageTotals):
     """One question's answer over a context (one image: one page) and what it cost against full resolution."""
 
     question: str
@@ -82,28 +82,6 @@ class Answer:
     # "allocation/channel/<name>" inside its texture and coupling; or the first look), "vision...",
     # "prefill...", "decode"
     timings_ms: dict[str, float] = field(default_factory=dict, repr=False)
-
-    @property
-    def gestalt_tokens(self) -> int:
-        return sum(p.gestalt_tokens for p in self.pages)
-
-    @property
-    def saccades(self) -> int:
-        return sum(p.saccades for p in self.pages)
-
-    @property
-    def visual_tokens(self) -> int:
-        return sum(p.tokens for p in self.pages)
-
-    @property
-    def full_tokens(self) -> int:
-        """Visual tokens of every page at full resolution."""
-        return sum(p.full_tokens for p in self.pages)
-
-    @property
-    def compression(self) -> float | None:
-        """The COC compression ratio: text tokens / visual tokens sent (None without text tokens)."""
-        return None if self.text_tokens is None else self.text_tokens / self.visual_tokens
 
     def _page(self) -> PageSent:
         if len(self.pages) != 1:
