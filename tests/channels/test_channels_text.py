@@ -12,8 +12,9 @@ from PIL import Image, ImageDraw, ImageFont
 from tolerances import assert_close_reduction
 
 import arr_coc.engine.channels.text as text  # registers text_match and key_value
-from arr_coc import ARR, ARRConfig, SamplerConfig, imageops
+from arr_coc import ARR, ARRConfig, SamplerConfig
 from arr_coc.config import TextureConfig
+from arr_coc.engine import imageops
 from arr_coc.engine.cache import ImageCache
 from arr_coc.engine.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions
 from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
