@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
 from arr_coc.data.boxes import Box
-from arr_coc.data.contexts import CONTEXT_DPI, ContextItem, ContextQuestion, ocr_only
-from arr_coc.data.datasets import DatasetSpec, register, split_of
+from arr_coc.data.contexts import CONTEXT_DPI, ContextItem, ContextQuestion
+from arr_coc.data.datasets import DatasetSpec, Record, register, split_of
 
 CONTEXTS = "contexts"  # the dataset name of arr-coc eval
 
@@ -234,12 +234,36 @@ def load_contexts(root: Union[str, os.PathLike, None] = None, *, split: str | No
                          + ("" if root is None else f"; {root} is not a file"))
     lines = read_lines(Path(root))
     if split is not None:
-        lines = [ln for ln in lines if split_of(_name(ln.document), CONTEXTS) == split]
+        lines = [ln for ln in lines if split_of(ln.name, CONTEXTS) == split]
     lines = lines[:limit]
     dpi = CONTEXT_DPI if dpi is None else dpi
     made = {"data": str(root), "split": split, "limit": limit, "dpi": dpi}
     return iter(context_items(lines, CONTEXTS, dpi)), made, ""
 
 
-CONTEXTS_SPEC = register(DatasetSpec(CONTEXTS, "Your questions over your documents", ocr_only(CONTEXTS),
+def load_context_records(root: Union[str, os.PathLike, None] = None) -> list[Record]:
+    """The questions as the VLM reader takes them: multi-page records (``Record.pages``), so every ``document`` must
+    be a list of page images (a PDF or a text file is read by the OCR readers)."""
+    if root is None or not Path(root).is_file():
+        raise ValueError(f"{CONTEXTS} reads your questions: pass --data FILE.jsonl (one question a line, docs/coc.md)")
+    records = []
+    for line in read_lines(Path(root)):
+        if not isinstance(line.document, tuple):
+            raise ValueError(f"{line.where}: the VLM reads contexts of page images ('document': a list of images); "
+                             f"read {line.name} with an OCR reader (--reader tesseract or rapidocr)")
+        missing = [p for p in line.document if not p.is_file()]
+        if missing:
+            raise ValueError(f"{line.where}: document {missing[0]} not found")
+        if line.answer_page > len(line.document):
+            raise ValueError(f"{line.where}: 'answer_page' {line.answer_page} lies outside the pages "
+                             f"1-{len(line.document)}")
+        records.append(Record(CONTEXTS, line.id, line.document[line.answer_page - 1], line.name, line.question,
+                              line.answers[0], (), answers=line.answers, kind=line.kind,
+                              group=line.name, pages=line.document, answer_pages=(line.answer_page - 1,)))
+    if len({r.record_id for r in records}) < len(records):
+        raise ValueError(f"{root}: an id is used twice")
+    return records
+
+
+CONTEXTS_SPEC = register(DatasetSpec(CONTEXTS, "Your questions over your documents", load_context_records,
                                      contexts=load_contexts, context_options=("dpi",)))

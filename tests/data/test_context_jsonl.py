@@ -141,3 +141,59 @@ def test_context_options_a_dataset_does_not_take_are_refused(folder: Path, tmp_p
                  *FAST]) == 2
     assert capsys.readouterr().err == ("arr-coc: error: --window chooses contexts; contexts is read with --dpi of "
                                        "these, so leave it out\n")
+
+
+def test_texlive_paraphrase_loads_as_contexts_over_its_windows(folder: Path, tmp_path: Path, monkeypatch) -> None:
+    import arr_coc.documents.corpus as corpus
+    from arr_coc.data.paraphrase import load_texlive_paraphrase, paraphrase_context_set
+
+    (tmp_path / "latex" / "toy").mkdir(parents=True)
+    (tmp_path / "latex" / "toy" / "manual.pdf").write_bytes((folder / "manual.pdf").read_bytes())
+    monkeypatch.setattr(corpus, "DOC_ROOT", tmp_path)
+    lines = [{"id": "val-001", "split": "val", "document": "latex/toy/manual.pdf", "pages": "2-3", "answer_page": 3,
+              "question": "Who is the author?", "answers": ["Ada Lovelace"], "kind": "front"},
+             {"id": "val-002", "split": "val", "document": "latex/toy/manual.pdf", "pages": "2-3", "answer_page": 2,
+              "question": "Which unit measures the space around the text?", "answers": ["furlong"], "kind": "value"},
+             {"id": "test-001", "split": "test", "document": "latex/toy/manual.pdf", "pages": "1-3", "answer_page": 1,
+              "question": "Which release?", "answers": ["4.2"], "kind": "front"}]
+    path = tmp_path / "paraphrase.jsonl"
+    path.write_text("".join(json.dumps(q) + "\n" for q in lines))
+    items, made, sub = paraphrase_context_set(path, split="val")
+    items = list(items)
+    text = read_pdf(folder / "manual.pdf", dpi=100, render=False).pages
+    assert [(i.dataset, i.context_id, i.group) for i in items] == [
+        ("texlive-paraphrase", "latex/toy/manual.pdf#2-3", "latex/toy/manual")]  # family_of
+    # found on the text layer where printed; an answer not printed there is kept without boxes (the find reading)
+    assert items[0].questions == [
+        ContextQuestion("val-001", "Who is the author?", ("Ada Lovelace",), (1,), (), "front",
+                        found=(words_box(text[2], "Ada", "Lovelace"),)),
+        ContextQuestion("val-002", "Which unit measures the space around the text?", ("furlong",), (0,), (), "value")]
+    assert made == {"split": "val", "limit": None, "dpi": 100.0, "data": str(path)} and sub == ""
+    # the VLM's records of the same questions name the same context
+    assert [r.image_id for r in load_texlive_paraphrase(path, split="val")] == ["latex/toy/manual.pdf#2-3"] * 2
+    assert [q.record_id for i in paraphrase_context_set(path, limit=3)[0] for q in i.questions] == [
+        "val-001", "val-002", "test-001"]
+
+
+def test_eval_contexts_of_page_images_is_answered_by_the_vlm_and_a_pdf_is_refused_there(folder: Path, tmp_path: Path,
+                                                                                         capsys) -> None:
+    from PIL import Image
+
+    pages = read_pdf(folder / "manual.pdf", dpi=60).pages
+    for i, page in enumerate(pages):
+        Image.fromarray((page.image.permute(1, 2, 0).numpy() * 255).astype("uint8")).save(tmp_path / f"p{i + 1}.png")
+    (tmp_path / "img.jsonl").write_text(
+        json.dumps({"document": ["p1.png", "p2.png", "p3.png"], "question": "Who is the author?",
+                    "answers": ["Ada Lovelace"], "answer_page": 3, "id": "author"}) + "\n"
+        + json.dumps({"document": ["p1.png", "p2.png", "p3.png"], "question": "Which release?", "answers": ["4.2"],
+                      "answer_page": 1}) + "\n")
+    vlm = ["--reader", "vlm", "--model", "tiny:qwen2_5_vl", "--query-encoder", "hashing", "--max-new-tokens", "2",
+           "--tokens", "24", "--out", str(tmp_path / "o")]
+    assert main(["eval", "contexts", "--data", str(tmp_path / "img.jsonl"), *vlm]) == 0
+    rows = RowStore(next((tmp_path / "o" / "contexts").iterdir())).rows()
+    assert sorted((r["record_id"], r["method"], r["budget"], r["pages"], r["tokens"]) for r in rows) == [
+        ("author", "coc", "24", 3, 24), ("img:2", "coc", "24", 3, 24)]
+    assert main(["eval", "contexts", "--data", str(folder / "q.jsonl"), *vlm]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"arr-coc: error: {folder / 'q.jsonl'}:1: the VLM reads contexts of page images ('document': a list of "
+        f"images); read manual.pdf with an OCR reader (--reader tesseract or rapidocr)")
