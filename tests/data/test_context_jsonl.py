@@ -197,3 +197,17 @@ def test_eval_contexts_of_page_images_is_answered_by_the_vlm_and_a_pdf_is_refuse
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"arr-coc: error: {folder / 'q.jsonl'}:1: the VLM reads contexts of page images ('document': a list of "
         f"images); read manual.pdf with an OCR reader (--reader tesseract or rapidocr)")
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "questions.jsonl"
+
+
+@pytest.mark.skipif(not Path("/usr/share/doc/texlive-doc/latex/booktabs/booktabs.pdf").is_file(),
+                    reason="the example's manual comes with the texlive-doc Debian package")
+def test_the_docs_example_file_is_one_context_of_four_questions_found_on_their_pages() -> None:
+    items = list(load_contexts(EXAMPLE)[0])
+    assert [(i.context_id, len(i.questions)) for i in items] == [
+        ("/usr/share/doc/texlive-doc/latex/booktabs/booktabs.pdf#1-12", 4)]
+    assert [(q.record_id, q.pages, q.kind, len(q.found) > 0) for q in items[0].questions] == [
+        ("author", (0,), "front", True), ("first-release", (0,), "front", True), ("gnat-price", (1,), "table", True),
+        ("closing-line", (3,), "name", True)]
