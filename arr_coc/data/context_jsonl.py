@@ -118,24 +118,34 @@ def parse_context_line(obj: Any, where: str, folder: Path) -> ContextLine:
                        doc[0] if isinstance(doc, list) else doc)
 
 
-def _norm(word: str) -> str:
-    return re.sub(r"^\W+|\W+$", "", word.casefold())
+def _key(text: str) -> str:
+    return re.sub(r"\W+", "", text.casefold())
 
 
 def find_answer(words: Sequence[Any], answers: Sequence[str]) -> list[tuple[Box, ...]]:
-    """Every occurrence of an answer among a page's words (case and edge punctuation ignored): its words' boxes.
+    """Every occurrence of an answer among a page's words, each its words' boxes: the letters and digits compared,
+    case, spaces and punctuation aside (a text layer splits ``4pt`` or ``\\cmd.`` its own way), whole words; where
+    there are none, the words that hold an answer inside them.
 
-    >>> ws = [("The", (0, 0, 9, 20)), ("total:", (0, 25, 9, 60)), ("9.00", (0, 65, 9, 90)), ("9.00.", (20, 0, 29, 25))]
+    >>> ws = [("The", (0, 0, 9, 20)), ("total:", (0, 25, 9, 60)), ("9.00", (0, 65, 9, 90)), ("9", (20, 0, 29, 9)),
+    ...       (".00.", (20, 10, 29, 25)), ("9.001", (30, 0, 39, 25))]
     >>> find_answer(ws, ["9.00"])
-    [((0, 65, 9, 90),), ((20, 0, 29, 25),)]
+    [((0, 65, 9, 90),), ((20, 0, 29, 9), (20, 10, 29, 25))]
+    >>> find_answer(ws, ["00.1"]), find_answer(ws, ["7"])
+    ([((30, 0, 39, 25),)], [])
     """
-    texts = [_norm(w[0]) for w in words]
-    found = []
-    for answer in answers:
-        target = [t for t in (_norm(a) for a in answer.split()) if t]
-        for i in range(len(texts) - len(target) + 1 if target else 0):
-            if texts[i:i + len(target)] == target:
-                found.append(tuple(words[j][1] for j in range(i, i + len(target))))
+    keys = [_key(w[0]) for w in words]
+    targets, found = list({_key(a): None for a in answers if _key(a)}), []
+    for target in targets:
+        for i in range(len(keys)):
+            text, j = "", i
+            while keys[i] and j < len(keys) and target.startswith(text + keys[j]):
+                text, j = text + keys[j], j + 1
+                if text == target:
+                    found.append(tuple(words[k][1] for k in range(i, j)))
+                    break
+    if not found:  # printed inside a longer word (code: \\def~{\\nobreakspace}): that word's box
+        found = [(w[1],) for w, k in zip(words, keys) if any(t in k for t in targets)]
     return found
 
 
