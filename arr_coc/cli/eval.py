@@ -67,7 +67,9 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="weights of the 'pruner' method (default: the packaged ones)")
     c = p.add_argument_group(
         "contexts", f"questions over whole contexts with an OCR reader (docs/coc.md): {TEXLIVE_CONTEXTS} (the LaTeX "
-                    "manuals' long contexts, split by document family; --data: your own folder of PDFs), and "
+                    "manuals' long contexts, split by document family; --data: your own folder of PDFs), "
+                    "texlive-paraphrase (questions in a user's words over windows of the manuals), contexts "
+                    "--data FILE.jsonl (your questions over your documents, one a line: docs/coc.md) and "
                     "mpdocvqa / slidevqa (their pages); rows in OUT/DATASET[/SOURCE]/")
     c.add_argument("--compression", type=float, nargs="+", default=None, metavar="C",
                    help="T = the context's text tokens / C visual tokens for every method (default "
@@ -77,7 +79,8 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help=f"{TEXLIVE_CONTEXTS}: the first N pages of every document with at least N (default 20)")
     c.add_argument("--source", choices=CONTEXT_SOURCES, default=None,
                    help=f"{TEXLIVE_CONTEXTS}: the PDF as rendered (pdf, default) or its text layer re-set on pages (text)")
-    c.add_argument("--dpi", type=float, default=None, help=f"{TEXLIVE_CONTEXTS}: render resolution (default {CONTEXT_DPI:g})")
+    c.add_argument("--dpi", type=float, default=None, help=f"{TEXLIVE_CONTEXTS}, texlive-paraphrase, contexts: a PDF's render resolution "
+                                                           f"(default {CONTEXT_DPI:g})")
     c.add_argument("--questions", type=int, default=None, metavar="Q",
                    help=f"{TEXLIVE_CONTEXTS}: questions per context (default 8)")
     c.add_argument("--contexts", type=int, default=None, metavar="N",
@@ -98,20 +101,16 @@ def _prompt(template: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """One evaluation: the records (images or contexts) of ``args.dataset`` x methods x budgets, one loop."""
-    from arr_coc.data.contexts import TEXLIVE_CONTEXTS
-    from arr_coc.data.datasets import load_dataset
+    from arr_coc.data.datasets import DATASETS, load_dataset
     from arr_coc.eval.loop import evaluate, rank_device
     from arr_coc.weights import refuse_leakage
 
     if args.reader == "vlm" and not args.model:
         raise ValueError("--reader vlm needs --model PATH_OR_ID (a Qwen2/2.5/3-VL checkpoint, or tiny:qwen2_5_vl)")
-    texlive = args.dataset == TEXLIVE_CONTEXTS
-    if texlive and args.reader == "vlm":
-        raise ValueError(f"{TEXLIVE_CONTEXTS} is read by an OCR reader (--reader tesseract or rapidocr); the VLM "
-                         f"reads mpdocvqa and slidevqa contexts")
-    records = [] if texlive else load_dataset(args.dataset, args.data, limit=args.limit, seed=args.seed,
-                                              split=args.split)
-    scope = "context" if texlive or any(r.pages for r in records) else "image"
+    spec = DATASETS.get(args.dataset)
+    of_contexts = spec.contexts is not None and args.reader != "vlm"  # the spec's contexts, read by OCR
+    records = [] if of_contexts else load_dataset(spec, args.data, limit=args.limit, seed=args.seed, split=args.split)
+    scope = "context" if of_contexts or any(r.pages for r in records) else "image"
     run_kind = "vlm" if args.reader == "vlm" else ("context" if scope == "context" else "ocr")
     if run_kind != "context":
         _refuse_context_options(args, "read by the VLM here (--reader vlm)" if args.reader == "vlm"
@@ -126,11 +125,11 @@ def run(args: argparse.Namespace) -> int:
     budgets = [f"{c:g}x" for c in args.compression or ()] + list(args.tokens or ())
     out, items, made = args.out / args.dataset, records, {}
     if run_kind == "context":
-        out, items, made = _contexts(args, records)
+        out, items, made = _contexts(args, spec, records)
     settings = _settings(args, scope, methods, budgets or None, learned if run_kind != "context" else None, made)
     # before any work, with the reason: by dataset name, and by the pixels of every image to be scored
-    if run_kind == "context":  # the same documents as the single-page texlive set: its split rule applies
-        refuse_leakage("texlive" if texlive else args.dataset, args.split, arr, ["coc"], {},
+    if run_kind == "context":  # contexts over another dataset's documents (the manuals): its split rule applies
+        refuse_leakage(spec.documents_of or args.dataset, args.split, arr, ["coc"], {},
                        images=sorted({str(p) for r in records for p in r.pages}))
     else:
         refuse_leakage(args.dataset, args.split, arr, methods, learned, images=sorted({r.image for r in records}))
@@ -290,28 +289,18 @@ def _refuse_context_options(args: argparse.Namespace, what: str, options: tuple[
                          f"{what}, so leave {'it' if len(given) == 1 else 'them'} out")
 
 
-def _contexts(args: argparse.Namespace, records: list) -> tuple[Path, Any, dict]:
-    """(output folder, contexts, how they were made) of an OCR run over contexts: texlive-contexts, or multi-page
-    records (MP-DocVQA, SlideVQA) grouped by their pages."""
-    import itertools
+def _contexts(args: argparse.Namespace, spec: Any, records: list) -> tuple[Path, Any, dict]:
+    """(output folder, contexts, how they were made) of an OCR run over contexts: a dataset whose records are
+    contexts (its spec's ``contexts``), or multi-page records (MP-DocVQA, SlideVQA) grouped by their pages."""
+    from arr_coc.data.contexts import record_contexts
 
-    from arr_coc.data.contexts import CONTEXT_DPI, TEXLIVE_CONTEXTS, record_contexts, texlive_contexts
-
-    if args.dataset != TEXLIVE_CONTEXTS:
-        _refuse_context_options(args, "made of its own pages", ("window", "source", "dpi", "questions", "contexts"))
+    options = ("window", "source", "dpi", "questions", "contexts")
+    _refuse_context_options(args, "made of its own pages" if spec.contexts is None else "read with "
+                            + (", ".join(f"--{o}" for o in spec.context_options) or "no option") + " of these",
+                            tuple(o for o in options if o not in spec.context_options))
+    if spec.contexts is None:
         return args.out / args.dataset, record_contexts(records), {"split": args.split, "limit": args.limit,
                                                                      "seed": args.seed}
-    if args.limit is not None:
-        raise ValueError(f"--limit counts records; {TEXLIVE_CONTEXTS} takes --contexts N (documents) and "
-                         f"--questions Q (per document)")
-    source, pages = args.source or "pdf", 20 if args.window is None else args.window
-    made = {"split": args.split, "source": source, "pages": pages, "dpi": CONTEXT_DPI if args.dpi is None else args.dpi,
-            "questions": 8 if args.questions is None else args.questions, "seed": args.seed,
-            "data": None if args.data is None else str(args.data)}
-    items = iter(texlive_contexts(args.split, pages=pages, source=source, dpi=made["dpi"], questions=made["questions"],
-                                  n_docs=args.contexts, seed=args.seed, root=args.data))
-    first = next(items, None)  # before any work: a run without a question says so
-    if first is None:
-        raise ValueError(f"no context of {args.dataset} has a question with these options (documents with at least "
-                         f"{pages} pages" + (f" of the {args.split} split" if args.split else "") + ")")
-    return args.out / args.dataset / source, itertools.chain([first], items), made
+    items, made, folder = spec.contexts(args.data, split=args.split, limit=args.limit, seed=args.seed,
+                                        **{o: getattr(args, o) for o in spec.context_options})
+    return args.out / args.dataset / folder if folder else args.out / args.dataset, items, made

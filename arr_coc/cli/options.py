@@ -297,8 +297,8 @@ def data() -> argparse.ArgumentParser:
     from arr_coc.data.datasets import DATASETS
 
     parent, g = _parent("data")
-    g.add_argument("dataset", help=f"dataset: {', '.join(DATASETS.names())}; or texlive-contexts (questions over "
-                                   f"whole contexts, see the contexts options)")
+    g.add_argument("dataset", help=f"dataset: {', '.join(DATASETS.names())} (texlive-contexts, texlive-paraphrase "
+                                   f"and contexts: questions over whole contexts, see the contexts options)")
     g.add_argument("--data", type=Path, default=None,
                    help="dataset folder (jsonl: the .jsonl file); default: $ARR_COC_DATA/<name>, or "
                         "../shared/data/<name> beside a source checkout")

@@ -8,6 +8,7 @@ Training and evaluation both read records; neither imports the other, so the rec
 from arr_coc.data import datasets  # noqa: F401  (first: the registry)
 from arr_coc.data import funsd, sroie, coco, jsonl, texlive  # noqa: F401
 from arr_coc.data import paraphrase, image_paraphrase  # noqa: F401  (hand-written questions in a user's words)
+from arr_coc.data import contexts, context_jsonl  # noqa: F401  (records that are whole contexts)
 from arr_coc.data import docvqa, textvqa, chartqa  # noqa: F401
 from arr_coc.data import mpdocvqa, slidevqa  # noqa: F401  (multi-page: several images per record)
 # isort: on

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, Union
 
 from arr_coc.data.boxes import Box
-from arr_coc.data.datasets import Record
+from arr_coc.data.datasets import DatasetSpec, Record, register
 
 TEXLIVE_CONTEXTS = "texlive-contexts"  # the dataset name of arr-coc eval
 CONTEXT_SOURCES = ("pdf", "text")
@@ -43,6 +43,8 @@ class ContextQuestion:
         pages: 0-based positions in the context of the page(s) holding the answer.
         boxes: the answer's boxes on ``pages[0]`` in that page's pixels (y0, x0, y1, x1); () when unknown.
         kind: the question's kind (``section_title``, ``next_words``; "" = one kind).
+        found: without ``boxes``, the answer's occurrences found on the text layer of ``pages[0]``, each its
+            words' boxes; the best-read occurrence counts.
     """
 
     record_id: str
@@ -51,6 +53,7 @@ class ContextQuestion:
     pages: tuple[int, ...]
     boxes: tuple[Box, ...] = ()
     kind: str = ""
+    found: tuple[tuple[Box, ...], ...] = ()
 
 
 @dataclass
@@ -154,6 +157,46 @@ def _items(docs: list, made: Callable[[Any, bool], Any], source: str, pages: int
             # a re-set text is rendered already; a PDF's pages are rendered when the context is evaluated
             load = (lambda c=ctx: c) if source == "text" else (lambda d=doc: made(d, True))
             yield ContextItem(TEXLIVE_CONTEXTS, context_id, load, qs, doc.family)
+
+
+def texlive_context_set(root: Union[str, os.PathLike, None] = None, *, split: str | None = None,
+                        limit: int | None = None, seed: int = 0, window: int | None = None, source: str | None = None,
+                        dpi: float | None = None, questions: int | None = None,
+                        contexts: int | None = None) -> tuple[Iterator[ContextItem], dict, str]:
+    """``texlive-contexts`` as a :class:`~arr_coc.data.datasets.DatasetSpec` reads it: (contexts, how they were made,
+    the output subfolder: the source); the options are ``arr-coc eval``'s, None = their defaults.
+
+    The first context is made at once, so that options that leave no question say so before any work.
+    """
+    import itertools
+
+    if limit is not None:
+        raise ValueError(f"--limit counts records; {TEXLIVE_CONTEXTS} takes --contexts N (documents) and "
+                         f"--questions Q (per document)")
+    source, pages = source or "pdf", 20 if window is None else window
+    made = {"split": split, "source": source, "pages": pages, "dpi": CONTEXT_DPI if dpi is None else dpi,
+            "questions": 8 if questions is None else questions, "seed": seed,
+            "data": None if root is None else str(root)}
+    items = iter(texlive_contexts(split, pages=pages, source=source, dpi=made["dpi"], questions=made["questions"],
+                                  n_docs=contexts, seed=seed, root=root))
+    first = next(items, None)
+    if first is None:
+        raise ValueError(f"no context of {TEXLIVE_CONTEXTS} has a question with these options (documents with at "
+                         f"least {pages} pages" + (f" of the {split} split" if split else "") + ")")
+    return itertools.chain([first], items), made, source
+
+
+def ocr_only(name: str) -> Callable[..., list[Record]]:
+    """The ``load`` of a dataset of contexts without records for the VLM: it says which readers read it."""
+    def load(root: Any = None, split: Any = None) -> list[Record]:
+        raise ValueError(f"{name} is read by an OCR reader (--reader tesseract or rapidocr); the VLM reads "
+                         f"mpdocvqa and slidevqa contexts")
+    return load
+
+
+TEXLIVE_CONTEXTS_SPEC = register(DatasetSpec(
+    TEXLIVE_CONTEXTS, "TeX Live contexts", ocr_only(TEXLIVE_CONTEXTS), splits="official", contexts=texlive_context_set,
+    context_options=("window", "source", "dpi", "questions", "contexts"), documents_of="texlive"))
 
 
 def record_contexts(records: Sequence[Record]) -> list[ContextItem]:

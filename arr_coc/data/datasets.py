@@ -105,6 +105,13 @@ class DatasetSpec:
             there is no text to read (COCO: coverage only).
         folder: its folder under the shared data directory (:func:`default_root`); None when the
             user must pass a path.
+        contexts: set when the records are whole contexts, read by the context reader of the loop:
+            ``contexts(root, split=, limit=, seed=, **options)`` -> (the
+            :class:`~arr_coc.data.contexts.ContextItem` s, how they were made, a subfolder of the
+            output or ""); ``load`` then gives what the VLM reads (or raises, saying which reader).
+        context_options: the ``arr-coc eval`` context options (``window``, ``dpi``, ...) ``contexts`` takes.
+        documents_of: the dataset whose documents (and so whose split, which trained weights must not
+            have seen) its records use; None: its own.
     """
 
     name: str
@@ -115,6 +122,9 @@ class DatasetSpec:
     prompt: str = SHORT_ANSWER_PROMPT
     reader: Optional[str] = "tesseract"
     folder: Optional[str] = None
+    contexts: Optional[Callable[..., tuple]] = None
+    context_options: tuple[str, ...] = ()
+    documents_of: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.splits not in ("hash", "official"):

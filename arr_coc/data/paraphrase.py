@@ -207,7 +207,27 @@ def load_texlive_paraphrase(root: Path | None = None, *, split: str | None = Non
             for q in texlive_paraphrase(split, path=root)]
 
 
+def paraphrase_context_set(root: Path | None = None, *, split: str | None = None, limit: int | None = None,
+                           seed: int = 0, dpi: float | None = None) -> tuple[Any, dict, str]:
+    """The questions as contexts for the OCR readers: each window of a manual one context (rendered at ``dpi``), the
+    answer found on its page's text layer (every occurrence a candidate; none found: the find reading)."""
+    from arr_coc.data.context_jsonl import ContextLine, context_items
+    from arr_coc.data.contexts import CONTEXT_DPI
+    from arr_coc.documents.corpus import family_of
+
+    qs = texlive_paraphrase(split, path=root)[:limit]
+    dpi = CONTEXT_DPI if dpi is None else dpi
+    lines = [ContextLine(q.id, q.id, q.path, q.page_range, q.question, q.answers, q.answer_page, kind=q.kind,
+                         name=q.document) for q in qs]
+    items = context_items(lines, TEXLIVE_PARAPHRASE.name, dpi, require_found=False)
+    for item in items:
+        item.group = family_of(item.group)
+    return iter(items), {"split": split, "limit": limit, "dpi": dpi, "data": None if root is None else str(root)}, ""
+
+
 # whole contexts without answer boxes (the boxes are found on the text layer when a context is read)
 TEXLIVE_PARAPHRASE = register(DatasetSpec("texlive-paraphrase", "TeX Live paraphrased questions",
-                                          load_texlive_paraphrase, splits="official", reader="vlm"))
+                                          load_texlive_paraphrase, splits="official", reader="vlm",
+                                          contexts=paraphrase_context_set, context_options=("dpi",),
+                                          documents_of="texlive"))
 

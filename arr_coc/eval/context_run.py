@@ -89,10 +89,17 @@ class ContextReading:
         return []
 
 
-def answer_boxes(q: ContextQuestion, image: torch.Tensor, source_size: tuple[int, int]) -> list[tuple[float, ...]]:
-    """The question's boxes moved from the page's pixels onto its canvas (``image``: the page's canvas [3, H, W])."""
+def answer_boxes(q: ContextQuestion, image: torch.Tensor, source_size: tuple[int, int],
+                 boxes: Sequence | None = None) -> list[tuple[float, ...]]:
+    """The question's boxes (or ``boxes``) moved from the page's pixels onto its canvas (``image``: the page's
+    canvas [3, H, W])."""
     sy, sx = image.shape[-2] / source_size[0], image.shape[-1] / source_size[1]
-    return [(b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx) for b in q.boxes]
+    return [(b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx) for b in (q.boxes if boxes is None else boxes)]
+
+
+def _score(got: tuple) -> tuple[float, float]:
+    """Which of an answer's occurrences counts: the best read, then the best covered."""
+    return (got[2] or 0.0, 0.0 if math.isnan(got[1]) else got[1])
 
 
 def measure(plan: Plan | None, image: torch.Tensor, cell: int, boxes: Sequence, answers: Sequence[str],
@@ -143,7 +150,9 @@ def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, se
     grids = [tuple(int(v) for v in g) for scene in seen.scenes for g in scene.extents]
     full, cell = sum(h * w for h, w in grids), seen.scenes[0].canvas.cell
     images = {a: seen.image(a) for a in q.pages}
-    targets = [(a, answer_boxes(q, images[a], seen.context.pages[a].size) if i == 0 else [])
+    # per answer page, the box sets measured (the best counts): the question's boxes, or every occurrence found
+    first = [q.boxes] if q.boxes or not q.found else list(q.found)
+    targets = [(a, [answer_boxes(q, images[a], seen.context.pages[a].size, b) for b in first] if i == 0 else [[]])
                for i, a in enumerate(q.pages)]
     order = bm25.rank(q.question) if bm25 is not None else None
     budgets = settings.parsed()
@@ -163,8 +172,8 @@ def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, se
             inputs = PagesInputs(grids, [p.relevance for p in alloc.pages], [p.plan for p in alloc.pages], order)
         for method in methods:
             plans = page_plans(method, inputs, total)
-            got = [measure(plans.get(a), images[a], cell, boxes, q.answers, readers, settings.margin_px)
-                   for a, boxes in targets]
+            got = [max((measure(plans.get(a), images[a], cell, boxes, q.answers, readers, settings.margin_px)
+                        for boxes in options), key=_score) for a, options in targets]
             sent = sum(rendered_tokens(p) for p in plans.values())
             best = max(range(len(got)), key=lambda i: got[i][2] or 0.0)
             rows.append(row(item.dataset, q.record_id, item.context_id, q.kind, q.question, q.answers[0], method,

@@ -306,7 +306,7 @@ def test_jsonl_rejects_duplicate_ids_folders_with_several_files_and_no_path(json
 # -------------------------------------------------------------------------------- registry and subsets
 def test_registry_holds_every_loader_and_unknown_names_list_them() -> None:
     assert DATASETS.names() == ["funsd", "sroie", "coco", "jsonl", "texlive", "texlive-paraphrase", "image-paraphrase",
-                                "docvqa", "infovqa", "textvqa", "chartqa", "mpdocvqa", "slidevqa"]
+                                "texlive-contexts", "contexts", "docvqa", "infovqa", "textvqa", "chartqa", "mpdocvqa", "slidevqa"]
     with pytest.raises(UnknownNameError, match=r"unknown dataset 'vqav2'; known: funsd, sroie, coco, jsonl, texlive, texlive-paraphrase"):
         load_dataset("vqav2")
 
@@ -336,7 +336,14 @@ def test_specs_say_how_each_dataset_is_read_split_and_scored() -> None:
         # hand-written: whole PDF windows without boxes; receipts and forms with the annotation's boxes
         "texlive-paraphrase": ("TeX Live paraphrased questions", "official", "anls", "vlm", None),
         "image-paraphrase": ("Paraphrased receipts and forms", "official", "anls", "tesseract", ""),
+        # records that are whole contexts, read by the context reader (DatasetSpec.contexts)
+        "texlive-contexts": ("TeX Live contexts", "official", "anls", "tesseract", None),
+        "contexts": ("Your questions over your documents", "hash", "anls", "tesseract", None),
     }
+    of_contexts = {n: (DATASETS.get(n).context_options, DATASETS.get(n).documents_of) for n in DATASETS
+                   if DATASETS.get(n).contexts is not None}
+    assert of_contexts == {"texlive-paraphrase": (("dpi",), "texlive"), "contexts": (("dpi",), None),
+                           "texlive-contexts": (("window", "source", "dpi", "questions", "contexts"), "texlive")}
 
 
 def test_a_spec_loads_unregistered_splits_by_image_and_refuses_bad_fields(jsonl: Path) -> None:
