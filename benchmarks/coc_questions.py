@@ -23,7 +23,7 @@ answer region from exactly what the VLM would see (``arr_coc.eval.reading.render
 
 A thin driver over the library's context evaluation (what ``arr-coc eval texlive-contexts`` runs):
 contexts and questions from :func:`arr_coc.data.contexts.texlive_contexts`, the methods from
-:mod:`arr_coc.eval.context_methods`, the rows from :func:`arr_coc.eval.loop.evaluate`
+:mod:`arr_coc.eval.context_methods`, the rows from :func:`arr_coc.eval.evaluate.evaluate`
 into ``--out/<source>/records.jsonl`` (resumable); this script writes them as rows.csv, timing.csv and
 summary.md in ``--out``.
 """
@@ -41,7 +41,7 @@ from arr_coc.config import TextureConfig
 from arr_coc.contexts import tokenizer_name
 from arr_coc.data.contexts import texlive_contexts
 from arr_coc.eval.context_methods import BM25Pages
-from arr_coc.eval.loop import evaluate
+from arr_coc.eval.evaluate import evaluate
 from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 

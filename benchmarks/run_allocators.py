@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 from arr_coc.data.datasets import load_dataset  # noqa: E402
 from arr_coc.engine.pipeline import ARR  # noqa: E402
-from arr_coc.eval.loop import evaluate  # noqa: E402
+from arr_coc.eval.evaluate import evaluate  # noqa: E402
 from arr_coc.eval.report import pivot_table, summarize, write_reports  # noqa: E402
 from arr_coc.eval.settings import EvalSettings, known_methods  # noqa: E402
 from arr_coc.eval.store import RowStore  # noqa: E402

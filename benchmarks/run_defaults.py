@@ -14,7 +14,7 @@ Why not `arr-coc eval --split val`: the shipped weights record the pixel hash of
 image, because training measured them on it every `eval_every` steps (a curve, loss.png; the last step
 is exported, no checkpoint is picked by it), and `eval` refuses any recorded image. Choosing among
 samplers for those fixed weights is what validation images are for, so this script runs the same
-evaluation (:func:`arr_coc.eval.loop.evaluate`) without that refusal; the test images stay refused.
+evaluation (:func:`arr_coc.eval.evaluate.evaluate`) without that refusal; the test images stay refused.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def run(dataset: str, limit: int, candidates: tuple[str, ...], out: Path, made_b
     from arr_coc.config import ARRConfig
     from arr_coc.data.datasets import load_dataset
     from arr_coc.engine.pipeline import ARR
-    from arr_coc.eval.loop import evaluate
+    from arr_coc.eval.evaluate import evaluate
     from arr_coc.eval.report import write_reports
     from arr_coc.eval.settings import EvalSettings
     from arr_coc.eval.store import requested

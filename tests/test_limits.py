@@ -257,7 +257,7 @@ def test_method_vlm_without_a_first_look_is_refused_in_eval_as_in_ask(tmp_path):
     from arr_coc.config import ARRConfig, CanvasConfig
     from arr_coc.engine.pipeline import ARR
     from arr_coc.engine.query import HashingQueryEncoder
-    from arr_coc.eval.loop import evaluate
+    from arr_coc.eval.evaluate import evaluate
     from arr_coc.eval.settings import EvalSettings
     from arr_coc.vlm import ask, load_vlm
 
@@ -306,7 +306,7 @@ def test_the_app_takes_whole_saccades_and_its_field_does_not_round():
 STAGES = """
 import sys, tempfile
 import torch
-from arr_coc.eval.loop import evaluate
+from arr_coc.eval.evaluate import evaluate
 from arr_coc.vlm import load_vlm, stages
 adapter = load_vlm("tiny:qwen2_5_vl", dtype=sys.argv[1])
 calls = {

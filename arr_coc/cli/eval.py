@@ -102,7 +102,7 @@ def _prompt(template: str) -> str:
 def run(args: argparse.Namespace) -> int:
     """One evaluation: the records (images or contexts) of ``args.dataset`` x methods x budgets, one loop."""
     from arr_coc.data.datasets import DATASETS, load_dataset
-    from arr_coc.eval.loop import evaluate, rank_device
+    from arr_coc.eval.evaluate import evaluate, rank_device
     from arr_coc.weights import refuse_leakage
 
     if args.reader == "vlm" and not args.model:

@@ -43,7 +43,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     from arr_coc.train.checkpoint import check_export, export
     from arr_coc.train.loop import TrainConfig, train
-    from arr_coc.train.settings import SCORER_WEIGHTS_UNUSED
+    from arr_coc.train.recipe import SCORER_WEIGHTS_UNUSED
 
     if args.scorer_weights not in (None, "none"):
         raise ValueError(SCORER_WEIGHTS_UNUSED.format(args.scorer_weights))

@@ -1,7 +1,7 @@
 """Context datasets: questions over whole contexts of many pages, each knowing the page(s) that hold its answer.
 
 Two kinds of :class:`ContextItem` (a context and its questions), both evaluated by
-:func:`arr_coc.eval.loop.evaluate` (``arr-coc eval texlive-contexts|mpdocvqa|slidevqa``):
+:func:`arr_coc.eval.evaluate.evaluate` (``arr-coc eval texlive-contexts|mpdocvqa|slidevqa``):
 
 - :func:`texlive_contexts`: the long-context questions of the LaTeX manuals
   (:mod:`arr_coc.documents.corpus`, split by document family): the first ``pages`` pages of every

@@ -21,7 +21,7 @@ per question, method and budget, records on the answer's page(s):
 
 and over the context: ``tokens`` (visual tokens sent, exact), ``full_tokens``, ``text_tokens`` (the
 context's text by :func:`arr_coc.contexts.text_tokens`: the text layer, or OCR on pages without one)
-and ``compression`` = text tokens / tokens sent. The loop (:func:`arr_coc.eval.loop.evaluate`) stores
+and ``compression`` = text tokens / tokens sent. The loop (:func:`arr_coc.eval.evaluate.evaluate`) stores
 the rows; :func:`arr_coc.eval.report.write_reports` with ``reader="context"`` makes the tables.
 """
 from __future__ import annotations
@@ -41,7 +41,7 @@ from arr_coc.engine.imageops import paint_boxes
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
 from arr_coc.eval.context_methods import NEEDS_BM25, BM25Pages
-from arr_coc.eval.loop import Unit, row
+from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.reading import (
     best_window,
     contains_score,

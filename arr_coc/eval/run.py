@@ -1,6 +1,6 @@
 """Images read by OCR: every method's plan of one image at every budget, and whether the answer is still read.
 
-The image reader of the evaluation loop (:func:`arr_coc.eval.loop.evaluate`): for every record (image,
+The image reader of the evaluation loop (:func:`arr_coc.eval.evaluate.evaluate`): for every record (image,
 question, answer, answer boxes) and every budget, each method of :mod:`arr_coc.allocators.methods` makes a
 :class:`arr_coc.engine.plan.Plan`; a row records where its full-resolution tokens landed
 (:mod:`arr_coc.eval.metrics`) and whether a real OCR engine still reads the answer in the plan rendered as
@@ -28,7 +28,7 @@ from arr_coc.allocators.methods import (
 from arr_coc.data.datasets import Record
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
-from arr_coc.eval.loop import Unit, row
+from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.metrics import allocation_metrics, box_mask
 from arr_coc.eval.reading import (
     best_window,

@@ -1,7 +1,7 @@
 """The VLM as reader: every method at every token budget answered by the frozen model itself, scored by the
 benchmark's own metric, with what each answer cost.
 
-The VLM reader of the evaluation loop (:func:`arr_coc.eval.loop.evaluate`). Methods (``VLM_METHODS``: the
+The VLM reader of the evaluation loop (:func:`arr_coc.eval.evaluate.evaluate`). Methods (``VLM_METHODS``: the
 entries of :mod:`arr_coc.allocators.methods` the VLM reader can send), each
 making a :class:`arr_coc.engine.plan.Plan` that the adapters ``arr-coc ask`` uses encode:
 
@@ -49,7 +49,7 @@ from PIL import Image
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan, methods_for
 from arr_coc.data.datasets import Record
 from arr_coc.engine.plan import Plan
-from arr_coc.eval.loop import Unit, row
+from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.metrics import answer_score
 from arr_coc.eval.run import learned_maps, record_seed
 from arr_coc.eval.settings import PROMPT, VLM_DEFAULT_METHODS, EvalSettings

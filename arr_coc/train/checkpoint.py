@@ -16,7 +16,7 @@ from torch import nn
 
 from arr_coc.config import ARRConfig
 from arr_coc.errors import UserError, WeightsError
-from arr_coc.train.settings import TrainConfig
+from arr_coc.train.recipe import TrainConfig
 from arr_coc.weights import (
     CONFIG,
     LEARNED_FORMAT,

@@ -40,7 +40,7 @@ from arr_coc.train.objective import (
     hard_metrics,
     seed_of,
 )
-from arr_coc.train.settings import LEARNERS, Run, TrainConfig, refuse_unused
+from arr_coc.train.recipe import LEARNERS, Run, TrainConfig, refuse_unused
 from arr_coc.weights import atomic_write, encoder_name, image_digests
 
 __all__ = ["Run", "TrainConfig", "accumulate", "batch_indices", "plot_history", "train"]

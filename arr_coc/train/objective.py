@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from arr_coc.budget import Budget
 from arr_coc.engine.soft_topk import coverage_loss, standardized_soft_topk
 from arr_coc.train.features import Example, collate
-from arr_coc.train.settings import ESTIMATORS, LEARNERS, RELAXATIONS, TrainConfig
+from arr_coc.train.recipe import ESTIMATORS, LEARNERS, RELAXATIONS, TrainConfig
 
 PRUNER_HIDDEN = 32  # the pruner's bottleneck: its tokens are only C (~16) channels wide
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}

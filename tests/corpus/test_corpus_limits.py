@@ -130,7 +130,7 @@ THREADS = """
 import sys, tempfile
 import torch
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
-from arr_coc.eval.loop import evaluate
+from arr_coc.eval.evaluate import evaluate
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.vlm import ask, load_vlm, stages

@@ -16,7 +16,7 @@ from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.texture import MVP_CHANNELS
-from arr_coc.eval.loop import evaluate
+from arr_coc.eval.evaluate import evaluate
 from arr_coc.eval.report import write_reports
 from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore, requested

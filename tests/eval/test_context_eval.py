@@ -25,7 +25,7 @@ from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.views import downsampled_grid
 from arr_coc.errors import MissingDependencyError
 from arr_coc.eval.context_methods import CONTEXT_METHODS
-from arr_coc.eval.loop import evaluate
+from arr_coc.eval.evaluate import evaluate
 from arr_coc.eval.reading import contains_score, make_reader, read_region
 from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore

@@ -11,7 +11,7 @@ from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.query import HashingQueryEncoder
-from arr_coc.eval.loop import evaluate
+from arr_coc.eval.evaluate import evaluate
 from arr_coc.eval.metrics import best_window
 from arr_coc.eval.reading import make_view_reader, render, scale_boxes
 from arr_coc.eval.settings import EvalSettings

@@ -19,7 +19,7 @@ from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.data.datasets import load_dataset
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
-from arr_coc.eval.loop import evaluate, shard
+from arr_coc.eval.evaluate import evaluate, shard
 from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 from arr_coc.vlm import load_vlm
