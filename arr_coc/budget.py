@@ -36,10 +36,11 @@ def gestalt_grid(saccades: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
     """
     if saccades < 1:
         raise ValueError(f"saccades K must be at least 1, got {saccades}")
-    return _clamp(next(s for s in GESTALT_SIDES if s * s <= saccades), cells_hw)
+    return _clamp(_side(1, saccades), cells_hw)
 
 
 def _side(n_pages: int, share: int) -> int | None:
+    """The largest gestalt side every one of ``n_pages`` pages can have within ``share`` tokens (None: not even 1)."""
     return next((s for s in GESTALT_SIDES if n_pages * s * s <= share), None)
 
 
@@ -156,7 +157,7 @@ class Budget:
             if side is None:
                 raise ValueError(f"{tokens} tokens cannot give {n} pages a 1x1 gestalt each and as many saccades; "
                                  f"use at least {2 * n} tokens or choose fewer pages")
-        gestalts = [(min(side, h), min(side, w)) for h, w in grids]
+        gestalts = [_clamp(side, g) for g in grids]
         if tokens is not None:
             k = tokens - sum(h * w for h, w in gestalts)
         if k > full:

@@ -5,7 +5,7 @@ Over one image, saccades are one-cell tokens from ARR's sampler (``allocator="ar
 squares from a patch allocator of :data:`arr_coc.allocators.patching.PATCHERS` (``"saliency"``,
 ``"quadtree"``) run on the same relevance, each square shrunk to one token
 (:func:`arr_coc.vlm.stages.allocate`). Over a context of several pages, one budget is allocated over all
-of them (:func:`arr_coc.vlm.context.allocate_pages`). Either way the pages are read by one path
+of them (:func:`arr_coc.contexts.allocate`). Either way the pages are read by one path
 (:func:`arr_coc.vlm.context.read_pages`: ``encode``, ``prefill``, ``decode``) into one answer type,
 :class:`arr_coc.vlm.reply.Answer`, with what each answer cost.
 
@@ -24,8 +24,12 @@ import torch
 
 from arr_coc.budget import Budget
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig, check_int, resolve_device, resolve_dtype
+from arr_coc.contexts import allocate as allocate_pages  # the one allocator; stages.allocate is the image path's
+from arr_coc.contexts.inputs import MAX_PAGES
+from arr_coc.documents.pdf import DEFAULT_DPI
+from arr_coc.documents.text_pages import TextLayout
 from arr_coc.threads import check_model
-from arr_coc.vlm.context import PageInput, allocate_pages, read_pages
+from arr_coc.vlm.context import PageInput, read_pages
 from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (the VLM evaluation's imports)
 from arr_coc.vlm.generation import answer_text, decoding_config  # noqa: F401  (answer_text: the evaluation's)
 from arr_coc.vlm.processing import LAYOUTS, MODES
@@ -132,7 +136,7 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
         gestalt: bool = True, max_new_tokens: int = MAX_NEW_TOKENS, config: ARRConfig | None = None,
         allocator: str = "arr", relevance: str = "auto", first_look_layers: Sequence[int] | None = None,
         generation_config: Any = None, streamer: Any = None, seed: int | None = None, pages: Any = None,
-        dpi: float | None = None, text_layout: Any = None, max_pages: int | None = None,
+        dpi: float = DEFAULT_DPI, text_layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES,
         text_tokenizer: Any = None) -> list[Answer]:
     """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades: one
     :class:`Answer` per question.
@@ -246,7 +250,7 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
         reads = []
         for i in paged:
             alloc = allocate_pages(arr, items[i][0], items[i][1], budget or Budget.saccades(k), pages=pages, dpi=dpi,
-                                   text_layout=text_layout, max_pages=max_pages, tokenizer=text_tokenizer)
+                                   layout=text_layout, max_pages=max_pages, tokenizer=text_tokenizer)
             for name, ms in alloc.timings_ms.items():
                 t[f"allocation/{name}"] = t.get(f"allocation/{name}", 0.0) + ms
             reads.append(Read(alloc.question, alloc.pages, adapter.prompt_segments(alloc.question, len(alloc.pages)),

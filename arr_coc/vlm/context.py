@@ -10,7 +10,7 @@ sent (the COC compression ratio).
 
 :func:`read_context` reads one context's allocated pages (anything with ``index``, ``image`` [3, H, W] on
 the model's cell and ``plan``: the context allocation's ``PageAllocation`` or :class:`PageInput`) for one
-question. :func:`allocate_pages` is where a context's pages get their plans.
+question.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ from typing import Any, Protocol, Sequence
 
 from torch import Tensor
 
-from arr_coc.budget import Budget
 from arr_coc.config import MAX_NEW_TOKENS
 from arr_coc.engine.plan import Plan
 from arr_coc.vlm.generation import timed
@@ -98,19 +97,3 @@ def read_context(adapter: VLMAdapter, pages: Sequence[PageLike], question: str, 
         raise ValueError("a context needs at least one page")
     read = Read(question, list(pages), adapter.prompt_segments(question, len(pages)), text_tokens, tokenizer)
     return read_pages(adapter, [read], layout=layout, max_new_tokens=max_new_tokens, timings=timings)[0]
-
-
-def allocate_pages(arr: Any, context: Any, question: str, budget: Budget, *, pages: Any = None,
-                   dpi: float | None = None, text_layout: Any = None, max_pages: int | None = None,
-                   tokenizer: Any = None) -> Any:
-    """A context's pages and their plans for one question under ``budget`` (the one place a context is allocated
-    on the VLM path): :func:`arr_coc.contexts.allocate`, one ranking over every page's cells; a share ("25%") is
-    of the pages' full tokens, a compression ("10x") of their text tokens."""
-    from arr_coc.contexts import allocate
-    from arr_coc.contexts.inputs import MAX_PAGES
-    from arr_coc.documents.pdf import DEFAULT_DPI
-    from arr_coc.documents.text_pages import TextLayout
-
-    return allocate(arr, context, question, budget, pages=pages, dpi=DEFAULT_DPI if dpi is None else dpi,
-                    layout=TextLayout() if text_layout is None else text_layout,
-                    max_pages=MAX_PAGES if max_pages is None else max_pages, tokenizer=tokenizer)
