@@ -40,15 +40,17 @@ from arr_coc.contexts.pagetext import OCR
 from arr_coc.contexts.ranking import (
     NEAR_WEIGHT,
     PAGE_WEIGHT,
+    RETRIEVAL_WEIGHT,
     TEXT_WEIGHT,
     RankParts,
+    line_scores,
     placing_map,
     rank_cells,
     ranking_score,
     text_parts,
 )
 from arr_coc.contexts.result import ContextAllocation, PageAllocation
-from arr_coc.contexts.seen import CHUNK, ContextScene, PageRead, canvas_grids, read_pages
+from arr_coc.contexts.seen import CHUNK, ContextScene, PageRead, canvas_grids, embed_lines, read_pages
 from arr_coc.contexts.tokens import text_tokens as count_tokens
 from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.pdf import DEFAULT_DPI
@@ -121,7 +123,8 @@ def _place(arr: ARR, placing: Tensor, k: int, valid: Tensor, query_emb: Tensor) 
 def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages: Any = None,
              dpi: float = DEFAULT_DPI, layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES,
              tokenizer: Any = None, ocr: OCR | None = None, text_weight: float = TEXT_WEIGHT,
-             page_weight: float = PAGE_WEIGHT, near_weight: float = NEAR_WEIGHT, chunk: int = CHUNK) -> ContextAllocation:
+             page_weight: float = PAGE_WEIGHT, near_weight: float = NEAR_WEIGHT,
+             retrieval_weight: float = RETRIEVAL_WEIGHT, chunk: int = CHUNK) -> ContextAllocation:
     """Allocate one budget over any input's pages for a question (one image is a context of one page).
 
     Args:
@@ -140,7 +143,9 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         tokenizer: the VLM's tokenizer (or processor) to count the text tokens; default the offline one.
         ocr: ``ocr(canvas [3, H, W]) -> [(line text, (y0, x0, y1, x1) px)]`` for pages without text;
             default the text channels' own cached RapidOCR.
-        text_weight, page_weight, near_weight: the ranking's weights (:mod:`arr_coc.contexts.ranking`).
+        text_weight, page_weight, near_weight, retrieval_weight: the ranking's weights
+            (:mod:`arr_coc.contexts.ranking`); the retrieval part ranks the context's lines by ``arr.retriever``
+            (a :class:`ContextScene` brings its lines' embeddings; otherwise they are computed here).
         chunk: pages computed at once at most.
 
     Returns:
@@ -182,19 +187,39 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         text = "\n\n".join(" ".join(w for w, _ in r.words) for r in has_text)
         n_text = count_tokens(text, tokenizer) if has_text else None
         gestalts, k = split if split is not None else plan_budget(arr.config, budget, grids, n_text)
-        weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight)
-        out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t)
+        weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
+                       retrieval_weight=retrieval_weight)
+        scores = retrieval_scores(arr, context, reads, question, t) if retrieval_weight else None
+        out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, scores)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
+
+
+def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question: str,
+                     t: dict[str, float]) -> list[Tensor] | None:
+    """Each page's lines' retrieval scores for the question (None: no page has lines). A :class:`ContextScene`'s
+    line embeddings are reused when they are the ARR's retriever's; otherwise the lines are embedded here."""
+    if not any(r.lines for r in reads):
+        return None
+    start = time.perf_counter()
+    seen = context if isinstance(context, ContextScene) else None
+    if seen is not None and seen.embeddings is not None and seen.retriever == arr.retriever.name:
+        embeddings = seen.embeddings
+    else:
+        embeddings = embed_lines(arr.retriever, [r.lines for r in reads])
+    scores = line_scores(embeddings, arr.retriever.queries([question])[0])
+    t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
+    return scores
 
 
 def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, Tensor, Tensor, Tensor]],
            grids: Sequence[tuple[int, int]], gestalts: Sequence[tuple[int, int]], k: int, question: str,
-           weights: dict[str, float], t: dict[str, float]) -> list[PageAllocation]:
+           weights: dict[str, float], t: dict[str, float], scores: Sequence[Tensor] | None = None,
+           ) -> list[PageAllocation]:
     """The ranking decides each page's share k_i; each page's sampler places it."""
     cell = arr.config.canvas.cell
     start = time.perf_counter()
     parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], [s[0] for s in scored],
-                       [r.words for r in reads], [r.lines for r in reads], question)
+                       [r.words for r in reads], [r.lines for r in reads], question, scores)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
     ranks = [ranking_score(p, **weights) for p in parts]
@@ -227,7 +252,8 @@ def rank_parts(arr: ARR, seen: ContextScene, question: str, k: int = 0, t: dict[
         s[0] for scene, _ in seen.chunks() for s in _score(arr, scene, question, None, t)]
     cell = arr.config.canvas.cell
     grids = [g for scene in seen.scenes for g in scene.extents]
+    scores = retrieval_scores(arr, seen, seen.reads, question, t)
     start = time.perf_counter()
-    parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], rels, seen.words, seen.lines, question)
+    parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], rels, seen.words, seen.lines, question, scores)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     return parts

@@ -45,6 +45,10 @@ Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) 
 TEXT_WEIGHT = 4.0
 PAGE_WEIGHT = 2.0
 NEAR_WEIGHT = 4.0
+# The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
+# RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted like a matched word.
+RETRIEVAL_WEIGHT = 4.0
+RETRIEVAL_TOP = 8
 
 
 @dataclass(frozen=True)
@@ -56,23 +60,35 @@ class RankParts:
         text: the text-layer match of each cell, in [0, 1] over the context.
         near: where a matched line's answer sits (:func:`near_map`), in [0, 1].
         page: the page's best matching word over the context's best, in [0, 1].
+        retrieval: the lines the retrieval model ranks first for the question (:func:`retrieval_values`), painted
+            with their values, in [0, 1]; None without a retriever.
     """
 
     relevance: Tensor
     text: Tensor
     near: Tensor
     page: float
+    retrieval: Tensor | None = None
 
 
 def ranking_score(parts: RankParts, text_weight: float = TEXT_WEIGHT, page_weight: float = PAGE_WEIGHT,
-                  near_weight: float = NEAR_WEIGHT) -> Tensor:
-    """``[hc, wc]`` a page's cell scores: relevance + the weighted text, page and near parts.
+                  near_weight: float = NEAR_WEIGHT, retrieval_weight: float = RETRIEVAL_WEIGHT) -> Tensor:
+    """``[hc, wc]`` a page's cell scores: relevance + the weighted text, page, near and retrieval parts.
 
     >>> p = RankParts(torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 1.0]]), torch.tensor([[0.5, 0.0]]), 1.0)
     >>> ranking_score(p, 4.0, 2.0, 2.0).tolist()
     [[4.0, 6.0]]
     """
-    return parts.relevance + text_weight * parts.text + page_weight * parts.page + near_weight * parts.near
+    return parts.relevance + _extra(parts, text_weight, page_weight, near_weight, retrieval_weight)
+
+
+def _extra(parts: RankParts, text_weight: float, page_weight: float, near_weight: float,
+           retrieval_weight: float) -> Tensor:
+    """The weighted text, page, near and retrieval parts of a page's cells."""
+    extra = text_weight * parts.text + page_weight * parts.page + near_weight * parts.near
+    if parts.retrieval is not None and retrieval_weight:
+        extra = extra + retrieval_weight * parts.retrieval.to(extra)
+    return extra
 
 
 def unit(rel: Tensor) -> Tensor:
@@ -128,6 +144,55 @@ def near_map(words: Sequence[Line], lines: Sequence[Line], values: Sequence[floa
     return F.max_pool2d(painted[None, None, : hc * cell, : wc * cell], cell)[0, 0]
 
 
+def passage_texts(lines: Sequence[Line]) -> list[str]:
+    """What the retrieval model reads for each line of a page: the line itself."""
+    return [text for text, _ in lines]
+
+
+def line_scores(embeddings: Sequence[Tensor | None], query: Tensor) -> list[Tensor]:
+    """Each page's lines' cosine with the question (``embeddings[i]``: page i's lines [L_i, D], L2-normalised, or None
+    for a page without lines; ``query``: [D], L2-normalised)."""
+    return [e.float() @ query.float() if e is not None and len(e) else torch.zeros(0) for e in embeddings]
+
+
+def retrieval_values(scores: Sequence[Tensor], top: int = RETRIEVAL_TOP) -> list[Tensor]:
+    """Each line's retrieval value: the context's ``top`` best lines ramped from 1 (the best) down towards 0 (the
+    score of the line ranked ``top + 1``), every other line 0. A ramp over ranks, not the raw cosine: a retrieval
+    model's cosines sit in a narrow, model-dependent band, and only their order says which line answers.
+
+    >>> [v.tolist() for v in retrieval_values([torch.tensor([0.9, 0.1]), torch.tensor([0.5, 0.7])], top=2)]
+    [[1.0, 0.0], [0.0, 0.5]]
+    """
+    flat = torch.cat([s.reshape(-1).float() for s in scores]) if scores else torch.zeros(0)
+    if flat.numel() == 0:
+        return [s.float() for s in scores]
+    ordered = torch.sort(flat, descending=True).values
+    hi, lo = ordered[0], ordered[min(top, len(ordered) - 1)]
+    if float(hi - lo) <= 0:
+        return [(s >= hi).float() for s in scores]
+    return [((s.float() - lo) / (hi - lo)).clamp_min(0) for s in scores]
+
+
+def retrieval_map(lines: Sequence[Line], values: Tensor, size: tuple[int, int], cell: int) -> Tensor:
+    """``[hc, wc]`` a page's lines painted with their retrieval values on its cells: a cell gets the best value of
+    the lines touching it (a line is read only if every cell it touches is sent). Computed on cells, not pixels.
+
+    >>> retrieval_map([("a", (0.0, 0.0, 10.0, 30.0)), ("b", (20.0, 0.0, 30.0, 10.0))], torch.tensor([1.0, 0.5]),
+    ...               (42, 42), 14).tolist()
+    [[1.0, 1.0, 1.0], [0.5, 0.0, 0.0], [0.5, 0.0, 0.0]]
+    """
+    hc, wc = size[0] // cell, size[1] // cell
+    keep = values > 0
+    if not lines or not bool(keep.any()):
+        return torch.zeros(hc, wc)
+    boxes = torch.tensor([b for _, b in lines], dtype=torch.float32).reshape(-1, 4)[keep]
+    ys, xs = torch.arange(hc, dtype=torch.float32) * cell, torch.arange(wc, dtype=torch.float32) * cell
+    rows = (ys[None] < boxes[:, 2:3]) & (ys[None] + cell > boxes[:, 0:1])  # [L, hc] the cell rows a line touches
+    cols = (xs[None] < boxes[:, 3:4]) & (xs[None] + cell > boxes[:, 1:2])  # [L, wc]
+    painted = values[keep].float()[:, None, None] * (rows[:, :, None] & cols[:, None, :]).float()
+    return painted.amax(0)
+
+
 def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
     """The K best cells over every page's score map [hc_i, wc_i], per page as [k_i, 2] (y, x) in rank order.
 
@@ -148,9 +213,11 @@ def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
 
 
 def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tensor], words: Sequence[list[Line]],
-               lines: Sequence[list[Line]], question: str) -> list[RankParts]:
+               lines: Sequence[list[Line]], question: str, scores: Sequence[Tensor] | None = None,
+               top: int = RETRIEVAL_TOP) -> list[RankParts]:
     """Every page's :class:`RankParts` from its relevance (any scale: scaled here by :func:`unit`), its words and
-    lines and its canvas size.
+    lines and its canvas size; ``scores``: each page's lines' retrieval scores (:func:`line_scores`), None for
+    no retrieval part.
 
     The text part is the ``text_layer`` channel's map (the matching words painted with their values, over
     one context-wide maximum, clamped to [0, 1]) pooled to cells: computed from the words alone.
@@ -158,9 +225,11 @@ def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tenso
     weights = idf(words, question)
     values = [word_values([w for w, _ in ws], question, weights) for ws in words]
     norm = max((max(v, default=0.0) for v in values), default=0.0)
+    retrieved = retrieval_values(scores, top) if scores is not None else [None] * len(sizes)
     parts = []
-    for size, raw, ws, ls, vs in zip(sizes, rels, words, lines, values):
+    for size, raw, ws, ls, vs, rv in zip(sizes, rels, words, lines, values, retrieved):
         rel = unit(raw)
+        found = None if rv is None else retrieval_map(ls, rv, size, cell)[: rel.shape[0], : rel.shape[1]]
         if norm > 0:
             m = (match_map(ws, question, size, weights) / norm).float().clamp(0, 1)
             text = pool_to_cells(m[None, None], cell)[0, 0]  # [hc, wc]
@@ -168,12 +237,12 @@ def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tenso
         else:
             text = near = torch.zeros_like(rel)
         parts.append(RankParts(rel, text, near[: rel.shape[0], : rel.shape[1]],
-                               max(vs, default=0.0) / norm if norm > 0 else 0.0))
+                               max(vs, default=0.0) / norm if norm > 0 else 0.0, found))
     return parts
 
 
 def placing_map(relevance: Tensor, parts: RankParts, text_weight: float = TEXT_WEIGHT, page_weight: float = PAGE_WEIGHT,
-                near_weight: float = NEAR_WEIGHT) -> Tensor:
+                near_weight: float = NEAR_WEIGHT, retrieval_weight: float = RETRIEVAL_WEIGHT) -> Tensor:
     """``[hc, wc]`` what a page's sampler places its saccades on: the ranking score in the page's own relevance
     units, ``relevance + (max - min) x (the text, page and near parts)``.
 
@@ -184,7 +253,7 @@ def placing_map(relevance: Tensor, parts: RankParts, text_weight: float = TEXT_W
     >>> placing_map(torch.tensor([[3.0, 1.0]]), p, 4.0).tolist(), placing_map(torch.tensor([[3.0, 1.0]]), p, 0.0).tolist()
     ([[3.0, 9.0]], [[3.0, 1.0]])
     """
-    extra = text_weight * parts.text + page_weight * parts.page + near_weight * parts.near
+    extra = _extra(parts, text_weight, page_weight, near_weight, retrieval_weight)
     if not bool(extra.ne(0).any()):
         return relevance
     span = float(relevance.max() - relevance.min())

@@ -15,12 +15,14 @@ from torch import Tensor
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.pagetext import OCR, page_text
+from arr_coc.contexts.ranking import passage_texts
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.canvas import make_canvas, smart_resize
 from arr_coc.engine.pipeline import ARR, Scene
+from arr_coc.engine.retrieval import Retriever
 from arr_coc.engine.texture import PageText
 
 CHUNK = 4  # pages scored at once
@@ -144,12 +146,16 @@ class ContextScene:
             text on it.
         reads: per page, what the ranking keeps (:class:`PageRead`).
         timings_ms: the time each stage took.
+        embeddings: per page its lines' retrieval embeddings [L_i, D] (None: a page without lines), by
+            :func:`embed_lines` with the ARR's retriever, named ``retriever``; None when not computed.
     """
 
     context: Context
     scenes: list[Scene]
     reads: list[PageRead]
     timings_ms: dict[str, float] = field(default_factory=dict)
+    embeddings: list[Tensor | None] | None = None
+    retriever: str = ""
 
     def __len__(self) -> int:
         return len(self.reads)
@@ -179,12 +185,29 @@ class ContextScene:
         return self.reads[i].image  # kept: a tensor
 
 
+def embed_lines(retriever: Retriever, lines: Sequence[Sequence[Line]]) -> list[Tensor | None]:
+    """Per page its lines' passage embeddings [L_i, D] (:func:`~arr_coc.contexts.ranking.passage_texts`), in one
+    pass over the whole context; None for a page without lines."""
+    texts = [passage_texts(ls) for ls in lines]
+    flat = [t for ts in texts for t in ts]
+    if not flat:
+        return [None] * len(texts)
+    emb = retriever.passages(flat)
+    out, i = [], 0
+    for ts in texts:
+        out.append(emb[i: i + len(ts)] if ts else None)
+        i += len(ts)
+    return out
+
+
 def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI,
                 layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES, ocr: OCR | None = None,
-                chunk: int = CHUNK) -> ContextScene:
+                chunk: int = CHUNK, embed: bool = True) -> ContextScene:
     """Read a context and compute what its pages alone determine, for several questions (see
-    :func:`~arr_coc.contexts.allocate` for the arguments). It holds every page's canvas and texture: for one
-    question :func:`~arr_coc.contexts.allocate` on the context itself holds a few pages at a time."""
+    :func:`~arr_coc.contexts.allocate` for the arguments): canvases, textures, words and lines, and (``embed``)
+    the lines' retrieval embeddings by ``arr.retriever``, which every question then reuses. It holds every page's
+    canvas and texture: for one question :func:`~arr_coc.contexts.allocate` on the context itself holds a few
+    pages at a time."""
     t: dict[str, float] = {}
     start = time.perf_counter()
     opened = open_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
@@ -194,4 +217,9 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
     for scene, read in read_pages(arr, opened, ocr, chunk, t, keep=True):
         scenes.append(scene)
         reads.extend(read)
-    return ContextScene(Context([r.page for r in reads], opened.source, opened.meta), scenes, reads, t)
+    out = ContextScene(Context([r.page for r in reads], opened.source, opened.meta), scenes, reads, t)
+    if embed and any(r.lines for r in reads):
+        start = time.perf_counter()
+        out.embeddings, out.retriever = embed_lines(arr.retriever, out.lines), arr.retriever.name
+        t["retrieval"] = (time.perf_counter() - start) * 1e3
+    return out

@@ -22,6 +22,7 @@ from arr_coc.engine.extract import extract_gather
 from arr_coc.engine.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.engine.relevance import SCORERS, Relevance
+from arr_coc.engine.retrieval import DEFAULT_RETRIEVER, Retriever, load_retriever
 from arr_coc.engine.samplers import SAMPLERS, Selection, module_dtype, select
 from arr_coc.engine.texture import (
     PageText,
@@ -158,6 +159,9 @@ class ARR(nn.Module):
         query_encoder: a :class:`QueryEncoder`; default MiniLM (packaged weights, offline).
         gestalt_encoder: a :class:`GestaltEncoder`; default pooled texture features.
         cache: the per-image cache of slow channel parts (OCR, ...); pass one to share it between ARRs.
+        retriever: embeds a context's lines and the question (:mod:`arr_coc.engine.retrieval`) for the ranking
+            over a context's pages; default :func:`~arr_coc.engine.retrieval.load_retriever` (loads on first use;
+            the hashing retriever when ``query_encoder`` is the hashing encoder).
 
     Example:
         >>> from arr_coc.engine.query import HashingQueryEncoder
@@ -168,7 +172,8 @@ class ARR(nn.Module):
     """
 
     def __init__(self, config: ARRConfig | None = None, *, query_encoder: QueryEncoder | None = None,
-                 gestalt_encoder: GestaltEncoder | None = None, cache: ImageCache | None = None) -> None:
+                 gestalt_encoder: GestaltEncoder | None = None, cache: ImageCache | None = None,
+                 retriever: Retriever | None = None) -> None:
         super().__init__()
         self.config = config = config or ARRConfig()
         self.channels = tuple(config.texture.channels or PIPELINE_CHANNELS)
@@ -183,6 +188,10 @@ class ARR(nn.Module):
         self.cache = ImageCache() if cache is None else cache
         self.query_encoder = query_encoder or MiniLMQueryEncoder()
         self.gestalt_encoder = gestalt_encoder or PooledGestaltEncoder()
+        # question -> line retrieval over a context's text (its model loads on first use)
+        # (a model-free ARR, on hashed questions, gets hashed lines too)
+        self.retriever = retriever if retriever is not None else load_retriever(
+            "hashing" if isinstance(self.query_encoder, HashingQueryEncoder) else DEFAULT_RETRIEVER)
         width = channel_width(self.image_channels)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)  # learnable parts start the same for the same seed

@@ -10,7 +10,7 @@ from typing import Callable, Protocol, Sequence
 
 from torch import Tensor
 
-from arr_coc.engine.query import MiniLMQueryEncoder
+from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
 
 
 class Retriever(Protocol):
@@ -42,7 +42,28 @@ class MiniLMRetriever:
         return self.encoder.encode(list(texts))
 
 
-RETRIEVERS: dict[str, Callable[..., Retriever]] = {"minilm": MiniLMRetriever}
+class HashingRetriever:
+    """Bag-of-words hashing (:class:`~arr_coc.engine.query.HashingQueryEncoder`): no model, for tests and model-free
+    runs; lines sharing the question's words score above the rest.
+
+    >>> r = HashingRetriever()
+    >>> float(r.queries(["the total"])[0] @ r.passages(["total due", "date"]).T[:, 0]) > 0
+    True
+    """
+
+    name = "hashing"
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.encoder = HashingQueryEncoder()
+
+    def queries(self, texts: Sequence[str]) -> Tensor:
+        return self.encoder.encode(list(texts))
+
+    def passages(self, texts: Sequence[str]) -> Tensor:
+        return self.encoder.encode(list(texts))
+
+
+RETRIEVERS: dict[str, Callable[..., Retriever]] = {"minilm": MiniLMRetriever, "hashing": HashingRetriever}
 DEFAULT_RETRIEVER = "minilm"
 
 
