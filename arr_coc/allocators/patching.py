@@ -1,10 +1,11 @@
 """Adaptive patching: allocators whose tokens stand for 1x, 2x, 4x ... squares of cells under a token budget.
 
 A sampler (`arr_coc.engine.samplers`) spends one token per cell. Here one token may cover a size x size square of
-cells, resized to one cell: coarse where little happens, fine where the saliency is. Two families, one registry
-(`PATCHERS`): `saliency_patches` (greedy non-overlapping squares, exactly K) and the quadtree
-(`arr_coc.allocators.quadtree`: hierarchical splits of a tiling of the image, at most K); and the query-blind
-saliency maps they can read (`edge_density`, `attention_saliency`). Both return `arr_coc.allocators.patches.Patches`.
+cells, resized to one cell: coarse where little happens, fine where the saliency is. Two families behind one
+registry (`PATCHERS`), both returning `arr_coc.allocators.patches.Patches`: `saliency_patches` here (greedy
+non-overlapping squares, exactly K) and the quadtree (`arr_coc.allocators.quadtree`: hierarchical splits of a
+tiling of the image, at most K). Here too are the query-blind saliency maps a patcher can read
+(`edge_density`, `attention_saliency`).
 
 Notation: B images on a padded canvas of Hc x Wc token cells, `cell` pixels per cell side, K tokens.
     boxes  [B, K, 3] (y, x, size) in cells, int64: the size x size cells whose top-left cell is (y, x).
@@ -35,8 +36,6 @@ PATCHERS: Registry[Patcher] = Registry("patcher")
 
 
 # ----------------------------------------------------------------------------- saliency maps
-
-
 def edge_density(pixels: Tensor, cell: int, strength: float = EDGE_STRENGTH) -> Tensor:
     """Share of strong-gradient pixels in each cell, `[B, Hc, Wc]` in [0, 1]: the classic query-blind saliency.
 
@@ -81,8 +80,6 @@ def attention_saliency(attn: Tensor, grid: tuple[int, int]) -> Tensor:
 
 
 # ----------------------------------------------------------------------------- greedy saliency patches
-
-
 def saliency_patches(
     saliency: Tensor, k: int, valid: Tensor | None = None, sizes: Sequence[int] = (1, 2, 4), size_prior: float = 1.0
 ) -> Patches:
@@ -145,8 +142,6 @@ def saliency_patches(
 
 
 # ----------------------------------------------------------------------------- registry
-
-
 @PATCHERS.register("saliency")
 def _saliency(relevance: Tensor, k: int, valid: Tensor | None = None, pixels: Tensor | None = None,
               size_prior: float = SIZE_PRIOR) -> Patches:

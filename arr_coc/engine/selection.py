@@ -3,7 +3,7 @@
 The contract: every sampler (`arr_coc.engine.samplers.SAMPLERS`) returns exactly K distinct valid cells per
 image, ordered by relevance (high -> low, ties by lower flat index), or raises ValueError. Here are the
 budget checks, the one deterministic ranking, each image's valid extent and the one shift of relevance to a
-non-negative mass that the samplers, the patch allocators and the context ranking all use.
+non-negative mass, shared by the samplers and by the allocators built beside them (patches, pruner, pages).
 
 Notation: B images on a padded canvas of Hc x Wc token cells, N = Hc * Wc cells in flat raster order
 (flat index = y * Wc + x), K the budget.
