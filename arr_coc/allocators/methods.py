@@ -39,12 +39,8 @@ import torch
 from torch import Tensor
 
 from arr_coc.allocators.pages import BM25_PAGES, COC, EQUAL_SPLIT, FIRST_PAGES, PagePlans, PagesInputs, equal_shares
-from arr_coc.allocators.patching import (
-    PATCHERS,
-    BudgetTooSmallError,
-    Patches,
-    edge_density,
-)
+from arr_coc.allocators.patches import BudgetTooSmallError, Patches
+from arr_coc.allocators.patching import PATCHERS, edge_density
 from arr_coc.budget import Budget
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.samplers import SAMPLERS, select, topk_cells

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from arr_coc.budget import Budget
 from arr_coc.engine.plan import Plan
-from arr_coc.engine.samplers import rank_cells
+from arr_coc.engine.selection import rank_cells
 
 PagePlans = dict[int, Plan]
 

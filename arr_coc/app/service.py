@@ -296,7 +296,7 @@ def render(result: Result, out_dir: Path) -> Rendered:
     # what the VLM sees, shown at display size: the same views made on the display-size canvas
     gview = gestalt_view(small, dc, a.gestalt.grid)
     if result.sent.shape[1] == 3:  # squares: the VLM sees each square shrunk to one token
-        from arr_coc.allocators.patching import render_patches
+        from arr_coc.allocators.patches import render_patches
 
         fview = render_patches(small, result.sent, dc, background=gview)
     else:

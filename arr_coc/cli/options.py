@@ -138,9 +138,9 @@ def add_renamed(parser: argparse.ArgumentParser, command: str) -> None:
 
 def registered() -> str:
     """The registered names, for the help's epilog."""
+    from arr_coc.engine.channel_registry import CHANNELS
     from arr_coc.engine.relevance import SCORERS
     from arr_coc.engine.samplers import SAMPLERS
-    from arr_coc.engine.texture import CHANNELS
     from arr_coc.vlm import ADAPTERS, LAYOUTS, MODES
 
     return (f"samplers: {', '.join(SAMPLERS.names())}\n"

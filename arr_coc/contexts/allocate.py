@@ -11,7 +11,7 @@
    chunk: a page's canvas is drawn again when asked for;
 3. every page is scored by the same ARR (one scorer, one question); a page's known text (a text layer,
    rendered words, or lines read by ``ocr``) goes to the ``text_match`` / ``key_value`` channels on its scene
-   (:class:`~arr_coc.engine.texture.PageText`), so no OCR runs on it. An image page is read by the text
+   (:class:`~arr_coc.engine.channel_registry.PageText`), so no OCR runs on it. An image page is read by the text
    channels' OCR when the context has other pages to rank it against (or ``ocr`` is given); an image alone is
    ranked by its relevance alone (its text channels read it anyway);
 4. one ranking over every cell of every page (:mod:`arr_coc.contexts.ranking`): the page's relevance scaled

@@ -26,10 +26,12 @@ import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
 from arr_coc.allocators.methods import METHODS, SamplerMethod, SquaresMethod
-from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
+from arr_coc.allocators.patches import BudgetTooSmallError
+from arr_coc.allocators.patching import PATCHERS
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig
 from arr_coc.engine.plan import Plan
-from arr_coc.engine.samplers import SAMPLERS, Sampler, select, shift_nonnegative
+from arr_coc.engine.samplers import SAMPLERS, Sampler, select
+from arr_coc.engine.selection import shift_nonnegative
 from arr_coc.threads import check_model
 from arr_coc.vlm.first_look import FirstLook, first_look, second_pass_prefill
 from arr_coc.vlm.generation import generate, timed

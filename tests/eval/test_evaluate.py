@@ -245,7 +245,8 @@ def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(p
     import torch
 
     from arr_coc.allocators import methods
-    from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
+    from arr_coc.allocators.patches import BudgetTooSmallError
+    from arr_coc.allocators.patching import PATCHERS
     from arr_coc.registry import Registry
 
     with pytest.raises(BudgetTooSmallError) as small:
