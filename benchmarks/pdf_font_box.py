@@ -61,7 +61,7 @@ def compare(path: str, name: str) -> dict:
     """One PDF's words matched with poppler's, with the font boxes and with PDFium's own."""
     ours = pdf_offsets(path, name, DPI)
     keep = pdf.font_box
-    pdf.font_box = lambda textpage, i, loose, tight, cache: loose
+    pdf.font_box = lambda textpage, i, loose, tight, fonts: loose
     try:
         own = pdf_offsets(path, name, DPI)
     finally:

@@ -131,7 +131,32 @@ def letter_metrics(font) -> Metrics | None:
     return a.value / 1000, min(bottom for bottom, _ in reach)
 
 
-def font_box(textpage, i: int, loose: Rect, tight: Rect, cache: dict) -> Rect:
+def page_fonts(page) -> dict[int, Metrics]:
+    """Font handle -> :func:`letter_metrics` of each font the page's text objects (form XObjects' included) are
+    set in, where it replaces PDFium's; most pages have none, and their characters need no look-up."""
+    out: dict[int, Metrics] = {}
+    seen: set[int] = set()
+
+    def visit(count: int, get) -> None:
+        for j in range(count):
+            obj = get(j)
+            kind = pdfium_c.FPDFPageObj_GetType(obj)
+            if kind == pdfium_c.FPDF_PAGEOBJ_FORM:
+                visit(pdfium_c.FPDFFormObj_CountObjects(obj), lambda k, form=obj: pdfium_c.FPDFFormObj_GetObject(form, k))
+            elif kind == pdfium_c.FPDF_PAGEOBJ_TEXT:
+                font = pdfium_c.FPDFTextObj_GetFont(obj)
+                key = ctypes.cast(font, ctypes.c_void_p).value
+                if key and key not in seen:
+                    seen.add(key)
+                    metrics = letter_metrics(font)
+                    if metrics is not None:
+                        out[key] = metrics
+
+    visit(pdfium_c.FPDFPage_CountObjects(page), lambda j: pdfium_c.FPDFPage_GetObject(page, j))
+    return out
+
+
+def font_box(textpage, i: int, loose: Rect, tight: Rect, fonts: dict[int, Metrics]) -> Rect:
     """Character ``i``'s font box: PDFium's loose box, its ascent and descent from :func:`letter_metrics` where
     that replaces them.
 
@@ -139,16 +164,10 @@ def font_box(textpage, i: int, loose: Rect, tight: Rect, cache: dict) -> Rect:
         textpage: the raw PDFium text page.
         i: the character's index.
         loose: PDFium's loose box of the character; tight: its glyph box (ink), which the font box holds.
-        cache: font handle -> :func:`letter_metrics`, shared over one text page's characters.
+        fonts: :func:`page_fonts` of the page.
     """
     obj = pdfium_c.FPDFText_GetTextObject(textpage, i)
-    if not obj:
-        return loose
-    font = pdfium_c.FPDFTextObj_GetFont(obj)
-    key = ctypes.cast(font, ctypes.c_void_p).value
-    if key not in cache:
-        cache[key] = letter_metrics(font) if font else None
-    metrics = cache[key]
+    metrics = fonts.get(ctypes.cast(pdfium_c.FPDFTextObj_GetFont(obj), ctypes.c_void_p).value) if obj else None
     if metrics is None:
         return loose
     # PDFium's loose box: the text-space rect from descent to ascent x font size, through the character's matrix.

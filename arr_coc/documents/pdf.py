@@ -28,7 +28,7 @@ import pypdfium2.internal as pdfium_i
 import pypdfium2.raw as pdfium_c
 import torch
 
-from arr_coc.documents.font_box import font_box
+from arr_coc.documents.font_box import font_box, page_fonts
 from arr_coc.documents.page import Box, Context, Page, Word, lines_from_breaks, union
 
 PageSpec = Union[str, int, Sequence[int], None]
@@ -200,7 +200,7 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float],
     chars: list[str] = []
     boxes: list[Box] = []
     line_sizes: list[float] = []
-    fonts: dict = {}  # font handle -> its font box metrics (font_box's cache)
+    fonts = page_fonts(page.raw)  # the page's fonts whose font box is not PDFium's loose box (mostly none)
     prev: Box | None = None
     new_line = True
 
@@ -241,7 +241,9 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float],
             prev = flat
             # TeX fonts report a size of 1 and scale by the text matrix: the loose box (ascent to descent)
             # is the size as drawn.
-            ll, lb, lr, lt = font_box(tp.raw, i, tp.get_charbox(i, loose=True), (left, bottom, right, top), fonts)
+            ll, lb, lr, lt = tp.get_charbox(i, loose=True)
+            if fonts:
+                ll, lb, lr, lt = font_box(tp.raw, i, (ll, lb, lr, lt), (left, bottom, right, top), fonts)
             boxes.append(to_px(ll, lb, lr, lt) if loose else to_px(left, bottom, right, top))
             line_sizes.append((lt - lb) * scale_yx[0])
         chars.append(ch)

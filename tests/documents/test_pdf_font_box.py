@@ -188,5 +188,5 @@ def test_expl3s_body_font_boxes_land_within_a_px_of_popplers(monkeypatch):
     # poppler's box (0.95 / -0.35 em, its defaults) centres 0.050 em above ours: 0.62 px at 8.97 pt and 100 dpi
     assert round(_page_median(path, 15, 100.0), 2) == 0.62
     # negative control: PDFium's own loose boxes sit 2.01 px off poppler's, over the 2 px goal
-    monkeypatch.setattr(pdf, "font_box", lambda textpage, i, loose, tight, cache: loose)
+    monkeypatch.setattr(pdf, "font_box", lambda textpage, i, loose, tight, fonts: loose)
     assert round(_page_median(path, 15, 100.0), 2) == 2.01
