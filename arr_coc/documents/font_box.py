@@ -4,7 +4,7 @@ PDFium's loose character box (``FPDFText_GetLooseCharBox``, the convention of po
 runs from the font's ascent to its descent, widened to the glyph's ink. Where the FontDescriptor gives neither
 (``/Ascent 0 /Descent 0``, as many pdfTeX-made descriptors say), PDFium measures them itself: the top of the
 font's capital A and the bottom of its g, and, where the (subset) font has no A or no g, the edge of the
-/FontBBox. That edge is the reach of the whole font's tallest accent or symbol, not of its letters: texlive's
+/FontBBox. That edge bounds all the full font's glyphs, accented ones included, not its letters: texlive's
 expl3.pdf sets its body text in such a font, boxed up to 1.128 em above the baseline while its ink reaches
 0.753 em.
 
@@ -13,9 +13,9 @@ font has no A (g) becomes the highest top (lowest bottom) of the font's letters 
 (as low as a g): the PDF reference defines Ascent as the height the font's glyphs reach, accented ones excluded.
 PDFium does not say what the descriptor declared, so the fallback is recognised by its signature: one edge is
 the bounding box's, the other the measured glyph's (a font with neither an A nor a g shows no such proof).
-Every other ascent and descent is PDFium's. The bounding box is read from the
-embedded program (a Type 1 program's /FontBBox, a TrueType or OpenType 'head' table); a font without one (bare
-CFF, not embedded) keeps PDFium's metrics.
+Every other ascent and descent is PDFium's. The bounding box is read from the embedded program (a Type 1
+program's /FontBBox, a TrueType or OpenType 'head' table); a font without one (bare CFF, not embedded, a
+damaged program) keeps PDFium's metrics.
 
 Coordinates: PDF points, (left, bottom, right, top); metrics in em.
 """
@@ -36,7 +36,7 @@ _ASCENDERS = string.ascii_uppercase + "bdfhkl"
 _DESCENDERS = "jpqy"
 # A Type 1 program's clear text ends at eexec; its /FontBBox and /FontMatrix are there.
 _T1_BBOX = re.compile(rb"/FontBBox\s*[\[{]\s*(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)")
-_T1_MATRIX = re.compile(rb"/FontMatrix\s*\[\s*(?:-?[\d.]+\s+){3}(-?[\d.eE+-]+)")
+_T1_MATRIX = re.compile(rb"/FontMatrix\s*[\[{]\s*(?:-?[\d.]+\s+){3}(-?[\d.eE+-]+)")
 # PDFium's metrics are whole thousandths of an em: a bounding box edge rounds to within half of one; a glyph's
 # outline (read here from its points) and PDFium's glyph box (FreeType's) differ by up to ~1.1 (measured).
 _SAME_BOX = 0.5
@@ -60,15 +60,20 @@ def program_bbox(data: bytes) -> tuple[float, float] | None:
     (-292.0, 1128.0)
     >>> program_bbox(b"not a font") is None
     True
+    >>> program_bbox(b"true\\x00\\x09") is None  # a table directory cut short: a damaged program
+    True
     """
     if data[:4] in (b"\x00\x01\x00\x00", b"true", b"OTTO"):  # sfnt: TrueType or OpenType
-        (n_tables,) = struct.unpack_from(">H", data, 4)
-        for k in range(n_tables):
-            tag, _, offset, _ = struct.unpack_from(">4sIII", data, 12 + 16 * k)
-            if tag == b"head" and offset + 44 <= len(data):
-                (upem,) = struct.unpack_from(">H", data, offset + 18)
-                y_min, y_max = struct.unpack_from(">h2xh", data, offset + 38)
-                return (y_min * 1000 / upem, y_max * 1000 / upem) if upem else None
+        try:
+            (n_tables,) = struct.unpack_from(">H", data, 4)
+            for k in range(n_tables):
+                tag, _, offset, _ = struct.unpack_from(">4sIII", data, 12 + 16 * k)
+                if tag == b"head":
+                    (upem,) = struct.unpack_from(">H", data, offset + 18)
+                    y_min, y_max = struct.unpack_from(">h2xh", data, offset + 38)
+                    return (y_min * 1000 / upem, y_max * 1000 / upem) if upem else None
+        except struct.error:  # a table past the end of the data: no bounding box to read, PDFium's metrics stand
+            return None
         return None
     clear = data[: data.find(b"eexec")] if b"eexec" in data else b""
     m = _T1_BBOX.search(clear)
