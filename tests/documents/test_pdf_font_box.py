@@ -58,15 +58,25 @@ def _font_program(descender: str = "g") -> bytes:
     return out.getvalue()
 
 
-def _write(tmp_path, ascent: int, descent: int, descender: str = "g"):
+def _write(tmp_path, ascent: int, descent: int, descender: str = "g", content: bytes | None = None,
+           form: bool = False):
+    """The PDF of "h" + ``descender`` in the font declaring ``ascent`` and ``descent``: drawn by ``content``, or
+    at (X, BASE); inside a form XObject where ``form``."""
     program = _font_program(descender)
     font = (b"<< /Type /Font /Subtype /TrueType /BaseFont /Boxes /FirstChar 104 /LastChar 124 /Widths [%s] "
             b"/FontDescriptor 6 0 R /Encoding /WinAnsiEncoding >>" % b" ".join([b"500"] * 21))
     descriptor = (b"<< /Type /FontDescriptor /FontName /Boxes /Flags 32 /FontBBox [0 -400 500 1200] /ItalicAngle 0 "
                   b"/Ascent %d /Descent %d /CapHeight 0 /StemV 80 /FontFile2 7 0 R >>" % (ascent, descent))
     stream = b"<< /Length %d >>\nstream\n" % len(program) + program + b"\nendstream"
-    path = tmp_path / f"boxes_{ascent}_{descent}_{descender}.pdf"
-    path.write_bytes(pdf_bytes([("h" + descender, X, BASE, SIZE)], page=PAGE, font=font, extra=[descriptor, stream]))
+    extra, resources = [descriptor, stream], ""
+    if form:  # the words drawn by a form XObject (object 8) that the page's content paints
+        drawn = b"BT /F1 %g Tf %g %g Td (h%s) Tj ET\n" % (SIZE, X, BASE, descender.encode())
+        extra.append(b"<< /Type /XObject /Subtype /Form /BBox [0 0 400 400] /Resources << /Font << /F1 3 0 R >> >> "
+                     b"/Length %d >>\nstream\n" % len(drawn) + drawn + b"endstream")
+        content, resources = b"/Fm1 Do\n", "/XObject << /Fm1 8 0 R >>"
+    path = tmp_path / f"boxes_{ascent}_{descent}_{descender}{'_turned' if content else ''}{'_form' if form else ''}.pdf"
+    path.write_bytes(pdf_bytes([("h" + descender, X, BASE, SIZE)], page=PAGE, font=font, extra=extra,
+                               content=content, resources=resources))
     return path
 
 
@@ -99,8 +109,9 @@ def _ink_rows(page, box) -> tuple[int, int]:
     return int(rows[0]), int(rows[-1]) + 1
 
 
-def test_the_font_box_of_a_font_without_metrics_lands_on_its_letters_ink(tmp_path):
-    page, box, pdfium_own = _boxes(_write(tmp_path, 0, 0))
+@pytest.mark.parametrize("form", [False, True], ids=["on the page", "in a form XObject"])
+def test_the_font_box_of_a_font_without_metrics_lands_on_its_letters_ink(tmp_path, form):
+    page, box, pdfium_own = _boxes(_write(tmp_path, 0, 0, form=form))
     ink = _ink_rows(page, box)
     assert ink == (round(_em_px(0.7)), round(_em_px(-0.2))) == (144, 216)  # the rectangles, as drawn
     # to a tenth of a px: PDFium measures the g's bottom at -0.199 em (FreeType's glyph box)
@@ -111,6 +122,27 @@ def test_the_font_box_of_a_font_without_metrics_lands_on_its_letters_ink(tmp_pat
     assert (_em_px(1.2), _em_px(-0.2)) == pytest.approx((104, 216))
     assert pdfium_own == pytest.approx((104, 216), abs=0.1)
     assert ink[0] - pdfium_own[0] == pytest.approx(40, abs=0.1)
+
+
+def test_text_turned_a_quarter_gets_its_font_box_across_the_page(tmp_path):
+    # "hg" run upwards (text matrix 0 1 -1 0): the em runs along x, the baseline at x = 200 pt (400 px), the
+    # ink from 0.2 em right of it (the g) to 0.7 em left (the h): columns 344 to 416
+    path = _write(tmp_path, 0, 0, content=b"BT /F1 40 Tf 0 1 -1 0 200 100 Tm (hg) Tj ET\n")
+    page = read_pdf(path, dpi=DPI).pages[0]
+    doc = open_pdf(path)
+    p = doc[0]
+    words, _, _ = page_words(p, (DPI / 72, DPI / 72), loose=True)
+    tp = p.get_textpage()
+    own = [tp.get_charbox(i, loose=True) for i in range(tp.count_chars())]
+    tp.close()
+    p.close()
+    doc.close()
+    dark = (page.image.mean(0) < 0.5).numpy()
+    cols = np.flatnonzero(dark.any(axis=0))
+    assert (int(cols[0]), int(cols[-1]) + 1) == (344, 416)
+    assert len(words) == 1 and (words[0].box[1], words[0].box[3]) == pytest.approx((344, 416), abs=0.1)
+    # negative control: PDFium's own box reaches 1.2 em left of the baseline, to 304 px
+    assert min(left for left, _, _, _ in own) * DPI / 72 == pytest.approx(304, abs=0.1)
 
 
 def test_a_font_that_declares_its_metrics_keeps_them(tmp_path):
