@@ -85,14 +85,19 @@ def _origin(tp: pdfium.PdfTextPage, i: int) -> tuple[float, float]:
     return x.value, y.value
 
 
-def _metrics(tp: pdfium.PdfTextPage, i: int, size: float) -> tuple[float, float, float, float]:
-    """(ascent, descent) em of the character's font box, then PDFium's own (ascent, descent) em."""
+def _metrics(tp: pdfium.PdfTextPage, i: int, size: float, fonts: dict) -> tuple[float, float, float, float]:
+    """(ascent, descent) em of the character's font box, then PDFium's own (ascent, descent) em.
+
+    ``fonts``: font handle -> its letter_metrics, filled here (one look at each font of the page)."""
     font = pdfium_c.FPDFTextObj_GetFont(pdfium_c.FPDFText_GetTextObject(tp.raw, i))
     asc, desc = ctypes.c_float(), ctypes.c_float()
     pdfium_c.FPDFFont_GetAscent(font, ctypes.c_float(size), asc)
     pdfium_c.FPDFFont_GetDescent(font, ctypes.c_float(size), desc)
     own = asc.value / size, desc.value / size
-    return (*(letter_metrics(font) or own), *own)
+    key = ctypes.cast(font, ctypes.c_void_p).value
+    if key not in fonts:
+        fonts[key] = letter_metrics(font)
+    return (*(fonts[key] or own), *own)
 
 
 def first_chars(page: pdfium.PdfPage) -> list[tuple[float, float, str, float, tuple[float, ...]]]:
@@ -103,7 +108,7 @@ def first_chars(page: pdfium.PdfPage) -> list[tuple[float, float, str, float, tu
     """
     tp = page.get_textpage()
     height = page.get_size()[1]
-    out, start = [], True
+    out, start, fonts = [], True, {}
     for i in range(tp.count_chars()):
         ch = chr(pdfium_c.FPDFText_GetUnicode(tp.raw, i))
         if ch.isspace() or ch in "\r\n\x02":
@@ -113,7 +118,7 @@ def first_chars(page: pdfium.PdfPage) -> list[tuple[float, float, str, float, tu
             name, size = _font(tp, i)
             if size >= 2:
                 x, y = _origin(tp, i)
-                out.append((x, height - y, name, size, _metrics(tp, i, size)))
+                out.append((x, height - y, name, size, _metrics(tp, i, size, fonts)))
             start = False
     tp.close()
     return out
