@@ -83,6 +83,12 @@ def run_source(args: argparse.Namespace, arr: ARR, source: str, folder: Path) ->
     return RowStore(jsonl.parent).rows(keys)
 
 
+def _compressions(summaries: dict[str, list[dict]]) -> set[tuple[str, float]]:
+    """(budget, nominal compression) of every budget in the summaries."""
+    return {(s["budget"], float(s["budget"][:-1])) for rows in summaries.values() for s in rows
+            if s["budget"].endswith("x")}
+
+
 def plot(summaries: dict[str, list[dict]], path: Path, title: str) -> Path:
     """Both readings as a share of full's against the compression sent, a line per method and source, with the
     published points of other systems."""
@@ -91,7 +97,8 @@ def plot(summaries: dict[str, list[dict]], path: Path, title: str) -> Path:
     matplotlib.use("Agg")
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(12, 4.6), layout="constrained")
+    fig = Figure(figsize=(12, 5.6), layout="constrained")
+    ticks = sorted({4.3, *(c for _, c in _compressions(summaries))} | {10.0, 20.0})
     axes, colours = fig.subplots(1, 2, sharey=True), matplotlib.colormaps["tab10"]
     for ax, (col, name) in zip(axes, (("reading", "region reading"), ("reading_find", "find reading"))):
         for j, (source, summary) in enumerate(summaries.items()):
@@ -111,11 +118,14 @@ def plot(summaries: dict[str, list[dict]], path: Path, title: str) -> Path:
         ax.plot(*zip(*LENSVLM), "kD", ms=7, label="LensVLM, published: parity with full text (other system, other data)")
         ax.axhline(100, color="grey", lw=0.8)
         ax.set_xscale("log")
+        ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+        ax.minorticks_off()
         ax.set_xlabel("compression sent (text tokens / visual tokens)")
         ax.set_title(name)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("reading, % of full resolution's (same questions)")
-    axes[1].legend(fontsize=7, loc="lower left")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=8)
     fig.suptitle(title)
     fig.savefig(path, dpi=110)
     return path
