@@ -166,7 +166,8 @@ def main() -> None:
             vals = [r[col] for r in full if r.get(col) is not None]
             return sum(vals) / len(vals) if vals else float("nan")
 
-        sections.append(f"### {source}: {len(full)} questions, {len({r['image_id'] for r in full})} contexts\n\n"
+        n_contexts = len({r["image_id"] for r in full})
+        sections.append(f"### {source}: {len(full)} questions, {n_contexts} context{'s' * (n_contexts != 1)}\n\n"
                         f"Full resolution (every page, the reference) reads region {mean('reading'):.3f}, find "
                         f"{mean('reading_find'):.3f}.\n\n{paired_table(summaries[source])}\n\n"
                         f"Per question kind: region / find reading as a share of full's on the kind's questions "
