@@ -14,12 +14,14 @@ they come (a rerun, or a larger ``--limit``, skips what is done). From them (:mo
 - ``tables.md``: per source, method and compression the region and the find reading, each as a share of full
   resolution's on the same questions with its 95 % paired bootstrap interval, the page hit, the strict page hit
   and the coverage; then per question kind;
+- ``tables.csv``: the same aggregates, one line per source, kind, budget and method (no per-question rows);
 - ``reading_vs_compression.png``: both shares against the compression actually sent, with the points other
   systems published on other data (DeepSeek-OCR on Fox, LensVLM), marked as such.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import dataclasses
 import sys
 from pathlib import Path
@@ -156,10 +158,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     arr = ARR(ARRConfig(texture=TextureConfig(channels=tuple(args.channels)) if args.channels
                         else TextureConfig())).eval()
-    summaries, sections = {}, []
+    summaries, sections, aggregates = {}, [], []
     for source in args.sources:
         rows = run_source(args, arr, source, out / source)
         every = paired_kinds(rows, METHODS)
+        aggregates += [{"source": source, **s} for s in every]
         summaries[source] = [s for s in every if s["kind"] == "all"]
         full = [r for r in rows if r["method"] == "full"]
         def mean(col: str) -> float:
@@ -183,6 +186,10 @@ def main() -> None:
             "the answer page gets a full-resolution token; strict: at least half of the answer's area does.\n\n"
             + "\n\n".join(sections) + f"\n\nPlot: {png.name}\n")
     (out / "tables.md").write_text(text)
+    with open(out / "tables.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(aggregates[0]))
+        w.writeheader()
+        w.writerows(aggregates)
     print(text)
 
 
