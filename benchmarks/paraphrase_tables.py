@@ -1,12 +1,11 @@
 """Questions in a user's own words over 20-page contexts: both readings as a share of full resolution's, with intervals.
 
-    python benchmarks/paraphrase_tables.py --dataset texlive-paraphrase --split test --compression 5 10 20 40
+    python benchmarks/paraphrase_tables.py --dataset texlive-paraphrase --split test --sources pdf text
     python benchmarks/paraphrase_tables.py --dataset texlive-contexts --split test --sources pdf text
 
-Questions: ``texlive-paraphrase`` (written by hand, in a user's words: :mod:`arr_coc.data.paraphrase`; asked of
-the PDF, whose text layer locates the answer) or ``texlive-contexts`` (generated from the manuals' section titles
-and next words: :func:`arr_coc.data.contexts.texlive_contexts`, as the PDF and as its text layer re-set on pages,
-``text``). For each question and compression c every method gets T = text tokens / c visual tokens (full, coc,
+Questions: ``texlive-paraphrase`` (written by hand, in a user's words: :mod:`arr_coc.data.paraphrase`) or
+``texlive-contexts`` (generated from the manuals' section titles and next words:
+:func:`arr_coc.data.contexts.texlive_contexts`), over the PDF and / or its text layer re-set on pages (``text``). For each question and compression c every method gets T = text tokens / c visual tokens (full, coc,
 equal_split, uniform, first_pages, bm25_pages, retrieval_pages), and the one evaluation loop
 (:func:`arr_coc.eval.evaluate.evaluate`) stores the rows in ``--out/<dataset>/<split>/<source>/records.jsonl`` as
 they come (a rerun, or a larger ``--limit``, skips what is done). From them (:mod:`arr_coc.eval.paired`):
@@ -50,7 +49,8 @@ def items(args: argparse.Namespace, source: str) -> tuple[Iterator[Any], dict]:
     """The contexts of one source, at most ``--limit`` questions in all, and how they were made (the rows' settings:
     the limit is left out, so a larger run reuses a smaller one's rows)."""
     if args.dataset == "texlive-paraphrase":
-        found, made, _ = paraphrase_context_set(split=args.split, limit=args.limit, dpi=args.dpi)
+        found, made, _ = paraphrase_context_set(split=args.split, limit=args.limit, dpi=args.dpi,
+                                                source=None if source == "pdf" else source)
         return found, {k: v for k, v in made.items() if k != "limit"}
     made = {"split": args.split, "source": source, "pages": args.window, "dpi": args.dpi, "questions": args.questions,
             "seed": 0}
@@ -138,7 +138,7 @@ def main() -> None:
     ap.add_argument("--dataset", default="texlive-paraphrase", choices=DATASETS)
     ap.add_argument("--split", default="test", choices=["val", "test"])
     ap.add_argument("--sources", nargs="+", default=["pdf"], choices=["pdf", "text"],
-                    help="texlive-contexts: the PDF and/or its text layer re-set on pages (default pdf)")
+                    help="the PDF and/or its text layer re-set on pages (default pdf)")
     ap.add_argument("--compression", type=float, nargs="+", default=[5.0, 10.0, 20.0, 40.0])
     ap.add_argument("--limit", type=int, default=None, help="the first N questions (default: all of the split)")
     ap.add_argument("--window", type=int, default=20, help="texlive-contexts: pages per context")
@@ -149,9 +149,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "paraphrase")
     ap.add_argument("--fresh", action="store_true", help="replace rows of --out made with other settings")
     args = ap.parse_args()
-    if args.dataset == "texlive-paraphrase" and args.sources != ["pdf"]:
-        ap.error("texlive-paraphrase is asked of the PDF (its text layer locates the answers): --sources pdf; "
-                 "the re-set text is a source of texlive-contexts")
     if args.limit is not None and args.limit < 1:
         ap.error(f"--limit must be at least 1 question, got {args.limit}")
     out = args.out / args.dataset / args.split
