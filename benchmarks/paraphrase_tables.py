@@ -5,7 +5,8 @@
 
 Questions: ``texlive-paraphrase`` (written by hand, in a user's words: :mod:`arr_coc.data.paraphrase`) or
 ``texlive-contexts`` (generated from the manuals' section titles and next words:
-:func:`arr_coc.data.contexts.texlive_contexts`), over the PDF and / or its text layer re-set on pages (``text``). For each question and compression c every method gets T = text tokens / c visual tokens (full, coc,
+:func:`arr_coc.data.contexts.texlive_contexts`), over the PDF and / or its text layer re-set on pages (``text``).
+For each question and compression c every method gets T = text tokens / c visual tokens (full, coc,
 equal_split, uniform, first_pages, bm25_pages, retrieval_pages), and the one evaluation loop
 (:func:`arr_coc.eval.evaluate.evaluate`) stores the rows in ``--out/<dataset>/<split>/<source>/records.jsonl`` as
 they come (a rerun, or a larger ``--limit``, skips what is done). From them (:mod:`arr_coc.eval.paired`):
@@ -117,7 +118,8 @@ def plot(summaries: dict[str, list[dict]], path: Path, title: str) -> Path:
                             label=f"{method} ({source})" if len(summaries) > 1 else method)
         ax.plot(*zip(*DEEPSEEK_OCR), "k*", ms=10, ls=":",
                 label="DeepSeek-OCR, published: Fox OCR precision (other system, other data)")
-        ax.plot(*zip(*LENSVLM), "kD", ms=7, label="LensVLM, published: parity with full text (other system, other data)")
+        ax.plot(*zip(*LENSVLM), "kD", ms=7,
+                label="LensVLM, published: parity with full text (other system, other data)")
         ax.axhline(100, color="grey", lw=0.8)
         ax.set_xscale("log")
         ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
@@ -131,6 +133,12 @@ def plot(summaries: dict[str, list[dict]], path: Path, title: str) -> Path:
     fig.suptitle(title)
     fig.savefig(path, dpi=110)
     return path
+
+
+def mean(rows: list[dict], column: str) -> float:
+    """``column``'s mean over the rows that hold it."""
+    vals = [r[column] for r in rows if r.get(column) is not None]
+    return sum(vals) / len(vals) if vals else float("nan")
 
 
 def main() -> None:
@@ -162,14 +170,10 @@ def main() -> None:
         aggregates += [{"source": source, **s} for s in every]
         summaries[source] = [s for s in every if s["kind"] == "all"]
         full = [r for r in rows if r["method"] == "full"]
-        def mean(col: str) -> float:
-            vals = [r[col] for r in full if r.get(col) is not None]
-            return sum(vals) / len(vals) if vals else float("nan")
-
         n_contexts = len({r["image_id"] for r in full})
         sections.append(f"### {source}: {len(full)} questions, {n_contexts} context{'s' * (n_contexts != 1)}\n\n"
-                        f"Full resolution (every page, the reference) reads region {mean('reading'):.3f}, find "
-                        f"{mean('reading_find'):.3f}.\n\n{paired_table(summaries[source])}\n\n"
+                        f"Full resolution (every page, the reference) reads region {mean(full, 'reading'):.3f}, "
+                        f"find {mean(full, 'reading_find'):.3f}.\n\n{paired_table(summaries[source])}\n\n"
                         f"Per question kind: region / find reading as a share of full's on the kind's questions "
                         f"(n = questions of the kind):\n\n{kind_table([s for s in every if s['kind'] != 'all'])}")
     cmd = "python benchmarks/paraphrase_tables.py " + " ".join(sys.argv[1:])

@@ -1,4 +1,4 @@
-"""Paired tables of questions over contexts: each method's readings as a share of full resolution's on the same questions.
+"""Paired tables over contexts: each method's readings as a share of full resolution's on the same questions.
 
 A method's mean reading means little beside full resolution's over *other* questions (a hard question left out of
 one mean moves it by points). :func:`paired_summary` pairs every row of a method with the ``full`` row of the same

@@ -1,4 +1,4 @@
-"""retrieval_pages: whole pages in the retriever's order, at exact totals; the order is the retriever's, not a fixed one."""
+"""retrieval_pages: whole pages in the retriever's order at exact totals; the order is the retriever's, not fixed."""
 from __future__ import annotations
 
 import pytest

@@ -11,9 +11,9 @@ from arr_coc.eval.paired import kind_table, paired_kinds, paired_summary, paired
 
 def row(q: str, method: str, budget: str, reading, find, hit=1.0, strict=0.0, coverage=0.5, tokens=100,
         compression=10.0) -> dict:
-    return {"dataset": "d", "record_id": q, "kind": "front" if q == "a" else "name", "method": method, "budget": budget, "tokens": tokens,
-            "compression": compression, "reading": reading, "reading_find": find, "page_hit": hit,
-            "page_hit_strict": strict, "coverage": coverage}
+    return {"dataset": "d", "record_id": q, "kind": "front" if q == "a" else "name", "method": method,
+            "budget": budget, "tokens": tokens, "compression": compression, "reading": reading, "reading_find": find,
+            "page_hit": hit, "page_hit_strict": strict, "coverage": coverage}
 
 
 FULL = {"a": (1.0, 1.0), "b": (0.5, 0.8), "c": (0.0, 0.6), "d": (1.0, None)}
