@@ -21,8 +21,8 @@ Each method declares what it needs instead of callers probing it:
 - ``scopes``: ``image`` (:meth:`plan`: one image's Plan) and/or ``context`` (:meth:`pages`: a Plan per page
   of a whole context, :mod:`arr_coc.allocators.pages`).
 
-The whole-context methods (``coc``, ``equal_split``, ``first_pages``, ``bm25_pages``) are entries of the same
-registry; ``full`` and ``uniform_image`` serve both scopes (the context tables call the latter ``uniform``).
+The whole-context methods (``coc``, ``equal_split``, ``first_pages``, ``bm25_pages``, ``retrieval_pages``) are
+entries of the same registry; ``full`` and ``uniform_image`` serve both scopes (the context tables call the latter ``uniform``).
 
 ``uniform_image`` and ``native_budget`` are one method (the whole image downscaled to at most T
 tokens, a ``native`` plan): ``native_budget`` is its alias, kept because rows in existing output
@@ -38,7 +38,16 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from arr_coc.allocators.pages import BM25_PAGES, COC, EQUAL_SPLIT, FIRST_PAGES, PagePlans, PagesInputs, equal_shares
+from arr_coc.allocators.pages import (
+    BM25_PAGES,
+    COC,
+    EQUAL_SPLIT,
+    FIRST_PAGES,
+    RETRIEVAL_PAGES,
+    PagePlans,
+    PagesInputs,
+    equal_shares,
+)
 from arr_coc.allocators.patches import BudgetTooSmallError, Patches
 from arr_coc.allocators.patching import PATCHERS, edge_density
 from arr_coc.budget import Budget
@@ -245,7 +254,7 @@ METHODS: Registry[Method] = Registry("allocation method")
 for _name, _method in (
         ("full", FullResolution()), ("coc", COC), ("equal_split", EQUAL_SPLIT),
         ("uniform_image", NativeDownscale()), ("native_budget", NativeDownscale()),
-        ("first_pages", FIRST_PAGES), ("bm25_pages", BM25_PAGES),
+        ("first_pages", FIRST_PAGES), ("bm25_pages", BM25_PAGES), ("retrieval_pages", RETRIEVAL_PAGES),
         ("random", SamplerMethod("random", uses_scorer=False)), ("topk", SamplerMethod("topk")),
         ("arr", SamplerMethod()), ("vlm", SamplerMethod(source="vlm", uses_scorer=False, readers=("vlm",))),
         ("slice", SamplerMethod(encoding="slice", readers=("vlm",))),
@@ -293,7 +302,7 @@ def methods_for(reader: str, default: bool = False, scope: str = "image") -> tup
     >>> "uniform" in methods_for("ocr"), "uniform" in methods_for("ocr", default=True)
     (True, False)
     >>> methods_for("ocr", scope="context"), methods_for("vlm", scope="context")
-    (('full', 'coc', 'equal_split', 'uniform', 'first_pages', 'bm25_pages'), ('coc',))
+    (('full', 'coc', 'equal_split', 'uniform', 'first_pages', 'bm25_pages', 'retrieval_pages'), ('coc',))
     """
     if scope == "context":
         named = {v: k for k, v in SCOPE_NAMES["context"].items()}
