@@ -77,6 +77,9 @@ class MethodInputs:
     vlm_relevance: Tensor | None = None  # [1, Hc, Wc] the VLM's first look (source "vlm")
     seed: int = 0  # the record's seed (random baseline, stochastic samplers)
     options: dict = field(default_factory=dict)  # keyword options of the patch allocators, e.g. size_prior
+    # a request raises where a method has nothing to send (a quadtree below its starting tiling: the error names
+    # the K it needs); a sweep over token counts gets None there and leaves that row out
+    strict: bool = False
 
     @property
     def cell(self) -> int:
@@ -242,6 +245,8 @@ class SquaresMethod:
             patches = patcher(saliency.detach(), k, valid=canvas.valid, pixels=canvas.pixels,
                               **{key: v for key, v in inputs.options.items() if key in accepted})
         except BudgetTooSmallError:  # a quadtree cannot start below its first tiling: nothing to send
+            if inputs.strict:
+                raise
             return None
         n = int(patches.counts[0])
         return Plan(name, "squares", inputs.grid, gestalt=grid, squares=patches.boxes[0][:n],
