@@ -150,7 +150,7 @@ class DecodeConfig:
             raise ValueError(f"stop strings must be non-empty text, got {list(self.stop)!r}")
 
 
-# The 11 query-blind channel groups (13 channels) of the MVP texture (arr_coc.engine.texture registers them).
+# The 11 query-blind channel groups (13 channels) of the MVP texture (arr_coc.engine.pixel_channels registers them).
 MVP_CHANNELS: tuple[str, ...] = (
     "rgb", "y", "x", "eccentricity", "edges", "edges_inv", "highpass", "lowpass", "motion", "saliency", "distance",
 )

@@ -64,7 +64,7 @@ class ArrCoc(lmms):
         super().__init__()
         from arr_coc.engine.query import MiniLMQueryEncoder
         from arr_coc.vlm import load_vlm
-        from arr_coc.vlm.answer import default_relevance
+        from arr_coc.vlm.allocation import default_relevance
 
         if unknown:
             raise ValueError(f"arr_coc model_args: unknown {', '.join(sorted(unknown))}; known: {', '.join(OPTIONS)}")
@@ -113,8 +113,8 @@ class ArrCoc(lmms):
 
         arr, k = self._budget(image)
         with torch.inference_mode():
-            return ask(self.vlm, [image], [question], arr=arr, saccades=k, mode=self.mode, layout=self.layout,
-                       allocator=self.allocator, relevance=self.relevance, max_new_tokens=max_new_tokens)[0]
+            return ask(self.vlm, image, question, arr=arr, saccades=k, mode=self.mode, layout=self.layout,
+                       allocator=self.allocator, relevance=self.relevance, max_new_tokens=max_new_tokens)
 
     def generate_until(self, requests: list[Instance]) -> list[str]:
         out = []

@@ -21,10 +21,11 @@ from tqdm import tqdm
 
 import arr_coc  # noqa: F401  (registers every channel)
 from arr_coc.engine.cache import ImageCache
+from arr_coc.engine.channel_registry import CHANNELS
 from arr_coc.engine.imageio import load_image
 from arr_coc.engine.imageops import resize
 from arr_coc.engine.query import MiniLMQueryEncoder
-from arr_coc.engine.texture import CHANNELS, compute_texture
+from arr_coc.engine.texture import compute_texture
 
 ROOT = Path(__file__).resolve().parents[1]
 QUESTIONS = ("What is the total?", "What is the date?", "Where is the shop?")

@@ -26,7 +26,8 @@ from arr_coc.engine.canvas import make_canvas
 from arr_coc.engine.extract import extract_gather, extract_grid_sample, extract_loop
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.relevance import ContextualScorer
-from arr_coc.engine.samplers import nms_cells, stratified_cells, topk_cells
+from arr_coc.engine.samplers import nms_cells, topk_cells
+from arr_coc.engine.stratified import stratified_cells
 from arr_coc.engine.texture import MVP_CHANNELS, channel_layout, compute_texture, pool_to_cells
 
 ROOT = Path(__file__).resolve().parents[1]

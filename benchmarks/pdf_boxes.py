@@ -27,8 +27,9 @@ Why a PDF's font boxes sit off poppler's (``--fonts PAGE``; printed for every PD
 its worst page): every word both engines read is given the font of its first character
 (``FPDFText_GetFontInfo``); per font, in em of the font's size above the baseline (``FPDFText_GetCharOrigin``):
 
-- PDFium's ascent and descent (``FPDFFont_GetAscent`` / ``GetDescent``: what ``page_words(loose=True)``
-  draws each character in);
+- the font box's ascent and descent: what ``page_words(loose=True)`` draws each character in
+  (:func:`arr_coc.documents.font_box.letter_metrics` where it replaces PDFium's), and PDFium's own
+  (``FPDFFont_GetAscent`` / ``GetDescent``);
 - poppler's: where ``pdftotext -bbox`` puts the word's top and bottom;
 - the ink: the page rendered at ``INK_DPI`` in grey, the highest and lowest dark pixel (below 128) over the
   font's words, each word's columns searched from ``ABOVE`` em above its baseline to ``BELOW`` em below
@@ -60,6 +61,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from arr_coc.documents.corpus import documents
+from arr_coc.documents.font_box import letter_metrics
 from arr_coc.documents.pdf import open_pdf, page_words, read_pdf
 
 DPI = 100.0
@@ -83,24 +85,30 @@ def _origin(tp: pdfium.PdfTextPage, i: int) -> tuple[float, float]:
     return x.value, y.value
 
 
-def _metrics(tp: pdfium.PdfTextPage, i: int, size: float) -> tuple[float, float]:
-    """PDFium's (ascent, descent) of the character's font, em."""
+def _metrics(tp: pdfium.PdfTextPage, i: int, size: float, fonts: dict) -> tuple[float, float, float, float]:
+    """(ascent, descent) em of the character's font box, then PDFium's own (ascent, descent) em.
+
+    ``fonts``: font handle -> its letter_metrics, filled here (one look at each font of the page)."""
     font = pdfium_c.FPDFTextObj_GetFont(pdfium_c.FPDFText_GetTextObject(tp.raw, i))
     asc, desc = ctypes.c_float(), ctypes.c_float()
     pdfium_c.FPDFFont_GetAscent(font, ctypes.c_float(size), asc)
     pdfium_c.FPDFFont_GetDescent(font, ctypes.c_float(size), desc)
-    return asc.value / size, desc.value / size
+    own = asc.value / size, desc.value / size
+    key = ctypes.cast(font, ctypes.c_void_p).value
+    if key not in fonts:
+        fonts[key] = letter_metrics(font)
+    return (*(fonts[key] or own), *own)
 
 
-def first_chars(page: pdfium.PdfPage) -> list[tuple[float, float, str, float, tuple[float, float]]]:
-    """(x, baseline y from the top in points, font, size, (ascent, descent) em) of each word's first character.
+def first_chars(page: pdfium.PdfPage) -> list[tuple[float, float, str, float, tuple[float, ...]]]:
+    """(x, baseline y from the top in points, font, size, :func:`_metrics`) of each word's first character.
 
     A word starts after a space or line break; characters drawn at a size under 2 pt (TeX's size-1 fonts
     scaled by the text matrix) are skipped, their em being unknown here.
     """
     tp = page.get_textpage()
     height = page.get_size()[1]
-    out, start = [], True
+    out, start, fonts = [], True, {}
     for i in range(tp.count_chars()):
         ch = chr(pdfium_c.FPDFText_GetUnicode(tp.raw, i))
         if ch.isspace() or ch in "\r\n\x02":
@@ -110,7 +118,7 @@ def first_chars(page: pdfium.PdfPage) -> list[tuple[float, float, str, float, tu
             name, size = _font(tp, i)
             if size >= 2:
                 x, y = _origin(tp, i)
-                out.append((x, height - y, name, size, _metrics(tp, i, size)))
+                out.append((x, height - y, name, size, _metrics(tp, i, size, fonts)))
             start = False
     tp.close()
     return out
@@ -143,9 +151,10 @@ def font_table(path: str, page_index: int, ours: list, theirs: list, pairs: list
         near = [s for s in starts if abs(s[0] - x0) < 1.0 and y0 - 1.0 <= s[1] <= y1 + 1.0]
         if not near:
             continue
-        x, base, name, size, (asc, desc) = min(near, key=lambda s: abs(s[0] - x0))
+        x, base, name, size, (asc, desc, own_asc, own_desc) = min(near, key=lambda s: abs(s[0] - x0))
         f = per_font[f"{name} {size:.2f} pt"]
-        f["pdfium"].append((asc, desc))
+        f["ours"].append((asc, desc))
+        f["pdfium"].append((own_asc, own_desc))
         f["poppler"].append(((base - y0) / size, (base - y1) / size))
         top, bottom = int((base - ABOVE * size) * px), int((base + BELOW * size) * px) + 1
         cols = ink[max(0, top):bottom, int(x0 * px):int(x1 * px) + 1]
@@ -155,22 +164,24 @@ def font_table(path: str, page_index: int, ours: list, theirs: list, pairs: list
                              (base * px - (max(0, top) + rows[-1] + 1)) / (size * px)))
         (oy, ox), ty, tx = ours[a][1], (y0 + y1) / 2 * scale_yx[0], (x0 + x1) / 2 * scale_yx[1]
         f["offset"].append((oy - ty, ox - tx))
-    lines = ["| font | words | median dy, dx (px) | PDFium ascent / descent (em) | poppler top / bottom (em) | "
-             "ink highest / lowest (em) |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = ["| font | words | median dy, dx (px) | font box ascent / descent (em) | PDFium's own (em) | "
+             "poppler top / bottom (em) | ink highest / lowest (em) |", "| --- | --- | --- | --- | --- | --- | --- |"]
     notes = []
     for name, f in sorted(per_font.items(), key=lambda kv: -len(kv[1]["offset"])):
         med = [statistics.median(v) for v in zip(*f["offset"])]
+        ob = [statistics.median(v) for v in zip(*f["ours"])]
         pd = [statistics.median(v) for v in zip(*f["pdfium"])]
         pp = [statistics.median(v) for v in zip(*f["poppler"])]
         hi_lo = (max(t for t, _ in f["ink"]), min(b for _, b in f["ink"])) if f["ink"] else (float("nan"),) * 2
-        lines.append(f"| {name} | {len(f['offset'])} | {med[0]:.2f}, {med[1]:.2f} | {pd[0]:.3f} / {pd[1]:.3f} | "
-                     f"{pp[0]:.3f} / {pp[1]:.3f} | {hi_lo[0]:.3f} / {hi_lo[1]:.3f} |")
-        centres = {"PDFium": sum(pd) / 2, "poppler": sum(pp) / 2, "ink": sum(hi_lo) / 2}
-        if abs(centres["PDFium"] - centres["poppler"]) > 0.05 and f["ink"]:
-            nearer = min(("PDFium", "poppler"), key=lambda k: abs(centres[k] - centres["ink"]))
+        lines.append(f"| {name} | {len(f['offset'])} | {med[0]:.2f}, {med[1]:.2f} | {ob[0]:.3f} / {ob[1]:.3f} | "
+                     f"{pd[0]:.3f} / {pd[1]:.3f} | {pp[0]:.3f} / {pp[1]:.3f} | {hi_lo[0]:.3f} / {hi_lo[1]:.3f} |")
+        centres = {"ours": sum(ob) / 2, "poppler": sum(pp) / 2, "ink": sum(hi_lo) / 2}
+        if abs(centres["ours"] - centres["poppler"]) > 0.05 and f["ink"]:
+            nearer = min(("ours", "poppler"), key=lambda k: abs(centres[k] - centres["ink"]))
+            nearer = {"ours": "ours", "poppler": "poppler's"}[nearer]
             notes.append(f"{name}: the engines place its words differently; box centres "
-                         f"{centres['PDFium']:.3f} em (PDFium), {centres['poppler']:.3f} em (poppler), the ink's "
-                         f"{centres['ink']:.3f} em above the baseline: {nearer}'s box is the nearer to the glyphs.")
+                         f"{centres['ours']:.3f} em (ours), {centres['poppler']:.3f} em (poppler), the ink's "
+                         f"{centres['ink']:.3f} em above the baseline: {nearer} is the nearer to the glyphs.")
     return lines + ([""] + notes if notes else [])
 
 
@@ -344,11 +355,11 @@ def table(rows: list[PdfOffsets], worst: int = 15) -> str:
         lines += [f"| {r.name} | {r.median:.2f} | {r.ink_median:.2f} |" for r in sorted(inh, key=lambda r: r.name)]
     over = [r for r in scored if r.fonts]
     if over:
-        lines += ["", f"PDFs over {GOAL_PX:g} px, their worst page by font (ascent / descent and poppler's top / "
-                      "bottom in em of the font's size above the baseline; the ink: the highest and lowest dark "
+        lines += ["", f"PDFs over {GOAL_PX:g} px, their worst page by font (the font box's ascent / descent, PDFium's own, "
+                      "poppler's top / bottom in em of the font's size above the baseline; the ink: the highest and lowest dark "
                       "pixel of the font's words rendered at 600 dpi). A font's words sit off poppler's by the "
-                      "difference of the two engines' (ascent + descent) / 2 x its size; the ink says which "
-                      "engine's box is the nearer to the glyphs (`--pdf PDF --fonts PAGE`):", ""]
+                      "difference of the two boxes' (top + bottom) / 2 x its size; the ink says which "
+                      "box is the nearer to the glyphs (`--pdf PDF --fonts PAGE`):", ""]
         for r in over:
             lines += r.fonts + [""]
     return "\n".join(lines).rstrip("\n") + "\n"

@@ -8,7 +8,7 @@ large, shrunk squares (more of the page seen, less of it legible), large alpha b
 runs the evaluation harness's ``patches`` (relevance-driven) and ``patches_edges`` (Sobel-driven)
 rows on the validation split of FUNSD and SROIE and reports OCR reading (ANLS), answer coverage at
 full resolution and answer area seen at any size. The alpha with the best mean reading over both
-datasets and budgets is printed; ``arr_coc.patching.SIZE_PRIOR`` holds the chosen value.
+datasets and budgets is printed; ``arr_coc.allocators.patching.SIZE_PRIOR`` holds the chosen value.
 Rows go to benchmarks/results/patching/tune/records.jsonl (resumable), the table to tune.md/png.
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # One request, `arr-coc ask IMAGE "question"`: (step, the diagram's packages it runs in, what happens there).
 REQUEST_PATH: list[tuple[str, str, str]] = [
     ("1", "cli", "parse the command (flags from the config dataclasses), the budget parsed once"),
-    ("2", "vlm", "ask(): load the adapter, run the stages below"),
+    ("2", "vlm contexts", "ask(): load the adapter; the image a one-page context (contexts.allocate_images)"),
     ("3", "engine", "ARR (engine/pipeline.py): see (canvas + texture), gestalt, score, select"),
     ("4", "engine", "canvas.py: decode the image, smart-resize to the token cell"),
     ("5", "engine ocr", "texture.py: channel stack; OCR text channels from engine/channels/"),

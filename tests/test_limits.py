@@ -180,7 +180,7 @@ def test_the_vlm_path_counts_the_question_in_its_own_tokens(relevance):
 LOOK = """
 import sys, torch
 import arr_coc.vlm.first_look as look
-from arr_coc.vlm import load_vlm, stages
+from arr_coc.vlm import allocation, load_vlm, stages
 if sys.argv[1] == "unbounded":
     look.LOOK_TOKENS = 10**9
 adapter = load_vlm("tiny:qwen2_5_vl")
@@ -190,7 +190,7 @@ def peak_kb():
 with torch.inference_mode():
     open("/proc/self/clear_refs", "w").write("5")  # the peak from here on: loading the model does not count
     base = peak_kb()
-    seen = stages.read_first_look(adapter, [torch.rand(3, 112, 112)], [(4, 4)], prompts=[(before, after[:1] * 4000 + after)])
+    seen = allocation.read_first_look(adapter, [torch.rand(3, 112, 112)], [(4, 4)], prompts=[(before, after[:1] * 4000 + after)])
 print(tuple(seen.attention[0].shape), (peak_kb() - base) // 1024)
 """
 
@@ -307,10 +307,10 @@ STAGES = """
 import sys, tempfile
 import torch
 from arr_coc.eval.evaluate import evaluate
-from arr_coc.vlm import load_vlm, stages
+from arr_coc.vlm import allocation, load_vlm, stages
 adapter = load_vlm("tiny:qwen2_5_vl", dtype=sys.argv[1])
 calls = {
-    "read_first_look": lambda: stages.read_first_look(adapter, [torch.rand(3, 56, 56)], [(2, 2)], ["What is the total?"]),
+    "read_first_look": lambda: allocation.read_first_look(adapter, [torch.rand(3, 56, 56)], [(2, 2)], ["What is the total?"]),
     "encode": lambda: stages.encode(adapter, [], []),
     "prefill": lambda: stages.prefill(adapter, [], []),
     "decode": lambda: stages.decode(adapter, None),

@@ -34,8 +34,9 @@ def run_snippets(blocks: list[str], check: str, folder: Path) -> subprocess.Comp
 CHECKS = {
     "README.md": ("import json; print(json.dumps([list(out.positions.shape), list(out.patches.shape), "
                   "list(out.gestalt.tokens.shape), list(out.relevance.weights.shape), "
-                  "[a.visual_tokens for a in answers], answers[0].flops['total'] < answers[0].flops_full['total']]))",
-                  [[2, 273, 2], [2, 273, 3, 28, 28], [2, 256, 14], [2, 3], [128, 128], True]),
+                  "[a.visual_tokens for a in answers], answers[0].flops['total'] < answers[0].flops_full['total'], "
+                  "type(answer).__name__, answer.visual_tokens, answer.text == answers[0].text]))",
+                  [[2, 273, 2], [2, 273, 3, 28, 28], [2, 256, 14], [2, 3], [128, 128], True, "Answer", 128, True]),
     "docs/usage.md": ("import json; print(json.dumps([list(out.positions.shape), list(out.scores.shape), "
                       "sorted(k for k in out.timings_ms if '/' not in k)]))",
                       [[2, 273, 2], [2, 273], ["canvas", "coupling", "extraction", "gestalt", "query", "scoring",

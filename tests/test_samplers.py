@@ -8,19 +8,9 @@ from hypothesis import strategies as st
 from tolerances import assert_close_reduction
 
 from arr_coc.engine.learned_samplers import PseudoLogPolarSampler
-from arr_coc.engine.samplers import (
-    SAMPLERS,
-    _stratum_stats,
-    allocate_quotas,
-    check_budget,
-    coarsen_grid,
-    nms_cells,
-    shift_nonnegative,
-    stratified_cells,
-    stratum_ids,
-    topk_cells,
-    uniform_cells,
-)
+from arr_coc.engine.samplers import SAMPLERS, nms_cells, topk_cells, uniform_cells
+from arr_coc.engine.selection import check_budget, shift_nonnegative
+from arr_coc.engine.stratified import _stratum_stats, allocate_quotas, coarsen_grid, stratified_cells, stratum_ids
 
 QUERY_DIM = 384
 INSTANCES = {name: SAMPLERS.get(name)() for name in SAMPLERS.names()}

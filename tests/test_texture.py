@@ -8,18 +8,9 @@ import torch
 from tolerances import TEXTURE, assert_close_reduction
 
 import arr_coc  # noqa: F401  (registers the model-based channels too)
+from arr_coc.engine.channel_registry import CHANNELS, ChannelSpec, normalize_per_image
 from arr_coc.engine.query import HashingQueryEncoder
-from arr_coc.engine.texture import (
-    CHANNELS,
-    MVP_CHANNELS,
-    ChannelSpec,
-    Texture,
-    channel_layout,
-    channel_width,
-    compute_texture,
-    normalize_per_image,
-    pool_to_cells,
-)
+from arr_coc.engine.texture import MVP_CHANNELS, Texture, channel_layout, channel_width, compute_texture, pool_to_cells
 from arr_coc.registry import UnknownNameError
 
 LUMA = torch.tensor([0.299, 0.587, 0.114]).view(1, 3, 1, 1)
@@ -287,7 +278,7 @@ def test_pool_to_cells_equals_manual_cell_means():
 def test_euclidean_distance_transform_equals_scipy_exactly():
     from scipy.ndimage import distance_transform_edt
 
-    from arr_coc.engine.texture import euclidean_distance_transform
+    from arr_coc.engine.pixel_channels import euclidean_distance_transform
 
     g = torch.Generator().manual_seed(0)
     masks = torch.rand(3, 1, 23, 31, generator=g) > 0.97

@@ -164,9 +164,9 @@ ARR_MAP = dict(reduction_len=_ARR)
 # The scorers (arr_coc/engine/relevance.py) on the tests' inputs: the longest sum the query projection's 384 inputs;
 # depth: the query projection, the linear heads, standardisation (mean, variance), the context softmax, the mix
 SCORER = dict(reduction_len=384, depth=6)
-# The texture channels (arr_coc/engine/texture.py) of the tests' 24 x 20 images: the longest sum the saliency's FFT over
-# all 480 pixels; depth: grey, area resize, FFT, log amplitude, its box blur, inverse FFT, power, 7 x 7 blur, the
-# per-image normalisation, and the 28 px pooling to cells
+# The texture channels (arr_coc/engine/pixel_channels.py) of the tests' 24 x 20 images: the longest sum the
+# saliency's FFT over all 480 pixels; depth: grey, area resize, FFT, log amplitude, its box blur, inverse FFT, power,
+# 7 x 7 blur, the per-image normalisation, and the 28 px pooling to cells
 TEXTURE = dict(reduction_len=512, depth=10)
 # The clip channel on the tests' tiny CLIP / SigLIP (2 layers, width 32, 8 px patches): the longest sum the patch
 # embedding's 3 x 8 x 8 = 192 inputs; depth: the patch embedding, 2 layers of 9 reductions, the final norm and

@@ -21,8 +21,8 @@ Each method declares what it needs instead of callers probing it:
 - ``scopes``: ``image`` (:meth:`plan`: one image's Plan) and/or ``context`` (:meth:`pages`: a Plan per page
   of a whole context, :mod:`arr_coc.allocators.pages`).
 
-The whole-context methods (``coc``, ``equal_split``, ``first_pages``, ``bm25_pages``) are entries of the same
-registry; ``full`` and ``uniform_image`` serve both scopes (the context tables call the latter ``uniform``).
+The whole-context methods (``coc``, ``equal_split``, ``first_pages``, ``bm25_pages``, ``retrieval_pages``) are
+entries of the same registry; ``full`` and ``uniform_image`` serve both scopes (the context tables call the latter ``uniform``).
 
 ``uniform_image`` and ``native_budget`` are one method (the whole image downscaled to at most T
 tokens, a ``native`` plan): ``native_budget`` is its alias, kept because rows in existing output
@@ -38,13 +38,18 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
-from arr_coc.allocators.pages import BM25_PAGES, COC, EQUAL_SPLIT, FIRST_PAGES, PagePlans, PagesInputs, equal_shares
-from arr_coc.allocators.patching import (
-    PATCHERS,
-    BudgetTooSmallError,
-    Patches,
-    edge_density,
+from arr_coc.allocators.pages import (
+    BM25_PAGES,
+    COC,
+    EQUAL_SPLIT,
+    FIRST_PAGES,
+    RETRIEVAL_PAGES,
+    PagePlans,
+    PagesInputs,
+    equal_shares,
 )
+from arr_coc.allocators.patches import BudgetTooSmallError, Patches
+from arr_coc.allocators.patching import PATCHERS, edge_density
 from arr_coc.budget import Budget
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.samplers import SAMPLERS, select, topk_cells
@@ -72,6 +77,9 @@ class MethodInputs:
     vlm_relevance: Tensor | None = None  # [1, Hc, Wc] the VLM's first look (source "vlm")
     seed: int = 0  # the record's seed (random baseline, stochastic samplers)
     options: dict = field(default_factory=dict)  # keyword options of the patch allocators, e.g. size_prior
+    # a request raises where a method has nothing to send (a quadtree below its starting tiling: the error names
+    # the K it needs); a sweep over token counts gets None there and leaves that row out
+    strict: bool = False
 
     @property
     def cell(self) -> int:
@@ -237,6 +245,8 @@ class SquaresMethod:
             patches = patcher(saliency.detach(), k, valid=canvas.valid, pixels=canvas.pixels,
                               **{key: v for key, v in inputs.options.items() if key in accepted})
         except BudgetTooSmallError:  # a quadtree cannot start below its first tiling: nothing to send
+            if inputs.strict:
+                raise
             return None
         n = int(patches.counts[0])
         return Plan(name, "squares", inputs.grid, gestalt=grid, squares=patches.boxes[0][:n],
@@ -249,7 +259,7 @@ METHODS: Registry[Method] = Registry("allocation method")
 for _name, _method in (
         ("full", FullResolution()), ("coc", COC), ("equal_split", EQUAL_SPLIT),
         ("uniform_image", NativeDownscale()), ("native_budget", NativeDownscale()),
-        ("first_pages", FIRST_PAGES), ("bm25_pages", BM25_PAGES),
+        ("first_pages", FIRST_PAGES), ("bm25_pages", BM25_PAGES), ("retrieval_pages", RETRIEVAL_PAGES),
         ("random", SamplerMethod("random", uses_scorer=False)), ("topk", SamplerMethod("topk")),
         ("arr", SamplerMethod()), ("vlm", SamplerMethod(source="vlm", uses_scorer=False, readers=("vlm",))),
         ("slice", SamplerMethod(encoding="slice", readers=("vlm",))),
@@ -297,7 +307,7 @@ def methods_for(reader: str, default: bool = False, scope: str = "image") -> tup
     >>> "uniform" in methods_for("ocr"), "uniform" in methods_for("ocr", default=True)
     (True, False)
     >>> methods_for("ocr", scope="context"), methods_for("vlm", scope="context")
-    (('full', 'coc', 'equal_split', 'uniform', 'first_pages', 'bm25_pages'), ('coc',))
+    (('full', 'coc', 'equal_split', 'uniform', 'first_pages', 'bm25_pages', 'retrieval_pages'), ('coc',))
     """
     if scope == "context":
         named = {v: k for k, v in SCOPE_NAMES["context"].items()}

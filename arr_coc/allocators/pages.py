@@ -3,13 +3,15 @@
 These are entries of the one method registry (:data:`arr_coc.allocators.methods.METHODS`) beside the
 per-image methods. Every one gets the same T over the context's pages, given a :class:`PagesInputs`
 (the pages' cell grids, the question's per-page ranking scores, the context allocation's own plans, the
-pages' BM25 order):
+pages' BM25 order and their retrieval order):
 
 - ``coc``: the context allocation itself (:func:`arr_coc.contexts.allocate` at T: a gestalt per
   page by the budget's rule, K saccades by one ranking over every page's cells): its plans as it made them;
 - ``equal_split``: the same gestalts, K split equally over the pages, each page's best cells by the same scores;
 - ``first_pages``: pages in reading order at full resolution while they fit, the rest of T downscaling the next;
 - ``bm25_pages``: the same in BM25 order over the pages' text: text retrieval choosing the pages;
+- ``retrieval_pages``: the same in the retriever's order (:mod:`arr_coc.engine.retrieval`: a page scores its best
+  line's cosine with the question): dense retrieval choosing the pages;
 - ``full`` and ``uniform_image`` (every page downscaled to T / pages tokens, what rendering at a lower dpi
   gives; the context tables call it ``uniform``) are the per-image methods' whole-context form
   (:mod:`arr_coc.allocators.methods`).
@@ -26,7 +28,7 @@ from torch import Tensor
 
 from arr_coc.budget import Budget
 from arr_coc.engine.plan import Plan
-from arr_coc.engine.samplers import rank_cells
+from arr_coc.engine.selection import rank_cells
 
 PagePlans = dict[int, Plan]
 
@@ -37,7 +39,8 @@ class PagesInputs:
 
     ``scores``: per page the question's ranking score per cell [hc_i, wc_i] (the context allocation's
     ``PageAllocation.relevance``); ``allocated``: the context allocation's own plan per page at T (the ``coc``
-    method sends it as made); ``order``: the pages in BM25 order of their text for the question.
+    method sends it as made); ``order``: the pages in BM25 order of their text for the question;
+    ``retrieval_order``: the pages in the retriever's order (best line's cosine with the question).
     """
 
     grids: Sequence[tuple[int, int]]
@@ -45,6 +48,7 @@ class PagesInputs:
     allocated: Sequence[Plan] = ()
     order: Sequence[int] | None = None
     extra: dict = field(default_factory=dict)
+    retrieval_order: Sequence[int] | None = None
 
 
 def cells_plan(name: str, grid: tuple[int, int], gestalt: tuple[int, int], cells: Tensor) -> Plan:
@@ -96,7 +100,7 @@ class ContextMethod:
 
     rule: str
     needs: tuple[str, ...] = ()
-    in_order: str = "reading"  # the ``pages`` rule: "reading" order or the pages' "bm25" order
+    in_order: str = "reading"  # the ``pages`` rule: "reading" order, the pages' "bm25" or "retrieval" order
     uses_scorer: bool = True
     per_tokens: bool = True
     source: str = "none"
@@ -117,14 +121,17 @@ class ContextMethod:
             return {i: cells_plan(name, grids[i], gestalts[i], best_cells(inputs.scores[i],
                                                                           min(share, inputs.scores[i].numel())))
                     for i, share in enumerate(equal_shares(k, n))}
-        if self.in_order == "bm25":
-            if inputs.order is None:
-                raise ValueError(f"method {name!r} needs the pages' BM25 order (BM25Pages.rank)")
-            return whole_pages(name, inputs.order, grids, total)
-        return whole_pages(name, range(n), grids, total)
+        if self.in_order == "reading":
+            return whole_pages(name, range(n), grids, total)
+        order, how = {"bm25": (inputs.order, "BM25 order (BM25Pages.rank)"),
+                      "retrieval": (inputs.retrieval_order, "retrieval order (RetrievalPages.rank)")}[self.in_order]
+        if order is None:
+            raise ValueError(f"method {name!r} needs the pages' {how}")
+        return whole_pages(name, order, grids, total)
 
 
 COC = ContextMethod("coc", needs=("relevance", "text"), readers=("ocr", "vlm"))  # the VLM reads it in one prompt
 EQUAL_SPLIT = ContextMethod("equal_split", needs=("relevance", "text"))
 FIRST_PAGES = ContextMethod("pages", uses_scorer=False)
 BM25_PAGES = ContextMethod("pages", needs=("text",), in_order="bm25", uses_scorer=False)
+RETRIEVAL_PAGES = ContextMethod("pages", needs=("text",), in_order="retrieval", uses_scorer=False)

@@ -4,7 +4,8 @@
 canvas pixels, top-K of its importance grid). `TokenPruner` decides which already encoded tokens reach
 the LLM (an MLP over the tokens, optionally conditioned on the query). Both train through `soft_topk`.
 
-Notation: B images (rows), N tokens per row (padded; `mask` marks real ones), D token width, Dq query
+Notation: B images (rows), N tokens per row (padded; `mask` marks real ones, as
+`arr_coc.allocators.token_batches.pad_tokens` makes it), D token width, Dq query
 width, K the budget; pixels `[B, 3, H, W]` on a canvas of Hc x Wc cells (H = Hc * cell), flat cell
 index = y * Wc + x (raster order, as the Qwen adapters' `encode_native` emits tokens).
 Hard selections are exactly K distinct unmasked items, ordered by score (high -> low, ties by lower
@@ -19,8 +20,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from arr_coc.allocators.patching import pad_tokens  # noqa: F401  (the padding the pruner's masks expect)
-from arr_coc.engine.samplers import Selection, as_budget, rank_cells, topk_cells
+from arr_coc.engine.samplers import topk_cells
+from arr_coc.engine.selection import Selection, as_budget, rank_cells
 from arr_coc.weights import LEARNED_FORMAT, is_name, load_learned, pretrained_path, save_folder
 
 

@@ -237,10 +237,14 @@ class Microscope:
         sent = alloc.positions[0]
         patcher = _patcher(settings.method)
         if patcher:
-            from arr_coc.vlm.stages import patch_squares
+            from arr_coc.budget import Budget
+            from arr_coc.vlm.allocation import method_plan
 
             start = time.perf_counter()
-            sent = patch_squares(patcher, alloc.relevance.map, alloc.canvas, settings.saccades)[0]
+            (h, w), cell = scene.canvas.sizes[0], scene.canvas.cell  # the registry's method on the one image
+            sent = method_plan(settings.method, alloc.canvas.pixels[0, :, :h, :w],
+                               alloc.relevance.map[0, :h // cell, :w // cell], Budget.saccades(settings.saccades),
+                               arr, cell).squares
             t["patches"] = (time.perf_counter() - start) * 1e3
         h, w = (s // scene.canvas.cell for s in scene.canvas.sizes[0])
         texture = alloc.cell_texture[0, :, :h, :w]  # [C, h, w]
@@ -250,8 +254,8 @@ class Microscope:
 
             allocator = settings.method if patcher else "arr"  # the registry's name of the method
             start = time.perf_counter()
-            result.answer = ask(self.vlm, [image], [question], arr=arr, saccades=settings.saccades,
-                                max_new_tokens=self.max_new_tokens, allocator=allocator)[0].text
+            result.answer = ask(self.vlm, image, question, arr=arr, saccades=settings.saccades,
+                                max_new_tokens=self.max_new_tokens, allocator=allocator).text
             t["answer"] = (time.perf_counter() - start) * 1e3
         return result
 
@@ -296,7 +300,7 @@ def render(result: Result, out_dir: Path) -> Rendered:
     # what the VLM sees, shown at display size: the same views made on the display-size canvas
     gview = gestalt_view(small, dc, a.gestalt.grid)
     if result.sent.shape[1] == 3:  # squares: the VLM sees each square shrunk to one token
-        from arr_coc.allocators.patching import render_patches
+        from arr_coc.allocators.patches import render_patches
 
         fview = render_patches(small, result.sent, dc, background=gview)
     else:

@@ -31,7 +31,7 @@ from arr_coc.app.service import (
 )
 from arr_coc.config import DEFAULT_SACCADES, PIPELINE_CHANNELS, SamplerConfig
 from arr_coc.documents.pdf import DEFAULT_DPI, MAX_DPI
-from arr_coc.engine.texture import CHANNELS
+from arr_coc.engine.channel_registry import CHANNELS
 
 EXAMPLE_QUESTIONS = {"receipt.jpg": "What is the total?", "form.jpg": "What is the date of the request?",
                      "photo.jpg": "Where is the cat?"}

@@ -16,17 +16,17 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
+from arr_coc.cli import inputs, progress
 from arr_coc.cli import options as opt
-from arr_coc.cli import progress
 
 HELP = "answer a question with a frozen VLM fed gestalt + saccades"
 
 
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.vlm import LAYOUTS, MODES
-    from arr_coc.vlm.answer import RELEVANCE_SOURCES, allocators
+    from arr_coc.vlm.allocation import RELEVANCE_SOURCES, allocators
 
-    p = command("ask", [opt.context_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
+    p = command("ask", [inputs.context_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
                 description="Allocate K saccades, encode gestalt + saccades with the VLM's own vision tower at "
                             "their true positions, and let the VLM answer. The token cell is the model's. A "
                             "context (a PDF, a text file, several images) gets one budget over its pages, each "
@@ -63,20 +63,20 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from arr_coc.budget import Budget
-    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig, GestaltConfig, SamplerConfig
+    from arr_coc.config import ARRConfig, CanvasConfig, DecodeConfig
     from arr_coc.engine.pipeline import ARR
     from arr_coc.vlm import ask, load_vlm
-    from arr_coc.vlm.answer import default_relevance, refuse_total_tokens
+    from arr_coc.vlm.allocation import default_relevance
+    from arr_coc.vlm.answer import refuse_total_tokens
     from arr_coc.vlm.generation import from_decode
 
     if args.tokens is not None and args.no_gestalt:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
-    opt.check_question(args)
-    opt.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
-    paged = opt.is_context(args)
+    inputs.check_question(args)
+    inputs.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
+    paged = inputs.is_context(args)
     context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
-    budget = Budget.parse(args.tokens) if paged and args.tokens is not None else None  # parsed once, here
+    budget = opt.budget(args)  # the one parse of --tokens / --saccades: an image's or a context's budget
     decode = opt.from_args(DecodeConfig, args, opt.DECODE_OPTIONS)  # checked before anything loads
     stream = streams(args, decode)
     show = progress.stages(args)
@@ -84,13 +84,13 @@ def run(args: argparse.Namespace) -> int:
         show("reading the pages")
         from arr_coc.cli.heap import map_large_buffers
         from arr_coc.contexts import open_context
-        from arr_coc.vlm.answer import refuse_for_context
+        from arr_coc.vlm.request import refuse_for_context
 
         refuse_for_context(args.mode, not args.no_gestalt, args.allocator, args.relevance)  # before a model loads
 
         map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
         # the pages' count and pixels, checked before the model loads
-        open_context(context, pages=args.pages, dpi=args.dpi, layout=opt.text_layout(args), max_pages=args.max_pages)
+        open_context(context, pages=args.pages, dpi=args.dpi, layout=inputs.text_layout(args), max_pages=args.max_pages)
     show("loading the model")
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
@@ -100,12 +100,9 @@ def run(args: argparse.Namespace) -> int:
     encoder = opt.query_encoder(args, load=not looks)
     load_s = time.perf_counter() - start
     canvas = opt.from_args(CanvasConfig, args, opt.CANVAS_OPTIONS, cell=adapter.cell)
-    if paged:  # the pages' gestalts come from the context rule
-        sampler, gestalt = opt.from_args(SamplerConfig, args, opt.SAMPLER_OPTIONS), GestaltConfig()
-    else:
-        sampler, gestalt = opt.sent(args, context, canvas)
-    # ask's --seed seeds the answer's sampling, not the ARR: its own seed stays the default
-    config = opt.arr_config(args, canvas=canvas, gestalt=gestalt, sampler=sampler, seed=ARRConfig().seed)
+    # every page's gestalt (one image: its one page) comes from the budget's split; ask's --seed seeds the answer's
+    # sampling, not the ARR: its own seed stays the default
+    config = opt.arr_config(args, canvas=canvas, seed=ARRConfig().seed)
     arr = ARR(config, query_encoder=encoder).eval()
     arr.max_question_tokens = args.max_question_tokens
     if args.device:
@@ -124,10 +121,10 @@ def run(args: argparse.Namespace) -> int:
         a = ask(adapter, context, args.question, arr=arr, budget=budget, mode=args.mode, layout=args.layout,
                 gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator,
                 relevance=args.relevance, generation_config=from_decode(decode, args.max_new_tokens),
-                streamer=streamer, seed=decode.seed, pages=args.pages, dpi=args.dpi, text_layout=opt.text_layout(args),
+                streamer=streamer, seed=decode.seed, pages=args.pages, dpi=args.dpi, text_layout=inputs.text_layout(args),
                 max_pages=args.max_pages,
                 # the VLM's own tokenizer counts the text a real model would read; the tiny models' is a character toy
-                text_tokenizer=None if args.model.startswith("tiny:") else adapter.tokenizer)[0]
+                text_tokenizer=None if args.model.startswith("tiny:") else adapter.tokenizer)
     run_s = time.perf_counter() - start
     show.close()
     if args.out is not None:

@@ -78,7 +78,8 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     c.add_argument("--window", type=int, default=None, metavar="N",
                    help=f"{TEXLIVE_CONTEXTS}: the first N pages of every document with at least N (default 20)")
     c.add_argument("--source", choices=CONTEXT_SOURCES, default=None,
-                   help=f"{TEXLIVE_CONTEXTS}: the PDF as rendered (pdf, default) or its text layer re-set on pages (text)")
+                   help=f"{TEXLIVE_CONTEXTS}, texlive-paraphrase: the PDF as rendered (pdf, default) or its text layer "
+                        "re-set on pages (text)")
     c.add_argument("--dpi", type=float, default=None, help=f"{TEXLIVE_CONTEXTS}, texlive-paraphrase, contexts: a PDF's render resolution "
                                                            f"(default {CONTEXT_DPI:g})")
     c.add_argument("--questions", type=int, default=None, metavar="Q",

@@ -11,7 +11,7 @@
    chunk: a page's canvas is drawn again when asked for;
 3. every page is scored by the same ARR (one scorer, one question); a page's known text (a text layer,
    rendered words, or lines read by ``ocr``) goes to the ``text_match`` / ``key_value`` channels on its scene
-   (:class:`~arr_coc.engine.texture.PageText`), so no OCR runs on it. An image page is read by the text
+   (:class:`~arr_coc.engine.channel_registry.PageText`), so no OCR runs on it. An image page is read by the text
    channels' OCR when the context has other pages to rank it against (or ``ocr`` is given); an image alone is
    ranked by its relevance alone (its text channels read it anyway);
 4. one ranking over every cell of every page (:mod:`arr_coc.contexts.ranking`): the page's relevance scaled
@@ -28,7 +28,7 @@ The total sent is exact: sum of the gestalts + K.
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -50,14 +50,19 @@ from arr_coc.contexts.ranking import (
     text_parts,
 )
 from arr_coc.contexts.result import ContextAllocation, PageAllocation
-from arr_coc.contexts.seen import CHUNK, ContextScene, PageRead, canvas_grids, embed_lines, read_pages
+from arr_coc.contexts.seen import CHUNK, ContextScene, PageRead, canvas_grids, embed_lines, read_chunk, read_pages
 from arr_coc.contexts.tokens import text_tokens as count_tokens
 from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
+from arr_coc.engine.canvas import Canvas
 from arr_coc.engine.pipeline import ARR, Scene
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.query import Questions, check_queries
+
+# question-coupled channels computed outside the ARR for a chunk: (canvas, questions) -> {name: [B, C, Hc, Wc]}
+# (a VLM's first look: what ``ARR.forward(coupled=)`` takes)
+Coupled = Callable[[Canvas, list[str]], dict[str, Tensor]]
 
 
 def plan_budget(config: ARRConfig, budget: Budget, grids: Sequence[tuple[int, int]],
@@ -90,19 +95,22 @@ def check_context(config: ARRConfig, context: Any, budget: Any = None, *, pages:
     return opened, grids, None if budget.needs_text else plan_budget(config, budget, grids)
 
 
-def _score(arr: ARR, scene: Scene, question: str, gestalts: Sequence[tuple[int, int]] | None,
-           t: dict[str, float]) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
+def _score(arr: ARR, scene: Scene, question: str | Sequence[str], gestalts: Sequence[tuple[int, int]] | None,
+           t: dict[str, float], coupled: Coupled | None = None) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
     """Per page of a chunk: its relevance [hc, wc], valid cells, context weights [3] and question embedding [1, D].
 
-    The gestalt the scorer reads is the chunk's (its vector: the mean of each page's cells), on the pages' grid.
+    ``question``: one for every page, or one per page (a batch of one-page contexts). The gestalt the scorer reads
+    is the chunk's (its vector: the mean of each page's cells), on the pages' grid.
     """
     tc: dict[str, float] = {}
     c = scene.canvas
     grid = None if gestalts is None else (min(g[0] for g in gestalts), min(g[1] for g in gestalts))
     g = arr.gestalt(scene, arr.config.sampler.saccades, grid)
     # the question was checked once, where the request entered (allocate): every chunk takes it as it is
-    relevance, query_emb = arr.score(scene, Questions([question] * c.batch_size, arr.max_question_tokens, None), g.vector,
-                                     timings=tc)
+    questions = Questions([question] * c.batch_size if isinstance(question, str) else list(question),
+                          arr.max_question_tokens, None)
+    given = None if coupled is None else coupled(c, questions)
+    relevance, query_emb = arr.score(scene, questions, g.vector, timings=tc, given=given)
     for name, ms in tc.items():
         t[name] = t.get(name, 0.0) + ms
     out = []
@@ -209,6 +217,52 @@ def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question
     scores = line_scores(embeddings, arr.retriever.queries([question])[0])
     t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
     return scores
+
+
+def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], budget: Any = None, *,
+                    coupled: Coupled | None = None, tokenizer: Any = None) -> list[ContextAllocation]:
+    """``allocate(arr, images[b], questions[b], budget)`` for every b, the B images seen and scored in one ARR pass.
+
+    Each image is a context of one page (checked, split and placed as :func:`allocate` does it, by the same
+    functions); only the seeing and scoring are batched, as ``ARR()(images, questions)`` batches them (each image
+    on its own canvas: a batch gives what each image gives alone).
+
+    Args:
+        arr, budget, tokenizer: as in :func:`allocate`.
+        images: one image each (a path, a PIL image, a [3, H, W] tensor).
+        questions: one per image.
+        coupled: question-coupled channels computed elsewhere (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's
+            attention to its gestalt), given the batch's canvas and questions, as ``ARR.forward(coupled=)``.
+
+    Example:
+        >>> from arr_coc.engine.query import HashingQueryEncoder
+        >>> arr = ARR(query_encoder=HashingQueryEncoder())
+        >>> imgs, qs = [torch.rand(3, 560, 560), torch.rand(3, 280, 560)], ["What is the total?", "Who?"]
+        >>> both = allocate_images(arr, imgs, qs, "100")
+        >>> [a.pages[0].plan.cells.tolist() == allocate(arr, i, q, "100").pages[0].plan.cells.tolist()
+        ...  for a, i, q in zip(both, imgs, qs)]
+        [True, True]
+    """
+    questions = check_queries(questions, len(images), arr.max_question_tokens)  # as they are, if checked already
+    budget = Budget.saccades(arr.config.sampler.saccades) if budget is None else Budget.parse(budget)
+    arr.check_weights()
+    t: dict[str, float] = {}
+    start = time.perf_counter()
+    checked = [check_context(arr.config, image, budget, max_pages=1) for image in images]
+    t["load"] = (time.perf_counter() - start) * 1e3
+    out = []
+    with torch.no_grad():  # a ranking, not a training step
+        scene, reads = read_chunk(arr, [d for opened, _, _ in checked for d in opened.draw([0])], None, False, t)
+        splits = [split if split is not None else plan_budget(arr.config, budget, grids)
+                  for _, grids, split in checked]  # an image has no text: a compression is refused here
+        scored = _score(arr, scene, questions, [s[0][0] for s in splits], t, coupled)
+        del scene
+        weights = dict(text_weight=TEXT_WEIGHT, page_weight=PAGE_WEIGHT, near_weight=NEAR_WEIGHT)
+        for (opened, grids, _), (gestalts, k), read, score, q in zip(checked, splits, reads, scored, questions):
+            pages = _pages(arr, [read], [score], grids, gestalts, k, q, weights, t)
+            out.append(ContextAllocation(q, pages, opened.source, dict(opened.meta), None, tokenizer_name(tokenizer),
+                                         t, budget))
+    return out
 
 
 def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, Tensor, Tensor, Tensor]],

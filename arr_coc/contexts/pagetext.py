@@ -1,7 +1,7 @@
 """A page's words for the ranking and the text channels: its text layer or rendered words, else OCR.
 
 :func:`page_text` gives a page's words and lines on its canvas and where they came from; the scene carries
-them to the text channels (:class:`~arr_coc.engine.texture.PageText`), so those run no OCR on the page.
+them to the text channels (:class:`~arr_coc.engine.channel_registry.PageText`), so those run no OCR on the page.
 """
 from __future__ import annotations
 

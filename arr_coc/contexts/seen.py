@@ -21,9 +21,9 @@ from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.canvas import make_canvas, smart_resize
+from arr_coc.engine.channel_registry import PageText
 from arr_coc.engine.pipeline import ARR, Scene
 from arr_coc.engine.retrieval import Retriever
-from arr_coc.engine.texture import PageText
 
 CHUNK = 4  # pages scored at once
 # ... unless they draw more pixels than the largest canvas (1792 x 1792): the texture of the default channels

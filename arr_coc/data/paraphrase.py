@@ -35,7 +35,7 @@ import random
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 from arr_coc.data.datasets import SPLITS, DatasetSpec, Record, register
 
@@ -208,26 +208,83 @@ def load_texlive_paraphrase(root: Path | None = None, *, split: str | None = Non
 
 
 def paraphrase_context_set(root: Path | None = None, *, split: str | None = None, limit: int | None = None,
-                           seed: int = 0, dpi: float | None = None) -> tuple[Any, dict, str]:
-    """The questions as contexts for the OCR readers: each window of a manual one context (rendered at ``dpi``), the
-    answer found on its page's text layer (every occurrence a candidate; none found: the find reading)."""
+                           seed: int = 0, dpi: float | None = None, source: str | None = None) -> tuple[Any, dict, str]:
+    """The questions as contexts for the OCR readers: each window of a manual one context, the answer found on its
+    page's text layer (every occurrence a candidate; none found: the find reading).
+
+    ``source``: ``pdf`` (None; the window rendered at ``dpi``) or ``text`` (the window's text layer re-set on pages,
+    :func:`text_windows`; rows in the output's ``text`` subfolder).
+    """
     from arr_coc.data.context_jsonl import ContextLine, context_items
-    from arr_coc.data.contexts import CONTEXT_DPI
+    from arr_coc.data.contexts import CONTEXT_DPI, CONTEXT_SOURCES
     from arr_coc.documents.corpus import family_of
 
+    if source not in (None, *CONTEXT_SOURCES):
+        raise ValueError(f"unknown context source {source!r}; choose one of {', '.join(CONTEXT_SOURCES)}")
     qs = texlive_paraphrase(split, path=root)[:limit]
     dpi = CONTEXT_DPI if dpi is None else dpi
+    made = {"split": split, "limit": limit, "dpi": dpi, "data": None if root is None else str(root)}
+    if source == "text":
+        return text_windows(qs, dpi), {**made, "source": "text"}, "text"
     lines = [ContextLine(q.id, q.id, q.path, q.page_range, q.question, q.answers, q.answer_page, kind=q.kind,
                          name=q.document) for q in qs]
     items = context_items(lines, TEXLIVE_PARAPHRASE.name, dpi, require_found=False)
     for item in items:
         item.group = family_of(item.group)
-    return iter(items), {"split": split, "limit": limit, "dpi": dpi, "data": None if root is None else str(root)}, ""
+    return iter(items), made, ""
+
+
+SLACK_WORDS = 3  # a word wider than the column is broken when re-set: the answer page's words may shift by a few
+
+
+def text_windows(qs: list[WindowQuestion], dpi: float) -> Iterator[Any]:
+    """Each window's text layer re-set on pages (``render_text``, as ``texlive-contexts --source text`` sets a
+    document), one context per window, made as they are taken.
+
+    A question's answer page is where the words of its PDF page were set: the first re-set page whose share of
+    them holds the answer (every occurrence there a candidate), else the one holding most of them (no boxes: the
+    find reading). Every re-set page is kept (a 20-page window sets on ~35), so no answer is cut off.
+    """
+    from arr_coc.data.context_jsonl import find_answer
+    from arr_coc.data.contexts import ContextItem, ContextQuestion
+    from arr_coc.documents.corpus import family_of
+    from arr_coc.documents.pdf import read_pdf
+    from arr_coc.documents.text_pages import TextLayout, layout_text, render_text
+
+    groups: dict[tuple[str, str], list[WindowQuestion]] = {}
+    for q in qs:
+        groups.setdefault((q.document, q.page_range), []).append(q)
+    for (document, window), group in groups.items():
+        pdf = read_pdf(group[0].path, pages=window, dpi=dpi, render=False)
+        texts, numbers = [p.text for p in pdf.pages], [p.index + 1 for p in pdf.pages]
+        joined, name = "\n".join(texts), f"{document} (text)"
+        setting = layout_text(joined, TextLayout(), name)  # where every word goes; pages drawn when needed
+        starts = [0]
+        for placed in setting.placed:
+            starts.append(starts[-1] + len(placed))
+        questions = []
+        for q in group:
+            at = numbers.index(q.answer_page)
+            w0 = sum(len(t.split()) for t in texts[:at])
+            w1 = w0 + len(texts[at].split())
+            spans = [(i, max(starts[i], w0 - SLACK_WORDS), min(starts[i + 1], w1 + SLACK_WORDS))
+                     for i in range(len(setting))]
+            spans = [sp for sp in spans if sp[1] < sp[2]]
+            page, found = max(spans, key=lambda sp: sp[2] - sp[1])[0], ()
+            for i, lo, hi in spans:
+                words = setting.page(i).words[lo - starts[i]: hi - starts[i]]
+                found = tuple(find_answer(words, q.answers))
+                if found:
+                    page = i
+                    break
+            questions.append(ContextQuestion(q.id, q.question, q.answers, (page,), (), q.kind, found=found))
+        yield ContextItem(TEXLIVE_PARAPHRASE.name, f"{document}#{window}#text",
+                          lambda t=joined, n=name: render_text(t, TextLayout(), n), questions, family_of(document))
 
 
 # whole contexts without answer boxes (the boxes are found on the text layer when a context is read)
 TEXLIVE_PARAPHRASE = register(DatasetSpec("texlive-paraphrase", "TeX Live paraphrased questions",
                                           load_texlive_paraphrase, splits="official", reader="vlm",
-                                          contexts=paraphrase_context_set, context_options=("dpi",),
+                                          contexts=paraphrase_context_set, context_options=("dpi", "source"),
                                           documents_of="texlive"))
 

@@ -28,6 +28,7 @@ import pypdfium2.internal as pdfium_i
 import pypdfium2.raw as pdfium_c
 import torch
 
+from arr_coc.documents.font_box import font_box, page_fonts
 from arr_coc.documents.page import Box, Context, Page, Word, lines_from_breaks, union
 
 PageSpec = Union[str, int, Sequence[int], None]
@@ -188,7 +189,8 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float],
         page: an open PDFium page.
         scale_yx: pixels per display point, (y, x): the rendered size over the page's display size.
         loose: box each character from its font's ascent to descent across its advance (the convention of
-            poppler's ``pdftotext -bbox``) instead of around its ink; for comparing with other engines.
+            poppler's ``pdftotext -bbox``; :func:`~arr_coc.documents.font_box.font_box`) instead of around its
+            ink; for comparing with other engines.
     """
     tp = page.get_textpage()
     to_px = _display_map(display_frame(page), scale_yx)
@@ -198,6 +200,7 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float],
     chars: list[str] = []
     boxes: list[Box] = []
     line_sizes: list[float] = []
+    fonts = page_fonts(page.raw)  # the page's fonts whose font box is not PDFium's loose box (mostly none)
     prev: Box | None = None
     new_line = True
 
@@ -239,6 +242,8 @@ def page_words(page: pdfium.PdfPage, scale_yx: tuple[float, float],
             # TeX fonts report a size of 1 and scale by the text matrix: the loose box (ascent to descent)
             # is the size as drawn.
             ll, lb, lr, lt = tp.get_charbox(i, loose=True)
+            if fonts:
+                ll, lb, lr, lt = font_box(tp.raw, i, (ll, lb, lr, lt), (left, bottom, right, top), fonts)
             boxes.append(to_px(ll, lb, lr, lt) if loose else to_px(left, bottom, right, top))
             line_sizes.append((lt - lb) * scale_yx[0])
         chars.append(ch)

@@ -12,19 +12,17 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from arr_coc.engine.samplers import (
-    SAMPLERS,
-    Sampler,
+from arr_coc.engine.samplers import SAMPLERS, Sampler
+from arr_coc.engine.selection import (
     Selection,
     cell_coordinates,
     check_budget,
-    coarsen_grid,
     rank_cells,
     select_cells,
     shift_nonnegative,
-    stratified_cells,
 )
 from arr_coc.engine.soft_topk import soft_topk
+from arr_coc.engine.stratified import coarsen_grid, stratified_cells
 
 
 def foveated_bin_centres(

@@ -18,20 +18,15 @@ from torch import Tensor, nn
 from arr_coc.config import MAX_QUESTION_TOKENS, PIPELINE_CHANNELS, ARRConfig, check_int
 from arr_coc.engine.cache import ImageCache
 from arr_coc.engine.canvas import Canvas, make_canvas
+from arr_coc.engine.channel_registry import PageText
 from arr_coc.engine.extract import extract_gather
 from arr_coc.engine.gestalt import Gestalt, GestaltEncoder, PooledGestaltEncoder
 from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder, QueryEncoder, check_queries
 from arr_coc.engine.relevance import SCORERS, Relevance
 from arr_coc.engine.retrieval import DEFAULT_RETRIEVER, Retriever, load_retriever
-from arr_coc.engine.samplers import SAMPLERS, Selection, module_dtype, select
-from arr_coc.engine.texture import (
-    PageText,
-    channel_layout,
-    channel_width,
-    compute_texture,
-    pool_to_cells,
-    query_channels,
-)
+from arr_coc.engine.samplers import SAMPLERS, module_dtype, select
+from arr_coc.engine.selection import Selection
+from arr_coc.engine.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
 from arr_coc.errors import WeightsError
 from arr_coc.threads import check_threads
 from arr_coc.weights import SCORER_FORMAT, load_scorer_weights, pretrained_config, save_folder, scorer_file  # noqa: F401  (the scorer files' tag, re-exported)
@@ -240,7 +235,7 @@ class ARR(nn.Module):
             timings: dict[str, float] | None = None) -> Scene:
         """Canvas and cell texture: what the images alone determine, reusable across questions and token counts.
 
-        ``text``: per image its known :class:`~arr_coc.engine.texture.PageText` on the canvas (or None), read
+        ``text``: per image its known :class:`~arr_coc.engine.channel_registry.PageText` on the canvas (or None), read
         by the text channels instead of OCR (``dataclasses.replace(scene, text=...)`` sets it later).
         """
         cfg, t = self.config.canvas, {} if timings is None else timings

@@ -10,7 +10,8 @@ import math
 import torch
 from torch import Tensor
 
-from arr_coc.engine.samplers import rank_cells, stratum_ids
+from arr_coc.engine.selection import rank_cells
+from arr_coc.engine.stratified import stratum_ids
 
 _BISECTION_STEPS = 64  # float64 threshold, range halves each step: exact to rounding after ~60 + log2(range)
 # Padding sits this many temperatures below the lowest real score: sigmoid(-1e4) is 0 in float64,

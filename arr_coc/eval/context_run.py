@@ -12,12 +12,17 @@ per question, method and budget, records on the answer's page(s):
 
 - ``page_hit``: the page gets full-resolution tokens (saccades or the whole page); over several answer
   pages (SlideVQA's evidence), the share of them that do;
+- ``page_hit_strict``: at least half of the answer's area is in full-resolution cells (``coverage`` >= 0.5 for
+  the best-covered occurrence of the answer; NaN without boxes): one saccade on the page is not enough;
 - ``coverage``: the share of the answer boxes' area inside full-resolution cells (NaN without boxes);
-- ``reading``: the OCR reader reads exactly what the VLM would see of the page
-  (:func:`arr_coc.eval.reading.render` of its plan): the answer boxes + ``margin_px`` scored by
-  ``contains_score`` where the boxes are known, else the whole view, not told where the answer is,
-  scored by its best word window (the ``find`` reading); the best over the answer pages; a page sent
-  nothing reads nothing;
+- ``reading`` (the ``region`` reading): the OCR reader reads exactly what the VLM would see of the page
+  (:func:`arr_coc.eval.reading.render` of its plan), the answer boxes + ``margin_px``, scored by
+  ``contains_score``; where the boxes are unknown it is the find reading; the best over the answer pages;
+- ``reading_find`` (the ``find`` reading): the reader reads the whole rendered view of the answer page, not
+  told where the answer is, and the answer's best word window in all it read scores it (the best over the
+  answer pages). Only the answer page's view is read, not every page sent: reading more pages could only
+  raise the best window, so this is the conservative form, and it costs one page's OCR instead of twenty;
+- a page sent nothing reads nothing (0);
 
 and over the context: ``tokens`` (visual tokens sent, exact), ``full_tokens``, ``text_tokens`` (the
 context's text by :func:`arr_coc.contexts.text_tokens`: the text layer, or OCR on pages without one)
@@ -40,7 +45,7 @@ from arr_coc.data.contexts import ContextItem, ContextQuestion
 from arr_coc.engine.imageops import paint_boxes
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
-from arr_coc.eval.context_methods import NEEDS_BM25, BM25Pages
+from arr_coc.eval.context_methods import NEEDS_BM25, NEEDS_RETRIEVER, BM25Pages, RetrievalPages
 from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.reading import (
     best_window,
@@ -64,11 +69,19 @@ class ContextReading:
         self.arr, self.settings = arr, settings
         self.readers = {} if settings.reader is None else {r: make_view_reader(settings.reader, r)
                                                            for r in ("region", "find")}
+        self.retriever = None
+        if NEEDS_RETRIEVER in settings.methods:
+            from arr_coc.engine.retrieval import load_retriever
+
+            self.retriever = load_retriever()
 
     def identity(self) -> tuple[dict, dict]:
         s = self.settings
+        # readings: rows of both readings (region and find) never mix with rows of the region reading alone
         return ({**arr_settings(self.arr), "task": "contexts", "reader": s.reader, "margin_px": s.margin_px,
-                 "ranking": s.weights(), "text_tokenizer": tokenizer_name(), "contexts": s.contexts}, {})
+                 "readings": ["region", "find"], "ranking": s.weights(), "text_tokenizer": tokenizer_name(),
+                 "contexts": s.contexts},
+                {} if self.retriever is None else {NEEDS_RETRIEVER: {"retriever": self.retriever.name}})
 
     def rows(self, unit: Unit, todo: list, done: set) -> Iterator[list[dict]]:
         item: ContextItem = unit.payload
@@ -81,9 +94,15 @@ class ContextReading:
         see_ms = (time.perf_counter() - start) * 1e3
         texts = page_texts(seen)
         n_text = text_tokens("\n\n".join(texts)) if any(t.strip() for t in texts) else None
-        bm25 = BM25Pages(texts) if NEEDS_BM25 in self.settings.methods else None
+        orders = {}
+        if NEEDS_BM25 in self.settings.methods:
+            orders["bm25"] = BM25Pages(texts).rank
+        if self.retriever is not None:  # the pages' lines embedded once, for every question
+            orders["retrieval"] = RetrievalPages(self.retriever, [[t for t, _ in ls] for ls in seen.lines]).rank
+        views: dict = {}  # whole views read by the find reading, shared by the questions (see measure)
         for q in todo:
-            yield question_rows(item, q, seen, self.arr, self.settings, self.readers, done, n_text, bm25, see_ms)
+            yield question_rows(item, q, seen, self.arr, self.settings, self.readers, done, n_text, orders, see_ms,
+                                views)
 
     def flush(self) -> list[dict]:
         return []
@@ -97,40 +116,56 @@ def answer_boxes(q: ContextQuestion, image: torch.Tensor, source_size: tuple[int
     return [(b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx) for b in (q.boxes if boxes is None else boxes)]
 
 
-def _score(got: tuple) -> tuple[float, float]:
-    """Which of an answer's occurrences counts: the best read, then the best covered."""
-    return (got[2] or 0.0, 0.0 if math.isnan(got[1]) else got[1])
+def measure(plan: Plan | None, image: torch.Tensor, cell: int, options: Sequence[Sequence], answers: Sequence[str],
+            readers: dict[str, Any], margin_px: float, views: dict | None = None, page: int = 0) -> dict[str, Any]:
+    """What one page's plan shows of the answer; a page not sent scores 0.
 
+    ``options``: the answer's occurrences on the page, each its boxes (canvas px; ``[[]]``: none known).
+    ``readers``: ``region`` and ``find`` readers (:func:`make_view_reader`), or {} for no reading. ``views``: the
+    find reading's text of whole views that do not depend on the question (a full or downscaled page), by
+    (``page``, plan): every question on the page reads them once.
 
-def measure(plan: Plan | None, image: torch.Tensor, cell: int, boxes: Sequence, answers: Sequence[str],
-            readers: dict[str, Any], margin_px: float) -> tuple[int, float, float | None, str | None]:
-    """(page hit, answer coverage, reading, what was read) of one page's plan; a page not sent scores 0.
-
-    ``readers``: ``region`` and ``find`` readers (:func:`make_view_reader`), or {} for no reading.
+    Returns ``hit`` (the page gets full-resolution tokens), ``coverage`` and ``reading``/``prediction`` of the
+    occurrence read best (then covered best), ``strict`` (the best-covered occurrence has >= 0.5 of its area in
+    full-resolution cells; NaN without boxes) and ``found``/``found_text`` (the find reading of the whole view).
     """
+    boxed = [boxes for boxes in options if boxes]
+    read = bool(readers)
     if plan is None:
-        return 0, 0.0 if boxes else math.nan, 0.0 if readers else None, "" if readers else None
+        zero = 0.0 if boxed else math.nan
+        return {"hit": 0, "coverage": zero, "strict": zero, "reading": 0.0 if read else None,
+                "prediction": "" if read else None, "found": 0.0 if read else None, "found_text": "" if read else None}
     hc, wc = plan.grid
     hit_cells = torch.zeros(hc, wc)
     if plan.kind == "full":
         hit_cells += 1
     elif plan.kind == "cells":
         hit_cells[plan.cells[:, 0], plan.cells[:, 1]] = 1
-    coverage = math.nan
-    if boxes:
+    full_px = hit_cells.repeat_interleave(cell, 0).repeat_interleave(cell, 1)
+    covered = []
+    for boxes in boxed:
         mask = paint_boxes(torch.tensor(boxes, dtype=torch.float32), torch.ones(len(boxes)), tuple(image.shape[-2:]))
-        full_px = hit_cells.repeat_interleave(cell, 0).repeat_interleave(cell, 1)
-        coverage = float((mask * full_px).sum() / mask.sum().clamp_min(1e-9))
-    reading, prediction = None, None
-    if readers:
-        view = render(plan, image, cell)
-        if boxes:
-            prediction = read_region(readers["region"], view, boxes, margin_px)
-            reading = contains_score(prediction, list(answers))
-        else:  # not told where: the best word window of the whole view
-            text = readers["find"].read(view)
-            reading, prediction = max((best_window(text, a) for a in answers), key=lambda sp: sp[0])
-    return int(hit_cells.sum() > 0), coverage, reading, prediction
+        covered.append(float((mask * full_px).sum() / mask.sum().clamp_min(1e-9)))
+    out = {"hit": int(hit_cells.sum() > 0), "strict": float(max(covered) >= 0.5) if covered else math.nan,
+           "coverage": max(covered) if covered else math.nan, "reading": None, "prediction": None, "found": None,
+           "found_text": None}
+    if not read:
+        return out
+    view = render(plan, image, cell)
+    key = (page, plan.kind, plan.native) if plan.kind in ("full", "native") and views is not None else None
+    text = views.get(key) if key is not None else None
+    if text is None:
+        text = readers["find"].read(view)
+        if key is not None:
+            views[key] = text
+    out["found"], out["found_text"] = best_window(text, list(answers))
+    if not boxed:  # not told where: the region reading is the find reading
+        out["reading"], out["prediction"] = out["found"], out["found_text"]
+        return out
+    reads = [read_region(readers["region"], view, boxes, margin_px) for boxes in boxed]
+    best = max(range(len(boxed)), key=lambda i: (contains_score(reads[i], list(answers)), covered[i]))
+    out.update(coverage=covered[best], reading=contains_score(reads[best], list(answers)), prediction=reads[best])
+    return out
 
 
 def page_texts(seen: Any) -> list[str]:
@@ -139,10 +174,11 @@ def page_texts(seen: Any) -> list[str]:
 
 
 def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, settings: EvalSettings,
-                  readers: dict[str, Any], done: set, n_text: int | None, bm25: BM25Pages | None,
-                  see_ms: float) -> list[dict]:
+                  readers: dict[str, Any], done: set, n_text: int | None, orders: dict[str, Any],
+                  see_ms: float, views: dict | None = None) -> list[dict]:
     """Every row one question asks for and ``done`` does not hold: per budget the context allocation is made once
-    (when a method asked reads it: ``coc`` sends it, ``equal_split`` ranks by its scores)."""
+    (when a method asked reads it: ``coc`` sends it, ``equal_split`` ranks by its scores). ``orders``: the rank
+    functions (question -> page order) of the text-ranked methods, ``bm25`` and ``retrieval``."""
     n = len(seen)
     if any(not 0 <= a < n for a in q.pages):
         raise ValueError(f"question {q.record_id}: answer page(s) {list(q.pages)} outside the context's "
@@ -154,7 +190,7 @@ def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, se
     first = [q.boxes] if q.boxes or not q.found else list(q.found)
     targets = [(a, [answer_boxes(q, images[a], seen.context.pages[a].size, b) for b in first] if i == 0 else [[]])
                for i, a in enumerate(q.pages)]
-    order = bm25.rank(q.question) if bm25 is not None else None
+    ranked = {how: rank(q.question) for how, rank in orders.items()}
     budgets = settings.parsed()
     rows = []
     for budget in ("full", *settings.budgets):
@@ -163,22 +199,27 @@ def question_rows(item: ContextItem, q: ContextQuestion, seen: Any, arr: ARR, se
         if not methods:
             continue
         total = full if budget == "full" else budgets[budget].total(full, text_tokens=n_text, pages=n)
-        inputs, alloc_ms = PagesInputs(grids, order=order), 0.0
+        inputs, alloc_ms = PagesInputs(grids, order=ranked.get("bm25"), retrieval_order=ranked.get("retrieval")), 0.0
         if any("relevance" in resolve(m, "context").needs for m in methods):
             start = time.perf_counter()
             with torch.inference_mode():
                 alloc = allocate(arr, seen, q.question, Budget.parse(total), **settings.weights())
             alloc_ms = (time.perf_counter() - start) * 1e3
-            inputs = PagesInputs(grids, [p.relevance for p in alloc.pages], [p.plan for p in alloc.pages], order)
+            inputs = PagesInputs(grids, [p.relevance for p in alloc.pages], [p.plan for p in alloc.pages],
+                                 inputs.order, retrieval_order=inputs.retrieval_order)
         for method in methods:
             plans = page_plans(method, inputs, total)
-            got = [max((measure(plans.get(a), images[a], cell, boxes, q.answers, readers, settings.margin_px)
-                        for boxes in options), key=_score) for a, options in targets]
+            got = [measure(plans.get(a), images[a], cell, options, q.answers, readers, settings.margin_px, views, a)
+                   for a, options in targets]
             sent = sum(rendered_tokens(p) for p in plans.values())
-            best = max(range(len(got)), key=lambda i: got[i][2] or 0.0)
+            best = max(range(len(got)), key=lambda i: got[i]["reading"] or 0.0)
+            found = max(range(len(got)), key=lambda i: got[i]["found"] or 0.0)
             rows.append(row(item.dataset, q.record_id, item.context_id, q.kind, q.question, q.answers[0], method,
                             budget, sent, full, settings.reader, budget_tokens=total, text_tokens=n_text,
                             compression=n_text / sent if n_text else None, pages=n, answer_pages=list(q.pages),
-                            page_hit=sum(g[0] for g in got) / len(got), coverage=got[0][1], reading=got[best][2],
-                            prediction=got[best][3], see_ms=round(see_ms, 1), alloc_ms=round(alloc_ms, 1)))
+                            page_hit=sum(g["hit"] for g in got) / len(got), page_hit_strict=got[0]["strict"],
+                            coverage=got[0]["coverage"], reading=got[best]["reading"],
+                            prediction=got[best]["prediction"], reading_find=got[found]["found"],
+                            prediction_find=got[found]["found_text"], see_ms=round(see_ms, 1),
+                            alloc_ms=round(alloc_ms, 1)))
     return rows

@@ -67,7 +67,7 @@ def render(plan: Plan, pixels: Tensor, cell: int) -> Tensor:
         >>> torch.equal(v[:, 28:, :28], px[:, 28:, :28]), torch.equal(render(Plan("full", "full", (2, 2)), px, 28), px)
         (True, True)
     """
-    from arr_coc.allocators.patching import render_patches
+    from arr_coc.allocators.patches import render_patches
 
     if plan.kind == "full":
         return pixels

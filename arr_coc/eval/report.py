@@ -4,8 +4,9 @@
 command that made it) and ``summary.png``: for the OCR readers (``reader="ocr"``) answer coverage and
 reading accuracy against the share of full-resolution tokens; for the VLM reader (``reader="vlm"``)
 the benchmark's score and what each answer cost (allocation, vision, prefill, decode time, FLOPs);
-for questions over contexts (``reader="context"``, :mod:`arr_coc.eval.context_run`) page hit,
-coverage and reading against the compression ratio, with the reading as a share of full resolution's.
+for questions over contexts (``reader="context"``, :mod:`arr_coc.eval.context_run`) page hit (and the
+strict one), coverage and both readings (region, find) against the compression ratio, each reading also as
+a share of full resolution's.
 Every mean of a score a verdict is read from (``INTERVAL_COLUMNS``) carries its 95 % bootstrap interval
 over the questions (:mod:`arr_coc.eval.intervals`): ``<column>_lo`` and ``<column>_hi`` in summary.csv,
 ``0.754 [0.694, 0.812]`` in summary.md.
@@ -28,10 +29,11 @@ from arr_coc.eval.store import RowStore
 
 COLUMNS = ("coverage", "hit", "iou", "secondary", "peripheral", "seen", "reading")  # seen: variable-size allocators
 COST_COLUMNS = ("score", "alloc_ms", "vision_ms", "prefill_ms", "decode_ms", "flops")  # the VLM reader's
-CONTEXT_COLUMNS = ("page_hit", "coverage", "reading", "compression", "text_tokens")  # questions over contexts
+CONTEXT_COLUMNS = ("page_hit", "page_hit_strict", "coverage", "reading", "reading_find", "compression",
+                   "text_tokens")  # questions over contexts
 READERS = ("ocr", "vlm", "context")
 # the scores verdicts are read from; the allocation diagnostics (hit, IoU, ...) and costs stay bare means
-INTERVAL_COLUMNS = ("coverage", "reading", "score", "page_hit")
+INTERVAL_COLUMNS = ("coverage", "reading", "reading_find", "score", "page_hit", "page_hit_strict")
 
 
 def _mean(values: list) -> float:
@@ -185,23 +187,30 @@ def cost_table(summary: Sequence[dict], metric: str) -> str:
 
 
 def context_table(summary: Sequence[dict]) -> str:
-    """Questions over contexts: page hit, coverage and reading per (budget, method), reading / full's reading.
+    """Questions over contexts: page hits, coverage and both readings per (budget, method), each reading / full's.
 
     >>> rows = [{"dataset": "d", "method": m, "budget": b, "n": 2, "tokens": t, "compression": c, "page_hit": 1.0,
-    ...          "coverage": 1.0, "reading": r} for m, b, t, c, r in (("full", "full", 900, 1.0, 0.8),
-    ...                                                                ("coc", "10x", 90, 10.0, 0.6))]
+    ...          "page_hit_strict": h, "coverage": 1.0, "reading": r, "reading_find": f}
+    ...         for m, b, t, c, h, r, f in (("full", "full", 900, 1.0, 1.0, 0.8, 0.9), ("coc", "10x", 90, 10.0, 0.5,
+    ...                                                                                   0.6, 0.45))]
     >>> print(context_table(rows).splitlines()[-1])
-    | 10x | coc | 90 | 10.0x | 2 | 100% | 100% | 0.600 | 75% |
+    | 10x | coc | 90 | 10.0x | 2 | 100% | 50% | 100% | 0.600 | 75% | 0.450 | 50% |
     """
-    full = {s["dataset"]: s["reading"] for s in summary if s["method"] == "full"}
-    lines = ["| budget | method | tokens sent | compression | n | page hit | coverage | reading | reading / full |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    full = {s["dataset"]: s for s in summary if s["method"] == "full"}
+
+    def share(s: dict, column: str) -> str:
+        ref = full.get(s["dataset"], {}).get(column, float("nan"))
+        return fmt(s.get(column, float("nan")) / ref if ref == ref and ref > 0 else float("nan"), True)
+
+    lines = ["| budget | method | tokens sent | compression | n | page hit | strict hit | coverage | reading "
+             "(region) | region / full | reading (find) | find / full |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for s in summary:
-        ref = full.get(s["dataset"], float("nan"))
-        share = s["reading"] / ref if ref == ref and ref > 0 else float("nan")
+        s = {"page_hit_strict": float("nan"), "reading_find": float("nan"), **s}  # rows made before these columns
         lines.append(f"| {s['budget']} | {s['method']} | {s['tokens']:.0f} | {s['compression']:.1f}x | {s['n']} | "
-                     f"{fmt_ci(s, 'page_hit', True)} | {fmt_ci(s, 'coverage', True)} | {fmt_ci(s, 'reading')} | "
-                     f"{fmt(share, True)} |")
+                     f"{fmt_ci(s, 'page_hit', True)} | {fmt_ci(s, 'page_hit_strict', True)} | "
+                     f"{fmt_ci(s, 'coverage', True)} | {fmt_ci(s, 'reading')} | {share(s, 'reading')} | "
+                     f"{fmt_ci(s, 'reading_find')} | {share(s, 'reading_find')} |")
     return "\n".join(lines)
 
 
@@ -324,8 +333,13 @@ def plot_summary(summary: Sequence[dict], path: Path) -> Path:
 
 
 def plot_contexts(summary: Sequence[dict], path: Path) -> Path:
-    """Questions over contexts: reading and page hit against the compression ratio, one line per method."""
-    return _plot_methods(summary, path, (("reading", "reading (contains ANLS of OCR)"), ("page_hit", "page hit")),
+    """Questions over contexts: both readings (region, find) against the compression ratio, one line per method
+    (without a reader, the two page hits)."""
+    read = any(s["reading"] == s["reading"] for s in summary)
+    panels = ((("reading", "reading, region (contains ANLS of OCR)"),
+               ("reading_find", "reading, find (best window of the page's OCR)")) if read else
+              (("page_hit", "page hit (any full-resolution token)"), ("page_hit_strict", "strict page hit")))
+    return _plot_methods(summary, path, panels,
                          lambda s: s["compression"], "compression (text tokens / visual tokens sent)",
                          CONTEXT_METHODS, ("uniform",), "questions over whole contexts at equal visual tokens")
 

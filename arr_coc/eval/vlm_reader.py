@@ -55,11 +55,11 @@ from arr_coc.eval.run import learned_maps, record_seed
 from arr_coc.eval.settings import PROMPT, VLM_DEFAULT_METHODS, EvalSettings
 from arr_coc.threads import check_model
 from arr_coc.vlm import encode as encode_plans
-from arr_coc.vlm.answer import answer_text, decode_flops, prefill_flops
-from arr_coc.vlm.generation import generate, synchronize
+from arr_coc.vlm.allocation import read_first_look
+from arr_coc.vlm.cost import decode_flops, prefill_flops
+from arr_coc.vlm.generation import answer_text, generate, synchronize
 from arr_coc.vlm.processing import assemble
 from arr_coc.vlm.protocol import PROCESSOR
-from arr_coc.vlm.stages import read_first_look
 from arr_coc.weights import load_learned_methods
 
 VLM_METHODS = methods_for("vlm")  # in table order
@@ -214,7 +214,7 @@ def _encode_plan(adapter: Any, plan: Plan, pixels: Any, layout: str, **kwargs: A
 
 def _first_look_job(record: Record, spec: str, adapter: Any, settings: EvalSettings, inputs: MethodInputs,
                     total: int, pixels: Any, full: int) -> Job:
-    """The ``vlm`` method: the staged path's first look (:func:`arr_coc.vlm.stages.read_first_look`: the gestalt encoded,
+    """The ``vlm`` method: the staged path's first look (:func:`arr_coc.vlm.allocation.read_first_look`: the gestalt encoded,
     the question's attention to it read) is the relevance ARR's sampler spends the saccades on (the registry's
     ``vlm`` method, through :func:`arr_coc.engine.samplers.select`); the gestalt tokens are reused for the answer."""
     (grid, _) = inputs.split(total)

@@ -1,11 +1,11 @@
 """Ask a frozen VLM about a context (one image, several, a PDF, a text file) with gestalt + saccades: load a
 model, then allocate, encode, prefill and decode.
 
-Over one image, saccades are one-cell tokens from ARR's sampler (``allocator="arr"``) or variable-size
-squares from a patch allocator of :data:`arr_coc.allocators.patching.PATCHERS` (``"saliency"``,
-``"quadtree"``) run on the same relevance, each square shrunk to one token
-(:func:`arr_coc.vlm.stages.allocate`). Over a context of several pages, one budget is allocated over all
-of them (:func:`arr_coc.contexts.allocate`). Either way the pages are read by one path
+Every prompt of a call is allocated by :func:`arr_coc.vlm.request.allocate_reads`: one image is a one-page
+context (the call's images seen and scored in one ARR pass by the context allocation's own code, or the VLM's
+first look; one-cell saccades from ARR's sampler, or variable-size squares from a method of the registry such as
+``"patches"`` or ``"quadtree"``: :mod:`arr_coc.vlm.allocation`); a context of several pages gets one budget over
+all of them (:func:`arr_coc.contexts.allocate`). The pages of every prompt are then read by one path
 (:func:`arr_coc.vlm.context.read_pages`: ``encode``, ``prefill``, ``decode``) into one answer type,
 :class:`arr_coc.vlm.reply.Answer`, with what each answer cost.
 
@@ -16,33 +16,30 @@ of them (:func:`arr_coc.contexts.allocate`). Either way the pages are read by on
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from arr_coc.budget import Budget
 from arr_coc.config import MAX_NEW_TOKENS, ARRConfig, check_int, resolve_device, resolve_dtype
-from arr_coc.contexts import allocate as allocate_pages  # the one allocator; stages.allocate is the image path's
 from arr_coc.contexts.inputs import MAX_PAGES
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.threads import check_model
-from arr_coc.vlm.context import PageInput, read_pages
-from arr_coc.vlm.cost import decode_flops, prefill_flops  # noqa: F401  (the VLM evaluation's imports)
-from arr_coc.vlm.generation import answer_text, decoding_config  # noqa: F401  (answer_text: the evaluation's)
-from arr_coc.vlm.processing import LAYOUTS, MODES
-from arr_coc.vlm.protocol import ADAPTERS, VLMAdapter
-from arr_coc.vlm.reply import Answer, PageSent, Read  # noqa: F401  (Answer, PageSent: the answer's types, here too)
-from arr_coc.vlm.stages import (  # noqa: F401  (RELEVANCE_SOURCES, allocators, default_relevance: the CLI's imports)
+from arr_coc.vlm.allocation import (
     RELEVANCE_SOURCES,
-    allocate,
     allocators,
     arr_for,
+    check_allocator,
     check_first_look,
     default_relevance,
 )
+from arr_coc.vlm.context import read_pages
+from arr_coc.vlm.generation import decoding_config
+from arr_coc.vlm.processing import LAYOUTS, MODES
+from arr_coc.vlm.protocol import ADAPTERS, VLMAdapter
+from arr_coc.vlm.reply import Answer
+from arr_coc.vlm.request import allocate_reads, batch, is_image_batch, one_image, refuse_for_context
 
 
 def load_vlm(name_or_path: str, *, dtype: Any = None, device: Any = None) -> VLMAdapter:
@@ -137,9 +134,10 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
         allocator: str = "arr", relevance: str = "auto", first_look_layers: Sequence[int] | None = None,
         generation_config: Any = None, streamer: Any = None, seed: int | None = None, pages: Any = None,
         dpi: float = DEFAULT_DPI, text_layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES,
-        text_tokenizer: Any = None) -> list[Answer]:
-    """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades: one
-    :class:`Answer` per question.
+        text_tokenizer: Any = None) -> Answer | list[Answer]:
+    """Allocate saccades with arr-coc, then let the frozen VLM answer from gestalt + saccades: the
+    :class:`Answer` to one question (a str), a list of them to a list of questions (one per context; a
+    [B, 3, H, W] tensor asked one question: B answers).
 
     Args:
         adapter: a VLM adapter (:func:`load_vlm`); its cell sets the canvas cell.
@@ -167,7 +165,7 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
             CPU). ``"vlm"``: the VLM's first look (:mod:`arr_coc.vlm.first_look`): the model encodes the
             gestalt, reads the question over it, and its attention to each gestalt token, spread
             over the cells, is the relevance; the answer then reuses that prefill. Everything runs
-            on the model's device. ``"auto"``: :func:`arr_coc.vlm.stages.default_relevance` for an image,
+            on the model's device. ``"auto"``: :func:`arr_coc.vlm.allocation.default_relevance` for an image,
             ``"arr"`` for a context.
         first_look_layers: decoder layers the first look reads (default: the middle half).
         generation_config: how to decode, a ``transformers.GenerationConfig`` passed to the model's own
@@ -186,11 +184,11 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
     cells) and sent sparse with their gestalts: ``mode``, ``gestalt=False``, a patch ``allocator`` and
     ``relevance="vlm"`` act on one image and are refused for a context (:func:`refuse_for_context`).
     """
-    if allocator not in allocators():
-        raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
     for name, value, choices in (("mode", mode, MODES), ("layout", layout, LAYOUTS)):
         if value not in choices:
             raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(choices)}")
+    if allocator not in allocators():
+        raise ValueError(f"unknown allocator {allocator!r}; choose one of {', '.join(allocators())}")
     adapter.check_layout(layout)
     check_model(adapter, "ask")
     max_new_tokens = check_int("max_new_tokens", max_new_tokens)
@@ -202,112 +200,33 @@ def ask(adapter: VLMAdapter, contexts: Any, questions: str | Sequence[str], *, a
     if budget is not None:
         if saccades is not None:
             raise ValueError("give saccades (K) or budget (a total), not both")
-        budget = Budget.parse(budget)
-        if budget.kind == "saccades":
-            saccades, budget = int(budget.value), None
+        budget = Budget.parse(budget)  # the one parse: every prompt's allocation takes it as it is
     if relevance not in ("auto", *RELEVANCE_SOURCES):
         raise ValueError(f"unknown relevance source {relevance!r}; choose one of auto, {', '.join(RELEVANCE_SOURCES)}")
     items = batch(contexts, questions)
-    # an image given a total budget is split as a one-page context (the context rule on one page is the image's)
-    images = [i for i, (c, _) in enumerate(items) if budget is None and one_image(c) is not None]
-    paged = [i for i in range(len(items)) if i not in images]
+    paged = any(one_image(c) is None for c, _ in items)
     if paged:
         refuse_for_context(mode, gestalt, allocator, relevance)
-        refuse_total_tokens(adapter, budget, images=None)
-    if images:
-        relevance = default_relevance(adapter) if relevance == "auto" else relevance
-        if allocator != "arr" and mode != "sparse":
-            raise ValueError(f"allocator {allocator!r} sends variable-size patches, which only mode='sparse' encodes "
-                             f"(got mode={mode!r}); use mode='sparse' or allocator='arr'")
-        if relevance == "vlm":
-            check_first_look(adapter, mode, gestalt, "relevance 'vlm'")
-    else:
-        relevance = "arr"
+    if budget is not None and budget.kind != "saccades":  # an image given a total is split as a one-page context
+        refuse_total_tokens(adapter, budget, images=None if paged or len(items) > 1 else 1)
+    relevance = "arr" if paged else default_relevance(adapter) if relevance == "auto" else relevance
+    check_allocator(allocator, relevance, mode)
+    if relevance == "vlm":
+        check_first_look(adapter, mode, gestalt, "relevance 'vlm'")
     arr = arr_for(adapter, arr, config)
     grid = arr.config.gestalt.grid
     if gestalt and grid is not None and fixed_gestalt(adapter) is not None:  # a grid the adapter would not send
         raise ValueError(f"{adapter.name} sends its own fixed {fixed_gestalt(adapter)}-token gestalt (its tower's "
                          f"whole-image view), not the gestalt grid {tuple(grid)} asked for; leave GestaltConfig.grid "
                          f"unset (and give K saccades rather than a total of tokens)")
-    k = saccades if saccades is not None else arr.config.sampler.saccades
-    decoding = dict(layout=layout, max_new_tokens=max_new_tokens, generation_config=generation_config,
-                    streamer=streamer, seed=seed)
-    out: list[Answer | None] = [None] * len(items)
-    if images:
-        t: dict[str, float] = {}
-        whole = contexts if is_image_batch(contexts) and not paged else [one_image(items[i][0]) for i in images]
-        planned = allocate(adapter, whole, [items[i][1] for i in images], saccades=k, arr=arr, relevance=relevance,
-                           allocator=allocator, encoding=mode, gestalt=gestalt, first_look_layers=first_look_layers, timings=t)
-        reads = [Read(q, [PageInput(0, img, plan)], [pre, suf], source=source_of(items[i][0]))
-                 for i, q, img, plan, (pre, suf) in zip(images, planned.queries, planned.images, planned.plans,
-                                                        planned.prompts)]
-        for i, a in zip(images, read_pages(adapter, reads, first_look=planned.first_look, weights=planned.weights,
-                                           encoded=planned.gestalt_tokens, allocator=allocator, relevance=relevance,
-                                           timings=t, **decoding)):
-            out[i] = a
-    if paged:
-        t = {}
-        reads = []
-        for i in paged:
-            alloc = allocate_pages(arr, items[i][0], items[i][1], budget or Budget.saccades(k), pages=pages, dpi=dpi,
-                                   layout=text_layout, max_pages=max_pages, tokenizer=text_tokenizer)
-            for name, ms in alloc.timings_ms.items():
-                t[f"allocation/{name}"] = t.get(f"allocation/{name}", 0.0) + ms
-            reads.append(Read(alloc.question, alloc.pages, adapter.prompt_segments(alloc.question, len(alloc.pages)),
-                              alloc.text_tokens, alloc.tokenizer, alloc.source))
-        for i, a in zip(paged, read_pages(adapter, reads, allocator="arr", relevance="arr", timings=t, **decoding)):
-            out[i] = a
-    return out  # type: ignore[return-value]  (every prompt is answered by one of the two groups)
-
-
-def refuse_for_context(mode: str, gestalt: bool, allocator: str, relevance: str) -> None:
-    """Refuse, in one line, what acts on one image only: a context's pages are allocated by one ranking over
-    their cells and sent sparse, each page with its gestalt."""
-    refused = [flag for flag, on in ((f"--mode {mode} (mode=)", mode != "sparse"),
-                                     ("--no-gestalt (gestalt=False)", not gestalt),
-                                     (f"--allocator {allocator} (allocator=)", allocator != "arr"),
-                                     ("--relevance vlm (relevance=)", relevance == "vlm")) if on]
-    if refused:
-        raise ValueError(f"a context (several pages) is allocated by one ranking over its pages' cells and sent "
-                         f"sparse with a gestalt per page; drop {', '.join(refused)}")
-
-
-def is_image_batch(x: Any) -> bool:
-    """A [B, 3, H, W] tensor: B images."""
-    return isinstance(x, torch.Tensor) and x.ndim == 4
-
-
-def batch(contexts: Any, questions: str | Sequence[str]) -> list[tuple[Any, str]]:
-    """The prompts of a call: (context, question) pairs. One question: one context (a [B, 3, H, W] tensor: B
-    images, each asked it); a list of questions: one context each."""
-    if isinstance(questions, str):
-        return [(img, questions) for img in contexts] if is_image_batch(contexts) else [(contexts, questions)]
-    qs = list(questions)
-    cs = list(contexts) if is_image_batch(contexts) or isinstance(contexts, (list, tuple)) else [contexts]
-    if len(cs) != len(qs) or not qs:
-        raise ValueError(f"got {len(qs)} questions for {len(cs)} contexts; pass one question, or a list of contexts "
-                         f"(each an image, a list of images, a PDF or a text file) with one question each")
-    return list(zip(cs, qs))
-
-
-def one_image(context: Any) -> Any:
-    """The image a context is when it is one image (a list of one image is that image), else None."""
-    from arr_coc.contexts.inputs import TEXT_SUFFIXES, is_pdf
-
-    if isinstance(context, (list, tuple)):
-        return one_image(context[0]) if len(context) == 1 else None
-    if isinstance(context, (str, Path)):
-        p = Path(context)
-        return None if is_pdf(p) or p.suffix.lower() in TEXT_SUFFIXES else context
-    if isinstance(context, torch.Tensor):
-        return context if context.ndim in (2, 3) else None
-    from PIL import Image
-
-    return context if isinstance(context, (Image.Image, np.ndarray)) else None
-
-
-def source_of(context: Any) -> str | None:
-    """Where an image came from, when it is a path."""
-    if isinstance(context, (list, tuple)) and len(context) == 1:
-        return source_of(context[0])
-    return str(context) if isinstance(context, (str, Path)) else None
+    if budget is None:
+        budget = Budget.saccades(saccades if saccades is not None else arr.config.sampler.saccades)
+    t: dict[str, float] = {}
+    planned = allocate_reads(adapter, items, budget, arr=arr, relevance=relevance, allocator=allocator, mode=mode,
+                             gestalt=gestalt, first_look_layers=first_look_layers, text_tokenizer=text_tokenizer,
+                             reading=dict(pages=pages, dpi=dpi, layout=text_layout, max_pages=max_pages), timings=t)
+    answers = read_pages(adapter, planned.reads, layout=layout, max_new_tokens=max_new_tokens,
+                         generation_config=generation_config, streamer=streamer, seed=seed,
+                         first_look=planned.first_look, weights=planned.weights, encoded=planned.encoded,
+                         allocator=allocator, relevance=relevance, timings=t)
+    return answers[0] if isinstance(questions, str) and not is_image_batch(contexts) else answers

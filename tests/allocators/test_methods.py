@@ -15,7 +15,8 @@ from arr_coc.allocators.methods import (
     methods_for,
     square_sizes,
 )
-from arr_coc.allocators.patching import PATCHERS, edge_density, render_patches
+from arr_coc.allocators.patches import render_patches
+from arr_coc.allocators.patching import PATCHERS, edge_density
 from arr_coc.budget import Budget
 from arr_coc.engine.canvas import make_canvas
 from arr_coc.engine.plan import Plan

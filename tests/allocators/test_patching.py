@@ -7,21 +7,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import CANVAS, assert_close_reduction
 
-from arr_coc.allocators.patching import (
-    PATCHERS,
-    BudgetTooSmallError,
-    Patches,
-    _tiling,
-    attention_saliency,
-    bucket_by_tokens,
-    edge_density,
-    pad_tokens,
-    patch_coverage,
-    quadtree_patches,
-    render_patches,
-    saliency_patches,
-)
-from arr_coc.engine.samplers import valid_extent
+from arr_coc.allocators.patches import BudgetTooSmallError, Patches, patch_coverage, render_patches
+from arr_coc.allocators.patching import PATCHERS, attention_saliency, edge_density, saliency_patches
+from arr_coc.allocators.quadtree import _tiling, quadtree_patches
+from arr_coc.allocators.token_batches import bucket_by_tokens, pad_tokens
+from arr_coc.engine.selection import valid_extent
 
 
 def padded_valid(b: int, h: int, w: int, g: torch.Generator) -> torch.Tensor:

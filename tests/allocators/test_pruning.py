@@ -7,8 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tolerances import assert_far, reduction_atol
 
-from arr_coc.allocators.pruning import PatchSelector, TokenPruner, _check_scores, pad_tokens, prune
-from arr_coc.engine.samplers import check_budget, topk_cells
+from arr_coc.allocators.pruning import PatchSelector, TokenPruner, _check_scores, prune
+from arr_coc.allocators.token_batches import pad_tokens
+from arr_coc.engine.samplers import topk_cells
+from arr_coc.engine.selection import check_budget
 from arr_coc.engine.soft_topk import standardized_soft_topk
 from arr_coc.vlm.processing import all_cells
 

@@ -157,7 +157,7 @@ def test_with_a_vlm_the_answer_comes_from_the_same_allocation_settings(page, tmp
 
 def test_with_a_vlm_a_patch_method_is_answered_by_its_registry_name(page):
     from arr_coc.vlm import load_vlm
-    from arr_coc.vlm.stages import allocators
+    from arr_coc.vlm.allocation import allocators
 
     assert "patches" in allocators() and "saliency" not in allocators()  # one vocabulary: the registry's
     scope = Microscope(query_encoder=HashingQueryEncoder(), vlm=load_vlm("tiny:qwen2_5_vl"), max_new_tokens=2)

@@ -16,9 +16,10 @@ from arr_coc import ARR, ARRConfig, SamplerConfig
 from arr_coc.config import TextureConfig
 from arr_coc.engine import imageops
 from arr_coc.engine.cache import ImageCache
+from arr_coc.engine.channel_registry import TextureInputs
 from arr_coc.engine.channels.text import TextLines, detect_lines, paint_boxes, sharpen, value_regions
 from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
-from arr_coc.engine.texture import MVP_CHANNELS, TextureInputs, compute_texture
+from arr_coc.engine.texture import MVP_CHANNELS, compute_texture
 
 FONT = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
 CHANNELS = ("text_match", "key_value")

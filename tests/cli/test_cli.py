@@ -11,8 +11,8 @@ from PIL import Image
 
 from arr_coc.cli import SAMPLER_OPTIONS, _parser, from_args, main
 from arr_coc.config import SamplerConfig
+from arr_coc.engine.channel_registry import CHANNELS
 from arr_coc.engine.samplers import SAMPLERS
-from arr_coc.engine.texture import CHANNELS
 from arr_coc.errors import MissingDependencyError
 from arr_coc.train.loop import TrainConfig
 

@@ -207,8 +207,8 @@ def test_a_seen_context_serves_several_questions_as_fresh_calls_do():
 
 def test_page_text_reaches_the_text_channels_as_an_argument_not_through_ocr(monkeypatch):
     """A scene's known text (ARR.see(..., text=)) is what text_match reads: no OCR runs, whatever the cache holds."""
+    from arr_coc.engine.channel_registry import PageText
     from arr_coc.engine.channels import text as text_channel
-    from arr_coc.engine.texture import PageText
 
     calls: list[int] = []
     monkeypatch.setattr(text_channel, "detect_lines", lambda *a, **k: calls.append(1) or pytest.fail("OCR ran"))

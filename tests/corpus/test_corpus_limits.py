@@ -133,7 +133,7 @@ from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
 from arr_coc.eval.evaluate import evaluate
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
-from arr_coc.vlm import ask, load_vlm, stages
+from arr_coc.vlm import allocation, ask, load_vlm, stages
 for dtype in ("bfloat16", "float16", "float32"):
     adapter = load_vlm("tiny:qwen2_5_vl", dtype=dtype)
     arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder()).eval()
@@ -143,7 +143,7 @@ for dtype in ("bfloat16", "float16", "float32"):
         "ARR.allocate": lambda: (lambda scene: arr.to(getattr(torch, dtype)).allocate(scene, "Q?", saccades=4))(
             arr.float().see(image)),  # the scene made in float32, then allocated in the dtype
         "ask": lambda: ask(adapter, [image], ["Q?"], arr=arr.float(), max_new_tokens=1),
-        "read_first_look": lambda: stages.read_first_look(adapter, [image], [(2, 2)], ["Q?"]),
+        "read_first_look": lambda: allocation.read_first_look(adapter, [image], [(2, 2)], ["Q?"]),
         "encode": lambda: stages.encode(adapter, [], []),
         "prefill": lambda: stages.prefill(adapter, [], []),
         "decode": lambda: stages.decode(adapter, None),

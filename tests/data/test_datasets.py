@@ -342,7 +342,7 @@ def test_specs_say_how_each_dataset_is_read_split_and_scored() -> None:
     }
     of_contexts = {n: (DATASETS.get(n).context_options, DATASETS.get(n).documents_of) for n in DATASETS
                    if DATASETS.get(n).contexts is not None}
-    assert of_contexts == {"texlive-paraphrase": (("dpi",), "texlive"), "contexts": (("dpi",), None),
+    assert of_contexts == {"texlive-paraphrase": (("dpi", "source"), "texlive"), "contexts": (("dpi",), None),
                            "texlive-contexts": (("window", "source", "dpi", "questions", "contexts"), "texlive")}
 
 

@@ -193,30 +193,3 @@ def test_pdftotext_reads_the_rotated_page_in_display_points(tmp_path):
                          capture_output=True, text=True, check=True).stdout
     assert 'xMin="695.86' in out and 'yMin="100.000000"' in out  # "Alpha" at (100, 700) turned a quarter
 
-
-def test_expl3s_offset_is_a_font_without_metrics_whose_pdfium_box_sits_above_the_ink():
-    """expl3.pdf, the one PDF over 2 px: its LMRoman9-Regular declares /Ascent 0 /Descent 0 and each engine guesses."""
-    from benchmarks.pdf_boxes import page_fonts, pdf_offsets
-
-    path = str(DOC_ROOT / "latex/l3kernel/expl3.pdf")
-    rows, table = {}, page_fonts(path, 15)  # page 16, the index
-    for line in table[2:table.index("")]:  # | font | words | dy, dx | PDFium | poppler | ink |
-        font, words, offset, *metrics = (c.strip() for c in line.strip("|").split("|"))
-        rows[font] = (int(words), *(tuple(float(v) for v in c.replace(",", " /").split(" / ")) for c in (offset, *metrics)))
-    words, (dy, dx), pdfium_em, poppler_em, ink = rows["LMRoman9-Regular 8.97 pt"]
-    assert (words, dy, pdfium_em, poppler_em) == (777, -2.01, (1.128, -0.205), (0.95, -0.35))
-    assert abs(dx) < 0.1
-    # the whole offset is the two guesses' centres apart: (0.4615 - 0.300) em x 8.97 pt at 100 dpi
-    assert round(-(sum(pdfium_em) - sum(poppler_em)) / 2 * 8.966 * DPI / 72, 2) == dy
-    # the glyphs lie far below PDFium's ascent: its guess is the further one from the ink
-    assert ink[0] < 0.76 < poppler_em[0] < pdfium_em[0] and ink[1] > -0.26
-    assert abs(sum(pdfium_em) / 2 - sum(ink) / 2) > 0.2 > abs(sum(poppler_em) / 2 - sum(ink) / 2)
-    assert table[table.index("") + 1:] == [
-        "LMRoman9-Regular 8.97 pt: the engines place its words differently; box centres 0.462 em (PDFium), "
-        "0.300 em (poppler), the ink's 0.251 em above the baseline: poppler's box is the nearer to the glyphs."]
-    # control: a font with metrics on the same page, where the engines agree and so do the boxes
-    words, (dy, dx), pdfium_em, poppler_em, _ = rows["LMRoman10-Regular 9.96 pt"]
-    assert pdfium_em == poppler_em == (0.689, -0.194) and abs(dy) < 0.1
-    got = pdf_offsets(path, "expl3.pdf", DPI)
-    assert round(got.median, 2) == 2.01 and got.fonts[0] == "expl3.pdf, page 16:"
-    assert got.ink_median < 2.0  # read_pdf's boxes (around the ink) do not depend on the font's metrics

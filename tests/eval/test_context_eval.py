@@ -60,7 +60,7 @@ def test_every_row_sends_exactly_its_budget_and_counts_the_context_text(arr, doc
     items = list(texlive_contexts(root=docs, pages=3, questions=2))
     assert len(items) == 1 and len(items[0].questions) == 2
     rows = RowStore(evaluate(items, arr, tmp_path, settings, progress=False).parent).rows()
-    assert len(rows) == 2 * (1 + 3 * 5)  # per question: full once, 5 methods x 3 budgets
+    assert len(rows) == 2 * (1 + 3 * 6)  # per question: full once, 6 methods x 3 budgets
     text = text_tokens("\n\n".join(p.text for p in read_pdf(docs / "story.pdf", dpi=100).pages))
     grids = [cells(seen, i) for i in range(3)]
     full = sum(h * w for h, w in grids)
@@ -124,14 +124,14 @@ def test_eval_over_a_tiny_pdf_context_end_to_end_and_resumes(docs, tmp_path, cap
     out = capsys.readouterr().out
     folder = tmp_path / "texlive-contexts" / "pdf"
     rows = [json.loads(x) for x in (folder / "records.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * 6 and {r["method"] for r in rows} == set(CONTEXT_METHODS)
+    assert len(rows) == 2 * 7 and {r["method"] for r in rows} == set(CONTEXT_METHODS)
     md = (folder / "summary.md").read_text()
     assert md.startswith("made by: arr-coc eval texlive-contexts --data") and "| 2x | coc |" in md
     assert "| full | full |" in md and "| page hit |" in md and md in out
     assert json.loads((folder / "settings.json").read_text())["contexts"]["source"] == "pdf"
     assert (folder / "summary.png").stat().st_size > 0
     assert main(argv) == 0  # everything is done: nothing is seen or written again
-    assert (folder / "records.jsonl").read_text().count("\n") == 12
+    assert (folder / "records.jsonl").read_text().count("\n") == 14
 
 
 def page_image(path: Path, text: str) -> Path:

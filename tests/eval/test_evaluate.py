@@ -245,7 +245,8 @@ def test_a_quadtree_below_its_starting_tiling_gives_no_row_by_type_not_message(p
     import torch
 
     from arr_coc.allocators import methods
-    from arr_coc.allocators.patching import PATCHERS, BudgetTooSmallError
+    from arr_coc.allocators.patches import BudgetTooSmallError
+    from arr_coc.allocators.patching import PATCHERS
     from arr_coc.registry import Registry
 
     with pytest.raises(BudgetTooSmallError) as small:
@@ -298,11 +299,12 @@ def test_every_method_is_a_typed_registry_entry():
     assert REGISTRY.get("vlm").source == "vlm" and REGISTRY.get("slice").encoding == "slice"
     # the whole-context methods are entries of the same registry, each declaring what it needs
     assert known_methods("tesseract", "context") == ("full", "coc", "equal_split", "uniform", "first_pages",
-                                                     "bm25_pages")
+                                                     "bm25_pages", "retrieval_pages")
     assert known_methods("vlm", "context") == ("coc",)
-    assert {m: REGISTRY.get(m).needs for m in ("coc", "equal_split", "first_pages", "bm25_pages", "arr", "topk",
-                                                "vlm", "full", "pruner", "topk_edges")} == {
+    assert {m: REGISTRY.get(m).needs for m in ("coc", "equal_split", "first_pages", "bm25_pages", "retrieval_pages",
+                                                "arr", "topk", "vlm", "full", "pruner", "topk_edges")} == {
         "coc": ("relevance", "text"), "equal_split": ("relevance", "text"), "first_pages": (), "bm25_pages": ("text",),
+        "retrieval_pages": ("text",),
         "arr": ("relevance", "sampler"), "topk": ("relevance",), "vlm": ("vlm", "sampler"), "full": (),
         "pruner": ("weights",), "topk_edges": ()}
     assert not set(known_methods("tesseract", "context")) - {"uniform"} - set(REGISTRY.names())

@@ -15,8 +15,10 @@ from arr_coc.engine.learned_samplers import (
     sampler_loss,
     score_function_surrogate,
 )
-from arr_coc.engine.samplers import SAMPLERS, Sampler, coarsen_grid, rank_cells, stratified_cells
+from arr_coc.engine.samplers import SAMPLERS, Sampler
+from arr_coc.engine.selection import rank_cells
 from arr_coc.engine.soft_topk import soft_topk
+from arr_coc.engine.stratified import coarsen_grid, stratified_cells
 
 
 def padded_problem(seed: int = 0):

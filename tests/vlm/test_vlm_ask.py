@@ -5,6 +5,7 @@ import pytest
 import torch
 from tolerances import VLM_EMBEDS, assert_close_reduction
 
+from arr_coc.allocators.methods import METHODS
 from arr_coc.allocators.patching import PATCHERS
 from arr_coc.cli import main
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
@@ -13,8 +14,8 @@ from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.samplers import select
 from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.registry import UnknownNameError
-from arr_coc.vlm import ADAPTERS, ask, load_vlm
-from arr_coc.vlm.answer import allocators
+from arr_coc.vlm import ADAPTERS, Answer, ask, load_vlm
+from arr_coc.vlm.allocation import allocators
 from arr_coc.vlm.processing import all_cells
 from arr_coc.vlm.tiny import tiny_image_processor, tiny_model, tiny_tokenizer
 
@@ -82,7 +83,7 @@ def test_ask_sends_gestalt_plus_exactly_k_saccades_where_arr_chose(saved, receip
     adapter = load_vlm(str(saved["qwen2_5_vl"]))
     arr = fast_arr(adapter.cell)
     with torch.no_grad():
-        answer = ask(adapter, receipt, "What is the total?", arr=arr, saccades=40, mode=mode, max_new_tokens=3)[0]
+        answer = ask(adapter, receipt, "What is the total?", arr=arr, saccades=40, mode=mode, max_new_tokens=3)
         alloc = arr(receipt, "What is the total?", saccades=40)
     assert (answer.gestalt_tokens, answer.saccades, answer.full_tokens) == (36, 40, 53 * 35)
     assert answer.cells.tolist() == alloc.positions[0].tolist()  # relevance order, as allocated
@@ -96,8 +97,8 @@ def test_ask_weighted_sends_every_cell_and_the_answer_is_deterministic(saved, re
     adapter = load_vlm(str(saved["qwen3_vl"]))
     arr = fast_arr(adapter.cell)
     with torch.no_grad():
-        a = ask(adapter, receipt, "Date?", arr=arr, saccades=16, mode="weighted", max_new_tokens=2)[0]
-        b = ask(adapter, receipt, "Date?", arr=arr, saccades=16, mode="weighted", max_new_tokens=2)[0]
+        a = ask(adapter, receipt, "Date?", arr=arr, saccades=16, mode="weighted", max_new_tokens=2)
+        b = ask(adapter, receipt, "Date?", arr=arr, saccades=16, mode="weighted", max_new_tokens=2)
     assert a.gestalt_tokens == 0 and a.saccades == a.full_tokens == 46 * 31
     assert a.tokens == b.tokens
 
@@ -133,6 +134,34 @@ def test_cli_ask_errors_are_one_clear_line(tmp_path, receipt, capsys):
     assert "arr-coc: error: cannot load a VLM config from" in capsys.readouterr().err
 
 
+def test_ask_returns_the_answer_to_one_question_and_a_list_to_a_list(tiny):
+    adapter = tiny["qwen2_5_vl"]
+    arr, img = fast_arr(adapter.cell), small_image(adapter, seed=2)
+    one = ask(adapter, img, "Date?", arr=arr, saccades=5, max_new_tokens=2)
+    listed = ask(adapter, [img], ["Date?"], arr=arr, saccades=5, max_new_tokens=2)
+    stacked = ask(adapter, torch.stack([img, img]), "Date?", arr=arr, saccades=5, max_new_tokens=2)  # B images
+    assert isinstance(one, Answer) and isinstance(listed, list) and len(listed) == 1 and len(stacked) == 2
+    assert listed[0].tokens == one.tokens == stacked[1].tokens and listed[0].cells.tolist() == one.cells.tolist()
+    # negative control: another image is answered from other saccades
+    other = ask(adapter, small_image(adapter, seed=3), "Date?", arr=arr, saccades=5, max_new_tokens=2)
+    assert other.cells.tolist() != one.cells.tolist()
+
+
+def test_a_batch_of_images_is_seen_and_scored_in_one_arr_pass(tiny, monkeypatch):
+    adapter = tiny["qwen2_5_vl"]
+    arr, calls = fast_arr(adapter.cell), []
+    see, score = arr.see, arr.score
+    monkeypatch.setattr(arr, "see", lambda *a, **k: calls.append("see") or see(*a, **k))
+    monkeypatch.setattr(arr, "score", lambda *a, **k: calls.append("score") or score(*a, **k))
+    imgs, qs = [small_image(adapter, seed=s) for s in range(3)], ["Total?", "Date?", "Who?"]
+    both = ask(adapter, imgs, qs, arr=arr, saccades=5, max_new_tokens=1)
+    assert calls == ["see", "score"] and len(both) == 3
+    calls.clear()  # negative control: asked one at a time, each image is a pass of its own
+    alone = [ask(adapter, img, q, arr=arr, saccades=5, max_new_tokens=1) for img, q in zip(imgs, qs)]
+    assert calls == ["see", "score"] * 3
+    assert [a.cells.tolist() for a in alone] == [a.cells.tolist() for a in both]  # each image as it is alone
+
+
 # ----------------------------------------------------------------------------- variable-size patch allocators
 
 
@@ -142,11 +171,9 @@ def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny
     adapter, q, k = tiny[family], "What is the total?", 11
     arr, img = fast_arr(adapter.cell), small_image(adapter)
     with torch.no_grad():
-        a = ask(adapter, img, q, arr=arr, saccades=k, allocator=allocator, max_new_tokens=2)[0]
+        a = ask(adapter, img, q, arr=arr, saccades=k, allocator=allocator, max_new_tokens=2)
         alloc = arr(img, q, saccades=k)
-    from arr_coc.vlm.stages import patcher_of
-
-    patcher = patcher_of(allocator)  # the registry's method "patches" places squares with the saliency patcher
+    patcher = METHODS.get(allocator).patcher  # the registry's method "patches" places squares with the saliency patcher
     assert patcher == {"patches": "saliency", "quadtree": "quadtree"}[allocator]
     patches = PATCHERS.get(patcher)(alloc.relevance.map, k, valid=alloc.canvas.valid, pixels=alloc.canvas.pixels)
     assert int(patches.counts[0]) == sent and a.full_tokens == 48
@@ -155,7 +182,7 @@ def test_ask_with_a_patch_allocator_sends_the_gestalt_and_one_token_per_box(tiny
     assert a.plan.kind == "squares" and a.plan.saccades == sent
     assert 1 <= len(a.tokens) <= 2 and isinstance(a.text, str)
     # negative control: the sampler spends all 11 tokens on one-cell saccades
-    arr_answer = ask(adapter, img, q, arr=arr, saccades=k, max_new_tokens=2)[0]
+    arr_answer = ask(adapter, img, q, arr=arr, saccades=k, max_new_tokens=2)
     assert arr_answer.cells.shape == (k, 2) and arr_answer.saccades == k and arr_answer.squares is None
 
 
@@ -164,7 +191,7 @@ def test_allocator_arr_is_the_call_without_it(tiny, family):
     adapter = tiny[family]
     arr, img = fast_arr(adapter.cell), small_image(adapter, seed=1)
     with torch.no_grad():
-        a, b = (ask(adapter, img, "Date?", arr=arr, saccades=5, max_new_tokens=3, **kw)[0]
+        a, b = (ask(adapter, img, "Date?", arr=arr, saccades=5, max_new_tokens=3, **kw)
                 for kw in ({}, {"allocator": "arr"}))
     assert (a.text, a.tokens, a.gestalt_tokens, a.saccades, a.flops, a.allocator) == \
         (b.text, b.tokens, b.gestalt_tokens, b.saccades, b.flops, b.allocator)
@@ -211,7 +238,7 @@ def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_o
 
     adapter, q, k = tiny["qwen2_5_vl"], "What is the total?", 11
     arr, img = fast_arr(adapter.cell), small_image(adapter, seed=2)
-    a = ask(adapter, img, q, arr=arr, saccades=k, relevance="vlm", max_new_tokens=4)[0]
+    a = ask(adapter, img, q, arr=arr, saccades=k, relevance="vlm", max_new_tokens=4)
     assert (a.relevance, a.gestalt_tokens, a.saccades, a.full_tokens) == ("vlm", 4, k, 48)
     # the same first look by hand: its map spread over the 6x8 cells, ARR's sampler on it
     gestalt = adapter.encode_gestalt([img], [(2, 2)])
@@ -228,7 +255,7 @@ def test_ask_vlm_relevance_sends_the_cells_its_first_look_chose_and_answers_as_o
     stop = tokens[0].tolist()
     assert a.tokens == stop[:len(a.tokens)] and len(a.tokens) >= 1
     # negative control: ARR's texture relevance picks other cells
-    b = ask(adapter, img, q, arr=arr, saccades=k, relevance="arr", max_new_tokens=1)[0]
+    b = ask(adapter, img, q, arr=arr, saccades=k, relevance="arr", max_new_tokens=1)
     assert b.relevance == "arr" and b.cells.tolist() != a.cells.tolist()
     # stage times and FLOPs: the first look is allocation, its LLM work is the question once more
     stages = a.stage_ms()
@@ -246,7 +273,7 @@ def test_ask_vlm_a_batch_of_different_sizes_equals_each_image_alone(tiny):
     qs = ["What is the total?", "Date?"]
     both = ask(adapter, imgs, qs, arr=arr, saccades=6, relevance="vlm", max_new_tokens=3)
     for b in range(2):
-        one = ask(adapter, imgs[b], qs[b], arr=arr, saccades=6, relevance="vlm", max_new_tokens=3)[0]
+        one = ask(adapter, imgs[b], qs[b], arr=arr, saccades=6, relevance="vlm", max_new_tokens=3)
         assert one.cells.tolist() == both[b].cells.tolist()
         assert one.tokens == both[b].tokens and one.gestalt_tokens == both[b].gestalt_tokens
 
@@ -312,7 +339,7 @@ def test_first_look_channel_mixes_the_vlms_attention_into_arrs_scorer(tiny):
     arr = ARR(ARRConfig(canvas=CanvasConfig(cell=adapter.cell),
                         texture=TextureConfig(channels=MVP_CHANNELS + ("first_look",))),
               query_encoder=HashingQueryEncoder()).eval()
-    a = ask(adapter, img, q, arr=arr, saccades=k, relevance="arr", max_new_tokens=2)[0]
+    a = ask(adapter, img, q, arr=arr, saccades=k, relevance="arr", max_new_tokens=2)
     assert a.relevance == "arr" and {"allocation/first look", "allocation/texture"} <= set(a.timings_ms)
     look = first_look(adapter, adapter.encode_gestalt([img], [(2, 2)]), [(2, 2)], [q])
     fl = look.relevance_map([(6, 8)], (6, 8))[:, None]  # [1, 1, Hc, Wc]

@@ -114,7 +114,7 @@ def test_one_prefill_batches_prompts_of_any_page_counts(qwen):
 
 def test_ask_on_a_pdf_is_the_context_allocation_read_as_one_prompt(qwen, pdf):
     arr, q = fast_arr(qwen.cell), "Where is the key?"
-    a = ask(qwen, str(pdf), q, arr=arr, budget="120", max_new_tokens=4)[0]
+    a = ask(qwen, str(pdf), q, arr=arr, budget="120", max_new_tokens=4)
     # the read_context path by hand: the context's allocation, its pages encoded, one multi-image prompt, decoded
     alloc = allocate(arr, str(pdf), q, 120)
     vis = encode(qwen, [p.plan for p in alloc.pages], [p.image for p in alloc.pages])
@@ -128,22 +128,22 @@ def test_ask_on_a_pdf_is_the_context_allocation_read_as_one_prompt(qwen, pdf):
     assert (a.visual_tokens, a.text_tokens, a.source) == (120, alloc.text_tokens, str(pdf)) and a.text_tokens > 0
     assert a.compression == alloc.text_tokens / 120 and a.full_tokens == alloc.full_tokens
     # negative control: another budget places other saccades (and sends its own total)
-    b = ask(qwen, str(pdf), q, arr=arr, budget="80", max_new_tokens=1)[0]
+    b = ask(qwen, str(pdf), q, arr=arr, budget="80", max_new_tokens=1)
     assert b.visual_tokens == 80 and [p.saccades for p in b.pages] != [p.saccades for p in a.pages]
 
 
 def test_ask_over_a_context_takes_a_share_and_saccades(qwen, pdf):
     arr, q = fast_arr(qwen.cell), "Where is the key?"
-    share = ask(qwen, pdf, q, arr=arr, budget="25%", max_new_tokens=1, pages="1-2")[0]
+    share = ask(qwen, pdf, q, arr=arr, budget="25%", max_new_tokens=1, pages="1-2")
     assert [p.index for p in share.pages] == [0, 1] and share.visual_tokens == round(0.25 * share.full_tokens)
-    k = ask(qwen, pdf, q, arr=arr, saccades=30, max_new_tokens=1)[0]
+    k = ask(qwen, pdf, q, arr=arr, saccades=30, max_new_tokens=1)
     assert k.saccades == 30 and len(k.pages) == 3 and k.gestalt_tokens == 3 * 4  # 3 pages * 4 * 2x2 <= 30
 
 
 def test_a_batch_of_an_image_and_a_pdf_answers_each_as_alone(qwen, pdf, receipt):
     arr, qs = fast_arr(qwen.cell), ["What is the total?", "Where is the key?"]
     both = ask(qwen, [str(receipt), str(pdf)], qs, arr=arr, saccades=24, max_new_tokens=3)
-    alone = [ask(qwen, c, q, arr=arr, saccades=24, max_new_tokens=3)[0] for c, q in zip([str(receipt), str(pdf)], qs)]
+    alone = [ask(qwen, c, q, arr=arr, saccades=24, max_new_tokens=3) for c, q in zip([str(receipt), str(pdf)], qs)]
     assert [len(a.pages) for a in both] == [1, 3] and both[1].text_tokens is not None and both[0].text_tokens is None
     for x, y in zip(both, alone):
         assert (x.tokens, x.question) == (y.tokens, y.question)
@@ -174,13 +174,13 @@ def test_an_image_given_a_total_is_the_image_path_at_that_split(qwen, receipt):
     from arr_coc.config import GestaltConfig
 
     arr, q = fast_arr(qwen.cell), "What is the total?"
-    total = ask(qwen, receipt, q, arr=arr, budget="192", max_new_tokens=3)[0]
+    total = ask(qwen, receipt, q, arr=arr, budget="192", max_new_tokens=3)
     # the image path with the split by hand: 192 tokens on 53 x 35 cells are an 8x8 gestalt + 128 saccades
     split = ARR(replace(arr.config, gestalt=GestaltConfig(grid=(8, 8))), query_encoder=HashingQueryEncoder()).eval()
-    by_hand = ask(qwen, receipt, q, arr=split, saccades=128, max_new_tokens=3)[0]
+    by_hand = ask(qwen, receipt, q, arr=split, saccades=128, max_new_tokens=3)
     assert (total.gestalt_tokens, total.saccades, total.visual_tokens) == (64, 128, 192)
     assert total.cells.tolist() == by_hand.cells.tolist() and total.tokens == by_hand.tokens
     assert total.plan.gestalt == by_hand.plan.gestalt == (8, 8)
     # one token more is one saccade more (the gestalt stays 8x8), the first 128 where they were
-    more = ask(qwen, receipt, q, arr=arr, budget="193", max_new_tokens=1)[0]
+    more = ask(qwen, receipt, q, arr=arr, budget="193", max_new_tokens=1)
     assert more.saccades == 129 and more.cells[:128].tolist() == total.cells.tolist()

@@ -326,7 +326,7 @@ def test_a_streamer_prints_the_answer_as_it_is_generated(adapter):
 
     streamer = Kept(adapter.tokenizer, skip_prompt=True, skip_special_tokens=True)
     a = ask(adapter, image(adapter, 6, 8), "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="arr",
-            max_new_tokens=6, streamer=streamer)[0]
+            max_new_tokens=6, streamer=streamer)
     assert streamer.text.strip() == a.text and len(a.tokens) >= 1
 
 
@@ -406,7 +406,7 @@ def test_the_first_look_works_where_declared_and_is_refused_in_one_line_elsewher
         reused = adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)], encoded=gestalt)[0]
         fresh = adapter.encode([img], [torch.tensor([[0, 0]])], gestalt=[(2, 2)])[0]
         assert_close_reduction(reused.embeds, fresh.embeds, **VLM_EMBEDS)
-        a = ask(adapter, img, "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="vlm", max_new_tokens=1)[0]
+        a = ask(adapter, img, "Q?", arr=fast_arr(adapter.cell), saccades=4, relevance="vlm", max_new_tokens=1)
         assert (a.relevance, a.gestalt_tokens, a.saccades) == ("vlm", 4, 4)
         return
     message = f"needs an adapter that encodes the gestalt alone and reuses it .*; {adapter.name} does not: use qwen"

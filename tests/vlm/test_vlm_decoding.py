@@ -42,13 +42,13 @@ def test_ask_refuses_a_generation_config_it_cannot_honour_before_any_work(qwen, 
 def test_ask_takes_a_generation_config_and_a_seed(qwen):
     img, arr = small_image(qwen), fast_arr(qwen.cell)
     sample = GenerationConfig(do_sample=True, temperature=3.0, top_k=0, max_new_tokens=6, min_new_tokens=6)
-    a = ask(qwen, img, "Q?", arr=arr, saccades=4, relevance="arr", generation_config=sample, seed=3)[0]
-    b = ask(qwen, img, "Q?", arr=arr, saccades=4, relevance="arr", generation_config=sample, seed=3)[0]
-    greedy = ask(qwen, img, "Q?", arr=arr, saccades=4, relevance="arr", max_new_tokens=6)[0]
+    a = ask(qwen, img, "Q?", arr=arr, saccades=4, relevance="arr", generation_config=sample, seed=3)
+    b = ask(qwen, img, "Q?", arr=arr, saccades=4, relevance="arr", generation_config=sample, seed=3)
+    greedy = ask(qwen, img, "Q?", arr=arr, saccades=4, relevance="arr", max_new_tokens=6)
     assert a.tokens == b.tokens and len(a.tokens) == 6 and a.tokens != greedy.tokens
     # the config's own length wins over max_new_tokens; the stage times stay split
     short = ask(qwen, img, "Q?", arr=arr, saccades=4, relevance="arr", max_new_tokens=6,
-                generation_config=GenerationConfig(max_new_tokens=2, min_new_tokens=2))[0]
+                generation_config=GenerationConfig(max_new_tokens=2, min_new_tokens=2))
     assert short.tokens == greedy.tokens[:2]
     assert short.timings_ms["prefill"] > 0 and short.timings_ms["decode"] > 0
     with pytest.raises(ValueError, match="seed must be an integer >= 0, got -1"):

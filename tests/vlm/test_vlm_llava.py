@@ -15,7 +15,7 @@ from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.texture import MVP_CHANNELS
-from arr_coc.vlm import ADAPTERS, assemble
+from arr_coc.vlm import ADAPTERS, Answer, assemble
 from arr_coc.vlm.answer import ask
 from arr_coc.vlm.llava import LlavaAdapter, box_places, to_patches, to_tiles
 from arr_coc.vlm.processing import all_cells
@@ -215,10 +215,8 @@ def test_a_batch_of_patches_equals_each_image_alone(adapter):
 def test_ask_runs_end_to_end_and_reports_gestalt_plus_saccades(adapter, mode, sent):
     arr = ARR(ARRConfig(canvas=CanvasConfig(cell=14), texture=TextureConfig(channels=MVP_CHANNELS)),
               query_encoder=HashingQueryEncoder()).eval()
-    answers = ask(adapter, image(6, 8, seed=10), "What is the total?", arr=arr, saccades=5, mode=mode,
-                  max_new_tokens=3)
-    assert len(answers) == 1
-    a = answers[0]
+    a = ask(adapter, image(6, 8, seed=10), "What is the total?", arr=arr, saccades=5, mode=mode, max_new_tokens=3)
+    assert isinstance(a, Answer)  # one question: its answer, not a list
     assert (a.gestalt_tokens, a.saccades) == sent and a.visual_tokens == sum(sent)
     assert a.cells.shape == (5, 2) and 1 <= len(a.tokens) <= 3 and a.full_tokens == 48
     if mode != "weighted":  # 21 of 48 tokens: the LLM prefill must cost less than full resolution

@@ -3,6 +3,8 @@ import pytest
 import torch
 from tolerances import VLM_ATTENTION, VLM_EMBEDS, assert_close_reduction, assert_far
 
+from arr_coc import contexts
+from arr_coc.budget import Budget
 from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
@@ -10,8 +12,8 @@ from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.samplers import SAMPLERS, select
 from arr_coc.engine.texture import MVP_CHANNELS
 from arr_coc.vlm import allocate, ask, decode, encode, load_vlm, prefill
+from arr_coc.vlm.allocation import read_first_look
 from arr_coc.vlm.processing import all_cells
-from arr_coc.vlm.stages import read_first_look, sample_cells
 
 
 @pytest.fixture(scope="module")
@@ -44,26 +46,43 @@ def test_ask_is_the_four_stages_in_a_row(qwen, relevance):
         assert (a.gestalt_tokens, a.saccades) == (planned.plans[b].gestalt_tokens, 6)
 
 
-def test_the_first_look_and_one_sampler_call_choose_what_allocate_chose(qwen):
+def test_the_first_look_and_the_registrys_vlm_method_choose_what_allocate_chose(qwen):
     arr, img, q = fast_arr(qwen.cell), small_image(qwen, seed=3), "What is the total?"
     planned = allocate(qwen, img, q, saccades=7, arr=arr, relevance="vlm")
     seen = read_first_look(qwen, [img], [(2, 2)], [q])
     rel, valid = seen.cell_maps([(6, 8)])[0][None], torch.ones(1, 6, 8, dtype=torch.bool)
     assert_close_reduction(seen.attention[0], planned.first_look.attention[0], **VLM_ATTENTION)
-    assert sample_cells(arr.sampler, rel, 7, valid, arr.config.seed)[0].tolist() == planned.plans[0].cells.tolist()
-    assert sample_cells("topk", rel, 7, valid, 0)[0].tolist() == planned.plans[0].cells.tolist()  # by name
+    chosen = planned.plans[0].cells.tolist()
+    assert select(arr.sampler, rel, 7, valid=valid, seed=arr.config.seed).positions[0].tolist() == chosen
+    assert planned.plans[0].method == "vlm" and planned.plans[0].gestalt == (2, 2)  # the registry's first-look method
     # negative control: another sampler on the same map spreads the saccades elsewhere
-    assert sample_cells("uniform", rel, 7, valid, 0)[0].tolist() != planned.plans[0].cells.tolist()
-    # a sampler instance is what allocate calls for a sampler-allocated first look
+    uniform = select(SAMPLERS.get("uniform")(), rel, 7, valid=valid, seed=arr.config.seed).positions[0].tolist()
+    assert uniform != chosen
+    # a sampler's name is that sampler on the first look (the registry's method of that name), with the ARR's seed
     other = allocate(qwen, img, q, saccades=7, arr=arr, relevance="vlm", allocator="uniform")
-    assert other.plans[0].cells.tolist() == sample_cells("uniform", rel, 7, valid, arr.config.seed)[0].tolist()
-    # the one sampler call: sample_cells is select with the seed, a stochastic sampler drawing from it
-    drawn = sample_cells("random", rel, 7, valid, 3)[0]
-    assert drawn.tolist() == select(SAMPLERS.get("random")(), rel, 7, valid=valid, seed=3).positions[0].tolist()
-    assert drawn.tolist() != sample_cells("random", rel, 7, valid, 4)[0].tolist()
+    assert other.plans[0].cells.tolist() == uniform and other.plans[0].method == "uniform"
     with pytest.raises(ValueError, match="sampler 'uniform' runs on the first look \\(relevance 'vlm'\\); with "
                                          "relevance 'arr' ARR samples with its own"):
         allocate(qwen, img, q, saccades=7, arr=arr, relevance="arr", allocator="uniform")
+
+
+def test_the_images_arr_plans_are_the_context_allocations_of_one_page_each(qwen):
+    """One allocation path: each image's plan is what contexts.allocate gives it as a one-page context, the batch
+    scored in one ARR pass; a total budget is split by the context rule on its page."""
+    arr = fast_arr(qwen.cell)
+    imgs, qs = [small_image(qwen, seed=4), small_image(qwen, 5, 4, seed=5)], ["Total?", "Date?"]
+    for budget in (dict(saccades=6), dict(budget=Budget.parse("40"))):
+        planned = allocate(qwen, imgs, qs, arr=arr, **budget)
+        spec = budget.get("budget", Budget.saccades(6))
+        for b, (img, q) in enumerate(zip(imgs, qs)):
+            alone = contexts.allocate(arr, img, q, spec).pages[0]
+            assert planned.plans[b].cells.tolist() == alone.plan.cells.tolist()
+            assert planned.plans[b].gestalt == alone.plan.gestalt and planned.plans[b].tokens == alone.plan.tokens
+    # 40 tokens on 6x8 cells: a 4x4 gestalt + 24; the 5x4-cell image holds 20 cells: a 2x2 gestalt + 16
+    assert [p.tokens for p in planned.plans] == [40, 20] and [p.gestalt for p in planned.plans] == [(4, 4), (2, 2)]
+    # negative control: another image of the same size, asked the same, places other saccades
+    swapped = contexts.allocate(arr, small_image(qwen, seed=6), qs[0], Budget.parse("40")).pages[0].plan.cells.tolist()
+    assert swapped != planned.plans[0].cells.tolist()
 
 
 def test_encode_batches_plans_of_every_kind_and_keeps_their_order(qwen):

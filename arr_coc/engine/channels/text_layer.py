@@ -39,8 +39,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arr_coc.engine.channel_registry import TextureInputs, register_channel
 from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8
-from arr_coc.engine.texture import TextureInputs, register_channel
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 
 WORDS_ENTRY = "page_words"  # cache entry: list of (text, (y0, x0, y1, x1) px) in the image's pixels
