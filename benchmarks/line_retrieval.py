@@ -286,7 +286,13 @@ def main() -> None:
     methods = [m for m in args.methods.split(",") if m]
     notes: list[str] = []
     rows, info = run_split("val", methods, None, notes.append, args.cache, not args.no_rerank)
-    md = ["Validation questions (every choice is made here):", "", HEADER, *rows, "",
+    import os
+    import sys
+
+    load = os.getloadavg()[0]
+    md = [f"`python benchmarks/line_retrieval.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs, load average "
+          f"{load:.1f} at the start (timings share the CPUs with that load; CPU ms do not count the others).", "",
+          "Validation questions (every choice is made here):", "", HEADER, *rows, "",
           "Fusion weights on validation (texlive: line R@1, R@5, R@20, page R@1, R@3):", "",
           "| fused | line R@1 | line R@5 | line R@20 | page R@1 | page R@3 |", "|" + " --- |" * 6, *info["grid"]]
     if args.test:
