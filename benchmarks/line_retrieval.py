@@ -228,8 +228,12 @@ def run_split(split: str, methods: list[str], weights: dict[str, float] | None, 
               rerank_first: bool = True) -> tuple[list[str], dict]:
     """The table rows of one split; ``weights`` None chooses each fusion weight on this split (validation)."""
     tex, img = texlive_contexts(split), image_contexts(split)
+    def found(cs: list[Context]) -> int:  # questions with at least one answer line (the others count as misses)
+        return sum(bool(answer_lines(c.lines, a)) for c in cs for _, a, _ in c.questions)
+
     log(f"{split}: {sum(len(c.questions) for c in tex)} texlive questions over {len(tex)} windows "
-        f"({sum(len(c.lines) for c in tex)} lines), {sum(len(c.questions) for c in img)} image questions")
+        f"({sum(len(c.lines) for c in tex)} lines; {found(tex)} with an answer line), "
+        f"{sum(len(c.questions) for c in img)} image questions ({found(img)} with an answer line)")
     rows, chosen, grid = [], {}, []
 
     def bm25_all():
@@ -275,7 +279,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="bge-small,minilm", help="registered retrievers, comma-separated; the "
                                                                   "first is also reranked")
-    ap.add_argument("--test", action="store_true", help="also the test split, with the validation choices")
+    ap.add_argument("--test", action="store_true", help="also the test split, for the first method (the choice), with "
+                                                              "the validation fusion weight")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown here")
     ap.add_argument("--cache", type=Path, default=None, help="keep each method's scores here and reuse them")
     ap.add_argument("--no-rerank", action="store_true", help="leave out the cross-encoder row")
@@ -290,14 +295,17 @@ def main() -> None:
     import sys
 
     load = os.getloadavg()[0]
-    md = [f"`python benchmarks/line_retrieval.py {' '.join(sys.argv[1:])}` on {os.cpu_count()} CPUs, load average "
-          f"{load:.1f} at the start (timings share the CPUs with that load; CPU ms do not count the others).", "",
+    reused = " (scores and timings in the cache were measured by earlier runs of it)" if args.cache else ""
+    md = [f"`python benchmarks/line_retrieval.py {' '.join(sys.argv[1:])}`{reused} on {os.cpu_count()} CPUs, load "
+          f"average {load:.1f} when this table was made: wall ms share the CPUs with whatever else runs, CPU ms are "
+          f"the process's own; `--threads` sets torch's threads (MiniLM), ONNX Runtime takes the cores.", "",
           "Validation questions (every choice is made here):", "", HEADER, *rows, "",
           "Fusion weights on validation (texlive: line R@1, R@5, R@20, page R@1, R@3):", "",
           "| fused | line R@1 | line R@5 | line R@20 | page R@1 | page R@3 |", "|" + " --- |" * 6, *info["grid"]]
     if args.test:
-        t_rows, _ = run_split("test", methods, info["weights"], notes.append, args.cache, not args.no_rerank)
-        md += ["", "Test questions (reported once, nothing chosen on them):", "", HEADER, *t_rows]
+        t_rows, _ = run_split("test", methods[:1], info["weights"], notes.append, args.cache, not args.no_rerank)
+        md += ["", f"Test questions ({methods[0]}, the choice; reported once, nothing chosen on them):", "", HEADER,
+               *t_rows]
     md += ["", *[f"- {n}" for n in notes]]
     text = "\n".join(md) + "\n"
     print(text)
