@@ -211,7 +211,7 @@ def load_retriever(name: str = DEFAULT_RETRIEVER, device: str = "cpu") -> Retrie
     >>> load_retriever("bm25")
     Traceback (most recent call last):
     ...
-    arr_coc.registry.UnknownNameError: unknown retriever 'bm25'; known: bge-small, minilm
+    arr_coc.registry.UnknownNameError: unknown retriever 'bm25'; known: bge-small, minilm, hashing
     """
     return RETRIEVERS.get(name)(device=device)
 

@@ -6,9 +6,9 @@ from arr_coc.engine.retrieval import load_retriever
 
 CELL = 28
 QUESTION = "Which option changes the character between the integer and fractional parts?"
-# the answer's line shares no word with the question; the other line shares five
+# the answer's line shares no content word with the question; the other line shares two
 ANSWER = "decimalsymbol=comma  prints a comma as the decimal separator"
-WORDY = "The option changes the integer parts of the character table"
+WORDY = "Each chapter has parts and the option list is long"
 LINES = [(ANSWER, (28.0, 0.0, 50.0, 560.0)), (WORDY, (112.0, 0.0, 134.0, 560.0))]
 SIZE = (280, 560)  # one page of 10 x 20 cells
 
@@ -26,7 +26,7 @@ def chosen_rows(retriever_name: str, retrieval_weight: float = 8.0) -> set[int]:
 def test_the_default_retriever_puts_the_saccades_on_the_paraphrased_line():
     r = load_retriever()
     s = (r.passages([ANSWER, WORDY]) @ r.queries([QUESTION])[0]).tolist()
-    assert s[0] > s[1], s
+    assert s[0] > s[1] + 0.03, s  # 0.635 against 0.576 here
     assert chosen_rows(r.name) == {1}  # y 28-50 px: the answer's line, row 1
 
 

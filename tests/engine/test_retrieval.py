@@ -39,7 +39,7 @@ def test_word_overlap_ranks_the_decoy_first():  # the control: what exact matchi
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", RETRIEVERS.names())
+@pytest.mark.parametrize("name", [n for n in RETRIEVERS.names() if n != "hashing"])  # hashing: word overlap, the control
 def test_every_retriever_ranks_the_paraphrased_answer_above_the_decoy(name):
     r = load_retriever(name)
     scores = (r.queries([QUESTION]) @ r.passages([ANSWER, DECOY]).T)[0]  # [2] cosines
