@@ -47,8 +47,9 @@ PAGE_WEIGHT = 2.0
 NEAR_WEIGHT = 4.0
 # The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
 # RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted like a matched word.
-RETRIEVAL_WEIGHT = 4.0
-RETRIEVAL_TOP = 8
+RETRIEVAL_WEIGHT = 8.0
+RETRIEVAL_TOP = 32
+PASSAGE_AROUND = 1  # lines before and after a line that the retrieval model reads with it
 
 
 @dataclass(frozen=True)
@@ -144,9 +145,15 @@ def near_map(words: Sequence[Line], lines: Sequence[Line], values: Sequence[floa
     return F.max_pool2d(painted[None, None, : hc * cell, : wc * cell], cell)[0, 0]
 
 
-def passage_texts(lines: Sequence[Line]) -> list[str]:
-    """What the retrieval model reads for each line of a page: the line itself."""
-    return [text for text, _ in lines]
+def passage_texts(lines: Sequence[Line], around: int = PASSAGE_AROUND) -> list[str]:
+    """What the retrieval model reads for each line of a page: the line with ``around`` lines before and after it
+    (an option's name and the sentence that says what it does are often on neighbouring lines).
+
+    >>> passage_texts([("a", (0, 0, 1, 1)), ("b", (1, 0, 2, 1)), ("c", (2, 0, 3, 1))])
+    ['a b', 'a b c', 'b c']
+    """
+    texts = [text for text, _ in lines]
+    return [" ".join(texts[max(0, i - around): i + around + 1]) for i in range(len(texts))]
 
 
 def line_scores(embeddings: Sequence[Tensor | None], query: Tensor) -> list[Tensor]:
