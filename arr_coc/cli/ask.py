@@ -16,7 +16,7 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
-from arr_coc.cli import inputs, progress
+from arr_coc.cli import input_options, progress
 from arr_coc.cli import options as opt
 
 HELP = "answer a question with a frozen VLM fed gestalt + saccades"
@@ -26,7 +26,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.vlm import LAYOUTS, MODES
     from arr_coc.vlm.allocation import RELEVANCE_SOURCES, allocators
 
-    p = command("ask", [inputs.context_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
+    p = command("ask", [input_options.context_question(), opt.vlm(), opt.pipeline(canvas=("max_pixels",))], help=HELP,
                 description="Allocate K saccades, encode gestalt + saccades with the VLM's own vision tower at "
                             "their true positions, and let the VLM answer. The token cell is the model's. A "
                             "context (a PDF, a text file, several images) gets one budget over its pages, each "
@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.tokens is not None and args.no_gestalt:
         raise ValueError("--tokens T counts the gestalt's tokens too; with --no-gestalt give --saccades K")
-    inputs.check_question(args)
-    inputs.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
-    paged = inputs.is_context(args)
+    input_options.check_question(args)
+    input_options.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
+    paged = input_options.is_context(args)
     context = args.inputs if len(args.inputs) > 1 else args.inputs[0]
     budget = opt.budget(args)  # the one parse of --tokens / --saccades: an image's or a context's budget
     decode = opt.from_args(DecodeConfig, args, opt.DECODE_OPTIONS)  # checked before anything loads
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
         map_large_buffers()  # page after page of canvases would grow this process's heap (arr_coc/cli/heap.py)
         # the pages' count and pixels, checked before the model loads
-        open_context(context, pages=args.pages, dpi=args.dpi, layout=inputs.text_layout(args), max_pages=args.max_pages)
+        open_context(context, pages=args.pages, dpi=args.dpi, layout=input_options.text_layout(args), max_pages=args.max_pages)
     show("loading the model")
     start = time.perf_counter()
     adapter = load_vlm(args.model, dtype=args.dtype, device=args.device)
@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
         a = ask(adapter, context, args.question, arr=arr, budget=budget, mode=args.mode, layout=args.layout,
                 gestalt=not args.no_gestalt, max_new_tokens=args.max_new_tokens, allocator=args.allocator,
                 relevance=args.relevance, generation_config=from_decode(decode, args.max_new_tokens),
-                streamer=streamer, seed=decode.seed, pages=args.pages, dpi=args.dpi, text_layout=inputs.text_layout(args),
+                streamer=streamer, seed=decode.seed, pages=args.pages, dpi=args.dpi, text_layout=input_options.text_layout(args),
                 max_pages=args.max_pages,
                 # the VLM's own tokenizer counts the text a real model would read; the tiny models' is a character toy
                 text_tokenizer=None if args.model.startswith("tiny:") else adapter.tokenizer)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
-from arr_coc.cli import inputs, outputs, progress
+from arr_coc.cli import input_options, outputs, progress
 from arr_coc.cli import options as opt
 
 HELP = "allocate saccades for one image and question; print a summary, draw a PNG"
@@ -25,7 +25,7 @@ HELP = "allocate saccades for one image and question; print a summary, draw a PN
 def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     from arr_coc.config import ARRConfig
 
-    p = command("look", [inputs.context_question(), opt.pipeline()], help=HELP,
+    p = command("look", [input_options.context_question(), opt.pipeline()], help=HELP,
                 description="Allocate K saccades (plus the gestalt) for one image and question, or one budget "
                             "over a context's pages (a PDF, a text file, several images).")
     opt.add_saccades(p)
@@ -75,8 +75,8 @@ def run(args: argparse.Namespace) -> int:
     from arr_coc.engine.pipeline import ARR
 
     check_int("top", args.top, 0)
-    inputs.check_question(args)
-    inputs.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
+    input_options.check_question(args)
+    input_options.refuse_unused_context_options(args)  # a flag for another kind of input would be ignored
     budget = opt.budget(args)  # the one parse of --tokens / --saccades
     if args.gestalt is not None and budget.kind != "saccades":
         raise ValueError("--tokens T sets the gestalt by the split rule; give --saccades K with --gestalt N instead")
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     show = progress.stages(args)
     show("reading the input")
     # pages, pixels and budget refused before a model loads or a page is drawn
-    opened, _, _ = check_context(config, context, budget, pages=args.pages, dpi=args.dpi, layout=inputs.text_layout(args),
+    opened, _, _ = check_context(config, context, budget, pages=args.pages, dpi=args.dpi, layout=input_options.text_layout(args),
                                  max_pages=args.max_pages)
     show("loading the question encoder")
     start = time.perf_counter()
