@@ -48,7 +48,7 @@ NEAR_WEIGHT = 4.0
 # The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
 # RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted like a matched word.
 RETRIEVAL_WEIGHT = 8.0
-RETRIEVAL_TOP = 32
+RETRIEVAL_TOP = 64
 PASSAGE_AROUND = 1  # lines before and after a line that the retrieval model reads with it
 
 
