@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-import torch
+from word_retriever import WordRetriever
 
 from arr_coc.allocators.methods import METHODS, methods_for, page_plans
 from arr_coc.allocators.pages import PagesInputs
@@ -11,27 +11,6 @@ from arr_coc.eval.context_methods import RetrievalPages
 from arr_coc.eval.reading import rendered_tokens
 
 GRIDS = [(4, 5), (3, 3), (6, 2)]  # 20 + 9 + 12 = 41 cells
-
-
-class WordRetriever:
-    """A model-free retriever: a text is the L2-normalised count of each word of a fixed vocabulary."""
-
-    name = "words"
-    vocab = ("apples", "pears", "brass", "key", "mat", "river", "lantern")
-
-    def __init__(self) -> None:
-        self.passage_calls = 0
-
-    def _embed(self, texts):
-        rows = torch.tensor([[t.lower().split().count(w) for w in self.vocab] for t in texts], dtype=torch.float32)
-        return rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-9)
-
-    def queries(self, texts):
-        return self._embed(texts)
-
-    def passages(self, texts):
-        self.passage_calls += 1
-        return self._embed(texts)
 
 
 def plans_of(order, total):

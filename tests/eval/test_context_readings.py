@@ -11,6 +11,7 @@ import pytest
 import torch
 from conftest import key_pdf
 from PIL import Image, ImageDraw
+from word_retriever import WordRetriever
 
 from arr_coc.app.panels import font
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
@@ -105,29 +106,8 @@ def test_a_whole_view_that_no_question_changes_is_read_once(page, readers):
     assert find.calls == 4 and set(views) == {(3, "full", None), (3, "native", 20)}  # saccade views: every time
 
 
-class WordRetriever:
-    """Model-free: a text is the normalised count of a few words; counts how often passages are embedded."""
-
-    name = "words"
-    vocab = ("brass", "key", "mat", "chapter", "nothing")
-    passage_calls = 0
-
-    def __init__(self, device: str = "cpu") -> None:
-        pass
-
-    def _embed(self, texts):
-        rows = torch.tensor([[t.lower().split().count(w) for w in self.vocab] for t in texts], dtype=torch.float32)
-        return rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-9)
-
-    def queries(self, texts):
-        return self._embed(texts)
-
-    def passages(self, texts):
-        WordRetriever.passage_calls += 1
-        return self._embed(texts)
-
-
 def test_retrieval_pages_sends_the_retrievers_page_whole_and_embeds_the_lines_once(tmp_path, monkeypatch):
+    before = WordRetriever.calls_total
     monkeypatch.setattr(retrieval, "load_retriever", lambda: WordRetriever())
     pdf = key_pdf(tmp_path / "keys.pdf", 40)  # only page index 37 holds the brass key
     qs = [ContextQuestion(f"q{i}", q, (ANSWER,), (2,)) for i, q in enumerate(("Where is the brass key?",
@@ -137,7 +117,7 @@ def test_retrieval_pages_sends_the_retrievers_page_whole_and_embeds_the_lines_on
     settings = EvalSettings(methods=("full", "first_pages", "retrieval_pages"), budgets=("60",))
     folder = evaluate([item], arr, tmp_path / "rows", settings, progress=False).parent
     rows = {(r["record_id"], r["method"]): r for r in RowStore(folder).rows()}
-    assert WordRetriever.passage_calls == 1  # one context, two questions: its lines embedded once
+    assert WordRetriever.calls_total - before == 1  # one context, two questions: its lines embedded once
     for q in ("q0", "q1"):
         full, first, found = rows[(q, "full")], rows[(q, "first_pages")], rows[(q, "retrieval_pages")]
         assert found["tokens"] <= 60 and found["page_hit"] == 1.0 and found["reading_find"] >= 0.9
