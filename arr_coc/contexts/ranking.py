@@ -80,7 +80,10 @@ def ranking_score(parts: RankParts, text_weight: float = TEXT_WEIGHT, page_weigh
     >>> ranking_score(p, 4.0, 2.0, 2.0).tolist()
     [[4.0, 6.0]]
     """
-    return parts.relevance + _extra(parts, text_weight, page_weight, near_weight, retrieval_weight)
+    out = parts.relevance + text_weight * parts.text + page_weight * parts.page + near_weight * parts.near
+    if parts.retrieval is not None and retrieval_weight:
+        out = out + retrieval_weight * parts.retrieval.to(out)
+    return out
 
 
 def _extra(parts: RankParts, text_weight: float, page_weight: float, near_weight: float,
