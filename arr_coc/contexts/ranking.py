@@ -254,7 +254,7 @@ def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tenso
 def placing_map(relevance: Tensor, parts: RankParts, text_weight: float = TEXT_WEIGHT, page_weight: float = PAGE_WEIGHT,
                 near_weight: float = NEAR_WEIGHT, retrieval_weight: float = RETRIEVAL_WEIGHT) -> Tensor:
     """``[hc, wc]`` what a page's sampler places its saccades on: the ranking score in the page's own relevance
-    units, ``relevance + (max - min) x (the text, page and near parts)``.
+    units, ``relevance + (max - min) x (the text, page, near and retrieval parts)``.
 
     It orders the page's cells as :func:`ranking_score` does (that is ``unit(relevance)`` + the same parts); a
     page without matched words gets its relevance itself, so one image alone is placed as the ARR places it.

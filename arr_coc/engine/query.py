@@ -10,7 +10,7 @@ import hashlib
 import re
 import unicodedata
 from collections import OrderedDict
-from typing import Any, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import torch
 
@@ -108,6 +108,28 @@ def question_problem(text: str) -> str | None:
     return None
 
 
+class VectorCache(OrderedDict):
+    """Each text's vector, most recently used last, at most ``max_cached`` of them: one model run for the texts
+    it lacks (:meth:`vectors`)."""
+
+    def __init__(self, max_cached: int) -> None:
+        super().__init__()
+        self.max_cached = max_cached
+
+    def vectors(self, texts: Sequence[str], encode: Callable[[list[str]], torch.Tensor]) -> torch.Tensor:
+        """[N, D] the vectors of ``texts``, ``encode(missing) -> [M, D]`` run once on the texts not held."""
+        missing = [t for t in dict.fromkeys(texts) if t not in self]
+        if missing:
+            for t, v in zip(missing, encode(missing)):
+                self[t] = v
+        out = torch.stack([self[t] for t in texts]) if texts else encode([])
+        for t in dict.fromkeys(texts):  # most recently used last; evict from the front
+            self.move_to_end(t)
+        while len(self) > self.max_cached:
+            self.popitem(last=False)
+        return out
+
+
 class MiniLMQueryEncoder:
     """all-MiniLM-L6-v2 sentence embeddings (384-d, L2-normalised), loaded offline, cached per question.
 
@@ -119,9 +141,16 @@ class MiniLMQueryEncoder:
 
     def __init__(self, device: str = "cpu", max_cached: int = 100_000) -> None:
         self.device = device
-        self.max_cached = max_cached  # 100k x 384 floats = 150 MB at most
         self._model = None
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self._cache = VectorCache(max_cached)  # 100k x 384 floats = 150 MB at most
+
+    @property
+    def max_cached(self) -> int:
+        return self._cache.max_cached
+
+    @max_cached.setter
+    def max_cached(self, n: int) -> None:
+        self._cache.max_cached = n
 
     def load(self) -> "MiniLMQueryEncoder":
         """Load the model now (it otherwise loads on the first :meth:`encode`); returns self."""
@@ -145,18 +174,13 @@ class MiniLMQueryEncoder:
                                    local_files_only=True)
 
     def encode(self, queries: Sequence[str]) -> torch.Tensor:
-        missing = [q for q in dict.fromkeys(queries) if q not in self._cache]
-        if missing:
-            vectors = self.load()._model.encode(missing, batch_size=256, convert_to_tensor=True,
-                                                normalize_embeddings=True)  # 256: class-name lists in one pass
-            for q, v in zip(missing, vectors.float().cpu()):
-                self._cache[q] = v
-        out = torch.stack([self._cache[q] for q in queries])  # [N, 384]
-        for q in dict.fromkeys(queries):  # most recently used last; evict from the front
-            self._cache.move_to_end(q)
-        while len(self._cache) > self.max_cached:
-            self._cache.popitem(last=False)
-        return out
+        return self._cache.vectors(list(queries), self._encode)  # [N, 384]
+
+    def _encode(self, texts: list[str]) -> torch.Tensor:
+        if not texts:
+            return torch.zeros(0, self.dim)
+        return self.load()._model.encode(texts, batch_size=256, convert_to_tensor=True,
+                                         normalize_embeddings=True).float().cpu()  # 256: class-name lists in one pass
 
 
 class HashingQueryEncoder:

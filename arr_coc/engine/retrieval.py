@@ -19,7 +19,6 @@ Shapes: ``queries`` / ``passages`` return [N, D] float32, each row of norm 1.
 from __future__ import annotations
 
 import importlib.util
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder, VectorCache
 from arr_coc.errors import MissingDependencyError
 from arr_coc.registry import Registry
 
@@ -48,26 +48,6 @@ class Retriever(Protocol):
     def queries(self, texts: Sequence[str]) -> Tensor: ...  # [N, D]
 
     def passages(self, texts: Sequence[str]) -> Tensor: ...  # [N, D]
-
-
-class _Cache:
-    """The vector of each text, most recently used last; one model run for the texts it lacks."""
-
-    def __init__(self, max_cached: int) -> None:
-        self.max_cached = max_cached
-        self._vectors: OrderedDict[str, Tensor] = OrderedDict()
-
-    def get(self, texts: Sequence[str], encode: Callable[[list[str]], Tensor]) -> Tensor:
-        missing = [t for t in dict.fromkeys(texts) if t not in self._vectors]
-        if missing:
-            for t, v in zip(missing, encode(missing)):
-                self._vectors[t] = v
-        out = torch.stack([self._vectors[t] for t in texts]) if texts else encode([])
-        for t in dict.fromkeys(texts):
-            self._vectors.move_to_end(t)
-        while len(self._vectors) > self.max_cached:
-            self._vectors.popitem(last=False)
-        return out
 
 
 def vectrix_model_dir(name: str) -> Path:
@@ -138,7 +118,7 @@ class BgeSmallRetriever:
     def __init__(self, device: str = "cpu", max_cached: int = 200_000) -> None:
         self.device = device
         self._model: _OnnxBert | None = None
-        self._q, self._p = _Cache(max_cached), _Cache(max_cached)  # a text is not the same as question and line
+        self._q, self._p = VectorCache(max_cached), VectorCache(max_cached)  # a text is not the same as question and line
 
     def load(self) -> "BgeSmallRetriever":
         """Load the model now (it otherwise loads on first use); returns self."""
@@ -153,22 +133,20 @@ class BgeSmallRetriever:
         return torch.nn.functional.normalize(torch.from_numpy(cls).float(), dim=-1)
 
     def queries(self, texts: Sequence[str]) -> Tensor:
-        return self._q.get(list(texts), lambda ts: self._encode([BGE_QUERY_PREFIX + t for t in ts]))
+        return self._q.vectors(list(texts), lambda ts: self._encode([BGE_QUERY_PREFIX + t for t in ts]))
 
     def passages(self, texts: Sequence[str]) -> Tensor:
-        return self._p.get(list(texts), self._encode)
+        return self._p.vectors(list(texts), self._encode)
 
 
-class MiniLMRetriever:
-    """all-MiniLM-L6-v2 as a retriever: one symmetric encoder (and one cache) for questions and passages."""
+class _SymmetricRetriever:
+    """One encoder (``.encode(texts) -> [N, D]``, ``.dim``) for questions and passages alike."""
 
-    name = "minilm"
+    name = ""
 
-    def __init__(self, device: str = "cpu", max_cached: int = 200_000) -> None:
-        from arr_coc.engine.query import MiniLMQueryEncoder
-
-        self.encoder = MiniLMQueryEncoder(device=device, max_cached=max_cached)
-        self.dim = self.encoder.dim
+    def __init__(self, encoder: Any) -> None:
+        self.encoder = encoder
+        self.dim = encoder.dim
 
     def queries(self, texts: Sequence[str]) -> Tensor:
         return self.encoder.encode(list(texts)) if len(texts) else torch.zeros(0, self.dim)
@@ -176,7 +154,16 @@ class MiniLMRetriever:
     passages = queries
 
 
-class HashingRetriever:
+class MiniLMRetriever(_SymmetricRetriever):
+    """all-MiniLM-L6-v2 as a retriever: one symmetric encoder (and one cache) for questions and passages."""
+
+    name = "minilm"
+
+    def __init__(self, device: str = "cpu", max_cached: int = 200_000) -> None:
+        super().__init__(MiniLMQueryEncoder(device=device, max_cached=max_cached))
+
+
+class HashingRetriever(_SymmetricRetriever):
     """Bag-of-words hashing (:class:`~arr_coc.engine.query.HashingQueryEncoder`): no model, for tests and model-free
     runs; lines sharing the question's words score above the rest.
 
@@ -188,15 +175,7 @@ class HashingRetriever:
     name = "hashing"
 
     def __init__(self, device: str = "cpu") -> None:
-        from arr_coc.engine.query import HashingQueryEncoder
-
-        self.encoder = HashingQueryEncoder()
-        self.dim = self.encoder.dim
-
-    def queries(self, texts: Sequence[str]) -> Tensor:
-        return self.encoder.encode(list(texts)) if len(texts) else torch.zeros(0, self.dim)
-
-    passages = queries
+        super().__init__(HashingQueryEncoder())
 
 
 RETRIEVERS: Registry[Callable[..., Retriever]] = Registry("retriever")

@@ -88,7 +88,9 @@ class ContextReading:
         start = time.perf_counter()
         with torch.inference_mode():
             try:
-                seen = see_context(self.arr, item.load())
+                # the lines' embeddings serve the context allocation (coc, equal_split) only
+                seen = see_context(self.arr, item.load(), embed=any(
+                    "relevance" in resolve(m, "context").needs for m in self.settings.methods))
             except (ValueError, OSError) as err:
                 raise type(err)(f"context {item.context_id}: {err}") from err
         see_ms = (time.perf_counter() - start) * 1e3
