@@ -1,6 +1,6 @@
 """`make tables`: the README's and docs' evaluation figures and console examples, remade from code and weights.
 
-    python benchmarks/make_tables.py [--limit 40] [--goal-limit 120] [--skip look eval find goals bench] [--jobs 2]
+    python benchmarks/make_tables.py [--limit 40] [--goal-limit 120] [--coc-limit 60] [--skip look ... bench] [--jobs 2]
 
 Steps, each a command of its own (printed as it starts), each writing under benchmarks/results/:
 
@@ -14,6 +14,8 @@ Steps, each a command of its own (printed as it starts), each writing under benc
   balanced questions each (more than the headline's: a verdict needs the share's interval clear of the goal);
 * ``allocators`` -- every allocator (samplers, variable-size patches, quadtree, the shipped selector and
   pruner) at 10 % and 25 %, region reading: the table of docs/allocators.md;
+* ``coc`` -- ``benchmarks/paraphrase_tables.py``: the first ``--coc-limit`` hand-written test questions over 20-page
+  PDF windows at 10x and 20x (the README's COC table; tables and plot in results/paraphrase/);
 * ``bench`` -- ``benchmarks/bench_vlm.py`` (the 3B timing: about an hour on two busy cores; ``--skip bench``).
 
 Then the blocks between ``<!-- make tables: NAME -->`` and ``<!-- /make tables -->`` in README.md and
@@ -26,6 +28,7 @@ full resolution's reading lies wholly above or below it, else "undecided at n=..
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shlex
@@ -43,7 +46,8 @@ from arr_coc.eval.store import RowStore, requested
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-STEPS = ("look", "eval", "find", "goals", "allocators", "bench")
+PARAPHRASE = RESULTS / "paraphrase" / "texlive-paraphrase" / "test"  # where the coc step's tables.csv lands
+STEPS = ("look", "eval", "find", "goals", "allocators", "coc", "bench")
 TOKENS = ("5%", "10%", "25%", "50%")
 GOAL_TOKENS = ("6%", "11%")
 GOALS = {"6%": 0.90, "11%": 0.95}  # reading at that share of the tokens, as a share of full resolution's
@@ -354,7 +358,22 @@ BLOCKS: dict[str, tuple[str, Callable[[argparse.Namespace], str]]] = {  # name: 
     "goals-per-kind": ("docs/evaluation.md", lambda a: goal_table(a.goal_limit, per_kind=True)),
     "kinds": ("docs/evaluation.md", lambda a: kind_tables(a.limit)),
     "allocators": ("docs/allocators.md", lambda a: allocator_table(a.limit)),
+    "coc": ("README.md", lambda a: coc_block(a.coc_limit)),
 }
+
+
+def coc_command(limit: int) -> list[str]:
+    """The ``coc`` step: hand-written test questions over the PDF windows, 10x and 20x (rows resume)."""
+    return ["python", "benchmarks/paraphrase_tables.py", "--dataset", "texlive-paraphrase", "--split", "test",
+            "--sources", "pdf", "--compression", "10", "20", "--limit", str(limit)]
+
+
+def coc_block(limit: int) -> str:
+    """The README's COC table from the coc step's ``tables.csv`` (``paraphrase_tables.readme_block``)."""
+    spec = importlib.util.spec_from_file_location("paraphrase_tables", ROOT / "benchmarks" / "paraphrase_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.readme_block(PARAPHRASE, shlex.join(coc_command(limit)))
 
 
 def replace_block(text: str, name: str, body: str) -> str:
@@ -377,6 +396,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "of the goal tables")
     ap.add_argument("--skip", nargs="*", default=[], choices=STEPS, help="steps not to run (their tables are "
                     "still rewritten from the rows already there)")
+    ap.add_argument("--coc-limit", type=int, default=60, help="hand-written test questions of the coc step")
     ap.add_argument("--jobs", type=int, default=2, help="evaluations run at once (one core each)")
     args = ap.parse_args(argv)
     steps = [s for s in STEPS if s not in args.skip]
@@ -386,6 +406,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         for doc in LOOK_DOCS:
             (ROOT / doc).write_text(refresh_console((ROOT / doc).read_text(), fresh))
     run_all(runs(steps, args.limit, args.goal_limit), args.jobs)
+    if "coc" in steps:
+        subprocess.run([sys.executable, *coc_command(args.coc_limit)[1:]], cwd=ROOT, env=checkout_env(), check=True)
     if "bench" in steps:
         subprocess.run([sys.executable, "benchmarks/bench_vlm.py"], cwd=ROOT, check=True)
     if "allocators" in steps:  # report.md and allocators.png drawn from the summaries just written

@@ -135,6 +135,52 @@ def plot(summaries: dict[str, list[dict]], path: Path, title: str) -> Path:
     return path
 
 
+README_METHODS = (("coc", "coc"), ("retrieval_pages", "retrieval pages"), ("bm25_pages", "BM25 pages"),
+                  ("first_pages", "first pages"))
+README_GOALS = (("10x", 0.95), ("20x", 0.90))  # coc's region reading as a share of full's
+
+
+def readme_block(folder: Path, command: str) -> str:
+    """The README's COC table, from ``folder``'s ``tables.csv`` (the PDF source, every kind): each method's region
+    reading as a share of full resolution's at 10x / 20x, and coc's against its goals; a LookupError where the
+    rows are not there yet.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> rows = [{"source": "pdf", "kind": "all", "method": m, "budget": b, "n": 3, "reading_share": v}
+    ...         for m, _ in README_METHODS for b, v in (("10x", 0.96), ("20x", 0.5))]
+    >>> with open(d / "tables.csv", "w", newline="") as f:
+    ...     w = csv.DictWriter(f, fieldnames=list(rows[0])); _ = w.writeheader(); w.writerows(rows)
+    >>> print(readme_block(d, "python x.py").splitlines()[2])
+    | share of full resolution's reading at 10x / 20x fewer visual than text tokens (95 % intervals: docs) | 96 / 50 % | 96 / 50 % | 96 / 50 % | 96 / 50 % |
+    >>> readme_block(d, "python x.py").splitlines()[-1]
+    '`python x.py`; goals: 10x >= 95 % met (96 %), 20x >= 90 % missed (50 %) ([docs/coc.md](docs/coc.md)).'
+    """
+    path = folder / "tables.csv"
+    if not path.is_file():
+        raise LookupError(f"{path} is not made yet")
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if (r["source"], r["kind"]) == ("pdf", "all")]
+
+    def share(method: str, budget: str) -> float:
+        mine = [r for r in rows if (r["method"], r["budget"]) == (method, budget)]
+        if not mine:
+            raise LookupError(f"{path} has no {method} row at {budget}")
+        return 100 * float(mine[0]["reading_share"])
+
+    n = next((r["n"] for r in rows if r["method"] == "coc"), None)
+    if n is None:
+        raise LookupError(f"{path} has no coc rows")
+    head = " | ".join(label for _, label in README_METHODS)
+    cells = " | ".join(f"{share(m, '10x'):.0f} / {share(m, '20x'):.0f} %" for m, _ in README_METHODS)
+    goals = ", ".join(f"{b} >= {100 * g:.0f} % {'met' if share('coc', b) >= 100 * g else 'missed'} "
+                      f"({share('coc', b):.0f} %)" for b, g in README_GOALS)
+    return (f"| {n} hand-written test questions, 20-page PDF windows (Tesseract reads what a VLM would get) | {head} |\n"
+            f"|---|{'---:|' * len(README_METHODS)}\n"
+            f"| share of full resolution's reading at 10x / 20x fewer visual than text tokens (95 % intervals: docs) "
+            f"| {cells} |\n\n`{command}`; goals: {goals} ([docs/coc.md](docs/coc.md)).")
+
+
 def mean(rows: list[dict], column: str) -> float:
     """``column``'s mean over the rows that hold it."""
     vals = [r[column] for r in rows if r.get(column) is not None]

@@ -115,3 +115,25 @@ def test_headline_intervals_cell_and_the_subprocesses_import_this_checkout():
     assert tables.spans(rows, "arr", "reading") == "0.60–0.70 / 0.65–0.75 / 0.70–0.80 / 0.70–0.80"
     assert tables.spans(rows, "uniform_image", "reading") == "—"
     assert tables.checkout_env()["PYTHONPATH"].split(":")[0] == str(ROOT)
+
+
+def test_the_readme_coc_table_is_the_committed_paraphrase_tables_and_its_goal_verdicts(tmp_path):
+    tables = load_make_tables()
+    block = tables.coc_block(60)
+    readme = (ROOT / "README.md").read_text()
+    assert f"<!-- make tables: coc -->\n{block}\n<!-- /make tables -->" in readme
+    csv_text = (tables.PARAPHRASE / "tables.csv").read_text()
+    assert "coc" in csv_text and "retrieval_pages" in csv_text
+    # the verdict follows the share: a copy of the rows with coc's 20x share at 0.91 reads "met" there
+    spec_rows = [line.split(",") for line in csv_text.splitlines()]
+    head = spec_rows[0]
+    for row in spec_rows[1:]:
+        if row[head.index("method")] == "coc" and row[head.index("budget")] == "20x":
+            row[head.index("reading_share")] = "0.91"
+    (tmp_path / "tables.csv").write_text("\n".join(",".join(r) for r in spec_rows) + "\n")
+    spec = importlib.util.spec_from_file_location("paraphrase_tables", ROOT / "benchmarks" / "paraphrase_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert "20x >= 90 % met (91 %)" in module.readme_block(tmp_path, "cmd")
+    with pytest.raises(LookupError, match="is not made yet"):
+        module.readme_block(tmp_path / "nowhere", "cmd")
