@@ -10,8 +10,8 @@ import torch
 from PIL import Image
 
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, PairedLinesOCR, line_groups, rapidocr_engine
-from arr_coc.ocr_torch import TorchOCR
-from arr_coc.onnx_torch import OnnxGraph
+from arr_coc.ocr.onnx_graph import OnnxGraph
+from arr_coc.ocr.torch_ocr import TorchOCR
 
 pytest.importorskip("rapidocr")
 onnx = pytest.importorskip("onnx")

@@ -6,6 +6,8 @@ building it (two ONNX sessions) is paid once per process and options.
 
 The engine recognises the detected lines two at a time (:class:`PairedLinesOCR`) in RapidOCR's own groups
 and widths, so it reads exactly what RapidOCR reads while holding two lines' activations, not six.
+With ``backend="torch"`` the same networks run as torch modules on a chosen device (``torch_ocr.TorchOCR``,
+converted from the shipped ONNX files by ``onnx_graph.OnnxGraph``), RapidOCR's steps around them unchanged.
 """
 from __future__ import annotations
 
@@ -60,7 +62,7 @@ def rapidocr_engine(det_limit_side_len: int = DET_LIMIT_SIDE_LEN, text_score: fl
         text_score: recognised texts scoring below it are dropped (0 keeps every detected line, whose box
             still says where text is).
         backend: ``"onnxruntime"`` (:class:`PairedLinesOCR`, on the CPU) or ``"torch"``
-            (:class:`arr_coc.ocr_torch.TorchOCR`: the same networks converted to torch modules, run on ``device``;
+            (:class:`arr_coc.ocr.torch_ocr.TorchOCR`: the same networks converted to torch modules, run on ``device``;
             it also reads several images at once with ``.read(images)``).
         device: the torch device for ``backend="torch"`` (default ``"cpu"``); ONNX Runtime takes none.
 
@@ -98,7 +100,7 @@ def _engine(det_limit_side_len: int, text_score: float) -> PairedLinesOCR:
 
 @lru_cache(maxsize=8)
 def _torch_engine(det_limit_side_len: int, text_score: float, device: str) -> Any:
-    from arr_coc.ocr_torch import TorchOCR  # torch modules from the ONNX files: built only when asked for
+    from arr_coc.ocr.torch_ocr import TorchOCR  # torch modules from the ONNX files: built only when asked for
 
     return TorchOCR(require_rapidocr("OCR").RapidOCR(params=rapidocr_params(det_limit_side_len, text_score)), device)
 

@@ -1,7 +1,7 @@
 """RapidOCR with its PP-OCR networks run by torch on a chosen device (``rapidocr_engine(backend="torch")``).
 
 The ONNX files RapidOCR ships in its wheel are converted once per process and device into modules
-(:class:`arr_coc.onnx_torch.OnnxGraph`); everything around the networks is RapidOCR's own code, as
+(:class:`arr_coc.ocr.onnx_graph.OnnxGraph`); everything around the networks is RapidOCR's own code, as
 :class:`arr_coc.ocr.PairedLinesOCR` uses it: ``load_img``, ``preprocess_img``, the vertical padding, the
 detector's resize / normalise and DB post-processing, ``crop_text_regions``, the recogniser's groups of six
 lines sorted by aspect ratio and padded to the widest of each group (the padding changes what the recogniser
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from arr_coc.ocr import line_groups
-from arr_coc.onnx_torch import OnnxGraph, require_onnx
+from arr_coc.ocr.onnx_graph import OnnxGraph, require_onnx
 
 # Images detected in one pass (those of one size only): a 960 px page's activations are ~1 GB at a time.
 DET_IMAGES_AT_ONCE = 8
