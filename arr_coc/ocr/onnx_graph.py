@@ -45,7 +45,9 @@ def _same_upper(x: torch.Tensor, kernel: list[int], strides: list[int], dilation
     return F.pad(x, pads, value=value)
 
 
-def _conv(x, w, b=None, *, strides, dilations, group, pads=None, auto_pad=b"NOTSET", kernel_shape=None):
+def _conv(x, w, b=None, *, strides=(1, 1), dilations=(1, 1), group=1, pads=None, auto_pad=b"NOTSET",
+          kernel_shape=None):
+    strides, dilations = list(strides), list(dilations)  # ONNX's defaults when the attribute is left out
     if auto_pad == b"SAME_UPPER":
         x, pads = _same_upper(x, list(w.shape[2:]), strides, dilations, 0.0), [0] * 4
     elif auto_pad not in (b"NOTSET", b""):
@@ -56,15 +58,16 @@ def _conv(x, w, b=None, *, strides, dilations, group, pads=None, auto_pad=b"NOTS
     return F.conv2d(x, w, b, stride=strides, padding=pads[:2], dilation=dilations, groups=group)
 
 
-def _conv_transpose(x, w, b=None, *, strides, dilations, group, pads, kernel_shape=None):
+def _conv_transpose(x, w, b=None, *, strides=(1, 1), dilations=(1, 1), group=1, pads=(0, 0, 0, 0),
+                    kernel_shape=None):
     if any(pads):
         raise NotImplementedError("ConvTranspose with pads")
     return F.conv_transpose2d(x, w, b, stride=strides, dilation=dilations, groups=group)
 
 
-def _max_pool(x, *, kernel_shape, strides, auto_pad=b"NOTSET", ceil_mode=0, pads=None):
+def _max_pool(x, *, kernel_shape, strides=(1, 1), auto_pad=b"NOTSET", ceil_mode=0, pads=None):
     if auto_pad == b"SAME_UPPER":
-        x = _same_upper(x, kernel_shape, strides, [1, 1], -math.inf)
+        x = _same_upper(x, kernel_shape, list(strides), [1, 1], -math.inf)
     elif pads and any(pads):
         raise NotImplementedError("MaxPool with explicit pads")
     return F.max_pool2d(x, kernel_shape, strides, ceil_mode=bool(ceil_mode))
@@ -172,6 +175,9 @@ class OnnxGraph(nn.Module):
             raise NotImplementedError(f"ONNX operators without a torch version here: {', '.join(unknown)}")
         if len(graph.input) != 1 or len(graph.output) != 1:
             raise NotImplementedError("only graphs with one input and one output")
+        several = sorted({node.op_type for node in graph.node if len(node.output) > 1})
+        if several:  # e.g. a training-mode BatchNormalization's running statistics
+            raise NotImplementedError(f"ONNX nodes with several outputs: {', '.join(several)}")
         self.input_name, self.output_name = graph.input[0].name, graph.output[0].name
         self._buffer_of: dict[str, str] = {}
         self._ints: dict[str, torch.Tensor] = {}  # and Resize's scales: read on the CPU, never from the device
