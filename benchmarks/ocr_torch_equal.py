@@ -3,6 +3,7 @@
     python benchmarks/ocr_torch_equal.py --out benchmarks/results/ocr_torch.md             # on the CPU
     python benchmarks/ocr_torch_equal.py --device cuda --out /tmp/ocr_torch_cuda.md        # on a GPU
     python benchmarks/ocr_torch_equal.py --device cuda --no-tf32                           # full fp32 convolutions
+    python benchmarks/ocr_torch_equal.py --threads 1                                       # torch on one CPU thread
 
 Images: the bundled examples (3) and 20 real pages: the middle page of each of the first 10 documents
 (by name) of the LaTeX-manual corpus's test split (``arr_coc.documents.corpus``) rendered at 100 dpi, and the
@@ -13,7 +14,8 @@ call (the detector batched over the pages of one size, the recogniser over the g
 Compared per image: the texts (all equal, in order), the largest difference of a box corner (px) and of a
 score. On CUDA, torch's own default lets cuDNN compute float32 convolutions in TF32 (10-bit mantissa);
 ``--no-tf32`` turns that off for this run (``torch.backends.cudnn.allow_tf32``; the library never sets it).
-Times: each engine's median over the images of one call per image (after one warm-up call), and the
+``--threads N`` sets torch's CPU threads for this run (``torch.set_num_threads``); ONNX Runtime keeps RapidOCR's
+settings. Times: each engine's median over the images of one call per image (after one warm-up call), and the
 one batched call's total.
 """
 from __future__ import annotations
@@ -77,9 +79,11 @@ def compare(a, b) -> tuple[int, bool, float, float]:
     return lines, True, box, score
 
 
-def run(device: str, tf32: bool) -> list[str]:
+def run(device: str, tf32: bool, threads: int | None = None) -> list[str]:
     import torch
 
+    if threads:  # this script's process only, as --no-tf32
+        torch.set_num_threads(threads)
     if not tf32:  # this script's process only: the library leaves torch's settings to its caller
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -127,11 +131,12 @@ def run(device: str, tf32: bool) -> list[str]:
 
     device_name = torch.cuda.get_device_name(torch_ocr.device) if torch_ocr.device.type == "cuda" else "CPU"
     n, lines = len(items), sum(r["lines"] for r in rows.values())
-    flags = f"--device {device}" + ("" if tf32 else " --no-tf32")
+    flags = f"--device {device}" + ("" if tf32 else " --no-tf32") + (f" --threads {threads}" if threads else "")
     precision = (f"; cuDNN TF32 {'allowed' if torch.backends.cudnn.allow_tf32 else 'off'}"
                  if torch_ocr.device.type == "cuda" else "")
     out = [f"`python benchmarks/ocr_torch_equal.py {flags}` (torch {torch.__version__}, torch engine "
-           f"on {device_name}{precision}; ONNX Runtime on the CPU); {n} images, {lines} detected lines", "",
+           f"on {device_name}{precision}, {torch.get_num_threads()} torch CPU threads; ONNX Runtime on the CPU); "
+           f"{n} images, {lines} detected lines", "",
            "| images | n | lines | texts identical | largest box difference | largest score difference "
            "| median s, ONNX Runtime | median s, torch |",
            "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -154,9 +159,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", help="the torch engine's device (cpu, cuda, cuda:1, ...)")
     ap.add_argument("--no-tf32", action="store_true", help="float32 convolutions and matmuls without TF32 on CUDA")
+    ap.add_argument("--threads", type=int, help="torch's CPU threads for this run (default: torch's own)")
     ap.add_argument("--out", type=Path, help="write the table here (markdown) as well as to stdout")
     args = ap.parse_args(argv)
-    lines = ["# The torch OCR against ONNX Runtime", "", *run(args.device, not args.no_tf32)]
+    lines = ["# The torch OCR against ONNX Runtime", "", *run(args.device, not args.no_tf32, args.threads)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
