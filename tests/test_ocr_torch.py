@@ -125,6 +125,12 @@ def test_a_bad_backend_or_a_device_for_onnx_runtime_is_refused():
     with pytest.raises(ValueError, match="^the onnxruntime OCR backend runs on the CPU and takes no device "
                                          r"\(got 'cuda'\); use backend='torch' to run the OCR on a torch device$"):
         rapidocr_engine(device="cuda")
+    with pytest.raises(ValueError, match="^the OCR's device 'gpu' is no torch device: Expected one of cpu, cuda"):
+        rapidocr_engine(backend="torch", device="gpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="^the OCR's device 'cuda:1' needs CUDA, which this torch does not see; "
+                                             "use device='cpu' or the default onnxruntime backend$"):
+            rapidocr_engine(backend="torch", device="cuda:1")
 
 
 def test_a_graph_with_an_operator_not_implemented_is_refused():

@@ -77,9 +77,21 @@ def rapidocr_engine(det_limit_side_len: int = DET_LIMIT_SIDE_LEN, text_score: fl
             raise ValueError(f"the onnxruntime OCR backend runs on the CPU and takes no device (got {device!r}); "
                              "use backend='torch' to run the OCR on a torch device")
         return _engine(int(det_limit_side_len), float(text_score))  # one cache key per options, however spelled
+    return _torch_engine(int(det_limit_side_len), float(text_score), torch_device(device))
+
+
+def torch_device(device: Any) -> str:
+    """``device`` (None: the CPU) as the torch OCR's cache key, or a ValueError naming what is wrong with it."""
     import torch
 
-    return _torch_engine(int(det_limit_side_len), float(text_score), str(torch.device(device or "cpu")))
+    try:
+        where = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"the OCR's device {device!r} is no torch device: {err}") from None
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"the OCR's device {device!r} needs CUDA, which this torch does not see; use device='cpu' "
+                         "or the default onnxruntime backend")
+    return str(where)
 
 
 def rapidocr_params(det_limit_side_len: int, text_score: float) -> dict[str, Any]:
