@@ -6,6 +6,8 @@ building it (two ONNX sessions) is paid once per process and options.
 
 The engine recognises the detected lines two at a time (:class:`PairedLinesOCR`) in RapidOCR's own groups
 and widths, so it reads exactly what RapidOCR reads while holding two lines' activations, not six.
+With ``backend="torch"`` the same networks run as torch modules on a chosen device (``torch_ocr.TorchOCR``,
+converted from the shipped ONNX files by ``onnx_graph.OnnxGraph``), RapidOCR's steps around them unchanged.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ TEXT_SCORE = 0.5
 # bits (up to 1.6e-6 on the CTC probabilities), enough to flip a score's fifth decimal: measured by
 # ``benchmarks/ocr_lines.py``.
 LINES_AT_ONCE = 2
+# Where the PP-OCR networks run: ONNX Runtime on the CPU (the default), or torch modules on a torch device.
+BACKENDS = ("onnxruntime", "torch")
 
 
 def require_rapidocr(what: str, alternative: str = "") -> ModuleType:
@@ -49,19 +53,45 @@ def require_rapidocr(what: str, alternative: str = "") -> ModuleType:
     return rapidocr
 
 
-def rapidocr_engine(det_limit_side_len: int = DET_LIMIT_SIDE_LEN, text_score: float = TEXT_SCORE) -> Any:
+def rapidocr_engine(det_limit_side_len: int = DET_LIMIT_SIDE_LEN, text_score: float = TEXT_SCORE,
+                    backend: str = "onnxruntime", device: Any = None) -> Any:
     """The RapidOCR engine for these options, built once per process; call it on an ``[H, W, 3]`` uint8 array.
 
     Args:
         det_limit_side_len: the image is detected at most this many px on its long side.
         text_score: recognised texts scoring below it are dropped (0 keeps every detected line, whose box
             still says where text is).
+        backend: ``"onnxruntime"`` (:class:`PairedLinesOCR`, on the CPU) or ``"torch"``
+            (:class:`arr_coc.ocr.torch_ocr.TorchOCR`: the same networks converted to torch modules, run on ``device``;
+            it also reads several images at once with ``.read(images)``).
+        device: the torch device for ``backend="torch"`` (default ``"cpu"``); ONNX Runtime takes none.
 
     Example:
         >>> rapidocr_engine(640) is rapidocr_engine(640.0, text_score=0.5)
         True
     """
-    return _engine(int(det_limit_side_len), float(text_score))  # one cache key per options, however spelled
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown OCR backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    if backend == "onnxruntime":
+        if device is not None:
+            raise ValueError(f"the onnxruntime OCR backend runs on the CPU and takes no device (got {device!r}); "
+                             "use backend='torch' to run the OCR on a torch device")
+        return _engine(int(det_limit_side_len), float(text_score))  # one cache key per options, however spelled
+    return _torch_engine(int(det_limit_side_len), float(text_score), torch_device(device))
+
+
+def torch_device(device: Any) -> str:
+    """``device`` (None: the CPU) as the torch OCR's cache key, or a ValueError naming what is wrong with it."""
+    import torch
+
+    try:
+        where = torch.device("cpu" if device is None else device)
+    except (RuntimeError, TypeError) as err:
+        raise ValueError(f"the OCR's device {device!r} is no torch device: {err}") from None
+    if where.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"the OCR's device {device!r} needs CUDA, which this torch does not see; use device='cpu' "
+                         "or the default onnxruntime backend")
+    return str(where)
 
 
 def rapidocr_params(det_limit_side_len: int, text_score: float) -> dict[str, Any]:
@@ -78,6 +108,13 @@ def rapidocr_params(det_limit_side_len: int, text_score: float) -> dict[str, Any
 @lru_cache(maxsize=8)
 def _engine(det_limit_side_len: int, text_score: float) -> PairedLinesOCR:
     return PairedLinesOCR(require_rapidocr("OCR").RapidOCR(params=rapidocr_params(det_limit_side_len, text_score)))
+
+
+@lru_cache(maxsize=8)
+def _torch_engine(det_limit_side_len: int, text_score: float, device: str) -> Any:
+    from arr_coc.ocr.torch_ocr import TorchOCR  # torch modules from the ONNX files: built only when asked for
+
+    return TorchOCR(require_rapidocr("OCR").RapidOCR(params=rapidocr_params(det_limit_side_len, text_score)), device)
 
 
 class PairedLinesOCR:
