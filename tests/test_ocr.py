@@ -5,12 +5,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rapidocr  # a declared dependency: missing, it fails these tests (not skips them)
 from PIL import Image
+from rapidocr.ch_ppocr_rec import TextRecognizer
 
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, LINES_AT_ONCE, PairedLinesOCR, line_groups, rapidocr_engine, rapidocr_params
 
-rapidocr = pytest.importorskip("rapidocr")
-TextRecognizer = pytest.importorskip("rapidocr.ch_ppocr_rec").TextRecognizer
 EXAMPLES = Path(__file__).resolve().parents[1] / "arr_coc" / "examples"
 
 

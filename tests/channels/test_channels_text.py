@@ -217,3 +217,25 @@ def test_pipeline_puts_the_first_saccade_on_the_total_line(receipt_page, receipt
     y0, _, y1, _ = boxes["TOTAL 42.00"]
     top_row = int(out.positions[0, 0, 0])
     assert top_row * cell < y1 * sy and (top_row + 1) * cell > y0 * sy  # the top cell's row meets the total line
+
+
+def test_the_torch_ocr_option_reads_the_same_lines_and_the_cpu_default_stays_onnx_runtime(receipt_page, encoder,
+                                                                                           monkeypatch):
+    pixels, _ = receipt_page
+    asked = []
+    real = text.rapidocr_engine
+    monkeypatch.setattr(text, "rapidocr_engine", lambda *a, **k: asked.append(k["backend"]) or real(*a, **k))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the torch OCR's many small operators on a shared 2-core machine (test_ocr_torch.py)
+    try:
+        maps = {ocr: compute_texture(pixels[None], CHANNELS, queries=["What is the total?"], query_encoder=encoder,
+                                     cache=ImageCache(), options={c: {"ocr": ocr} for c in CHANNELS})
+                for ocr in ("auto", "torch")}
+    finally:
+        torch.set_num_threads(threads)
+    assert asked == ["onnxruntime", "torch"]  # auto on a CPU image: ONNX Runtime, as before the option
+    assert torch.equal(maps["auto"], maps["torch"])  # the same texts and boxes, so the same maps
+    assert float(maps["torch"].amax()) > 0.5  # the question found its line (not two empty maps)
+    assert text.ocr_backend("auto", torch.device("cuda")) == {"backend": "torch", "device": "cuda"}
+    with pytest.raises(ValueError, match="ocr option must be one of auto, onnxruntime, torch, got 'tesseract'"):
+        text.detect_lines(pixels, encoder, ocr="tesseract")

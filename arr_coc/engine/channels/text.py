@@ -61,6 +61,8 @@ from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require
 MIN_SCORE = TEXT_SCORE
 # The short side, in detector pixels, below which a thin image is padded (see _pad_for_detection).
 MIN_DETECTED_SIDE = 48
+# the text channels' ``ocr`` option (:func:`ocr_backend`)
+OCR_BACKENDS = ("auto", "onnxruntime", "torch")
 # key_value geometry, in units of the key line's height h. Values on forms often sit at a tab stop far right
 # of their key (a column of keys at x ~70 px, their values at ~400 px on FUNSD forms: 10-13 h). On 207 FUNSD
 # questions the top cell hit the answer 42 / 54 / 55 / 55 % of the time with a reach of 4 / 12 / 16 / 24 h.
@@ -153,13 +155,31 @@ def _pad_for_detection(image: Tensor, det_limit_side_len: int) -> Tensor:
     return F.pad(image, pad, value=1.0)
 
 
-def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> TextLines:
+def ocr_backend(option: str, device: torch.device) -> dict[str, Any]:
+    """RapidOCR's engine options for the text channels' ``ocr`` setting on an image held on ``device``.
+
+    ``auto`` (the default): ONNX Runtime for an image on the CPU (as always), the torch OCR on the image's own
+    device otherwise (:class:`~arr_coc.ocr.torch_ocr.TorchOCR`: the same networks, the same texts and boxes), so a
+    GPU-held ARR reads its pages where they are. ``onnxruntime`` or ``torch`` choose one.
+
+    >>> ocr_backend("auto", torch.device("cpu")), ocr_backend("torch", torch.device("cpu"))
+    ({'backend': 'onnxruntime'}, {'backend': 'torch', 'device': 'cpu'})
+    """
+    if option not in OCR_BACKENDS:
+        raise ValueError(f"the text channels' ocr option must be one of {', '.join(OCR_BACKENDS)}, got {option!r}")
+    torch_ocr = option == "torch" or (option == "auto" and device.type != "cpu")
+    return {"backend": "torch", "device": str(device)} if torch_ocr else {"backend": "onnxruntime"}
+
+
+def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN,
+                 ocr: str = "auto") -> TextLines:
     """Detect, read and embed the text lines of one image ``[3, H, W]`` float in [0, 1].
 
     Args:
         image: ``[3, H, W]`` RGB in [0, 1].
         query_encoder: ``.encode(list[str]) -> [N, D]`` L2-normalised (the questions' encoder) and ``.dim``.
         det_limit_side_len: the page is detected at most this many px on its long side.
+        ocr: which OCR runs the networks (:func:`ocr_backend`): ``auto``, ``onnxruntime`` or ``torch``.
 
     Returns:
         :class:`TextLines` with boxes in the pixels of ``image``.
@@ -168,7 +188,8 @@ def detect_lines(image: Tensor, query_encoder: Any, det_limit_side_len: int = DE
         shape = tuple(image.shape) if isinstance(image, Tensor) else type(image).__name__
         raise ValueError(f"detect_lines needs one [3, H, W] RGB image, got {shape}")
     require_rapidocr("the text channels (text_match, key_value)")  # checked on every call: the engine is cached
-    engine = rapidocr_engine(det_limit_side_len, text_score=0.0)  # low-confidence lines still say where text is
+    # low-confidence lines still say where text is
+    engine = rapidocr_engine(det_limit_side_len, text_score=0.0, **ocr_backend(ocr, image.device))
     height, width = image.shape[-2:]
     u8 = to_hwc_uint8(_pad_for_detection(image.detach().float(), det_limit_side_len))
     out = engine(np.ascontiguousarray(u8[..., ::-1]))  # RapidOCR reads a numpy array as BGR
@@ -287,13 +308,13 @@ def lines_from_text(boxes_px: Tensor, texts: list[str], query_encoder: Any) -> T
 
 
 def image_lines(cache: Any, image: Tensor, query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN,
-                known: Any = None) -> TextLines:
+                known: Any = None, ocr: str = "auto") -> TextLines:
     """One image's cached :class:`TextLines`: ``known()`` (lines from a text layer) if given, else OCR.
 
     Whichever fills the cache first is what ``text_match`` and ``key_value`` read for this image; those channels
     pass the image's known text (``TextureInputs.text``: a page's text layer), so they run no OCR on it.
     """
-    compute = known if known is not None else (lambda: detect_lines(image, query_encoder, det_limit_side_len))
+    compute = known if known is not None else (lambda: detect_lines(image, query_encoder, det_limit_side_len, ocr))
     return cache.get(lines_entry(query_encoder, det_limit_side_len), image, compute)
 
 
@@ -301,8 +322,9 @@ def _lines(inputs: TextureInputs, channel: str) -> tuple[list[TextLines], Tensor
     """Per image its cached :class:`TextLines`, and the question embeddings ``[B, D]``."""
     query_emb = inputs.query_emb  # raises the TextureInputs error before any OCR runs without an encoder
     side = int(inputs.option(channel, "det_limit_side_len", DET_LIMIT_SIDE_LEN))
-    lines = [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs))
-             for i, image in enumerate(inputs.pixels)]  # OCR per image whose text is not known
+    ocr = str(inputs.option(channel, "ocr", "auto"))
+    lines = [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs),
+                         ocr=ocr) for i, image in enumerate(inputs.pixels)]  # OCR per image whose text is not known
     return lines, query_emb
 
 
