@@ -24,10 +24,9 @@ from collections import defaultdict
 
 import torch
 
+from arr_coc import ARR
 from arr_coc.allocators.methods import build_samplers
 from arr_coc.budget import Budget
-from arr_coc.cli import _parser
-from arr_coc.cli import eval as eval_cli
 from arr_coc.data.boxes import scale_boxes
 from arr_coc.data.image_paraphrase import load_image_paraphrase
 from arr_coc.engine.views import downsampled_grid, downsampled_view, foveated_view, gestalt_view
@@ -49,8 +48,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.lines:
         return report(line_ranks(args.kinds, args.limit))
-    cli = _parser().parse_args(["eval", "image-paraphrase", "--methods", "arr", "--tokens", BUDGET])
-    _, arr = eval_cli._arr(cli)
+    arr = ARR.from_pretrained("contextual").eval()  # what `arr-coc eval` builds by default: the same config and weights
     settings = EvalSettings(methods=["arr"], budgets=[BUDGET], reader="tesseract", reading="region", seed=0,
                             margin_px=MARGIN)
     reader, samplers = make_view_reader("tesseract", "region"), build_samplers(["arr"])
