@@ -7,7 +7,12 @@ questions), giving :class:`TextLines`. A line read as ``"Key: value"`` or ``"Key
 :func:`split_key_value`) is stored as two pieces, its box split in proportion to the characters, because OCR
 often joins a form's key and its value into one line ("Date:9/3/92") and the channels must tell them apart.
 
-Question part (per question, cheap): the cosine similarity ``s_l`` of each line to the question.
+Question part (per question): a score ``s_l`` of each line for the question (:func:`line_scores`). Where the
+channel read the lines itself and the questions' encoder is a model, the cross-encoder ms-marco-MiniLM-L-12-v2
+(:class:`~arr_coc.engine.retrieval.CrossEncoderReranker`, offline) reads each (question, line) pair, its logits
+scaled to [0, 1] over the image's lines; otherwise (a model-free hashing encoder, lines given with a context's
+pages) the cosine similarity of the line's and the question's embeddings. Option ``rerank`` of either channel
+(True / False) overrides the choice.
 
 * ``text_match`` paints each line box with ``max(s_l, 0)`` (overlaps take the max) and scales the image's
   best line to 1: "this line says what the question says".
@@ -45,7 +50,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -54,6 +60,8 @@ from torch import Tensor
 
 from arr_coc.engine.channel_registry import FLAT_RANGE, TextureInputs, register_channel
 from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
+from arr_coc.engine.query import HashingQueryEncoder, VectorCache
+from arr_coc.engine.retrieval import CrossEncoderReranker
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require_rapidocr
 
 # Lines recognised below RapidOCR's own cut-off are mostly wrong characters: their embedding would match
@@ -340,23 +348,75 @@ def _similarity(lines: TextLines, q: Tensor) -> Tensor:
     return lines.emb.to(q) @ q  # [L] cosine; 0 for illegible lines (zero rows)
 
 
+class LineReranker:
+    """The cross-encoder's score of (question, line) pairs, each pair read once while among the ``max_cached``
+    most recently used: ``text_match`` and ``key_value`` of one question share them."""
+
+    def __init__(self, reranker: Any = None, max_cached: int = 100_000) -> None:
+        self.reranker = reranker if reranker is not None else CrossEncoderReranker()
+        self._cache = VectorCache(max_cached)
+
+    def logits(self, question: str, texts: Sequence[str]) -> Tensor:
+        """[N] the relevance logit of each text read with ``question`` (higher: more relevant)."""
+        keys = [f"{question}\x00{t}" for t in texts]  # NUL: no question or line holds it
+
+        def run(missing: list[str]) -> Tensor:  # [M, 1]
+            return self.reranker.rerank(question, [k.split("\x00", 1)[1] for k in missing]).float()[:, None]
+
+        return self._cache.vectors(keys, run)[:, 0] if keys else torch.zeros(0)
+
+
+@lru_cache(maxsize=1)
+def line_reranker() -> LineReranker:
+    """The process's :class:`LineReranker` (the model loads on its first pair)."""
+    return LineReranker()
+
+
+def reranks(inputs: TextureInputs, channel: str, i: int) -> bool:
+    """Whether image ``i``'s lines are scored by the cross-encoder: option ``rerank`` of the channel, by default
+    where the channel read them itself (a context's pages come with their text, which the context's own retriever
+    ranks) and the questions' encoder is a model (a model-free hashing ARR stays model-free)."""
+    auto = inputs.known_text(i) is None and not isinstance(inputs.query_encoder, HashingQueryEncoder)
+    return bool(inputs.option(channel, "rerank", auto))
+
+
+def line_scores(inputs: TextureInputs, channel: str, i: int, lines: TextLines, q: Tensor) -> Tensor:
+    """[L] how well each line of image ``i`` answers its question: the cross-encoder's logit scaled to [0, 1] over
+    the image's legible lines (its best line 1, its worst 0) where :func:`reranks`, else the query encoder's
+    cosine; 0 for illegible lines.
+
+    MiniLM compares a question and a line as two sentences, so "How much was paid in the end?" matches lines
+    that share its topic words; the cross-encoder (ms-marco, trained on question -> passage relevance) reads
+    them together and ranks the line the question asks for first more often (see docs/coc.md, "One image").
+    """
+    if not reranks(inputs, channel, i):
+        return _similarity(lines, q)
+    scores = torch.zeros(len(lines))
+    idx = lines.legible.nonzero().flatten().tolist()
+    if idx:
+        logit = line_reranker().logits(inputs.queries[i], [lines.texts[j] for j in idx])
+        span = float(logit.max() - logit.min())
+        scores[idx] = (logit - logit.min()) / span if span > FLAT_RANGE else torch.ones_like(logit)
+    return scores.to(q)
+
+
 def _per_image(inputs: TextureInputs, channel: str, paint) -> Tensor:
-    """``paint(lines, query_emb, size) -> [H, W]`` for each image: a loop over images, each with its own lines."""
+    """``paint(lines, line_scores, size) -> [H, W]`` for each image: a loop over images, each with its own lines."""
     lines, query_emb = _lines(inputs, channel)
     size = tuple(inputs.pixels.shape[-2:])
-    maps = [paint(tl, q, size) for tl, q in zip(lines, query_emb)]
+    maps = [paint(tl, line_scores(inputs, channel, i, tl, q), size) for i, (tl, q) in enumerate(zip(lines, query_emb))]
     return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
 
 
 @register_channel("text_match", differentiable=False, needs_query=True)
 def _text_match(inputs: TextureInputs) -> Tensor:
-    """Text lines whose reading matches the question (MiniLM cosine), the best line of the image at 1."""
+    """Text lines whose reading answers the question (cross-encoder or cosine), the best line of the image at 1."""
 
-    def paint(tl: TextLines, q: Tensor, size: tuple[int, int]) -> Tensor:
-        s = _similarity(tl, q).clamp_min(0)  # [L]
+    def paint(tl: TextLines, scores: Tensor, size: tuple[int, int]) -> Tensor:
+        s = scores.clamp_min(0)  # [L]
         top = float(s.max()) if len(tl) else 0.0
         values = s / top if top > FLAT_RANGE else torch.zeros_like(s)
-        return paint_boxes(tl.boxes_px.to(q.device), values, size)  # [H, W]
+        return paint_boxes(tl.boxes_px.to(s.device), values, size)  # [H, W]
 
     return _per_image(inputs, "text_match", paint)
 
@@ -365,9 +425,9 @@ def _text_match(inputs: TextureInputs) -> Tensor:
 def _key_value(inputs: TextureInputs) -> Tensor:
     """Where the value of the line that matches the question sits: right of it on its row, or below it."""
 
-    def paint(tl: TextLines, q: Tensor, size: tuple[int, int]) -> Tensor:
-        weights = sharpen(_similarity(tl, q), tl.legible.to(q.device))  # [L]
-        regions, values = value_regions(tl.boxes_px.to(q.device), weights)  # [4L, 4], [4L]
+    def paint(tl: TextLines, scores: Tensor, size: tuple[int, int]) -> Tensor:
+        weights = sharpen(scores, tl.legible.to(scores.device))  # [L]
+        regions, values = value_regions(tl.boxes_px.to(scores.device), weights)  # [4L, 4], [4L]
         return paint_boxes(regions, values, size).clamp(0, 1)  # [H, W]
 
     return _per_image(inputs, "key_value", paint)
