@@ -52,8 +52,8 @@ def box_max(m: torch.Tensor, box: tuple) -> float:
 def test_reranked_text_match_puts_the_paraphrased_answer_line_above_a_word_sharing_distractor(bill_page, encoder):
     pixels, boxes = bill_page
     cache = ImageCache()  # one OCR run for both maps
-    reranked = text_match(pixels, encoder, cache)  # the default for a MiniLM ARR on an image it reads itself
-    cosine = text_match(pixels, encoder, cache, rerank=False)  # the control: the same lines, MiniLM's cosine
+    reranked = text_match(pixels, encoder, cache, rerank=True)
+    cosine = text_match(pixels, encoder, cache)  # the control and the default: the same lines, MiniLM's cosine
     total, till = boxes["TOTAL 42.00"], boxes["Bill printed by till 3"]
     assert inside(peak(reranked), total)
     assert box_max(reranked, total) == 1.0 and box_max(reranked, till) < 0.9
@@ -61,14 +61,14 @@ def test_reranked_text_match_puts_the_paraphrased_answer_line_above_a_word_shari
     assert box_max(cosine, till) == 1.0 and box_max(cosine, total) < 1.0
 
 
-def test_rerank_is_on_for_a_model_on_read_lines_and_off_for_given_text_or_hashing(encoder):
+def test_rerank_is_off_by_default_and_on_where_a_channel_asks_for_it(encoder):
     pixels = torch.ones(2, 3, 28, 28)
     known = [None, PageText(lines=[("TOTAL 42.00", (0.0, 0.0, 10.0, 28.0))])]
     minilm = TextureInputs(pixels, queries=["q", "q"], query_encoder=encoder, text=known)
     hashing = TextureInputs(pixels, queries=["q", "q"], query_encoder=HashingQueryEncoder(), text=known)
     forced = TextureInputs(pixels, queries=["q", "q"], query_encoder=HashingQueryEncoder(), text=known,
                            options={"key_value": {"rerank": True}})
-    assert [reranks(minilm, "text_match", i) for i in (0, 1)] == [True, False]
+    assert [reranks(minilm, "text_match", i) for i in (0, 1)] == [False, False]
     assert [reranks(hashing, "text_match", i) for i in (0, 1)] == [False, False]
     assert [reranks(forced, "key_value", i) for i in (0, 1)] == [True, True]
     assert [reranks(forced, "text_match", i) for i in (0, 1)] == [False, False]
@@ -113,7 +113,8 @@ def test_both_channels_of_one_question_read_each_pair_once(monkeypatch):
 
 def test_reranked_pipeline_keeps_the_exact_budget_and_puts_the_first_saccade_on_the_total(bill_page, encoder):
     pixels, boxes = bill_page
-    config = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + ("text_match", "key_value")),
+    config = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + ("text_match", "key_value"),
+                                             options={c: {"rerank": True} for c in ("text_match", "key_value")}),
                        sampler=SamplerConfig(name="topk", saccades=7))
     out = ARR(config, query_encoder=encoder)(pixels, QUESTION)
     pos = out.positions[0]  # [7, 2] (y, x) cells
