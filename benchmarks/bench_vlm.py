@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
+
 # the model, its weights, inputs and report sit beside this script (running it puts the folder on sys.path)
 from bench_vlm_flops import flop_table
 from bench_vlm_report import METHODS, ROW_COLUMNS, result_stem, summarise, write_report
