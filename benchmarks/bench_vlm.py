@@ -10,9 +10,10 @@ Each ``--batch`` size B is one batch of B pages through every stage. Four method
 
 * full resolution -- a ``full`` plan: every cell through the tower, 2304 tokens per page to the LLM;
 * ``native_budget`` -- the model's own processor downscales each page to at most gestalt + K tokens
-  (529 = 23 x 23 cells): the equal-tokens baseline, the same tower and LLM work as the ``arr`` row
-  without an allocation (the table checks 10 %); its vision includes the processor's CPU resize, timed
-  apart as ``processor``;
+  (529 = 23 x 23 cells; choose K so that gestalt + K is a square, or the processor sends fewer), then one tower
+  call encodes the batch (``adapter.encode_processed``): the equal-tokens baseline, the same tower and LLM work as
+  the ``arr`` row without an allocation (the table checks 10 %); its vision includes the processor's CPU resize,
+  timed apart as ``processor``;
 * sparse, ``arr`` allocation -- ARR as ``arr-coc ask`` runs it (default channels: OCR, texture,
   learned saliency; MiniLM), on the model's device, all B pages in one ARR pass; then one tower call
   encodes every page's gestalt and K cells, and one batched prefill reads prefix, gestalt, saccades, question;
@@ -53,6 +54,7 @@ from arr_coc.engine.plan import Plan
 from arr_coc.vlm import VLMAdapter, allocate, decode, encode, prefill
 from arr_coc.vlm.generation import synchronize, timed
 from arr_coc.vlm.qwen import Qwen25VLAdapter
+from arr_coc.vlm.stages import _source  # tensor -> PIL image, as encode hands a native plan to the processor
 
 __all__ = ["COLUMNS", "METHODS", "Qwen25VLAdapter", "build_model", "choose_dtype", "device_note", "main", "page",
            "pages", "qwen25_vl_3b_config", "result_stem"]
@@ -84,8 +86,6 @@ def arr_allocator(cell: int, size: int, channels: Sequence[str] | None, query_en
 def processor_ms(adapter: Any, image: torch.Tensor, tokens: int) -> float:
     """Milliseconds of the model's processor alone (tensor -> PIL -> resize, normalise, patchify on the CPU) on
     one page at a cap of ``tokens``: the CPU part inside ``native_budget``'s vision, which no other row has."""
-    from arr_coc.vlm.stages import _source
-
     ip, cap = adapter.image_processor(), tokens * adapter.cell ** 2
     smallest = min(getattr(ip.size, "shortest_edge", None) or 4 * adapter.cell ** 2, cap)
     start = time.perf_counter()
@@ -150,8 +150,8 @@ def make_runs(adapter: VLMAdapter, arr: Any, images: Sequence[torch.Tensor], que
         t: dict[str, float] = {}
         gestalt = arr.config.gestalt.grid_for(saccades, grid)
         tokens = gestalt[0] * gestalt[1] + saccades
-        with timed(t, "vision", adapter.device):  # the processor runs per image, as the model's own path does
-            vis = encode(adapter, [Plan("native_budget", "native", grid, native=tokens)] * n, list(images))
+        with timed(t, "vision", adapter.device):  # the processor resizes each page, then one tower call for the batch
+            vis = adapter.encode_processed([_source(None, b, img) for b, img in enumerate(images)], tokens)
         prompt, logits = answer_prefill(t, vis, prompts)
         detail = {"processor": sum(processor_ms(adapter, img, tokens) for img in images)}  # outside the timed stages
         return stage_ms(t), detail, vis[0], prompt.prefill.inputs_embeds.shape[1], logits, None

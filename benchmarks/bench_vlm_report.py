@@ -68,11 +68,15 @@ def same_work(rows: Sequence[dict[str, Any]], batch: int) -> tuple[float, str]:
     native, arr_row = by[METHODS[1]], by[METHODS[2]]
     agree = arr_row["work_ms"] / native["work_ms"]
     processor = native["detail"].get("processor", 0.0)
-    verdict = (f"agree within {100 * AGREE:.0f} %" if abs(agree - 1) <= AGREE else
+    same = native["visual_tokens"] == arr_row["visual_tokens"]
+    verdict = ("NOT the same work: the processor could not fit the page in gestalt + K tokens as a square grid "
+               "(choose --saccades so that gestalt + K is a square)" if not same else
+               f"agree within {100 * AGREE:.0f} %" if abs(agree - 1) <= AGREE else
                f"DISAGREE by more than {100 * AGREE:.0f} %")
     return agree, (
-        f"batch {batch}: `native_budget` and `arr` send the same {native['visual_tokens']} tokens per page through "
-        f"one tower call and one prefill of {arr_row['prompt_tokens']} tokens: vision + prefill medians "
+        f"batch {batch}: `native_budget` and `arr` send {native['visual_tokens']} and {arr_row['visual_tokens']} "
+        f"tokens per page through one tower call and prompts of {native['prompt_tokens']} and "
+        f"{arr_row['prompt_tokens']} tokens through one prefill: vision + prefill medians "
         f"{native['work_ms']:.0f} and {arr_row['work_ms']:.0f} ms (ratio {agree:.2f}: {verdict}); of "
         f"`native_budget`'s vision, the model's processor (PIL resize, normalise, patchify on the CPU; timed apart, "
         f"median) is {processor:.0f} ms, work the `arr` row does not have (its cells are cut from the canvas by "
