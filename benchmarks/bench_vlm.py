@@ -54,7 +54,6 @@ from arr_coc.engine.plan import Plan
 from arr_coc.vlm import VLMAdapter, allocate, decode, encode, prefill
 from arr_coc.vlm.generation import synchronize, timed
 from arr_coc.vlm.qwen import Qwen25VLAdapter
-from arr_coc.vlm.stages import _source  # tensor -> PIL image, as encode hands a native plan to the processor
 
 __all__ = ["COLUMNS", "METHODS", "Qwen25VLAdapter", "build_model", "choose_dtype", "device_note", "main", "page",
            "pages", "qwen25_vl_3b_config", "result_stem"]
@@ -83,13 +82,21 @@ def arr_allocator(cell: int, size: int, channels: Sequence[str] | None, query_en
     return ARR(config, query_encoder=encoder).eval().to(device)
 
 
+def as_pil(image: torch.Tensor) -> Any:
+    """A [3, H, W] page in [0, 1] as the PIL image the model's processor reads (as ``encode`` makes it for a native
+    plan)."""
+    from PIL import Image
+
+    return Image.fromarray((image.float().clamp(0, 1) * 255).round().byte().permute(1, 2, 0).cpu().numpy())
+
+
 def processor_ms(adapter: Any, image: torch.Tensor, tokens: int) -> float:
     """Milliseconds of the model's processor alone (tensor -> PIL -> resize, normalise, patchify on the CPU) on
     one page at a cap of ``tokens``: the CPU part inside ``native_budget``'s vision, which no other row has."""
     ip, cap = adapter.image_processor(), tokens * adapter.cell ** 2
     smallest = min(getattr(ip.size, "shortest_edge", None) or 4 * adapter.cell ** 2, cap)
     start = time.perf_counter()
-    ip(images=[_source(None, 0, image)], size={"shortest_edge": smallest, "longest_edge": cap}, return_tensors="pt")
+    ip(images=[as_pil(image)], size={"shortest_edge": smallest, "longest_edge": cap}, return_tensors="pt")
     return (time.perf_counter() - start) * 1e3
 
 
@@ -151,7 +158,7 @@ def make_runs(adapter: VLMAdapter, arr: Any, images: Sequence[torch.Tensor], que
         gestalt = arr.config.gestalt.grid_for(saccades, grid)
         tokens = gestalt[0] * gestalt[1] + saccades
         with timed(t, "vision", adapter.device):  # the processor resizes each page, then one tower call for the batch
-            vis = adapter.encode_processed([_source(None, b, img) for b, img in enumerate(images)], tokens)
+            vis = adapter.encode_processed([as_pil(img) for img in images], tokens)
         prompt, logits = answer_prefill(t, vis, prompts)
         detail = {"processor": sum(processor_ms(adapter, img, tokens) for img in images)}  # outside the timed stages
         return stage_ms(t), detail, vis[0], prompt.prefill.inputs_embeds.shape[1], logits, None
