@@ -49,7 +49,7 @@ from arr_coc.eval.store import RowStore
 LABELS = {"coc": "coc", "equal_split": "equal split", "uniform": "uniform", "first_pages": "first pages",
           "bm25_pages": "bm25 pages"}
 METHODS = tuple(LABELS.values())
-# Qwen2.5-VL-3B on this CPU (benchmarks/results/bench_vlm.md): full resolution, 2334 prompt tokens,
+# Qwen2.5-VL-3B on this CPU (benchmarks/results/bench_vlm_cpu_runs/3b_batch1_d056676.md): full resolution, 2334 prompt tokens,
 # 105.5 s of tower + prefill; the VLM time a token costs, for the time-saved estimate.
 VLM_MS_PER_TOKEN = 105507 / 2334
 

@@ -2,6 +2,12 @@
 import importlib.util
 import sys
 from pathlib import Path
+from unittest import mock
+
+import pytest
+import torch
+
+from arr_coc.engine.pipeline import ARR
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,52 +36,71 @@ def table_rows(text: str, header: str) -> list[list[str]]:
 def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
     bench = load_bench()
     size, k = 448, 40  # 16 x 16 cells of 28 px; arr-coc's gestalt for K = 40 is 6 x 6
-    rows = bench.main(["--tiny", "--repeats", "2", "--size", str(size), "--saccades", str(k), "--dtype", "float32",
-                       "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)])
+    argv = ["--tiny", "--batch", "1", "2", "--repeats", "2", "--size", str(size), "--saccades", str(k), "--dtype",
+            "float32", "--channels", "rgb", "edges", "--query-encoder", "hashing", "--out", str(tmp_path)]
+    with mock.patch.object(ARR, "see", autospec=True, side_effect=ARR.see) as see:
+        rows = bench.main(argv)
     md = (tmp_path / "bench_vlm.md").read_text()
     made_by, table_text = md.split("\n\n", 1)
-    assert made_by == "made by: `python benchmarks/bench_vlm.py --tiny --repeats 2 --size 448 --saccades 40 " \
-                      "--dtype float32 --channels rgb edges --query-encoder hashing --out " + str(tmp_path) + "`"
+    assert made_by == "made by: `python benchmarks/bench_vlm.py " + " ".join(argv) + "`"
     assert table_text.strip() in capsys.readouterr().out  # the table is printed as written
     assert (tmp_path / "bench_vlm.png").stat().st_size > 0
+    # one ARR pass per arr allocation, whatever the batch: the batch of 2 pages is seen in one call
+    arr_passes = [len(c.args[1]) for c in see.call_args_list]
+    assert sorted(set(arr_passes)) == [1, 2] and arr_passes.count(2) == 2  # 2 repeats of the batch-2 arr row
 
-    table = table_rows(md, "| method | visual tokens |")
+    table = table_rows(md, "| method | batch |")
     assert table[0] == list(bench.COLUMNS)
-    assert [r[0] for r in table[1:]] == list(bench.METHODS)
-    full, native, arr, vlm = table[1:]
+    assert [(r[0], r[1]) for r in table[1:]] == [(m, b) for b in ("1", "2") for m in bench.METHODS]
     cells, gestalt = (size // 28) ** 2, 6 * 6
-    assert int(full[1]) == cells == 256
-    assert int(arr[1]) == int(vlm[1]) == gestalt + k == 76
-    assert int(native[1]) <= 76  # the processor's downscale at most gestalt + K tokens
-    assert full[2] == native[2] == "0" and full[6] == "0.0%" and full[7].endswith("(median 1.00x)")
+    for full, native, arr, vlm in (table[1:5], table[5:9]):
+        assert int(full[2]) == cells == 256
+        assert int(arr[2]) == int(vlm[2]) == gestalt + k == 76
+        assert int(native[2]) <= 76  # the processor's downscale at most gestalt + K tokens
+        assert full[3] == native[3] == "0" and full[8] == "0.0%" and full[9].endswith("(median 1.00x)")
+        assert float(arr[3]) > 0 and float(vlm[3]) > 0
     for r in table[1:]:
-        low, median, high = (float(x) for x in r[5].split(" / "))  # min / median / max over the repeats
-        assert low <= median <= high and float(r[3]) > 0 and float(r[4]) > 0
-        fastest, slowest = (float(x.rstrip("x")) for x in r[7].split(" (")[0].split("–"))
-        assert fastest <= slowest and r[8].endswith("x")
-    assert float(arr[2]) > 0 and float(vlm[2]) > 0
+        low, median, high = (float(x) for x in r[6].split(" / "))  # min / median / max over the repeats
+        assert low <= median <= high and float(r[4]) > 0 and float(r[5]) > 0
+        fastest, slowest = (float(x.rstrip("x")) for x in r[9].split(" (")[0].split("–"))
+        assert fastest <= slowest and r[10].endswith("x")
 
+    by = {(r["batch"], r["method"]): r for r in rows}
+    for r in rows:  # throughput: pages per second of each repeat's time to first token, median
+        assert len(r["totals_ms"]) == 2 and r["pages_per_s"] == pytest.approx(
+            sum(1e3 * r["batch"] / x for x in r["totals_ms"]) / 2)
     # the tower saw every patch at full resolution, the gestalt and the K saccades in both sparse paths
-    by = {r["method"]: r for r in rows}
-    assert all(len(r["totals_ms"]) == 2 for r in rows)  # one total per repeat, every method in every repeat
-    assert by[bench.METHODS[0]]["vision_segments"] == (cells * 4,)
-    assert by[bench.METHODS[2]]["vision_segments"] == by[bench.METHODS[3]]["vision_segments"] == (gestalt * 4,
-                                                                                                    k * 4)
-    assert by[bench.METHODS[1]]["vision_segments"] == (int(native[1]) * 4,)
-    text = by[bench.METHODS[0]]["prompt_tokens"] - cells
-    assert by[bench.METHODS[2]]["prompt_tokens"] == by[bench.METHODS[3]]["prompt_tokens"] == text + 76
-    # FLOPs: the first look adds the question's tokens once more; arr's allocation adds no VLM work
-    f_full, f_native, f_arr, f_vlm = (by[m]["flops"] for m in bench.METHODS)
-    assert f_arr["allocation"] == f_native["allocation"] == 0 and f_vlm["allocation"] > 0
-    assert f_vlm["total"] == f_arr["total"] + f_vlm["allocation"] < f_full["total"]
-    assert set(by[bench.METHODS[3]]["detail"]) == {"canvas", "first look", "relevance", "selection"}
-    assert "channel/edges" in by[bench.METHODS[2]]["detail"]
+    for b in (1, 2):
+        assert by[(b, bench.METHODS[0])]["vision_segments"] == (cells * 4,)
+        assert by[(b, bench.METHODS[2])]["vision_segments"] == by[(b, bench.METHODS[3])]["vision_segments"] == (
+            gestalt * 4, k * 4)
+        text = by[(b, bench.METHODS[0])]["prompt_tokens"] - cells
+        assert by[(b, bench.METHODS[2])]["prompt_tokens"] == by[(b, bench.METHODS[3])]["prompt_tokens"] == text + 76
+        f_full, f_native, f_arr, f_vlm = (by[(b, m)]["flops"] for m in bench.METHODS)
+        assert f_arr["allocation"] == f_native["allocation"] == 0 and f_vlm["allocation"] > 0
+        assert f_vlm["total"] == f_arr["total"] + f_vlm["allocation"] < f_full["total"]
+        assert set(by[(b, bench.METHODS[3])]["detail"]) == {"canvas", "first look", "relevance", "selection"}
+        assert "channel/edges" in by[(b, bench.METHODS[2])]["detail"]
+        assert by[(b, bench.METHODS[1])]["detail"]["processor"] > 0  # native_budget's CPU resize, timed apart
 
-    stages = table_rows(md, "| method | prompt tokens |")
-    assert [r[0] for r in stages[1:]] == list(bench.METHODS)
-    assert stages[1][2] == str(cells * 4) and stages[3][2] == f"{gestalt * 4} + {k * 4}"
-    assert "Same work, same time? `native_budget` and `arr`" in md and "ARR's overhead over `native_budget`" in md
-    assert "Goals: `vlm` allocation = " in md
+    stages = table_rows(md, "| method | batch | prompt tokens |")
+    assert [r[0] for r in stages[1:5]] == list(bench.METHODS)
+    assert stages[1][3] == str(cells * 4) and stages[3][3] == f"{gestalt * 4} + {k * 4}"
+    assert "Same work, same time? batch 1: `native_budget` and `arr`" in md and "batch 2: `native_budget`" in md
+    assert "Goals: allocation share of the sparse path (goal <= 10 %): batch 1: `arr` " in md
+
+
+def test_batch_pages_are_distinct_and_the_torch_ocr_backend_is_refused(tmp_path):
+    bench = load_bench()
+    two = bench.pages(56, 2)
+    assert torch.equal(two[0], bench.page(56)) and torch.equal(two[1], torch.roll(two[0], 7, dims=2))
+    assert not torch.equal(two[0], two[1])  # distinct content: the image cache cannot share their OCR
+    with pytest.raises(SystemExit, match=r"^--ocr-backend torch: arr_coc.ocr has no torch backend in this version; "
+                                         r"use onnxruntime$"):
+        bench.main(["--tiny", "--ocr-backend", "torch", "--out", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"^--batch sizes must be at least 1, got \[1, 0\]$"):
+        bench.main(["--tiny", "--batch", "1", "0", "--out", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_the_3b_config_builds_exactly_the_published_qwen25_vl_3b_instruct():
@@ -85,7 +110,6 @@ def test_the_3b_config_builds_exactly_the_published_qwen25_vl_3b_instruct():
     7,509,245,952 bytes of bfloat16, i.e. 3,754,622,976 parameters (tied embeddings counted once);
     a model built from the benchmark's config on the meta device must have exactly that many.
     """
-    import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     bench = load_bench()
@@ -105,7 +129,6 @@ def test_the_3b_config_builds_exactly_the_published_qwen25_vl_3b_instruct():
 
 
 def test_meta_built_model_equals_a_normally_built_one_with_its_weights():
-    import torch
     from transformers import Qwen2_5_VLForConditionalGeneration
 
     bench = load_bench()
@@ -133,8 +156,6 @@ def test_flops_only_counts_the_first_look_and_windows_without_running_the_model(
 
 
 def test_device_option_names_its_results_and_refuses_a_device_that_holds_no_data(tmp_path):
-    import pytest
-    import torch
 
     bench = load_bench()
     assert bench.result_stem(torch.device("cpu")) == "bench_vlm"  # the CPU table keeps its name

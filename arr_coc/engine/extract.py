@@ -146,7 +146,7 @@ def extract_loop(pixels: Tensor, positions: Tensor, cell: int) -> Tensor:
 
 
 @EXTRACTORS.register("gather")
-def extract_gather(pixels: Tensor, positions: Tensor, cell: int) -> Tensor:
+def extract_gather(pixels: Tensor, positions: Tensor, cell: int, *, in_bounds: bool = False) -> Tensor:
     """Crops one cell per saccade in a single batched gather; exact and equal to ``extract_loop``.
 
     A contiguous image is read as runs of ``cell`` pixels and the C * cell runs of every patch
@@ -158,12 +158,15 @@ def extract_gather(pixels: Tensor, positions: Tensor, cell: int) -> Tensor:
         pixels: [B, C, H, W] with H, W multiples of ``cell``; any strides.
         positions: [B, K, 2] (y, x) integer cells (integral floats are accepted).
         cell: token cell size in pixels.
+        in_bounds: the positions are integer cells inside the grid already (a sampler's, by its contract): the
+            value checks are skipped, so a GPU is never made to wait for the host (each check reads a tensor
+            back); shapes are still checked.
 
     Returns:
         [B, K, C, cell, cell] patches.
 
     Raises:
-        ValueError: bad shapes, non-integer positions, or a position outside the cell grid.
+        ValueError: bad shapes, non-integer positions, or a position outside the cell grid (unless ``in_bounds``).
 
     Example:
         >>> px = torch.arange(16.).view(1, 1, 4, 4)
@@ -176,7 +179,10 @@ def extract_gather(pixels: Tensor, positions: Tensor, cell: int) -> Tensor:
     """
     Hc, Wc = _check_pixels(pixels, cell)
     _check_positions(positions, pixels.shape[0], "pixels")
-    ys, xs = _cell_indices(positions, Hc, Wc, "extract_gather")  # [B, K] each
+    if in_bounds:
+        ys, xs = positions[..., 0].long(), positions[..., 1].long()  # [B, K] each
+    else:
+        ys, xs = _cell_indices(positions, Hc, Wc, "extract_gather")  # [B, K] each
     ys, xs = ys.to(pixels.device), xs.to(pixels.device)
     B, K = ys.shape
     if pixels.is_contiguous():

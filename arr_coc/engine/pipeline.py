@@ -369,7 +369,9 @@ class ARR(nn.Module):
         with _timed(t, "selection"):
             selection = self.select(relevance.map, k, valid=canvas.valid, query_emb=query_emb)
         with _timed(t, "extraction"):
-            patches = extract_gather(canvas.pixels, selection.positions, canvas.cell)  # [B, K, 3, cell, cell]
+            # the sampler's cells are distinct, in bounds and valid (its contract, property-tested): no host read
+            patches = extract_gather(canvas.pixels, selection.positions, canvas.cell,
+                                     in_bounds=True)  # [B, K, 3, cell, cell]
         return Allocation(canvas=canvas, queries=queries, relevance=relevance, selection=selection,
                           patches=patches, gestalt=gestalt, timings_ms=t, cell_texture=cells)
 

@@ -63,19 +63,19 @@ def check_budget(relevance: Tensor, k: int, valid: Tensor | None = None) -> Tens
         raise ValueError(
             f"valid must be bool of shape {tuple(relevance.shape)}, got {valid.dtype} {tuple(valid.shape)}"
         )
-    bad = int((~torch.isfinite(relevance) & valid).sum())
+    # both value checks in one read back to the host: on a GPU each read waits for the queued work
+    bad, *counts = torch.cat([(~torch.isfinite(relevance) & valid).sum().view(1),
+                              valid.flatten(1).sum(1)]).tolist()  # NaN/inf count, then [B] valid cells
     if bad:
         raise ValueError(
             f"relevance has {bad} NaN/inf values in valid cells; fix the scorer or mark those cells invalid"
         )
     if k < 1:
         raise ValueError(f"budget K={k} must be at least 1")
-    counts = valid.flatten(1).sum(1)  # [B]
-    short = (counts < k).nonzero()
-    if len(short):
-        b = int(short[0])
+    short = next((b for b, n in enumerate(counts) if n < k), None)
+    if short is not None:
         raise ValueError(
-            f"budget K={k} exceeds the {int(counts[b])} valid cells of image {b}; "
+            f"budget K={k} exceeds the {counts[short]} valid cells of image {short}; "
             "lower --saccades or raise the canvas size"
         )
     return valid

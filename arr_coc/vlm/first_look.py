@@ -5,7 +5,7 @@ the text after the image (the question's tokens), ``G`` gestalt tokens of one im
 ``H`` attention heads, ``Hc, Wc`` token cells of an image.
 
 1. :func:`first_look` prefills chat prefix + gestalt into a KV cache, then runs the text after the
-   image (the question) on top of it. From the input of chosen decoder layers it recomputes how
+   image (the question) on top of it, up to the last decoder layer it reads (:class:`StopAfter`). From the input of chosen decoder layers it recomputes how
    strongly each question token (the last :data:`LOOK_TOKENS` of them) attends to each gestalt token
    (:func:`question_attention`), with
    the layer's own norm, query/key projections and the model's own rotary tables: no
@@ -128,6 +128,36 @@ def question_attention(adapter: VLMAdapter, layer: int, hidden: Tensor, position
     return torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)
 
 
+class _Stop(Exception):
+    """Raised before the first decoder layer past the last one read: the question's forward ends there."""
+
+
+class StopAfter:
+    """A forward pre-hook on decoder layer ``last + 1`` that ends the forward there (nothing when ``last`` is the
+    top layer): the first look's question pass needs no layer above the last one it reads, nor the final norm.
+
+    The layers above ``last`` then hold no keys for the question; :func:`first_look` cuts the question from the
+    layers that do.
+    """
+
+    def __init__(self, layers: Any, last: int) -> None:
+        self.stopped = False
+        self.handle = layers[last + 1].register_forward_pre_hook(self._stop) if last + 1 < len(layers) else None
+
+    @staticmethod
+    def _stop(module: Any, args: tuple) -> None:
+        raise _Stop
+
+    def __enter__(self) -> "StopAfter":
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> bool:
+        if self.handle is not None:
+            self.handle.remove()
+        self.stopped = kind is _Stop
+        return self.stopped  # swallow only our own stop
+
+
 class LayerInputs:
     """Forward pre-hooks that keep the input hidden states of chosen decoder layers, call by call."""
 
@@ -227,11 +257,15 @@ def first_look(adapter: VLMAdapter, gestalt: Sequence[VisualTokens], grids: Sequ
             adapter.language_model(dict(inputs_embeds=head.inputs_embeds, attention_mask=head.attention_mask,
                                         position_ids=head.position_ids, past_key_values=cache,
                                         visual_mask=head.visual_mask, deepstack=head.deepstack))
-        with timed(timings, "allocation/first look", dev):
+        kept = head.inputs_embeds.shape[1]
+        with timed(timings, "allocation/first look", dev), StopAfter(adapter.lm.layers, max(layers)):
             adapter.language_model(dict(inputs_embeds=tail.inputs_embeds, attention_mask=mask,
                                         position_ids=tail.position_ids, past_key_values=cache))
     with timed(timings, "allocation/first look", dev):
-        cache.crop(-tail.inputs_embeds.shape[1])  # keep prefix + gestalt only
+        for layer in cache.layers:  # keep prefix + gestalt only (layers above the last read never saw the question)
+            extra = layer.get_seq_length() - kept
+            if extra > 0:
+                layer.crop(-extra)
         positions = torch.cat([head.position_ids, tail.position_ids], 2)
         n_q = min(tail.inputs_embeds.shape[1], LOOK_TOKENS)  # the read's cost is bounded, not the question's
         probs = torch.stack([question_attention(adapter, i, torch.cat(seen.seen[i], 1), positions, mask, n_q)
