@@ -30,7 +30,7 @@ one prefill); throughput = B / that time. Min / median / max of ``--repeats`` (d
     python benchmarks/bench_vlm.py [--batch 1 8] [--size 1344] [--saccades 273] [--repeats 5] [--depth N]
                                    [--dtype auto|float32|bfloat16] [--tiny] [--channels ...] [--device cuda]
 
-``--device cuda``: the VLM and ARR on the GPU (the OCR engine stays where ``--ocr-backend`` runs it), every
+``--device cuda``: the VLM and ARR on the GPU (the OCR too: ``--ocr-backend auto`` runs the torch OCR there), every
 timed stage synchronised with it; the table and plot are then ``bench_vlm_cuda.md`` / ``.png``.
 ``benchmarks/gpu_table.sh`` runs it on a GPU machine.
 """
@@ -58,7 +58,7 @@ from arr_coc.vlm.qwen import Qwen25VLAdapter
 __all__ = ["COLUMNS", "METHODS", "Qwen25VLAdapter", "build_model", "choose_dtype", "device_note", "main", "page",
            "pages", "qwen25_vl_3b_config", "result_stem"]
 COLUMNS = ROW_COLUMNS
-OCR_BACKENDS = ("onnxruntime", "torch")
+OCR_BACKENDS = ("auto", "onnxruntime", "torch")  # the text channels' ``ocr`` option (engine/channels/text.py)
 SHIFT_PX = 7  # page b of a batch is the page shifted by b * 7 px: distinct content, the same work
 
 
@@ -69,16 +69,18 @@ def pages(size: int, batch: int) -> list[torch.Tensor]:
 
 
 def arr_allocator(cell: int, size: int, channels: Sequence[str] | None, query_encoder: str,
-                  device: torch.device = torch.device("cpu")) -> Any:
+                  device: torch.device = torch.device("cpu"), ocr: str = "auto") -> Any:
     """ARR as ``arr-coc ask`` builds it (the default channels, OCR included, unless ``channels`` is given), on
-    ``device`` (the model's: its texture, scorer, sampler and extraction run there)."""
+    ``device`` (the model's: its texture, scorer, sampler and extraction run there); its text channels' OCR
+    where ``ocr`` says (``auto``: ONNX Runtime for pages on the CPU, the torch OCR on the ARR's device otherwise)."""
     from arr_coc.config import ARRConfig, CanvasConfig, TextureConfig
     from arr_coc.engine.pipeline import ARR
     from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
 
     encoder = HashingQueryEncoder() if query_encoder == "hashing" else MiniLMQueryEncoder().load()
     config = ARRConfig(canvas=CanvasConfig(cell=cell, max_pixels=max(size * size, CanvasConfig.max_pixels)),
-                       texture=TextureConfig(channels=tuple(channels) if channels else None))
+                       texture=TextureConfig(channels=tuple(channels) if channels else None,
+                                             options={c: {"ocr": ocr} for c in ("text_match", "key_value")}))
     return ARR(config, query_encoder=encoder).eval().to(device)
 
 
@@ -182,9 +184,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--channels", nargs="+", default=None, metavar="NAME",
                     help="ARR's texture channels for the arr allocation (default: arr-coc's, OCR included)")
     ap.add_argument("--query-encoder", choices=("minilm", "hashing"), default="minilm")
-    # the torch OCR backend (rapidocr_engine(backend="torch", device=...)) is not in arr_coc.ocr yet: refused
-    ap.add_argument("--ocr-backend", choices=OCR_BACKENDS, default="onnxruntime",
-                    help="where the OCR channels run: onnxruntime (the CPU; default); torch (not available yet)")
+    ap.add_argument("--ocr-backend", choices=OCR_BACKENDS, default="auto",
+                    help="where the OCR channels run: auto (default: ONNX Runtime on the CPU, the torch OCR on the "
+                         "ARR's device otherwise), onnxruntime (the CPU), torch (the ARR's device)")
     ap.add_argument("--question", default="What is the total?", help="the question ARR allocates for")
     ap.add_argument("--layers", type=int, nargs="+", default=None,
                     help="decoder layers the first look reads (default: the middle half)")
@@ -195,8 +197,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     args = ap.parse_args(argv)
-    if args.ocr_backend == "torch":
-        raise SystemExit("--ocr-backend torch: arr_coc.ocr has no torch backend in this version; use onnxruntime")
     if any(b < 1 for b in args.batch):
         raise SystemExit(f"--batch sizes must be at least 1, got {args.batch}")
     return args
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> list[dict[str, Any]]:
     grid = (args.size // cell, args.size // cell)
     if args.saccades > grid[0] * grid[1]:
         raise SystemExit(f"--saccades {args.saccades} exceeds the {grid[0] * grid[1]} cells of the page")
-    arr = arr_allocator(cell, args.size, args.channels, args.query_encoder, device)
+    arr = arr_allocator(cell, args.size, args.channels, args.query_encoder, device, args.ocr_backend)
     pre, suf = prompt_ids(config, args.seed)
     batches = sorted(set(args.batch))
     runs = {b: make_runs(adapter, arr, pages(args.size, b), args.question, pre, suf, args.saccades, args.layers)

@@ -11,8 +11,9 @@
 #                                           (or benchmarks/results); ARGS are passed on to bench_vlm.py
 #
 # What cannot travel: MiniLM (91 MB) and the learned_saliency model (97 MB): the run uses the hashing query encoder
-# and ARR's other default channels (the OCR through onnxruntime, which must be on the GPU machine; the run stops
-# and names what is missing otherwise).
+# and ARR's other default channels, their OCR run by torch on the GPU (--ocr-backend auto: RapidOCR's shipped ONNX
+# graphs read by onnx, carried if missing; rapidocr, onnxruntime and cv2 must be on the GPU machine for its pre- and
+# post-processing; the run stops and names what is missing otherwise).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.gpu_wheels
@@ -22,7 +23,7 @@ MODULES=(transformers:transformers==5.24.0 "tokenizers:tokenizers>=0.23.1,<0.24"
          "safetensors:safetensors>=0.8" regex:regex typer:typer click:click shellingham:shellingham hf_xet:hf-xet
          httpx:httpx httpcore:httpcore h11:h11 anyio:anyio certifi:certifi idna:idna sniffio:sniffio
          typing_extensions:typing-extensions filelock:filelock fsspec:fsspec yaml:pyyaml packaging:packaging tqdm:tqdm
-         numpy:numpy)
+         numpy:numpy onnx:onnx==1.23.2)
 # channels: arr-coc's defaults less learned_saliency (its model does not fit what a run carries)
 CHANNELS=(rgb y x eccentricity edges edges_inv highpass lowpass motion saliency distance text_match key_value)
 
@@ -52,7 +53,7 @@ case "${1:-}" in
     export PYTHONPATH="$PWD${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
     python3 -c "
 import importlib.util as u, sys
-gone = [m for m in ('numpy', 'PIL', 'tqdm', 'matplotlib', 'cv2', 'kornia', 'onnxruntime', 'rapidocr', 'transformers')
+gone = [m for m in ('numpy', 'PIL', 'tqdm', 'matplotlib', 'cv2', 'kornia', 'onnxruntime', 'rapidocr', 'onnx', 'transformers')
         if u.find_spec(m) is None]
 sys.exit(f'gpu_table.sh run: not on this machine: {gone}; carry their wheels in $WHEELS' if gone else 0)"
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true

@@ -90,14 +90,14 @@ def test_tiny_run_writes_the_table_with_exact_token_counts(tmp_path, capsys):
     assert "Goals: allocation share of the sparse path (goal <= 10 %): batch 1: `arr` " in md
 
 
-def test_batch_pages_are_distinct_and_the_torch_ocr_backend_is_refused(tmp_path):
+def test_batch_pages_are_distinct_and_the_ocr_backend_reaches_the_text_channels(tmp_path):
     bench = load_bench()
     two = bench.pages(56, 2)
     assert torch.equal(two[0], bench.page(56)) and torch.equal(two[1], torch.roll(two[0], 7, dims=2))
     assert not torch.equal(two[0], two[1])  # distinct content: the image cache cannot share their OCR
-    with pytest.raises(SystemExit, match=r"^--ocr-backend torch: arr_coc.ocr has no torch backend in this version; "
-                                         r"use onnxruntime$"):
-        bench.main(["--tiny", "--ocr-backend", "torch", "--out", str(tmp_path)])
+    for ocr in ("auto", "torch"):
+        arr = bench.arr_allocator(28, 56, None, "hashing", ocr=ocr)
+        assert arr.config.texture.options == {"text_match": {"ocr": ocr}, "key_value": {"ocr": ocr}}
     with pytest.raises(SystemExit, match=r"^--batch sizes must be at least 1, got \[1, 0\]$"):
         bench.main(["--tiny", "--batch", "1", "0", "--out", str(tmp_path)])
     assert list(tmp_path.iterdir()) == []

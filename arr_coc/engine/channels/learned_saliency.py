@@ -59,6 +59,8 @@ def _session() -> Any:
                           "pip install onnxruntime") from err
     options = ort.SessionOptions()
     options.intra_op_num_threads = torch.get_num_threads()  # share the cores the way torch was told to
+    # idle threads that spin after a run slowed the next torch matmul by ~40 % (docs/vlm.md, benchmarks/ort_spin.py)
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(model_path()), options, providers=["CPUExecutionProvider"])
 
 
