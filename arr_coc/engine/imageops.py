@@ -171,17 +171,18 @@ def paint_cells(boxes_px: Tensor, values: Tensor, size: tuple[int, int], cell: i
         painted = painted if transform is None else transform(painted)
         pool = F.avg_pool2d if reduce == "mean" else F.max_pool2d
         return pool(painted[None, None], cell)[0, 0]
-    step = paint_step(n, size)  # the blocks paint_boxes paints on: the same coverage to the last bit
-    b = boxes_px.to(values)
+    step = paint_step(n, size)  # the blocks paint_boxes paints on (all N boxes): the same coverage to the last bit
+    keep = (values > 0).nonzero()[:, 0]  # a box of value 0 paints 0, what an unpainted pixel holds
+    v, b = values[keep], boxes_px[keep].to(values)
+    if reduce == "max" and len(keep) == 0:
+        return values.new_zeros(hc, wc)
     ys = torch.arange(hc * cell, device=values.device) // step
     xs = torch.arange(wc * cell, device=values.device) // step
     rows = box_coverage(b[:, 0], b[:, 2], size[0], step)[:, ys]  # [N, hc * cell] each pixel row's block
     cols = box_coverage(b[:, 1], b[:, 3], size[1], step)[:, xs]  # [N, wc * cell]
     if reduce == "max":
-        r, c = rows.reshape(n, hc, cell).amax(-1), cols.reshape(n, wc, cell).amax(-1)  # [N, hc], [N, wc]
-        return (values[:, None, None] * r[:, :, None] * c[:, None, :]).amax(0)
-    keep = values > 0  # a box of value 0 paints 0, what an unpainted pixel holds
-    v, rows, cols = values[keep], rows[keep], cols[keep]
+        r, c = rows.reshape(-1, hc, cell).amax(-1), cols.reshape(-1, wc, cell).amax(-1)  # [N, hc], [N, wc]
+        return (v[:, None, None] * r[:, :, None] * c[:, None, :]).amax(0)
     touched = (rows.reshape(-1, hc, cell) > 0).any(-1)[:, :, None] & (cols.reshape(-1, wc, cell) > 0).any(-1)[:, None]
     zero = values.new_zeros(cell, cell)
     base = F.avg_pool2d((zero if transform is None else transform(zero))[None, None], cell)[0, 0, 0, 0]
