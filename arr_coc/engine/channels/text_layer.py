@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -56,6 +57,7 @@ _QUOTE = re.compile(r'"([^"]+)"|\u201c([^\u201d]+)\u201d')  # "straight" or \u20
 Word = tuple[str, tuple[float, float, float, float]]
 
 
+@lru_cache(maxsize=1 << 16)  # a context's words are matched again for every question
 def term(word: str) -> str:
     """A word's matching form: case-folded, punctuation stripped at both ends (inner dots stay: ``3.2``).
 
