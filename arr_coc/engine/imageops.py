@@ -91,9 +91,8 @@ def paint_boxes(boxes_px: Tensor, values: Tensor, size: tuple[int, int]) -> Tens
     b = boxes_px.to(values)
     rows, cols = box_coverage(b[:, 0], b[:, 2], height, step), box_coverage(b[:, 1], b[:, 3], width, step)  # [N, h], [N, w]
     if _local(values):
-        painted = _paint_local(values, rows, cols)
-    else:
-        painted = (values[:, None, None] * rows[:, :, None] * cols[:, None, :]).amax(0)  # [h, w]
+        return _paint_local(values, rows, cols, step, size)
+    painted = (values[:, None, None] * rows[:, :, None] * cols[:, None, :]).amax(0)  # [h, w]
     if step > 1:
         painted = painted.repeat_interleave(step, 0)[:height].repeat_interleave(step, 1)[:, :width]
     return painted
@@ -105,11 +104,11 @@ def _local(values: Tensor) -> bool:
     return not values.requires_grad and bool(torch.isfinite(values).all()) and not bool((values < 0).any())
 
 
-def _paint_local(values: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
-    """``max over boxes of value * outer(rows, cols)`` ([N], [N, h], [N, w] -> [h, w]), each box computed on the rows
-    and columns it covers only: the same products to the last bit, without the [N, h, w] product (a page's lines
-    cover a sliver of it each)."""
-    out = values.new_zeros(rows.shape[1], cols.shape[1])
+def _paint_local(values: Tensor, rows: Tensor, cols: Tensor, step: int, size: tuple[int, int]) -> Tensor:
+    """``[H, W]`` the max over boxes of ``value * outer(rows, cols)`` ([N], [N, h], [N, w] on blocks of ``step`` px),
+    each box computed on the blocks it covers only and spread on their pixels: the same products to the last bit,
+    without the [N, h, w] product (a page's lines cover a sliver of it each)."""
+    out = values.new_zeros(rows.shape[1] * step, cols.shape[1] * step)
     keep = (values > 0).nonzero()[:, 0]
     r_on, c_on = rows[keep] > 0, cols[keep] > 0
     r0, r1 = r_on.float().argmax(1), rows.shape[1] - r_on.flip(1).float().argmax(1)  # first, after last covered
@@ -117,9 +116,12 @@ def _paint_local(values: Tensor, rows: Tensor, cols: Tensor) -> Tensor:
     ok = r_on.any(1) & c_on.any(1)
     for k, a, b, c, d, on in zip(keep.tolist(), r0.tolist(), r1.tolist(), c0.tolist(), c1.tolist(), ok.tolist()):
         if on:
-            patch = out[a:b, c:d]
-            torch.maximum(patch, values[k] * rows[k, a:b, None] * cols[k, None, c:d], out=patch)
-    return out
+            block = values[k] * rows[k, a:b, None] * cols[k, None, c:d]
+            if step > 1:
+                block = block.repeat_interleave(step, 0).repeat_interleave(step, 1)
+            patch = out[a * step:b * step, c * step:d * step]
+            torch.maximum(patch, block, out=patch)
+    return out[: size[0], : size[1]].contiguous()
 
 
 def paint_step(n: int, size: tuple[int, int]) -> int:
