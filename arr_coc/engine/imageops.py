@@ -88,10 +88,10 @@ def paint_boxes(boxes_px: Tensor, values: Tensor, size: tuple[int, int]) -> Tens
     if n == 0:
         return values.new_zeros(height, width)
     step = paint_step(n, size)
+    if _local(values):
+        return _paint_local(boxes_px, values, step, size)
     b = boxes_px.to(values)
     rows, cols = box_coverage(b[:, 0], b[:, 2], height, step), box_coverage(b[:, 1], b[:, 3], width, step)  # [N, h], [N, w]
-    if _local(values):
-        return _paint_local(values, rows, cols, step, size)
     painted = (values[:, None, None] * rows[:, :, None] * cols[:, None, :]).amax(0)  # [h, w]
     if step > 1:
         painted = painted.repeat_interleave(step, 0)[:height].repeat_interleave(step, 1)[:, :width]
@@ -104,19 +104,22 @@ def _local(values: Tensor) -> bool:
     return not values.requires_grad and bool(torch.isfinite(values).all()) and not bool((values < 0).any())
 
 
-def _paint_local(values: Tensor, rows: Tensor, cols: Tensor, step: int, size: tuple[int, int]) -> Tensor:
-    """``[H, W]`` the max over boxes of ``value * outer(rows, cols)`` ([N], [N, h], [N, w] on blocks of ``step`` px),
-    each box computed on the blocks it covers only and spread on their pixels: the same products to the last bit,
-    without the [N, h, w] product (a page's lines cover a sliver of it each)."""
-    out = values.new_zeros(rows.shape[1] * step, cols.shape[1] * step)
+def _paint_local(boxes_px: Tensor, values: Tensor, step: int, size: tuple[int, int]) -> Tensor:
+    """``[H, W]`` the max over boxes of ``value * outer(rows, cols)`` on blocks of ``step`` px, each box of a positive
+    value computed on the blocks it covers only and spread on their pixels: the same products to the last bit,
+    without the [N, h, w] product (a page's lines cover a sliver of it each; a box of value 0 paints 0)."""
     keep = (values > 0).nonzero()[:, 0]
-    r_on, c_on = rows[keep] > 0, cols[keep] > 0
+    b = boxes_px[keep].to(values)
+    rows, cols = box_coverage(b[:, 0], b[:, 2], size[0], step), box_coverage(b[:, 1], b[:, 3], size[1], step)
+    out = values.new_zeros(rows.shape[1] * step, cols.shape[1] * step)
+    r_on, c_on = rows > 0, cols > 0
     r0, r1 = r_on.float().argmax(1), rows.shape[1] - r_on.flip(1).float().argmax(1)  # first, after last covered
     c0, c1 = c_on.float().argmax(1), cols.shape[1] - c_on.flip(1).float().argmax(1)
     ok = r_on.any(1) & c_on.any(1)
-    for k, a, b, c, d, on in zip(keep.tolist(), r0.tolist(), r1.tolist(), c0.tolist(), c1.tolist(), ok.tolist()):
+    v = values[keep]
+    for k, (a, b, c, d, on) in enumerate(zip(r0.tolist(), r1.tolist(), c0.tolist(), c1.tolist(), ok.tolist())):
         if on:
-            block = values[k] * rows[k, a:b, None] * cols[k, None, c:d]
+            block = v[k] * rows[k, a:b, None] * cols[k, None, c:d]
             if step > 1:
                 block = block.repeat_interleave(step, 0).repeat_interleave(step, 1)
             patch = out[a * step:b * step, c * step:d * step]
