@@ -27,13 +27,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from arr_coc.engine.channels.text import value_regions
-from arr_coc.engine.channels.text_layer import match_map, question_terms, quoted_terms, term, word_values
-from arr_coc.engine.imageops import paint_boxes
-from arr_coc.engine.texture import pool_to_cells
+from arr_coc.engine.channels.text_layer import match_cells, question_terms, quoted_terms, term, word_values
+from arr_coc.engine.imageops import paint_cells
 
 Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) px)
 
@@ -144,8 +142,7 @@ def near_map(words: Sequence[Line], lines: Sequence[Line], values: Sequence[floa
     boxes = torch.cat([keys, torch.tensor(rest, dtype=torch.float32).reshape(-1, 4)])
     regions, vals = value_regions(boxes, torch.cat([weights, torch.zeros(len(rest))]))
     m = len(boxes)
-    painted = paint_boxes(regions[2 * m:], vals[2 * m:], tuple(size))  # the lifted lines, not the gaps
-    return F.max_pool2d(painted[None, None, : hc * cell, : wc * cell], cell)[0, 0]
+    return paint_cells(regions[2 * m:], vals[2 * m:], tuple(size), cell, "max")  # the lifted lines, not the gaps
 
 
 def passage_texts(lines: Sequence[Line], around: int = PASSAGE_AROUND) -> list[str]:
@@ -241,8 +238,7 @@ def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tenso
         rel = unit(raw)
         found = None if rv is None else retrieval_map(ls, rv, size, cell)[: rel.shape[0], : rel.shape[1]]
         if norm > 0:
-            m = (match_map(ws, question, size, weights) / norm).float().clamp(0, 1)
-            text = pool_to_cells(m[None, None], cell)[0, 0]  # [hc, wc]
+            text = match_cells(ws, vs, size, cell, norm)  # [hc, wc]
             near = near_map(ws, ls, [v / norm for v in vs], size, cell)
         else:
             text = near = torch.zeros_like(rel)

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Sequence, Union
 
+import torch
 from torch import Tensor
 
 from arr_coc.config import CanvasConfig
@@ -200,12 +201,26 @@ def embed_lines(retriever: Retriever, lines: Sequence[Sequence[Line]]) -> list[T
     return out
 
 
+# Any question: the question-coupled channels computed for it leave their per-page work in the ARR's cache.
+WARM_QUESTION = "What does this page say?"
+
+
+def warm_channels(arr: ARR, scenes: Sequence[Scene]) -> None:
+    """The question-coupled channels' per-page work (the text channels' lines embedded by the question encoder, a
+    model's features of the page), done now into ``arr.cache`` by computing the channels once for
+    ``WARM_QUESTION``: each question then does its own work only (while the cache holds the pages)."""
+    with torch.no_grad():
+        for scene in scenes:
+            arr.cell_stack(scene, [WARM_QUESTION] * scene.canvas.batch_size)
+
+
 def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI,
                 layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES, ocr: OCR | None = None,
                 chunk: int = CHUNK, embed: bool = True) -> ContextScene:
     """Read a context and compute what its pages alone determine, for several questions (see
     :func:`~arr_coc.contexts.allocate` for the arguments): canvases, textures, words and lines, and (``embed``)
-    the lines' retrieval embeddings by ``arr.retriever``, which every question then reuses. It holds every page's
+    the lines' retrieval embeddings by ``arr.retriever``, which every question then reuses, and the question-coupled
+    channels' per-page work (:func:`warm_channels`). It holds every page's
     canvas and texture: for one question :func:`~arr_coc.contexts.allocate` on the context itself holds a few
     pages at a time."""
     t: dict[str, float] = {}
@@ -218,6 +233,10 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
         scenes.append(scene)
         reads.extend(read)
     out = ContextScene(Context([r.page for r in reads], opened.source, opened.meta), scenes, reads, t)
+    if arr.query_channels:
+        start = time.perf_counter()
+        warm_channels(arr, scenes)
+        t["coupling"] = (time.perf_counter() - start) * 1e3
     if embed and any(r.lines for r in reads):
         start = time.perf_counter()
         out.embeddings, out.retriever = embed_lines(arr.retriever, out.lines), arr.retriever.name

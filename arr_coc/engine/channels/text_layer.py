@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -40,7 +41,7 @@ import torch
 from torch import Tensor
 
 from arr_coc.engine.channel_registry import TextureInputs, register_channel
-from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8
+from arr_coc.engine.imageops import paint_boxes, paint_cells, to_hwc_uint8
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 
 WORDS_ENTRY = "page_words"  # cache entry: list of (text, (y0, x0, y1, x1) px) in the image's pixels
@@ -56,6 +57,7 @@ _QUOTE = re.compile(r'"([^"]+)"|\u201c([^\u201d]+)\u201d')  # "straight" or \u20
 Word = tuple[str, tuple[float, float, float, float]]
 
 
+@lru_cache(maxsize=1 << 16)  # a context's words are matched again for every question
 def term(word: str) -> str:
     """A word's matching form: case-folded, punctuation stripped at both ends (inner dots stay: ``3.2``).
 
@@ -127,6 +129,24 @@ def match_map(words: Sequence[Word], question: str, size: tuple[int, int],
         return torch.zeros(size)
     boxes = torch.tensor([words[i][1] for i in hit], dtype=torch.float32)
     return paint_boxes(boxes, torch.tensor([values[i] for i in hit]), size)
+
+
+def match_cells(words: Sequence[Word], values: Sequence[float], size: tuple[int, int], cell: int,
+                norm: float) -> Tensor:
+    """``[H // cell, W // cell]`` the words' :func:`word_values` painted as :func:`match_map` paints them, over
+    ``norm``, clamped to [0, 1] and averaged over each token cell: that map pooled to cells, to the last bit,
+    painting only the cells a matching word touches.
+
+    >>> words = [("Total", (0.0, 0.0, 14.0, 21.0)), ("tax", (14.0, 0.0, 28.0, 28.0))]
+    >>> match_cells(words, [2.0, 0.0], (28, 56), 14, 2.0).tolist()
+    [[1.0, 0.5, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    """
+    hit = [i for i, v in enumerate(values) if v > 0]
+    if not hit:
+        return torch.zeros(size[0] // cell, size[1] // cell)
+    boxes = torch.tensor([words[i][1] for i in hit], dtype=torch.float32)
+    return paint_cells(boxes, torch.tensor([values[i] for i in hit]), size, cell, "mean",
+                       lambda m: (m / norm).float().clamp(0, 1))
 
 
 def ocr_words(image: Tensor, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> list[Word]:
