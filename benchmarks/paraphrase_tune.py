@@ -33,25 +33,23 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+from coc_tune import coverage  # the benchmark beside this one (a script's folder is on its path)
 from tqdm import tqdm
 
-sys.path.insert(0, str(Path(__file__).parent))
-from coc_tune import coverage  # noqa: E402  (the benchmark next to this one)
-
-from arr_coc.budget import Budget  # noqa: E402
-from arr_coc.config import CanvasConfig  # noqa: E402
-from arr_coc.contexts import rank_cells, ranking_score, text_tokens  # noqa: E402
-from arr_coc.contexts.line_values import line_values, top_lines  # noqa: E402
-from arr_coc.contexts.pagetext import _canvas_words  # noqa: E402
-from arr_coc.contexts.ranking import (  # noqa: E402
+from arr_coc.budget import Budget
+from arr_coc.config import CanvasConfig
+from arr_coc.contexts import rank_cells, ranking_score, text_tokens
+from arr_coc.contexts.line_values import FRONT_FLOOR, FRONT_LINES, SPREAD, line_values, top_lines
+from arr_coc.contexts.pagetext import canvas_words
+from arr_coc.contexts.ranking import (
     line_scores,
     passage_texts,
     retrieval_map,
     text_parts,
 )
-from arr_coc.data.context_jsonl import find_answer  # noqa: E402
-from arr_coc.engine.canvas import smart_resize  # noqa: E402
-from arr_coc.engine.imageops import paint_boxes  # noqa: E402
+from arr_coc.data.context_jsonl import find_answer
+from arr_coc.engine.canvas import smart_resize
+from arr_coc.engine.imageops import paint_boxes
 
 DPI = 100.0
 FIRST_STAGES = (0.0,)  # BM25 fusion weights whose best lines the cross-encoder reads (cached once)
@@ -131,7 +129,7 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
     sizes, words, lines = [], [], []
     for p in ctx.pages:
         size = smart_resize(p.size[0], p.size[1], cell, canvas.min_pixels, canvas.max_pixels)
-        ws, ls = _canvas_words(p, size)
+        ws, ls = canvas_words(p, size)
         sizes.append(size), words.append(ws), lines.append(ls)
     texts = [passage_texts(ls) for ls in lines]
     counts = [len(t) for t in texts]
@@ -278,10 +276,10 @@ def main() -> None:
     ap.add_argument("--rerank", type=int, nargs="+", default=[0], help="lines the cross-encoder reorders (0: none)")
     ap.add_argument("--text", nargs="+", default=["passage"], choices=["line", "passage"])
     ap.add_argument("--boost", type=float, nargs="+", default=[0.0])
-    ap.add_argument("--spread", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--spread", type=float, nargs="+", default=[SPREAD])
     ap.add_argument("--around", type=int, nargs="+", default=[0], choices=[0, 1])
-    ap.add_argument("--front-lines", type=int, nargs="+", default=[0])
-    ap.add_argument("--front-floor", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--front-lines", type=int, nargs="+", default=[FRONT_LINES])
+    ap.add_argument("--front-floor", type=float, nargs="+", default=[FRONT_FLOOR])
     ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
     args = ap.parse_args()
     if max(args.rerank) > RERANK_MAX:
