@@ -36,6 +36,7 @@ from torch import Tensor
 from arr_coc.budget import Budget
 from arr_coc.config import ARRConfig
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
+from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR
 from arr_coc.contexts.ranking import (
     NEAR_WEIGHT,
@@ -44,6 +45,7 @@ from arr_coc.contexts.ranking import (
     TEXT_WEIGHT,
     RankParts,
     line_scores,
+    passage_texts,
     placing_map,
     rank_cells,
     ranking_score,
@@ -197,8 +199,8 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         gestalts, k = split if split is not None else plan_budget(arr.config, budget, grids, n_text)
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
-        scores = retrieval_scores(arr, context, reads, question, t) if retrieval_weight else None
-        out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, scores)
+        values = retrieval_parts(arr, context, reads, question, t) if retrieval_weight else None
+        out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
 
 
@@ -217,6 +219,26 @@ def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question
     scores = line_scores(embeddings, arr.retriever.queries([question])[0])
     t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
     return scores
+
+
+def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question: str,
+                    t: dict[str, float]) -> list[Tensor] | None:
+    """Each page's lines' retrieval values for the question (:func:`~arr_coc.contexts.ranking.line_values`; None: no
+    page has lines): the retriever's scores (:func:`retrieval_scores`), its best lines reordered by the retriever's
+    cross-encoder where it has one (``arr.retriever.rerank``: a model-free retriever has none), each line read as
+    the passage the retriever read."""
+    scores = retrieval_scores(arr, context, reads, question, t)
+    if scores is None:
+        return None
+    start = time.perf_counter()
+    rerank = getattr(arr.retriever, "rerank", None)
+    call = None
+    if rerank is not None and RERANK_TOP > 0:
+        texts = [passage_texts(r.lines) for r in reads]
+        call = lambda picked: rerank(question, [texts[p][i] for p, i in picked])  # noqa: E731
+    values = line_values(scores, [r.page.index == 0 for r in reads], call)
+    t["rerank"] = t.get("rerank", 0.0) + (time.perf_counter() - start) * 1e3
+    return values
 
 
 def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], budget: Any = None, *,
@@ -267,13 +289,14 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
 
 def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, Tensor, Tensor, Tensor]],
            grids: Sequence[tuple[int, int]], gestalts: Sequence[tuple[int, int]], k: int, question: str,
-           weights: dict[str, float], t: dict[str, float], scores: Sequence[Tensor] | None = None,
+           weights: dict[str, float], t: dict[str, float], values: Sequence[Tensor] | None = None,
            ) -> list[PageAllocation]:
-    """The ranking decides each page's share k_i; each page's sampler places it."""
+    """The ranking decides each page's share k_i; each page's sampler places it (``values``: the lines' retrieval
+    values, :func:`retrieval_parts`)."""
     cell = arr.config.canvas.cell
     start = time.perf_counter()
     parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], [s[0] for s in scored],
-                       [r.words for r in reads], [r.lines for r in reads], question, scores)
+                       [r.words for r in reads], [r.lines for r in reads], question, retrieved=values)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
     ranks = [ranking_score(p, **weights) for p in parts]
@@ -306,8 +329,9 @@ def rank_parts(arr: ARR, seen: ContextScene, question: str, k: int = 0, t: dict[
         s[0] for scene, _ in seen.chunks() for s in _score(arr, scene, question, None, t)]
     cell = arr.config.canvas.cell
     grids = [g for scene in seen.scenes for g in scene.extents]
-    scores = retrieval_scores(arr, seen, seen.reads, question, t)
+    values = retrieval_parts(arr, seen, seen.reads, question, t)
     start = time.perf_counter()
-    parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], rels, seen.words, seen.lines, question, scores)
+    parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], rels, seen.words, seen.lines, question,
+                       retrieved=values)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     return parts

@@ -18,7 +18,7 @@ from arr_coc.ocr import DET_LIMIT_SIDE_LEN
 OCR = Callable[[Tensor], Sequence[Line]]
 
 
-def _canvas_words(page: Page, size: tuple[int, int]) -> tuple[list[Line], list[Line]]:
+def canvas_words(page: Page, size: tuple[int, int]) -> tuple[list[Line], list[Line]]:
     """The page's words and lines moved onto its canvas of ``size`` (H, W) px."""
     sy, sx = size[0] / page.size[0], size[1] / page.size[1]
 
@@ -52,7 +52,7 @@ def _coupling_sides(arr: ARR) -> set[int]:
 def page_text(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[list[Line], list[Line], str]:
     """The page's words and lines on its canvas, and where they came from (text layer, OCR, none)."""
     if page.words:
-        words, lines = _canvas_words(page, (int(image.shape[-2]), int(image.shape[-1])))
+        words, lines = canvas_words(page, (int(image.shape[-2]), int(image.shape[-1])))
         return words, lines, "text layer"
     if ocr is not None:
         lines = [(str(t), tuple(float(v) for v in b)) for t, b in ocr(image)]

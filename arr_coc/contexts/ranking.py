@@ -221,10 +221,11 @@ def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
 
 def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tensor], words: Sequence[list[Line]],
                lines: Sequence[list[Line]], question: str, scores: Sequence[Tensor] | None = None,
-               top: int = RETRIEVAL_TOP) -> list[RankParts]:
+               top: int = RETRIEVAL_TOP, retrieved: Sequence[Tensor] | None = None) -> list[RankParts]:
     """Every page's :class:`RankParts` from its relevance (any scale: scaled here by :func:`unit`), its words and
-    lines and its canvas size; ``scores``: each page's lines' retrieval scores (:func:`line_scores`), None for
-    no retrieval part.
+    lines and its canvas size; ``scores``: each page's lines' retrieval scores (:func:`line_scores`, ramped by
+    :func:`retrieval_values` over the ``top`` best), or ``retrieved``: their retrieval values already made
+    (:func:`arr_coc.contexts.line_values.line_values`); neither: no retrieval part.
 
     The text part is the ``text_layer`` channel's map (the matching words painted with their values, over
     one context-wide maximum, clamped to [0, 1]) pooled to cells: computed from the words alone.
@@ -232,7 +233,8 @@ def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tenso
     weights = idf(words, question)
     values = [word_values([w for w, _ in ws], question, weights) for ws in words]
     norm = max((max(v, default=0.0) for v in values), default=0.0)
-    retrieved = retrieval_values(scores, top) if scores is not None else [None] * len(sizes)
+    if retrieved is None:
+        retrieved = retrieval_values(scores, top) if scores is not None else [None] * len(sizes)
     parts = []
     for size, raw, ws, ls, vs, rv in zip(sizes, rels, words, lines, values, retrieved):
         rel = unit(raw)

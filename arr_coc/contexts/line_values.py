@@ -1,0 +1,131 @@
+"""A context's lines' retrieval values beyond the retriever's ramp: a reranker's order, neighbours, a title block.
+
+:func:`line_values` makes each page's lines' values for :func:`~arr_coc.contexts.ranking.text_parts` (``values=``)
+from their retrieval scores: the ramp over the context's best lines
+(:func:`~arr_coc.contexts.ranking.retrieval_values`), the best few reordered by a cross-encoder
+(:func:`reranked_values`), each value passed on to the next line (:func:`spread_values`) and a floor on a
+document's first page's first lines (:func:`front_values`).
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from arr_coc.contexts.ranking import RETRIEVAL_TOP, retrieval_values
+
+# Chosen on the 199 validation questions of texlive-paraphrase (docs/coc.md, "The coupling";
+# benchmarks/paraphrase_tune.py, each page's relevance set to zero): a line's value passed on at half to the next
+# line (the answer sits below the line that names it) and a floor of 0.5 on the first 10 lines of a document's first
+# page (its title block: title, authors, version, date) took coverage from 0.705 to 0.750 at 10x and from 0.638 to
+# 0.663 at 20x. The cross-encoder reordering the 32 best lines (RERANK_TOP) gained 2 points at 10x and lost 2 at 20x
+# for ~1-2 s a question on 2 cores: off (0), kept for a caller who sets it.
+RERANK_TOP = 0
+RERANK_BOOST = 0.0  # the cross-encoder's own ramp added to the values it reorders
+SPREAD = 0.5
+SPREAD_AROUND = False  # the line before a line gets its value too
+FRONT_LINES = 10
+FRONT_FLOOR = 0.5
+
+
+def top_lines(scores: Sequence[Tensor], n: int) -> list[tuple[int, int]]:
+    """The context's ``n`` best lines by ``scores`` (each page's [L_i]), best first, as (page, line); ties to the
+    earlier page, then line.
+
+    >>> top_lines([torch.tensor([0.9, 0.1]), torch.tensor([0.5, 0.7])], 3)
+    [(0, 0), (1, 1), (1, 0)]
+    """
+    flat = torch.cat([s.reshape(-1).float() for s in scores]) if scores else torch.zeros(0)
+    pages = torch.cat([torch.full((len(s),), i) for i, s in enumerate(scores)]) if scores else torch.zeros(0)
+    lines = torch.cat([torch.arange(len(s)) for s in scores]) if scores else torch.zeros(0)
+    order = torch.sort(flat, descending=True, stable=True).indices[:n]
+    return [(int(pages[i]), int(lines[i])) for i in order]
+
+
+def reranked_values(values: Sequence[Tensor], picked: Sequence[tuple[int, int]], logits: Tensor,
+                    boost: float = 1.0) -> list[Tensor]:
+    """The retrieval values with the lines ``picked`` (the first stage's best, as (page, line)) reordered by a
+    reranker's ``logits`` [n]: the n values those lines hold, best first, go to them in the reranker's order, and
+    ``boost`` adds the reranker's own ramp (1 for its best, down to 1/n), the sum scaled back to [0, 1]. The other
+    lines keep their values: the first stage chooses where to look, the reranker which of those lines answers.
+
+    >>> v = [torch.tensor([1.0, 0.5]), torch.tensor([0.75])]
+    >>> [x.tolist() for x in reranked_values(v, [(0, 0), (1, 0), (0, 1)], torch.tensor([0.0, 1.0, 2.0]), 0.0)]
+    [[0.5, 1.0], [0.75]]
+    """
+    out = [v.clone().float() for v in values]
+    if not picked:
+        return out
+    held = torch.sort(torch.stack([out[p][i] for p, i in picked]), descending=True).values
+    order = torch.sort(logits.float(), descending=True, stable=True).indices.tolist()
+    n = len(picked)
+    for rank, j in enumerate(order):
+        p, i = picked[j]
+        out[p][i] = (held[rank] + boost * (n - rank) / n) / (1.0 + boost)
+    if boost:
+        kept = set(picked)
+        for p, v in enumerate(out):
+            for i in range(len(v)):
+                if (p, i) not in kept:
+                    v[i] = v[i] / (1.0 + boost)
+    return out
+
+
+def spread_values(values: Sequence[Tensor], share: float, around: bool = False) -> list[Tensor]:
+    """Each line's retrieval value passed on, times ``share``, to the next line of its page (``around``: and the
+    line before): an answer sits beside the line that names it (an option and the sentence below it). A line keeps
+    the larger of its own value and what it is given.
+
+    >>> [v.tolist() for v in spread_values([torch.tensor([1.0, 0.0, 0.0])], 0.5)]
+    [[1.0, 0.5, 0.0]]
+    """
+    if not share:
+        return [v.float() for v in values]
+    out = []
+    for v in values:
+        v = v.float()
+        got = v.clone()
+        if len(v) > 1:
+            got[1:] = torch.maximum(got[1:], share * v[:-1])
+            if around:
+                got[:-1] = torch.maximum(got[:-1], share * v[1:])
+        out.append(got)
+    return out
+
+
+def front_values(values: Sequence[Tensor], first: Sequence[bool], lines: int, floor: float) -> list[Tensor]:
+    """A floor on the retrieval value of the first ``lines`` lines of each page flagged in ``first`` (a document's
+    first page: its title block names the title, authors, version and date, which a question asks in other words).
+
+    >>> [v.tolist() for v in front_values([torch.tensor([0.0, 0.75, 0.0]), torch.tensor([0.0])], [True, False], 2, 0.5)]
+    [[0.5, 0.75, 0.0], [0.0]]
+    """
+    out = []
+    for v, f in zip(values, first):
+        v = v.float().clone()
+        if f and floor and lines:
+            v[:lines] = v[:lines].clamp_min(floor)
+        out.append(v)
+    return out
+
+
+def line_values(scores: Sequence[Tensor], first: Sequence[bool], rerank: Callable[[list[tuple[int, int]]], Tensor] | None
+                = None, top: int = RETRIEVAL_TOP, rerank_top: int = RERANK_TOP, boost: float = RERANK_BOOST,
+                spread: float = SPREAD, around: bool = SPREAD_AROUND, front_lines: int = FRONT_LINES,
+                front_floor: float = FRONT_FLOOR) -> list[Tensor]:
+    """Each page's lines' retrieval values from their scores (:func:`line_scores`): the ramp over the context's
+    ``top`` best (:func:`retrieval_values`), the best ``rerank_top`` reordered by ``rerank`` (given those lines as
+    (page, line), it returns their logits [n]; None: no reranker, as a model-free ARR) (:func:`reranked_values`),
+    passed on to the next line (:func:`spread_values`) and floored on a document's first page (``first``: each
+    page is one) (:func:`front_values`).
+
+    >>> [v.tolist() for v in line_values([torch.tensor([0.9, 0.1, 0.5])], [False], top=1)]  # the next line: half
+    [[1.0, 0.5, 0.0]]
+    """
+    values = retrieval_values(scores, top)
+    if rerank is not None and rerank_top > 0:
+        picked = top_lines(scores, rerank_top)
+        if picked:
+            values = reranked_values(values, picked, rerank(picked), boost)
+    return front_values(spread_values(values, spread, around), first, front_lines, front_floor)

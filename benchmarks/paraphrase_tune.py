@@ -1,0 +1,323 @@
+"""Choosing the context coupling's retrieval settings on validation questions: answer coverage over a grid.
+
+    python benchmarks/paraphrase_tune.py --split val --cache /tmp/ptune --compression 10 20 \\
+        --rerank 0 32 --spread 0 0.5 --front-floor 0 0.5
+
+For every question of ``texlive-paraphrase`` (hand-written, over a window of up to 20 pages) or
+``texlive-contexts`` (generated, quoting their page; ``--dataset``) of the validation or train split (a
+setting is never chosen on test questions) the ranking's parts are computed once and kept in ``--cache``:
+each window page's words and lines from the PDF's text layer at 100 dpi moved onto its canvas, the lines'
+passage embeddings (bge-small), the question's line scores, BM25 line scores (bm25s) and the cross-encoder's
+logits for the best lines of every first stage. **Each page's ARR relevance is set to zero**: nothing is
+rendered and no ARR runs, so this measures the text parts alone (the full pipeline adds the relevance).
+
+Each setting then ranks the cells (:func:`arr_coc.contexts.ranking_score`, :func:`arr_coc.contexts.rank_cells`)
+with K from T = text tokens / compression, as a context allocation splits it, and scores the answer's
+coverage (:func:`coc_tune.coverage`, the best-covered occurrence) and strict = coverage >= 0.5, overall and
+per kind. A setting: the retrieval weight and top, BM25 fused into the line scores (``cos + w * bm25 / max``),
+the cross-encoder reordering the first stage's best N lines (line text or passage, ``boost`` adding its own
+ramp), the value passed on to the next line (``spread``; ``around``: and the line before) and a floor on the
+first lines of a document's first page (``front``). Writes grid.csv and summary.md in ``--out``; ms per question
+of each online part (question embedding, BM25, reranking the N lines, the text parts) go in the summary.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import torch
+from coc_tune import coverage  # the benchmark beside this one (a script's folder is on its path)
+from tqdm import tqdm
+
+from arr_coc.budget import Budget
+from arr_coc.config import CanvasConfig
+from arr_coc.contexts import rank_cells, ranking_score, text_tokens
+from arr_coc.contexts.line_values import FRONT_FLOOR, FRONT_LINES, SPREAD, line_values, top_lines
+from arr_coc.contexts.pagetext import canvas_words
+from arr_coc.contexts.ranking import (
+    line_scores,
+    passage_texts,
+    retrieval_map,
+    text_parts,
+)
+from arr_coc.data.context_jsonl import find_answer
+from arr_coc.engine.canvas import smart_resize
+from arr_coc.engine.imageops import paint_boxes
+
+DPI = 100.0
+FIRST_STAGES = (0.0,)  # BM25 fusion weights whose best lines the cross-encoder reads (cached once)
+# the most lines a setting reranks: 32 passages cost ~1.1 s on this machine's 2 cores (the goal: <= 2 s a question)
+RERANK_MAX = 32
+
+
+def windows(dataset: str, split: str, n_docs: int, n_questions: int):
+    """(window id, its pages (text layer; words in page px), questions [(id, question, kind, answer page, boxes)])."""
+    from arr_coc.documents.pdf import read_pdf
+
+    if dataset == "texlive-paraphrase":
+        from arr_coc.data.paraphrase import texlive_paraphrase
+
+        groups: dict = {}
+        for q in texlive_paraphrase(split):
+            groups.setdefault((q.document, q.page_range, q.path), []).append(q)
+        for (doc, pages, path), qs in groups.items():
+            ctx = read_pdf(path, pages=pages, dpi=DPI, render=False)
+            first = ctx.pages[0].index
+            out = []
+            for q in qs:
+                at = q.answer_page - 1 - first
+                out.append((q.id, q.question, q.kind, at, list(find_answer(ctx.pages[at].words, q.answers))))
+            yield f"{doc}#{pages}", ctx, out
+    else:
+        from arr_coc.data.contexts import texlive_context_set
+        from arr_coc.documents.corpus import documents
+
+        paths = {d.name: d.path for d in documents(split=split)}
+        items, _, _ = texlive_context_set(split=split, contexts=n_docs, questions=n_questions, dpi=DPI)
+        for item in items:  # the window's text layer, not rendered (the questions' boxes are on it)
+            ctx = read_pdf(paths[item.context_id.split("#")[0]], pages="1-20", dpi=DPI, render=False)
+            yield item.context_id, ctx, [(q.record_id, q.question, q.kind, q.pages[0], [q.boxes])
+                                         for q in item.questions]
+
+
+def bm25_lines(texts: list[str], questions: list[str]) -> list[torch.Tensor]:
+    """[L] BM25 score of every line for each question (bm25s, English stop words)."""
+    import bm25s
+
+    if not texts:
+        return [torch.zeros(0) for _ in questions]
+    index = bm25s.BM25()
+    index.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+    out = []
+    for q in questions:
+        toks = [t for t in bm25s.tokenize(q, stopwords="en", return_ids=False, show_progress=False)[0]
+                if t in index.vocab_dict]
+        out.append(torch.tensor(index.get_scores(toks), dtype=torch.float32) if toks else torch.zeros(len(texts)))
+    return out
+
+
+def split_pages(flat: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
+    return list(torch.split(flat, counts)) if counts else []
+
+
+def fused(q: dict, w: float) -> list[torch.Tensor]:
+    """The first stage: each page's lines' cosine + w * BM25 / the context's best BM25."""
+    if not w:
+        return q["cos"]
+    top = max((float(b.max()) for b in q["bm25"] if len(b)), default=0.0)
+    return [c + w * b / top if top > 0 else c for c, b in zip(q["cos"], q["bm25"])]
+
+
+def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: CanvasConfig) -> dict:
+    """Everything a window's questions need, once (cached in ``cache``)."""
+    path = cache / (wid.replace("/", "_").replace("#", "_") + ".pt")
+    if path.is_file():
+        out = torch.load(path, weights_only=False)
+        if out.get("rerank_alone"):
+            return out
+        rerank_all(out, reranker)  # cached before the cross-encoder ran each pair alone
+        torch.save(out, path)
+        return out
+    cell = canvas.cell
+    sizes, words, lines = [], [], []
+    for p in ctx.pages:
+        size = smart_resize(p.size[0], p.size[1], cell, canvas.min_pixels, canvas.max_pixels)
+        ws, ls = canvas_words(p, size)
+        sizes.append(size), words.append(ws), lines.append(ls)
+    texts = [passage_texts(ls) for ls in lines]
+    counts = [len(t) for t in texts]
+    flat = [t for ts in texts for t in ts]
+    emb = retriever.passages(flat) if flat else torch.zeros(0, 384)
+    embeddings = [e if len(e) else None for e in split_pages(emb, counts)]
+    line_text = [[t for t, _ in ls] for ls in lines]
+    start = time.perf_counter()
+    bm = bm25_lines([t for ts in line_text for t in ts], [q[1] for q in qs])
+    bm_ms = (time.perf_counter() - start) * 1e3 / max(1, len(qs))
+    out = {"sizes": sizes, "words": words, "lines": lines, "first": [p.index == 0 for p in ctx.pages],
+           "n_text": text_tokens("\n\n".join(p.text for p in ctx.pages)), "questions": []}
+    for (qid, question, kind, at, options), b in zip(qs, bm):
+        t: dict[str, float] = {"bm25": bm_ms}
+        start = time.perf_counter()
+        cos = line_scores(embeddings, retriever.queries([question])[0])
+        t["embed"] = (time.perf_counter() - start) * 1e3
+        start = time.perf_counter()
+        zeros = [torch.zeros(h // cell, w // cell) for h, w in sizes]
+        parts = text_parts(cell, sizes, zeros, words, lines, question, None)
+        t["text_parts"] = (time.perf_counter() - start) * 1e3
+        out["questions"].append({"id": qid, "question": question, "kind": kind, "at": at, "options": options,
+                                 "cos": cos, "bm25": split_pages(b, counts), "parts": parts, "ms": t})
+    rerank_all(out, reranker)
+    cache.mkdir(parents=True, exist_ok=True)
+    torch.save(out, path)
+    return out
+
+
+def rerank_all(win: dict, reranker) -> None:
+    """The cross-encoder's logit of every line any first stage ranks among its RERANK_MAX best, read as the line
+    alone and as its passage, per question (each pair run alone: its logit does not depend on the others)."""
+    line_text = [[t for t, _ in ls] for ls in win["lines"]]
+    texts = [passage_texts(ls) for ls in win["lines"]]
+    for q in win["questions"]:
+        q["rerank"] = {}
+        picked = sorted({x for w in FIRST_STAGES for x in top_lines(fused(q, w), RERANK_MAX)})
+        for how, source in (("line", line_text), ("passage", texts)):
+            start = time.perf_counter()
+            logits = reranker.rerank(q["question"], [source[p][i] for p, i in picked]) if picked else torch.zeros(0)
+            q["ms"][f"rerank_{how}_per_pair"] = (time.perf_counter() - start) * 1e3 / max(1, len(picked))
+            q["rerank"][how] = dict(zip(picked, logits.tolist()))
+    win["rerank_alone"] = True
+
+
+SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "spread", "around", "front_lines", "front_floor")
+
+
+def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
+    """Each page's lines' retrieval values under setting ``s`` (:func:`arr_coc.contexts.ranking.line_values`, the
+    cross-encoder's cached logits standing in for the model)."""
+    logits = q["rerank"][s["text"]]
+    return line_values(fused(q, s["bm25"]), win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
+                       s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
+                       s["front_floor"])
+
+
+def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> dict[float, float]:
+    """The answer's coverage at each compression under setting ``s`` (the best-covered occurrence; 0 without one)."""
+    values = values_for(win, q, s)
+    ranks = []
+    for part, size, ls, v in zip(q["parts"], win["sizes"], win["lines"], values):
+        found = retrieval_map(ls, v, size, cell)[: part.text.shape[0], : part.text.shape[1]]
+        ranks.append(ranking_score(replace(part, retrieval=found), retrieval_weight=s["weight"]))
+    grids = [(h // cell, w // cell) for h, w in win["sizes"]]
+    at, out = q["at"], {}
+    for c in compressions:
+        _, k = Budget.parse(f"{c:g}x").split(grids, text_tokens=win["n_text"])
+        cells = rank_cells(ranks, k)[at]
+        hit = torch.zeros(grids[at])
+        hit[cells[:, 0], cells[:, 1]] = 1
+        out[c] = max((float((pooled * hit).sum() / total) for pooled, total in q["pooled"]), default=0.0)
+    return out
+
+
+def pooled_boxes(q: dict, size: tuple[int, int], cell: int) -> list[tuple[torch.Tensor, float]]:
+    """Per occurrence of the answer, its area in each cell [hc, wc] and its whole area (canvas px)."""
+    out, (hc, wc) = [], (size[0] // cell, size[1] // cell)
+    for boxes in q["options"]:
+        if not boxes:
+            continue
+        mask = paint_boxes(torch.tensor(boxes, dtype=torch.float32), torch.ones(len(boxes)), tuple(size))
+        cells = mask[: hc * cell, : wc * cell].reshape(hc, cell, wc, cell).sum((1, 3))
+        out.append((cells, float(mask.sum().clamp_min(1e-9))))
+    return out
+
+
+def canvas_options(win: dict, q: dict, page_size: tuple[int, int]) -> list:
+    """The answer's occurrences moved from page px onto the canvas."""
+    h, w = win["sizes"][q["at"]]
+    sy, sx = h / page_size[0], w / page_size[1]
+    return [[(b[0] * sy, b[1] * sx, b[2] * sy, b[3] * sx) for b in boxes] for boxes in q["options"]]
+
+
+def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str, int], ms: dict) -> None:
+    cols = [(c, m) for c in args.compression for m in ("coverage", "strict")]
+    rows = []
+    for i, s in enumerate(grid):
+        vals = {c: cov[i][c] for c in args.compression}
+        row = {**s}
+        for c in args.compression:
+            row[f"{c:g}x coverage"] = statistics.fmean(vals[c])
+            row[f"{c:g}x strict"] = statistics.fmean(float(v >= 0.5) for v in vals[c])
+            for kind in kinds:
+                ks = [v for v, k in zip(vals[c], cov["kinds"]) if k == kind]
+                row[f"{c:g}x {kind}"] = statistics.fmean(ks)
+        rows.append(row)
+    with open(args.out / "grid.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+    cmd = "python benchmarks/paraphrase_tune.py " + " ".join(sys.argv[1:])
+    n = len(cov["kinds"])
+    lines = [f"made by: `{cmd}`", "",
+             f"{args.dataset} {args.split}: {n} questions ({', '.join(f'{k} {v}' for k, v in kinds.items())}); each "
+             f"page's ARR relevance set to zero (the text parts alone); coverage = share of the answer's area in "
+             f"full-resolution cells (best occurrence), strict = coverage >= 0.5, mean over questions.", "",
+             "ms per question (mean over the questions of this run, this machine): "
+             + ", ".join(f"{k} {statistics.fmean(v):.1f}" for k, v in sorted(ms.items())), "",
+             "| " + " | ".join(SETTING) + " | " + " | ".join(f"{c:g}x {m}" for c, m in cols) + " | "
+             + " | ".join(f"{c:g}x {k}" for c in args.compression for k in kinds) + " |",
+             "|" + "---|" * len(SETTING) + "---:|" * (len(cols) + len(kinds) * len(args.compression))]
+    for r in rows:
+        lines.append("| " + " | ".join(f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in SETTING) + " | "
+                     + " | ".join(f"{r[f'{c:g}x {m}']:.3f}" for c, m in cols) + " | "
+                     + " | ".join(f"{r[f'{c:g}x {k}']:.3f}" for c in args.compression for k in kinds) + " |")
+    (args.out / "summary.md").write_text("\n".join(lines) + "\n")
+    print((args.out / "summary.md").read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default="texlive-paraphrase", choices=["texlive-paraphrase", "texlive-contexts"])
+    ap.add_argument("--split", default="val", choices=["train", "val"], help="never test: settings are chosen here")
+    ap.add_argument("--docs", type=int, default=10, help="texlive-contexts: documents")
+    ap.add_argument("--questions", type=int, default=8, help="texlive-contexts: questions per document")
+    ap.add_argument("--limit", type=int, default=None, help="the first N windows")
+    ap.add_argument("--start", type=int, default=0, help="skip the first N windows (fill the cache in parallel)")
+    ap.add_argument("--cache", type=Path, required=True, help="a folder for the per-window parts (never committed)")
+    ap.add_argument("--compression", type=float, nargs="+", default=[10.0, 20.0])
+    ap.add_argument("--weight", type=float, nargs="+", default=[8.0])
+    ap.add_argument("--top", type=int, nargs="+", default=[64])
+    ap.add_argument("--bm25", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--rerank", type=int, nargs="+", default=[0], help="lines the cross-encoder reorders (0: none)")
+    ap.add_argument("--text", nargs="+", default=["passage"], choices=["line", "passage"])
+    ap.add_argument("--boost", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--spread", type=float, nargs="+", default=[SPREAD])
+    ap.add_argument("--around", type=int, nargs="+", default=[0], choices=[0, 1])
+    ap.add_argument("--front-lines", type=int, nargs="+", default=[FRONT_LINES])
+    ap.add_argument("--front-floor", type=float, nargs="+", default=[FRONT_FLOOR])
+    ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
+    args = ap.parse_args()
+    if max(args.rerank) > RERANK_MAX:
+        ap.error(f"--rerank reads at most {RERANK_MAX} lines (the cached logits)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    from arr_coc.engine.retrieval import BgeSmallRetriever, CrossEncoderReranker
+
+    retriever, reranker, canvas = BgeSmallRetriever(), CrossEncoderReranker(), CanvasConfig()
+    cache = args.cache / f"{args.dataset}-{args.split}"
+    grid = [dict(zip(SETTING, v)) for v in itertools.product(
+        args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.spread, args.around,
+        args.front_lines, args.front_floor)]
+    grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0])]
+    grid = [s for s in grid if s["front_floor"] or s["front_lines"] == args.front_lines[0]]
+    grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
+    cov: dict = defaultdict(lambda: defaultdict(list))
+    cov["kinds"] = []
+    kinds: dict[str, int] = defaultdict(int)
+    ms: dict[str, list[float]] = defaultdict(list)
+    wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
+    for wid, ctx, qs in tqdm(wins, desc="windows"):
+        win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas)
+        for q, (_, _, _, at, _) in zip(win["questions"], qs):
+            q["options"] = canvas_options(win, q, ctx.pages[at].size)
+            q["pooled"] = pooled_boxes(q, win["sizes"][at], canvas.cell)
+            if q["pooled"]:  # the per-cell sum is coc_tune's coverage, computed once per question
+                hit = torch.tensor([[0, 0]])
+                assert abs(float(q["pooled"][0][0][0, 0]) / q["pooled"][0][1]
+                           - coverage(hit, q["options"][0], win["sizes"][at], canvas.cell)) < 1e-5
+            cov["kinds"].append(q["kind"])
+            kinds[q["kind"]] += 1
+            for k, v in q["ms"].items():
+                ms[k].append(v)
+            for i, s in enumerate(grid):
+                for c, v in score(win, q, s, canvas.cell, args.compression).items():
+                    cov[i][c].append(v)
+    write(args, grid, cov, dict(sorted(kinds.items())), ms)
+
+
+if __name__ == "__main__":
+    main()
