@@ -11,7 +11,7 @@ import dataclasses
 import hashlib
 import sys
 from collections import OrderedDict
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Iterator, Sequence, TypeVar
 
 import numpy as np
 import torch
@@ -74,22 +74,34 @@ def image_key(image: Tensor) -> str:
     >>> image_key(torch.zeros(3, 4, 4)) == image_key(torch.zeros(3, 4, 4)), image_key(torch.zeros(3, 4, 4)) == image_key(torch.ones(3, 4, 4))
     (True, False)
     """
-    return f"{tuple(image.shape)}:{hashlib.blake2b(_uint8(image).tobytes(), digest_size=16).hexdigest()}"
+    digest = hashlib.blake2b(digest_size=16)
+    for block in _uint8_blocks(image):
+        digest.update(block)
+    return f"{tuple(image.shape)}:{digest.hexdigest()}"
 
 
-def _uint8(image: Tensor) -> np.ndarray:
-    """:func:`~arr_coc.engine.imageops.to_uint8`'s bytes (clamped to [0, 1], x 255, rounded half to even), by numpy
-    on one thread for a float32 image: torch's thread pool stalls when the CPU is busy (a 3 x 1176 x 840 page:
-    91 against 5 ms measured on 2 busy cores), and every question-coupled channel keys every page.
+# values converted at once by image_key: 16 MB of float32, so a large page never has a full-size float copy
+KEY_BLOCK = 1 << 22
+
+
+def _uint8_blocks(image: Tensor, block: int = KEY_BLOCK) -> Iterator[bytes]:
+    """:func:`~arr_coc.engine.imageops.to_uint8`'s bytes (clamped to [0, 1], x 255, rounded half to even) in
+    order, ``block`` values at a time, by numpy on one thread for a float32 image: torch's thread pool stalls when
+    the CPU is busy (a 3 x 1176 x 840 page: 91 against 5 ms measured on 2 busy cores), every question-coupled
+    channel keys every page, and an 8000 px page's full-size temporaries would cost gigabytes.
 
     >>> x = torch.tensor([[-0.5, 0.5 / 255, 1.5 / 255, 0.5, 1.2]])
-    >>> _uint8(x).tolist() == to_uint8(x).tolist() == [[0, 0, 2, 128, 255]]
+    >>> b"".join(_uint8_blocks(x, block=2)) == bytes(to_uint8(x).flatten().tolist()) == bytes([0, 0, 2, 128, 255])
     True
     """
     if image.dtype != torch.float32:
-        return to_uint8(image).contiguous().numpy()
-    a = np.clip(image.detach().cpu().numpy(), 0, 1) * np.float32(255)
-    return np.ascontiguousarray(np.rint(a, out=a).astype(np.uint8))
+        yield to_uint8(image).contiguous().numpy().tobytes()
+        return
+    flat = image.detach().cpu().contiguous().reshape(-1).numpy()  # a view of a contiguous CPU image
+    for start in range(0, flat.size, block):
+        a = np.clip(flat[start: start + block], 0, 1)
+        a *= np.float32(255)
+        yield np.rint(a, out=a).astype(np.uint8).tobytes()
 
 
 class ImageCache:

@@ -19,7 +19,8 @@ def test_image_key_is_the_digest_of_the_8_bit_pixels():
     page = torch.rand(3, 120, 90, generator=g)
     halves = (torch.arange(0, 3 * 40 * 40).float() % 513 / 2 / 255).reshape(3, 40, 40)  # x 255 lands on .5: ties to even
     wild = torch.randn(3, 30, 30, generator=g) * 2  # below 0 and above 1
-    for image in (page, page[:, 10:70, 5:50], halves, wild, page.double()):
+    big = torch.rand(3, 1500, 1000, generator=g)  # 4.5 M values: converted in two blocks (KEY_BLOCK = 4 M)
+    for image in (page, page[:, 10:70, 5:50], halves, wild, page.double(), big):
         assert image_key(image) == torch_key(image)
     with torch.inference_mode():
         assert image_key(page.clone()) == torch_key(page)
