@@ -1,6 +1,6 @@
 """`make tables`: the README's and docs' evaluation figures and console examples, remade from code and weights.
 
-    python benchmarks/make_tables.py [--limit 40] [--goal-limit 120] [--coc-limit 60] [--skip look ... bench] [--jobs 2]
+    python benchmarks/make_tables.py [--limit 40] [--goal-limit 120] [--coc-limit N] [--skip look ... bench] [--jobs 2]
 
 Steps, each a command of its own (printed as it starts), each writing under benchmarks/results/:
 
@@ -14,7 +14,7 @@ Steps, each a command of its own (printed as it starts), each writing under benc
   balanced questions each (more than the headline's: a verdict needs the share's interval clear of the goal);
 * ``allocators`` -- every allocator (samplers, variable-size patches, quadtree, the shipped selector and
   pruner) at 10 % and 25 %, region reading: the table of docs/allocators.md;
-* ``coc`` -- ``benchmarks/paraphrase_tables.py``: the first ``--coc-limit`` hand-written test questions over 20-page
+* ``coc`` -- ``benchmarks/paraphrase_tables.py``: the hand-written test questions (all 182, or the first ``--coc-limit``) over 20-page
   PDF windows at 10x and 20x (the README's COC table; tables and plot in results/paraphrase/);
 * ``bench`` -- ``benchmarks/bench_vlm.py`` (the 3B timing: about an hour on two busy cores; ``--skip bench``).
 
@@ -362,13 +362,14 @@ BLOCKS: dict[str, tuple[str, Callable[[argparse.Namespace], str]]] = {  # name: 
 }
 
 
-def coc_command(limit: int) -> list[str]:
-    """The ``coc`` step: hand-written test questions over the PDF windows, 10x and 20x (rows resume)."""
+def coc_command(limit: int | None) -> list[str]:
+    """The ``coc`` step: hand-written test questions over the PDF windows, 10x and 20x (rows resume); ``limit``:
+    the first N questions (None: all of the test split)."""
     return ["python", "benchmarks/paraphrase_tables.py", "--dataset", "texlive-paraphrase", "--split", "test",
-            "--sources", "pdf", "--compression", "10", "20", "--limit", str(limit)]
+            "--sources", "pdf", "--compression", "10", "20", *(["--limit", str(limit)] if limit else [])]
 
 
-def coc_block(limit: int) -> str:
+def coc_block(limit: int | None) -> str:
     """The README's COC table from the coc step's ``tables.csv`` (``paraphrase_tables.readme_block``)."""
     spec = importlib.util.spec_from_file_location("paraphrase_tables", ROOT / "benchmarks" / "paraphrase_tables.py")
     module = importlib.util.module_from_spec(spec)
@@ -396,7 +397,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                     "of the goal tables")
     ap.add_argument("--skip", nargs="*", default=[], choices=STEPS, help="steps not to run (their tables are "
                     "still rewritten from the rows already there)")
-    ap.add_argument("--coc-limit", type=int, default=60, help="hand-written test questions of the coc step")
+    ap.add_argument("--coc-limit", type=int, default=None,
+                    help="the first N hand-written test questions of the coc step (default: all 182)")
     ap.add_argument("--jobs", type=int, default=2, help="evaluations run at once (one core each)")
     args = ap.parse_args(argv)
     steps = [s for s in STEPS if s not in args.skip]
