@@ -52,7 +52,7 @@ import math
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -330,11 +330,28 @@ def image_lines(cache: Any, image: Tensor, query_encoder: Any, det_limit_side_le
 def _lines(inputs: TextureInputs, channel: str) -> tuple[list[TextLines], Tensor]:
     """Per image its cached :class:`TextLines`, and the question embeddings ``[B, D]``."""
     query_emb = inputs.query_emb  # raises the TextureInputs error before any OCR runs without an encoder
+    return _page_lines(inputs, channel), query_emb
+
+
+def _page_lines(inputs: TextureInputs, channel: str) -> list[TextLines]:
+    """Per image its :class:`TextLines`, from the cache or computed into it (OCR per image whose text is not
+    known): the text channels' per-image part, which no question changes."""
+    if inputs.query_encoder is None:
+        raise ValueError(f"the {channel} channel embeds each image's lines with the questions' encoder: "
+                         f"pass query_encoder=")
     side = int(inputs.option(channel, "det_limit_side_len", DET_LIMIT_SIDE_LEN))
     ocr = str(inputs.option(channel, "ocr", "auto"))
-    lines = [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs),
-                         ocr=ocr) for i, image in enumerate(inputs.pixels)]  # OCR per image whose text is not known
-    return lines, query_emb
+    return [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs),
+                        ocr=ocr) for i, image in enumerate(inputs.pixels)]
+
+
+def _prepare(channel: str) -> Callable[[TextureInputs], None]:
+    """``prepare`` of a text channel: its images' lines read and embedded into the cache, no question needed."""
+
+    def prepare(inputs: TextureInputs) -> None:
+        _page_lines(inputs, channel)
+
+    return prepare
 
 
 def _known(text: Any, inputs: TextureInputs) -> Any:
@@ -408,7 +425,7 @@ def _per_image(inputs: TextureInputs, channel: str, paint) -> Tensor:
     return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
 
 
-@register_channel("text_match", differentiable=False, needs_query=True)
+@register_channel("text_match", differentiable=False, needs_query=True, prepare=_prepare("text_match"))
 def _text_match(inputs: TextureInputs) -> Tensor:
     """Text lines whose reading answers the question (cross-encoder or cosine), the best line of the image at 1."""
 
@@ -421,7 +438,7 @@ def _text_match(inputs: TextureInputs) -> Tensor:
     return _per_image(inputs, "text_match", paint)
 
 
-@register_channel("key_value", differentiable=False, needs_query=True)
+@register_channel("key_value", differentiable=False, needs_query=True, prepare=_prepare("key_value"))
 def _key_value(inputs: TextureInputs) -> Tensor:
     """Where the value of the line that matches the question sits: right of it on its row, or below it."""
 
