@@ -117,3 +117,28 @@ def test_unknown_name_and_gpu_device_are_user_errors():
         load_retriever("e5")
     with pytest.raises(ValueError, match="run on the CPU; got device='cuda', pass device='cpu'"):
         load_retriever("bge-small", device="cuda").passages(["a line"])
+
+
+def test_one_cross_encoder_serves_the_retrievers_and_the_text_channels_and_reads_each_pair_once():
+    from arr_coc.engine.channels import text
+
+    shared = retrieval.cross_encoder()
+    assert shared is retrieval.cross_encoder() and text.cross_encoder is retrieval.cross_encoder
+    a, b = load_retriever("bge-small"), load_retriever("minilm")
+    assert a._reranker is None and b._reranker is None  # taken on first use
+    lines = [ANSWER, DECOY, "It is free software"]
+    got = a.rerank(QUESTION, lines)
+    assert a._reranker is shared and shared._model is not None
+    runs = []
+    real = shared._model.run
+    shared._model.run = lambda pairs, batch: runs.append(list(pairs)) or real(pairs, batch)
+    try:
+        again = b.rerank(QUESTION, lines[::-1] + ["v2.3 2019/04/12"])
+    finally:
+        del shared._model.run  # the graph's own method again
+    assert b._reranker is shared and runs == [[(QUESTION, "v2.3 2019/04/12")]]  # only the pair not read before
+    assert torch.equal(again[:3], got.flip(0))
+    alone = CrossEncoderReranker()  # the same logits as an instance of its own (each pair is run alone)
+    assert torch.equal(alone.rerank(QUESTION, lines), got) and alone._model is not shared._model
+    assert not torch.equal(shared.rerank("When was it released?", lines), got)  # control: a pair is its question too
+

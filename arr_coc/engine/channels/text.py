@@ -51,8 +51,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -61,8 +60,7 @@ from torch import Tensor
 
 from arr_coc.engine.channel_registry import FLAT_RANGE, TextureInputs, register_channel
 from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
-from arr_coc.engine.query import VectorCache
-from arr_coc.engine.retrieval import CrossEncoderReranker
+from arr_coc.engine.retrieval import cross_encoder
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require_rapidocr
 
 # Lines recognised below RapidOCR's own cut-off are mostly wrong characters: their embedding would match
@@ -366,30 +364,6 @@ def _similarity(lines: TextLines, q: Tensor) -> Tensor:
     return lines.emb.to(q) @ q  # [L] cosine; 0 for illegible lines (zero rows)
 
 
-class LineReranker:
-    """The cross-encoder's score of (question, line) pairs, each pair read once while among the ``max_cached``
-    most recently used: ``text_match`` and ``key_value`` of one question share them."""
-
-    def __init__(self, reranker: Any = None, max_cached: int = 100_000) -> None:
-        self.reranker = reranker if reranker is not None else CrossEncoderReranker()
-        self._cache = VectorCache(max_cached)
-
-    def logits(self, question: str, texts: Sequence[str]) -> Tensor:
-        """[N] the relevance logit of each text read with ``question`` (higher: more relevant)."""
-        keys = [f"{question}\x00{t}" for t in texts]  # NUL: no question or line holds it
-
-        def run(missing: list[str]) -> Tensor:  # [M, 1]
-            return self.reranker.rerank(question, [k.split("\x00", 1)[1] for k in missing]).float()[:, None]
-
-        return self._cache.vectors(keys, run)[:, 0] if keys else torch.zeros(0)
-
-
-@lru_cache(maxsize=1)
-def line_reranker() -> LineReranker:
-    """The process's :class:`LineReranker` (the model loads on its first pair)."""
-    return LineReranker()
-
-
 def reranks(inputs: TextureInputs, channel: str, i: int) -> bool:
     """Whether image ``i``'s lines are scored by the cross-encoder: option ``rerank`` of the channel where it is
     set; by default never (the cosine: a model-free hashing ARR stays model-free, and a context's pages come with
@@ -411,7 +385,7 @@ def line_scores(inputs: TextureInputs, channel: str, i: int, lines: TextLines, q
     scores = torch.zeros(len(lines))
     idx = lines.legible.nonzero().flatten().tolist()
     if idx:
-        logit = line_reranker().logits(inputs.queries[i], [lines.texts[j] for j in idx])
+        logit = cross_encoder().rerank(inputs.queries[i], [lines.texts[j] for j in idx])  # one pair cache
         span = float(logit.max() - logit.min())
         scores[idx] = (logit - logit.min()) / span if span > FLAT_RANGE else torch.ones_like(logit)
     return scores.to(q)
