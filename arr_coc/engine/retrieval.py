@@ -158,6 +158,14 @@ class BgeSmallRetriever(_Reranking):
     def passages(self, texts: Sequence[str]) -> Tensor:
         return self._p.vectors(list(texts), self._encode)
 
+    def sharing_model(self) -> "BgeSmallRetriever":
+        """A retriever on this one's model (loaded once for both) with caches of its own: the texts this one embeds
+        do not decide which texts the other embeds together, so its vectors are those of a retriever of its own
+        (the graph's vectors move with their batch)."""
+        other = BgeSmallRetriever(self.device, self._q.max_cached)
+        other._model = self.load()._model
+        return other
+
 
 class _SymmetricRetriever:
     """One encoder (``.encode(texts) -> [N, D]``, ``.dim``) for questions and passages alike."""

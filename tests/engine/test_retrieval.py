@@ -142,3 +142,20 @@ def test_one_cross_encoder_serves_the_retrievers_and_the_text_channels_and_reads
     assert torch.equal(alone.rerank(QUESTION, lines), got) and alone._model is not shared._model
     assert not torch.equal(shared.rerank("When was it released?", lines), got)  # control: a pair is its question too
 
+
+def test_the_retrieval_pages_baseline_runs_the_arrs_bge_and_ranks_as_its_own_retriever_did():
+    from arr_coc.engine.pipeline import ARR
+    from arr_coc.engine.query import HashingQueryEncoder
+    from arr_coc.eval.context_methods import RetrievalPages
+    from arr_coc.eval.context_run import page_retriever
+
+    arr = ARR(retriever=load_retriever("bge-small"), query_encoder=HashingQueryEncoder())
+    arr.retriever.passages(["It is free software\n" + ANSWER])  # the ARR's own work first (a context's passages)
+    r = page_retriever(arr)
+    assert r.name == "bge-small" and r._model is arr.retriever._model  # one model loaded
+    pages = [[DECOY, "It is free software"], [], [ANSWER, "It is free software"], ["Each chapter has parts"]]
+    shared, own = RetrievalPages(r, pages), RetrievalPages(load_retriever("bge-small"), pages)
+    assert torch.equal(shared.lines, own.lines) and torch.equal(shared.scores(QUESTION), own.scores(QUESTION))
+    assert shared.rank(QUESTION) == own.rank(QUESTION) == [2, 0, 3, 1]
+    hashing = ARR(query_encoder=HashingQueryEncoder())  # control: a hashing ARR's retriever is not that model
+    assert page_retriever(hashing).name == "bge-small" and page_retriever(hashing)._model is None
