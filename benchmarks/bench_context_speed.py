@@ -34,7 +34,7 @@ SEE_STAGES = ("canvas", "texture", "coupling", "retrieval")
 QUESTION_STAGES = ("query", "coupling", "scoring", "retrieval", "text_layer", "selection")
 
 
-def child(document: str, limit: int | None, threads: int | None) -> dict:
+def child(document: str, limit: int | None, threads: int | None, query_batch: int | None = None) -> dict:
     """This process's code: see the window once, allocate every question; times (ms) and the allocations' digest."""
     import torch
 
@@ -56,7 +56,8 @@ def child(document: str, limit: int | None, threads: int | None) -> dict:
     first, last = (int(v) for v in PAGES.split("-"))
     questions = [q.question for q in texlive_paraphrase("val") if q.document == document
                  and first <= q.answer_page <= last][:limit]
-    arr = ARR(ARRConfig(), query_encoder=MiniLMQueryEncoder().load()).eval()  # the eval's default ARR
+    encoder = MiniLMQueryEncoder() if query_batch is None else MiniLMQueryEncoder(batch_size=query_batch)
+    arr = ARR(ARRConfig(), query_encoder=encoder.load()).eval()  # the eval's default ARR
     arr.retriever.queries(["warm up"])  # the models' loading is not the context's time
     start, cpu = time.perf_counter(), time.process_time()
     context = read_pdf(doc.path, pages=PAGES, dpi=DPI)
@@ -80,11 +81,12 @@ def child(document: str, limit: int | None, threads: int | None) -> dict:
             "digest": digest.hexdigest(), "n": len(questions)}
 
 
-def run_side(root: Path, document: str, limit: int | None, threads: int | None) -> dict:
+def run_side(root: Path, document: str, limit: int | None, threads: int | None, query_batch: int | None = None) -> dict:
     """One fresh process of the code under ``root``."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--document", document]
     cmd += ([] if limit is None else ["--limit", str(limit)]) + ([] if threads is None else ["--threads", str(threads)])
+    cmd += [] if query_batch is None else ["--query-batch", str(query_batch)]
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True, cwd=root)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -129,28 +131,32 @@ def main() -> None:
     p.add_argument("--before", type=Path, default=None, help="a checkout of the code to compare with")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "context_speed.md")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
+    p.add_argument("--query-batch", type=int, default=None,
+                   help="MiniLM's batch_size (default: the encoder's, 256); not the eval's ARR, its vectors differ in the last bits")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.document, args.limit, args.threads)))
+        print(json.dumps(child(args.document, args.limit, args.threads, args.query_batch)))
         return
     roots = {"this code": ROOT} if args.before is None else {"before": args.before.resolve(), "this code": ROOT}
     runs: dict[str, list[dict]] = {n: [] for n in roots}
     for _ in range(args.repeats):
         for name, root in roots.items():  # interleaved: both sides see the same load
-            runs[name].append(run_side(root, args.document, args.limit, args.threads))
+            runs[name].append(run_side(root, args.document, args.limit, args.threads, args.query_batch))
             print(f"{name}: see {runs[name][-1]['see_ms']:.0f} ms, questions "
-                  f"{[round(r['ms']) for r in runs[name][-1]['questions']]} ms", flush=True)
+                  f"{[round(r['ms']) for r in runs[name][-1]['questions']]} ms, allocations {runs[name][-1]['digest']}",
+                  flush=True)
     one = runs["this code"][0]
     same = len({run["digest"] for side in runs.values() for run in side}) == 1
     cmd = "python benchmarks/bench_context_speed.py" + (f" --before {args.before}" if args.before else "") \
         + f" --repeats {args.repeats}" + (f" --limit {args.limit}" if args.limit else "") \
-        + (f" --threads {args.threads}" if args.threads else "")
+        + (f" --threads {args.threads}" if args.threads else "") \
+        + (f" --query-batch {args.query_batch}" if args.query_batch else "")
     lines = ["# Context speed: a 20-page PDF seen once, then each question (coc at 10x)", "",
              f"`{args.document}` pages {PAGES} at {DPI:g} dpi ({one['pages']} pages), {one['n']} texlive-paraphrase "
              f"validation questions, coc at {COMPRESSION:g}x = {one['tokens']} tokens; {args.repeats} fresh process(es)"
              f" per side{', the sides interleaved' if args.before else ''}; {os.cpu_count()} CPU cores shared with "
-             f"other work, torch threads: {args.threads or 'default'}. 'each later question': every question after "
+             f"other work, torch threads: {args.threads or 'default'}, MiniLM batch: {args.query_batch or 'default'}. 'each later question': every question after "
              "the first, over all runs.", "",
              *table({n: summary(r) for n, r in runs.items()}), ""]
     if args.before:

@@ -101,8 +101,9 @@ def line_ranks(kinds: str, limit: int | None) -> list[dict]:
     import numpy as np
     from PIL import Image
 
-    from arr_coc.engine.channels.text import detect_lines, line_reranker
+    from arr_coc.engine.channels.text import detect_lines
     from arr_coc.engine.query import MiniLMQueryEncoder
+    from arr_coc.engine.retrieval import cross_encoder
 
     encoder, lines, rows = MiniLMQueryEncoder(), {}, []
     for r in [r for r in load_image_paraphrase(split="val") if r.kind.startswith(kinds)][:limit]:
@@ -118,7 +119,7 @@ def line_ranks(kinds: str, limit: int | None) -> list[dict]:
         legible = tl.legible.nonzero().flatten().tolist()
         cross = torch.full((len(tl),), -torch.inf)
         if legible:
-            cross[legible] = line_reranker().logits(r.question, [tl.texts[i] for i in legible])
+            cross[legible] = cross_encoder().rerank(r.question, [tl.texts[i] for i in legible])
         row = {"kind": r.kind}
         for name, s in (("minilm", tl.emb @ encoder.encode([r.question])[0]), ("cross-encoder", cross)):
             order = s.argsort(descending=True).tolist()

@@ -84,3 +84,35 @@ def test_checked_questions_pass_later_stages_as_they_are_and_only_under_a_rule_t
     with pytest.raises(ValueError, match="got 2 questions for 3 images"):
         query.check_queries(q, 3)
     assert query.check_queries(q, 2, tokenizer=object()) is not q and len(calls) == 4
+
+
+LINES = ["Total", "The quick brown fox jumps over the lazy dog near the river bank at dawn", "Date: 9/3/92",
+         "pdfrender sets the rendering mode of the text that follows", "v1.6", "See also section 2"]
+
+
+@pytest.mark.slow
+def test_minilm_batch_size_runs_fewer_texts_at_once_the_same_vectors_within_float_noise():
+    default, small = MiniLMQueryEncoder(), MiniLMQueryEncoder(batch_size=2)
+    small._model = default.load()._model  # one model
+    runs = []
+    real = default._model.forward
+    default._model.forward = lambda features, **kw: runs.append(tuple(features["input_ids"].shape)) or real(features, **kw)
+    try:
+        a = default.encode(LINES)
+        assert len(runs) == 1  # the default: one padded batch
+        b = small.encode(LINES)
+    finally:
+        del default._model.forward
+    padded = [n * t for n, t in runs]  # [texts, tokens] per run: the tokens run, padding included
+    assert [r[0] for r in runs[1:]] == [2, 2, 2] and sum(padded[1:]) < padded[0]  # runs of similar lengths pad less
+    assert_close_reduction(b, a, reduction_len=384, depth=12)  # the same vectors up to float rounding
+    assert not torch.equal(a[0], b[1])  # control: the comparison tells lines apart
+    one = MiniLMQueryEncoder(batch_size=len(LINES))
+    one._model = default._model
+    assert torch.equal(one.encode(LINES), a)  # a batch that holds them all: the default's bits
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "16"])
+def test_minilm_batch_size_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match=f"batch_size must be a positive integer .*got {bad!r}"):
+        MiniLMQueryEncoder(batch_size=bad)

@@ -289,3 +289,59 @@ def test_euclidean_distance_transform_equals_scipy_exactly():
         ref = distance_transform_edt(~masks[b, 0].numpy())
         # squared distances are whole numbers (exact in float32): dy² + dx² and one square root
         assert_close_reduction(got[b, 0], torch.from_numpy(ref).float(), reduction_len=2, depth=2)
+
+
+def test_pooling_each_channel_as_it_comes_equals_pooling_the_whole_stack_bit_for_bit():
+    pixels, prev = _images(2, 56, 84), _images(2, 56, 84, seed=1)
+    names = tuple(n for n in NAMES if not CHANNELS.get(n).needs_query) + ("text_match", "key_value")
+    kw = dict(prev=prev, queries=["What is the total?"] * 2, query_encoder=ENCODER)
+    stacked = pool_to_cells(compute_texture(pixels, names, **kw), 28)
+    cells = compute_texture(pixels, names, cell=28, **kw)
+    assert cells.shape == (2, channel_width(names), 2, 3) and torch.equal(cells, stacked)
+    assert not torch.equal(compute_texture(pixels.flip(-1), names, cell=28, **kw), stacked)  # control: other pixels
+    with pytest.raises(ValueError, match=r"H, W = 56, 84 must be multiples of cell=32"):
+        compute_texture(pixels, names, cell=32, **kw)
+
+
+class _CountingEncoder(HashingQueryEncoder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[str] = []
+
+    def encode(self, queries):
+        self.texts.extend(queries)
+        return super().encode(queries)
+
+
+def _page_text():
+    from arr_coc.engine.channel_registry import PageText
+
+    return PageText((), (("Total: 12.50", (4.0, 4.0, 20.0, 60.0)), ("Date 9/3/92", (30.0, 4.0, 46.0, 60.0))))
+
+
+def test_prepare_texture_embeds_the_lines_once_without_a_question_and_returns_the_channels_without_prepare():
+    from arr_coc.engine.cache import ImageCache
+    from arr_coc.engine.texture import prepare_texture
+
+    pixels, enc, cache = _images(1, 56, 84), _CountingEncoder(), ImageCache()
+    rest = prepare_texture(pixels, ("text_match", "key_value", "first_look"), query_encoder=enc, cache=cache,
+                           text=[_page_text()])
+    assert rest == ("first_look",) and enc.texts == ["Total:", "12.50", "Date 9/3/92"]  # split key and value
+    enc.texts.clear()
+    compute_texture(pixels, ("text_match", "key_value"), queries=["What is the total?"], query_encoder=enc,
+                    cache=cache, text=[_page_text()])
+    assert enc.texts == ["What is the total?"]  # the lines came from the cache
+    fresh = _CountingEncoder()  # control: without prepare the question's channels embed the lines themselves
+    compute_texture(pixels, ("text_match",), queries=["What is the total?"], query_encoder=fresh,
+                    cache=ImageCache(), text=[_page_text()])
+    assert fresh.texts == ["What is the total?", "Total:", "12.50", "Date 9/3/92"]
+    with pytest.raises(ValueError, match="text_match channel embeds each image's lines .* pass query_encoder="):
+        prepare_texture(pixels, ("text_match",), cache=ImageCache(), text=[_page_text()])
+
+
+def test_prepare_belongs_to_question_coupled_channels_only():
+    from arr_coc.engine.channel_registry import register_channel
+
+    with pytest.raises(ValueError, match="'nope': prepare is the per-image part of a question-coupled channel"):
+        register_channel("nope", prepare=lambda inputs: None)
+    assert "nope" not in CHANNELS.names()

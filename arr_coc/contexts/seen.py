@@ -23,7 +23,7 @@ from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.canvas import make_canvas, smart_resize
 from arr_coc.engine.channel_registry import PageText
-from arr_coc.engine.pipeline import ARR, Scene
+from arr_coc.engine.pipeline import ARR, Scene, cell_texture, prepare_cell_texture
 from arr_coc.engine.retrieval import Retriever
 
 CHUNK = 4  # pages scored at once
@@ -201,17 +201,24 @@ def embed_lines(retriever: Retriever, lines: Sequence[Sequence[Line]]) -> list[T
     return out
 
 
-# Any question: the question-coupled channels computed for it leave their per-page work in the ARR's cache.
+# Any question: a question-coupled channel without a ``prepare`` leaves its per-page work in the ARR's cache when
+# computed for it.
 WARM_QUESTION = "What does this page say?"
 
 
 def warm_channels(arr: ARR, scenes: Sequence[Scene]) -> None:
     """The question-coupled channels' per-page work (the text channels' lines embedded by the question encoder, a
-    model's features of the page), done now into ``arr.cache`` by computing the channels once for
-    ``WARM_QUESTION``: each question then does its own work only (while the cache holds the pages)."""
+    model's features of the page), done now into ``arr.cache``: each question then does its own work only (while
+    the cache holds the pages). A channel that declares that part (``prepare``: the text channels) does it alone;
+    any other is computed once for ``WARM_QUESTION``."""
+    cfg = arr.config.texture
     with torch.no_grad():
         for scene in scenes:
-            arr.cell_stack(scene, [WARM_QUESTION] * scene.canvas.batch_size)
+            rest = prepare_cell_texture(scene.canvas, arr.query_channels, query_encoder=arr.query_encoder,
+                                        cache=arr.cache, options=cfg.options, text=scene.text)
+            if rest:
+                cell_texture(scene.canvas, rest, queries=[WARM_QUESTION] * scene.canvas.batch_size,
+                             query_encoder=arr.query_encoder, cache=arr.cache, options=cfg.options, text=scene.text)
 
 
 def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI,

@@ -111,23 +111,31 @@ class ChannelSpec:
     differentiable: bool  # whether gradients reach the pixels (training learns through these only)
     doc: str
     needs_query: bool = False  # query-coupled: computed per question (its image part cached per image)
+    # ``prepare(inputs)``: a query-coupled channel's per-image part alone, done into ``inputs.cache`` without a
+    # question (what several questions about one image then share); None: the channel has none to do apart.
+    prepare: Callable[[TextureInputs], None] | None = None
 
 
 CHANNELS: Registry[ChannelSpec] = Registry("texture channel")
 
 
 def register_channel(
-    name: str, width: int = 1, differentiable: bool = True, needs_query: bool = False
+    name: str, width: int = 1, differentiable: bool = True, needs_query: bool = False,
+    prepare: Callable[[TextureInputs], None] | None = None,
 ) -> Callable[[Callable[[TextureInputs], Tensor]], Callable[[TextureInputs], Tensor]]:
     """Decorator registering ``fn(inputs: TextureInputs) -> [B, width, H, W]`` as channel group ``name``.
 
     The first docstring line of ``fn`` is the channel's one-line documentation (why it is there).
-    ``needs_query`` marks channels that read ``inputs.queries`` / ``inputs.query_emb``.
+    ``needs_query`` marks channels that read ``inputs.queries`` / ``inputs.query_emb``; ``prepare(inputs)``, the
+    per-image part of such a channel done into ``inputs.cache`` without a question (see :class:`ChannelSpec`).
     """
+    if prepare is not None and not needs_query:
+        raise ValueError(f"channel {name!r}: prepare is the per-image part of a question-coupled channel; "
+                         f"pass needs_query=True or drop prepare")
 
     def add(fn: Callable[[TextureInputs], Tensor]) -> Callable[[TextureInputs], Tensor]:
         doc = fn.__doc__.strip().splitlines()[0] if fn.__doc__ else ""
-        CHANNELS.register(name)(ChannelSpec(name, width, fn, differentiable, doc, needs_query))
+        CHANNELS.register(name)(ChannelSpec(name, width, fn, differentiable, doc, needs_query, prepare))
         return fn
 
     return add
@@ -143,7 +151,8 @@ def normalize_per_image(x: Tensor) -> Tensor:
     lo = x.amin(dim=(-3, -2, -1), keepdim=True)  # [B, 1, 1, 1]
     span = x.amax(dim=(-3, -2, -1), keepdim=True) - lo
     # where() rather than a division by a tiny span: a flat map carries no structure, so it must not be stretched.
-    return torch.where(span > FLAT_RANGE, (x - lo) / span.clamp_min(FLAT_RANGE), torch.zeros_like(x))
+    # (the division in place on x - lo and a scalar 0: the same values without two more full-size temporaries)
+    return torch.where(span > FLAT_RANGE, (x - lo).div_(span.clamp_min(FLAT_RANGE)), 0.0)
 
 
 def _ramp(n: int, like: Tensor) -> Tensor:

@@ -26,7 +26,7 @@ from arr_coc.engine.relevance import SCORERS, Relevance
 from arr_coc.engine.retrieval import DEFAULT_RETRIEVER, Retriever, load_retriever
 from arr_coc.engine.samplers import SAMPLERS, module_dtype, select
 from arr_coc.engine.selection import Selection
-from arr_coc.engine.texture import channel_layout, channel_width, compute_texture, pool_to_cells, query_channels
+from arr_coc.engine.texture import channel_layout, channel_width, compute_texture, prepare_texture, query_channels
 from arr_coc.errors import WeightsError
 from arr_coc.threads import check_threads
 from arr_coc.weights import SCORER_FORMAT, load_scorer_weights, pretrained_config, save_folder, scorer_file  # noqa: F401  (the scorer files' tag, re-exported)
@@ -100,22 +100,39 @@ def cell_texture(canvas: Canvas, channels: Sequence[str], prev: Tensor | None = 
     ``queries`` (one per image), ``query_encoder``, ``cache`` and ``text`` (each image's known text, or None)
     feed query-coupled channels.
     """
-    groups: dict[tuple[int, int], list[int]] = {}
-    for i, size in enumerate(canvas.sizes):
-        groups.setdefault(size, []).append(i)
     out = None
-    for (h, w), idx in groups.items():  # one iteration for a batch of same-size images
-        sel = torch.tensor(idx)
-        tex = compute_texture(canvas.pixels[sel, :, :h, :w], channels,
-                              prev=None if prev is None else prev[sel, :, :h, :w],
-                              queries=None if queries is None else [queries[i] for i in idx],
-                              query_encoder=query_encoder, cache=cache, options=options,
-                              text=None if text is None else [text[i] for i in idx], timings=timings)
-        cells = pool_to_cells(tex, canvas.cell)  # [b, C, h/cell, w/cell]
+    for (h, w), idx, sel in _size_groups(canvas):  # one iteration for a batch of same-size images
+        cells = compute_texture(canvas.pixels[sel, :, :h, :w], channels,
+                                prev=None if prev is None else prev[sel, :, :h, :w],
+                                queries=None if queries is None else [queries[i] for i in idx],
+                                query_encoder=query_encoder, cache=cache, options=options,
+                                text=None if text is None else [text[i] for i in idx], timings=timings,
+                                cell=canvas.cell)  # [b, C, h/cell, w/cell]: each channel pooled as it comes
         if out is None:
             out = cells.new_zeros(canvas.batch_size, cells.shape[1], *canvas.grid)
         out[sel, :, : h // canvas.cell, : w // canvas.cell] = cells
     return out
+
+
+def _size_groups(canvas: Canvas) -> list[tuple[tuple[int, int], list[int], Tensor]]:
+    """The canvas's images grouped by size: ((h, w) px, their rows, the rows as an index tensor)."""
+    groups: dict[tuple[int, int], list[int]] = {}
+    for i, size in enumerate(canvas.sizes):
+        groups.setdefault(size, []).append(i)
+    return [(size, idx, torch.tensor(idx)) for size, idx in groups.items()]
+
+
+def prepare_cell_texture(canvas: Canvas, channels: Sequence[str], *, query_encoder: QueryEncoder | None = None,
+                         cache: ImageCache, options: dict | None = None,
+                         text: Sequence[PageText | None] | None = None) -> tuple[str, ...]:
+    """The per-image part of the question-coupled ``channels`` (:func:`~arr_coc.engine.texture.prepare_texture`),
+    done into ``cache`` for each image as :func:`cell_texture` crops it (so a later :func:`cell_texture` finds it);
+    returns the channels that declare no such part."""
+    rest: tuple[str, ...] = tuple(channels)
+    for (h, w), idx, sel in _size_groups(canvas):
+        rest = prepare_texture(canvas.pixels[sel, :, :h, :w], channels, query_encoder=query_encoder, cache=cache,
+                               options=options, text=None if text is None else [text[i] for i in idx])
+    return rest
 
 
 @dataclass

@@ -21,6 +21,7 @@ Shapes: ``queries`` / ``passages`` return [N, D] float32, each row of norm 1.
 from __future__ import annotations
 
 import importlib.util
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
@@ -106,8 +107,8 @@ class _OnnxBert:
 
 
 class _Reranking:
-    """A model retriever's second stage: :class:`CrossEncoderReranker`, loaded on first use (a model-free retriever
-    has none)."""
+    """A model retriever's second stage: the process's :class:`CrossEncoderReranker` (:func:`cross_encoder`), taken
+    on first use (a model-free retriever has none)."""
 
     device = "cpu"
     _reranker: "CrossEncoderReranker | None" = None
@@ -115,7 +116,9 @@ class _Reranking:
     def rerank(self, query: str, passages: Sequence[str]) -> Tensor:
         """[N] the cross-encoder's logits for the question against each passage (higher = more relevant)."""
         if self._reranker is None:
-            self._reranker = CrossEncoderReranker(self.device)
+            if self.device != "cpu":
+                raise ValueError(f"the cross-encoder runs on the CPU; got device={self.device!r}, use device='cpu'")
+            self._reranker = cross_encoder()
         return self._reranker.rerank(query, passages)
 
 
@@ -154,6 +157,14 @@ class BgeSmallRetriever(_Reranking):
 
     def passages(self, texts: Sequence[str]) -> Tensor:
         return self._p.vectors(list(texts), self._encode)
+
+    def sharing_model(self) -> "BgeSmallRetriever":
+        """A retriever on this one's model (loaded once for both) with caches of its own: the texts this one embeds
+        do not decide which texts the other embeds together, so its vectors are those of a retriever of its own
+        (the graph's vectors move with their batch)."""
+        other = BgeSmallRetriever(self.device, self._q.max_cached)
+        other._model = self.load()._model
+        return other
 
 
 class _SymmetricRetriever:
@@ -220,20 +231,39 @@ class CrossEncoderReranker:
     Each pair is run alone: the int8 graph quantizes its activations with one scale per batch, which moved a pair's
     logit by up to 0.24 with the pairs batched beside it (32 passages of one question, batched against alone), so a
     pair's logit would depend on the other lines of the list; alone it is the same in any list. Alone costs
-    ~40 % more CPU time than one batch (padding aside) on this machine's 2 cores.
+    ~40 % more CPU time than one batch (padding aside) on this machine's 2 cores. Being the same in any list, each
+    pair's logit is kept while among the ``max_cached`` most recently used: a pair is read once (the text channels of
+    one question, a question asked again). :func:`cross_encoder` is the process's one instance.
     """
 
     name = "ms-marco-minilm-l12"
 
-    def __init__(self, device: str = "cpu") -> None:
+    def __init__(self, device: str = "cpu", max_cached: int = 100_000) -> None:
         self.device = device
         self._model: _OnnxBert | None = None
+        self._pairs = VectorCache(max_cached)  # (question, passage) -> [1] logit
 
     def rerank(self, query: str, passages: Sequence[str]) -> Tensor:
         """[N] float32 logits, higher = more relevant; the order of ``passages``."""
         if not passages:
             return torch.zeros(0)
-        if self._model is None:
-            self._model = _OnnxBert(vectrix_model_dir("reranker_en"), self.device)
-        logits = self._model.run([(query, p) for p in passages], batch=1)
-        return torch.from_numpy(np.stack(logits)[:, 0]).float()
+        keys = [(query, p) for p in passages]
+
+        def run(missing: list[tuple[str, str]]) -> Tensor:  # [M, 1]
+            if self._model is None:
+                self._model = _OnnxBert(vectrix_model_dir("reranker_en"), self.device)
+            logits = self._model.run(missing, batch=1)
+            return torch.from_numpy(np.stack(logits)[:, :1]).float()
+
+        return self._pairs.vectors(keys, run)[:, 0]  # the pairs are the keys
+
+
+@lru_cache(maxsize=1)
+def cross_encoder() -> CrossEncoderReranker:
+    """The process's one :class:`CrossEncoderReranker` (its model loads on the first pair; one pair cache): what the
+    text channels' ``rerank`` option and the model retrievers' ``rerank`` read.
+
+    >>> cross_encoder() is cross_encoder()
+    True
+    """
+    return CrossEncoderReranker()

@@ -86,7 +86,8 @@ def _check_image(x: object, name: str) -> Tensor:
 def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev: Tensor | None = None, *,
                     queries: Sequence[str] | None = None, query_encoder: Any = None,
                     cache: ImageCache | None = None, options: Mapping[str, Mapping[str, Any]] | None = None,
-                    text: Sequence[PageText | None] | None = None, timings: dict[str, float] | None = None) -> Tensor:
+                    text: Sequence[PageText | None] | None = None, timings: dict[str, float] | None = None,
+                    cell: int | None = None) -> Tensor:
     """Stack the named channel groups of a batch of images into a texture.
 
     Args:
@@ -98,9 +99,13 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev
         options: per-channel settings (``{"clip": {"model": PATH}}``).
         text: per image its known :class:`PageText` (or None): the text channels read it instead of OCR.
         timings: if given, each channel's milliseconds are added under ``"channel/<name>"``.
+        cell: if given, each channel group is pooled to token cells as soon as it is computed
+            (:func:`pool_to_cells`, the same values as pooling the whole stack: each channel is averaged on its
+            own), so the full-resolution stack is never built.
 
     Returns:
-        ``[B, C, H, W]`` texture with the dtype and device of ``pixels``.
+        ``[B, C, H, W]`` texture with the dtype and device of ``pixels`` (``[B, C, H // cell, W // cell]`` with
+        ``cell``).
 
     Example:
         >>> tex = compute_texture(torch.rand(1, 3, 28, 28), ("rgb", "eccentricity"))
@@ -116,6 +121,8 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev
     inputs = TextureInputs(pixels, prev, queries, query_encoder, cache if cache is not None else ImageCache(),
                            options or {}, text)
     b, _, h, w = pixels.shape
+    if cell is not None and (cell < 1 or h % cell or w % cell):
+        raise ValueError(f"H, W = {h}, {w} must be multiples of cell={cell}; fit the image to the canvas first")
     groups = []
     for spec in specs:  # a loop over channel groups, each batched over images and pixels
         start = time.perf_counter()
@@ -126,8 +133,30 @@ def compute_texture(pixels: Tensor, channels: Sequence[str] = MVP_CHANNELS, prev
         if tuple(out.shape) != (b, spec.width, h, w):
             expected = (b, spec.width, h, w)
             raise ValueError(f"channel {spec.name!r} returned shape {tuple(out.shape)}, expected {expected}")
-        groups.append(out.to(pixels.dtype))
-    return torch.cat(groups, dim=1)  # [B, C, H, W]
+        out = out.to(pixels.dtype)
+        groups.append(out if cell is None else pool_to_cells(out, cell))  # [B, width, H, W] or cells
+    return torch.cat(groups, dim=1)  # [B, C, H, W] or [B, C, Hc, Wc]
+
+
+def prepare_texture(pixels: Tensor, channels: Sequence[str], *, query_encoder: Any = None,
+                    cache: ImageCache, options: Mapping[str, Mapping[str, Any]] | None = None,
+                    text: Sequence[PageText | None] | None = None) -> tuple[str, ...]:
+    """The per-image part of the named question-coupled channels that declare one (``prepare``), done into
+    ``cache`` for ``pixels`` [B, 3, H, W] without a question; returns the channels that declare none.
+
+    Example:
+        >>> from arr_coc.engine.query import HashingQueryEncoder
+        >>> prepare_texture(torch.ones(1, 3, 28, 28), ("text_match", "first_look"),
+        ...                 query_encoder=HashingQueryEncoder(), cache=ImageCache())
+        ('first_look',)
+    """
+    specs = _specs(channels)
+    _check_image(pixels, "pixels")
+    inputs = TextureInputs(pixels, None, None, query_encoder, cache, options or {}, text)
+    for spec in specs:
+        if spec.prepare is not None:
+            spec.prepare(inputs)
+    return tuple(spec.name for spec in specs if spec.prepare is None)
 
 
 class Texture(nn.Module):

@@ -59,6 +59,18 @@ from arr_coc.eval.run import arr_settings
 from arr_coc.eval.settings import EvalSettings
 
 
+def page_retriever(arr: ARR) -> Any:
+    """The retriever of the ``retrieval_pages`` baseline: the default model (:func:`load_retriever`); the ARR's own
+    model where the ARR's retriever is that model (loaded once), with caches of its own, so the baseline's vectors
+    are those of a retriever of its own."""
+    from arr_coc.engine.retrieval import DEFAULT_RETRIEVER, load_retriever
+
+    own = arr.retriever
+    if own.name == DEFAULT_RETRIEVER and hasattr(own, "sharing_model"):
+        return own.sharing_model()
+    return load_retriever()
+
+
 class ContextReading:
     """The loop's reader of contexts: OCR (``settings.reader``) or none (page hit and coverage only)."""
 
@@ -71,9 +83,7 @@ class ContextReading:
                                                            for r in ("region", "find")}
         self.retriever = None
         if NEEDS_RETRIEVER in settings.methods:
-            from arr_coc.engine.retrieval import load_retriever
-
-            self.retriever = load_retriever()
+            self.retriever = page_retriever(arr)
 
     def identity(self) -> tuple[dict, dict]:
         s = self.settings

@@ -1,6 +1,7 @@
 """The text channels score a single image's OCR lines with the cross-encoder: paraphrases find their answer line."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from test_channels_text import inside, peak, render
@@ -10,8 +11,9 @@ from arr_coc import ARR, ARRConfig, SamplerConfig
 from arr_coc.config import TextureConfig
 from arr_coc.engine.cache import ImageCache
 from arr_coc.engine.channel_registry import PageText, TextureInputs
-from arr_coc.engine.channels.text import LineReranker, reranks
+from arr_coc.engine.channels.text import reranks
 from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder
+from arr_coc.engine.retrieval import CrossEncoderReranker
 from arr_coc.engine.texture import MVP_CHANNELS, compute_texture
 
 # "How much was the bill?" shares "bill" with the till line, not with the total: MiniLM's cosine ranks the till
@@ -78,28 +80,30 @@ def test_a_hashing_arr_stays_model_free(monkeypatch):
     def no_model():
         raise AssertionError("a hashing ARR loaded the cross-encoder")
 
-    monkeypatch.setattr(text, "line_reranker", no_model)
+    monkeypatch.setattr(text, "cross_encoder", no_model)
     lines = [("TOTAL 42.00", (0.0, 0.0, 20.0, 60.0)), ("Milk 1.20", (30.0, 0.0, 50.0, 60.0))]
     tex = compute_texture(torch.ones(1, 3, 56, 84), ("text_match", "key_value"), queries=["What is the total?"],
                           query_encoder=HashingQueryEncoder(), text=[PageText(lines=lines)])
     assert float(tex[0, 0, :20, :60].min()) == 1.0  # the line sharing "total" matched, without any model
 
 
-class CountingReranker:
-    """Scores a pair by the line's length; counts the pairs it was asked."""
+class CountingModel:
+    """The cross-encoder's graph in :class:`CrossEncoderReranker`'s place: a pair's logit is its line's length;
+    counts the pairs it was run on."""
 
     def __init__(self) -> None:
         self.pairs = 0
 
-    def rerank(self, query: str, passages: list[str]) -> torch.Tensor:
-        self.pairs += len(passages)
-        return torch.tensor([float(len(p)) for p in passages])
+    def run(self, pairs, batch):
+        assert batch == 1  # each pair alone
+        self.pairs += len(pairs)
+        return [np.array([float(len(p))], np.float32) for _, p in pairs]
 
 
 def test_both_channels_of_one_question_read_each_pair_once(monkeypatch):
-    counting = CountingReranker()
-    shared = LineReranker(counting)
-    monkeypatch.setattr(text, "line_reranker", lambda: shared)
+    counting, shared = CountingModel(), CrossEncoderReranker()
+    shared._model = counting
+    monkeypatch.setattr(text, "cross_encoder", lambda: shared)
     lines = [("TOTAL 42.00", (0.0, 0.0, 20.0, 60.0)), ("Milk 1.20", (30.0, 0.0, 50.0, 60.0)), ("", (60.0, 0, 70.0, 9))]
     opts = {"text_match": {"rerank": True}, "key_value": {"rerank": True}}
     tex = compute_texture(torch.ones(1, 3, 84, 84), ("text_match", "key_value"), queries=["What is the total?"],
@@ -107,7 +111,7 @@ def test_both_channels_of_one_question_read_each_pair_once(monkeypatch):
     assert counting.pairs == 2  # two legible lines, read once for both channels; the empty line is not read
     # logits 11 and 9 scaled over the page's legible lines: the longest line 1, the other 0
     assert float(tex[0, 0, :20, :60].min()) == 1.0 and float(tex[0, 0, 30:50, :60].max()) == 0.0
-    assert shared.logits("What is the total?", ["Milk 1.20"]).tolist() == [9.0]
+    assert shared.rerank("What is the total?", ["Milk 1.20"]).tolist() == [9.0]
     assert counting.pairs == 2  # from the cache
 
 

@@ -247,3 +247,30 @@ def test_over_pages_the_ranking_decides_the_shares_and_each_pages_sampler_places
     assert [p.saccades for p in spaced.pages] == [0, 0, 0, 0, 10, 0, 0, 0, 0, 0]
     c = spaced.pages[4].plan.cells
     assert int(((c[:, None] - c[None]).abs().amax(-1) + 2 * torch.eye(10, dtype=torch.long)).min()) == 2
+
+
+def test_seeing_a_context_embeds_each_pages_lines_once_and_a_question_only_itself():
+    from arr_coc.contexts import see_context
+
+    class Counting(HashingQueryEncoder):
+        texts: list[str] = []
+
+        def encode(self, queries):
+            self.texts.extend(queries)
+            return super().encode(queries)
+
+    ctx = render_text(_story(3, 1), SMALL)
+    enc = Counting()
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + ("text_match", "key_value"))),
+              query_encoder=enc).eval()
+    seen = see_context(arr, ctx)
+    lines = {page.line_text(i) for page in ctx.pages for i in range(len(page.lines))}
+    assert set(enc.texts) == lines  # the pages' lines, and no question (a page drawn twice is embedded once)
+    enc.texts.clear()
+    q = "When does the zanzibar harbour open?"
+    a = allocate(arr, seen, q, 40)
+    assert set(enc.texts) == {q}  # the question alone: every page's lines came from the cache
+    fresh = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + ("text_match", "key_value"))),
+                query_encoder=HashingQueryEncoder()).eval()
+    b = allocate(fresh, ctx, q, 40)  # control for the values: a fresh ARR on the context itself
+    assert [p.plan.cells.tolist() for p in a.pages] == [p.plan.cells.tolist() for p in b.pages]

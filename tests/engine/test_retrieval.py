@@ -117,3 +117,45 @@ def test_unknown_name_and_gpu_device_are_user_errors():
         load_retriever("e5")
     with pytest.raises(ValueError, match="run on the CPU; got device='cuda', pass device='cpu'"):
         load_retriever("bge-small", device="cuda").passages(["a line"])
+
+
+def test_one_cross_encoder_serves_the_retrievers_and_the_text_channels_and_reads_each_pair_once():
+    from arr_coc.engine.channels import text
+
+    shared = retrieval.cross_encoder()
+    assert shared is retrieval.cross_encoder() and text.cross_encoder is retrieval.cross_encoder
+    a, b = load_retriever("bge-small"), load_retriever("minilm")
+    assert a._reranker is None and b._reranker is None  # taken on first use
+    lines = [ANSWER, DECOY, "It is free software"]
+    got = a.rerank(QUESTION, lines)
+    assert a._reranker is shared and shared._model is not None
+    runs = []
+    real = shared._model.run
+    shared._model.run = lambda pairs, batch: runs.append(list(pairs)) or real(pairs, batch)
+    try:
+        again = b.rerank(QUESTION, lines[::-1] + ["v2.3 2019/04/12"])
+    finally:
+        del shared._model.run  # the graph's own method again
+    assert b._reranker is shared and runs == [[(QUESTION, "v2.3 2019/04/12")]]  # only the pair not read before
+    assert torch.equal(again[:3], got.flip(0))
+    alone = CrossEncoderReranker()  # the same logits as an instance of its own (each pair is run alone)
+    assert torch.equal(alone.rerank(QUESTION, lines), got) and alone._model is not shared._model
+    assert not torch.equal(shared.rerank("When was it released?", lines), got)  # control: a pair is its question too
+
+
+def test_the_retrieval_pages_baseline_runs_the_arrs_bge_and_ranks_as_its_own_retriever_did():
+    from arr_coc.engine.pipeline import ARR
+    from arr_coc.engine.query import HashingQueryEncoder
+    from arr_coc.eval.context_methods import RetrievalPages
+    from arr_coc.eval.context_run import page_retriever
+
+    arr = ARR(retriever=load_retriever("bge-small"), query_encoder=HashingQueryEncoder())
+    arr.retriever.passages(["It is free software\n" + ANSWER])  # the ARR's own work first (a context's passages)
+    r = page_retriever(arr)
+    assert r.name == "bge-small" and r._model is arr.retriever._model  # one model loaded
+    pages = [[DECOY, "It is free software"], [], [ANSWER, "It is free software"], ["Each chapter has parts"]]
+    shared, own = RetrievalPages(r, pages), RetrievalPages(load_retriever("bge-small"), pages)
+    assert torch.equal(shared.lines, own.lines) and torch.equal(shared.scores(QUESTION), own.scores(QUESTION))
+    assert shared.rank(QUESTION) == own.rank(QUESTION) == [2, 0, 3, 1]
+    hashing = ARR(query_encoder=HashingQueryEncoder())  # control: a hashing ARR's retriever is not that model
+    assert page_retriever(hashing).name == "bge-small" and page_retriever(hashing)._model is None

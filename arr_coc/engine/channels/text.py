@@ -51,8 +51,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -61,8 +60,7 @@ from torch import Tensor
 
 from arr_coc.engine.channel_registry import FLAT_RANGE, TextureInputs, register_channel
 from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
-from arr_coc.engine.query import VectorCache
-from arr_coc.engine.retrieval import CrossEncoderReranker
+from arr_coc.engine.retrieval import cross_encoder
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, TEXT_SCORE, rapidocr_engine, require_rapidocr
 
 # Lines recognised below RapidOCR's own cut-off are mostly wrong characters: their embedding would match
@@ -330,11 +328,28 @@ def image_lines(cache: Any, image: Tensor, query_encoder: Any, det_limit_side_le
 def _lines(inputs: TextureInputs, channel: str) -> tuple[list[TextLines], Tensor]:
     """Per image its cached :class:`TextLines`, and the question embeddings ``[B, D]``."""
     query_emb = inputs.query_emb  # raises the TextureInputs error before any OCR runs without an encoder
+    return _page_lines(inputs, channel), query_emb
+
+
+def _page_lines(inputs: TextureInputs, channel: str) -> list[TextLines]:
+    """Per image its :class:`TextLines`, from the cache or computed into it (OCR per image whose text is not
+    known): the text channels' per-image part, which no question changes."""
+    if inputs.query_encoder is None:
+        raise ValueError(f"the {channel} channel embeds each image's lines with the questions' encoder: "
+                         f"pass query_encoder=")
     side = int(inputs.option(channel, "det_limit_side_len", DET_LIMIT_SIDE_LEN))
     ocr = str(inputs.option(channel, "ocr", "auto"))
-    lines = [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs),
-                         ocr=ocr) for i, image in enumerate(inputs.pixels)]  # OCR per image whose text is not known
-    return lines, query_emb
+    return [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs),
+                        ocr=ocr) for i, image in enumerate(inputs.pixels)]
+
+
+def _prepare(channel: str) -> Callable[[TextureInputs], None]:
+    """``prepare`` of a text channel: its images' lines read and embedded into the cache, no question needed."""
+
+    def prepare(inputs: TextureInputs) -> None:
+        _page_lines(inputs, channel)
+
+    return prepare
 
 
 def _known(text: Any, inputs: TextureInputs) -> Any:
@@ -347,30 +362,6 @@ def _known(text: Any, inputs: TextureInputs) -> Any:
 
 def _similarity(lines: TextLines, q: Tensor) -> Tensor:
     return lines.emb.to(q) @ q  # [L] cosine; 0 for illegible lines (zero rows)
-
-
-class LineReranker:
-    """The cross-encoder's score of (question, line) pairs, each pair read once while among the ``max_cached``
-    most recently used: ``text_match`` and ``key_value`` of one question share them."""
-
-    def __init__(self, reranker: Any = None, max_cached: int = 100_000) -> None:
-        self.reranker = reranker if reranker is not None else CrossEncoderReranker()
-        self._cache = VectorCache(max_cached)
-
-    def logits(self, question: str, texts: Sequence[str]) -> Tensor:
-        """[N] the relevance logit of each text read with ``question`` (higher: more relevant)."""
-        keys = [f"{question}\x00{t}" for t in texts]  # NUL: no question or line holds it
-
-        def run(missing: list[str]) -> Tensor:  # [M, 1]
-            return self.reranker.rerank(question, [k.split("\x00", 1)[1] for k in missing]).float()[:, None]
-
-        return self._cache.vectors(keys, run)[:, 0] if keys else torch.zeros(0)
-
-
-@lru_cache(maxsize=1)
-def line_reranker() -> LineReranker:
-    """The process's :class:`LineReranker` (the model loads on its first pair)."""
-    return LineReranker()
 
 
 def reranks(inputs: TextureInputs, channel: str, i: int) -> bool:
@@ -394,7 +385,7 @@ def line_scores(inputs: TextureInputs, channel: str, i: int, lines: TextLines, q
     scores = torch.zeros(len(lines))
     idx = lines.legible.nonzero().flatten().tolist()
     if idx:
-        logit = line_reranker().logits(inputs.queries[i], [lines.texts[j] for j in idx])
+        logit = cross_encoder().rerank(inputs.queries[i], [lines.texts[j] for j in idx])  # one pair cache
         span = float(logit.max() - logit.min())
         scores[idx] = (logit - logit.min()) / span if span > FLAT_RANGE else torch.ones_like(logit)
     return scores.to(q)
@@ -408,7 +399,7 @@ def _per_image(inputs: TextureInputs, channel: str, paint) -> Tensor:
     return torch.stack(maps)[:, None].to(inputs.pixels)  # [B, 1, H, W]
 
 
-@register_channel("text_match", differentiable=False, needs_query=True)
+@register_channel("text_match", differentiable=False, needs_query=True, prepare=_prepare("text_match"))
 def _text_match(inputs: TextureInputs) -> Tensor:
     """Text lines whose reading answers the question (cross-encoder or cosine), the best line of the image at 1."""
 
@@ -421,7 +412,7 @@ def _text_match(inputs: TextureInputs) -> Tensor:
     return _per_image(inputs, "text_match", paint)
 
 
-@register_channel("key_value", differentiable=False, needs_query=True)
+@register_channel("key_value", differentiable=False, needs_query=True, prepare=_prepare("key_value"))
 def _key_value(inputs: TextureInputs) -> Tensor:
     """Where the value of the line that matches the question sits: right of it on its row, or below it."""
 
