@@ -17,7 +17,8 @@ coverage (:func:`coc_tune.coverage`, the best-covered occurrence) and strict = c
 per kind. A setting: the retrieval weight and top, BM25 fused into the line scores (``cos + w * bm25 / max``),
 the cross-encoder reordering the first stage's best N lines (line text or passage, ``boost`` adding its own
 ramp), the value passed on to the next line (``spread``; ``around``: and the line before) and a floor on the
-first lines of a document's first page (``front``). Writes grid.csv and summary.md in ``--out``; ms per question
+first lines of a document's first page (``front``) and how a line's value is painted on its cells (``head``: its
+first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line). Writes grid.csv and summary.md in ``--out``; ms per question
 of each online part (question embedding, BM25, reranking the N lines, the text parts) go in the summary.
 """
 from __future__ import annotations
@@ -42,6 +43,8 @@ from arr_coc.contexts import rank_cells, ranking_score, text_tokens
 from arr_coc.contexts.line_values import FRONT_FLOOR, FRONT_LINES, SPREAD, line_values, top_lines
 from arr_coc.contexts.pagetext import canvas_words
 from arr_coc.contexts.ranking import (
+    LINE_HEAD,
+    LINE_TAIL,
     line_scores,
     passage_texts,
     retrieval_map,
@@ -175,7 +178,8 @@ def rerank_all(win: dict, reranker) -> None:
     win["rerank_alone"] = True
 
 
-SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "spread", "around", "front_lines", "front_floor")
+SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "spread", "around", "front_lines", "front_floor", "head",
+           "tail")
 
 
 def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
@@ -192,7 +196,7 @@ def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> 
     values = values_for(win, q, s)
     ranks = []
     for part, size, ls, v in zip(q["parts"], win["sizes"], win["lines"], values):
-        found = retrieval_map(ls, v, size, cell)[: part.text.shape[0], : part.text.shape[1]]
+        found = retrieval_map(ls, v, size, cell, s["head"], s["tail"])[: part.text.shape[0], : part.text.shape[1]]
         ranks.append(ranking_score(replace(part, retrieval=found), retrieval_weight=s["weight"]))
     grids = [(h // cell, w // cell) for h, w in win["sizes"]]
     at, out = q["at"], {}
@@ -280,8 +284,14 @@ def main() -> None:
     ap.add_argument("--around", type=int, nargs="+", default=[0], choices=[0, 1])
     ap.add_argument("--front-lines", type=int, nargs="+", default=[FRONT_LINES])
     ap.add_argument("--front-floor", type=float, nargs="+", default=[FRONT_FLOOR])
+    ap.add_argument("--head", type=int, nargs="+", default=[LINE_HEAD],
+                    help="cells from a line's left edge painted at its value (0: the whole line)")
+    ap.add_argument("--tail", type=float, nargs="+", default=[LINE_TAIL],
+                    help="the rest of a line (past --head) painted at this times its value, in [0, 1]")
     ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
     args = ap.parse_args()
+    if min(args.head) < 0 or not all(0.0 <= t <= 1.0 for t in args.tail):
+        ap.error(f"--head takes cells >= 0 and --tail values in [0, 1], got {args.head} and {args.tail}")
     if max(args.rerank) > RERANK_MAX:
         ap.error(f"--rerank reads at most {RERANK_MAX} lines (the cached logits)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -291,10 +301,11 @@ def main() -> None:
     cache = args.cache / f"{args.dataset}-{args.split}"
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.spread, args.around,
-        args.front_lines, args.front_floor)]
+        args.front_lines, args.front_floor, args.head, args.tail)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0])]
     grid = [s for s in grid if s["front_floor"] or s["front_lines"] == args.front_lines[0]]
-    grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
+    grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]
+    grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused  # the reranked first stages cached
     cov: dict = defaultdict(lambda: defaultdict(list))
     cov["kinds"] = []
     kinds: dict[str, int] = defaultdict(int)

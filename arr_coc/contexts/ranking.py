@@ -48,6 +48,11 @@ NEAR_WEIGHT = 4.0
 RETRIEVAL_WEIGHT = 8.0
 RETRIEVAL_TOP = 64
 PASSAGE_AROUND = 1  # lines before and after a line that the retrieval model reads with it
+# A line's value on its first LINE_HEAD cells and LINE_TAIL times it on the rest (the start of a line is where a manual
+# names its command or option). 0 = the whole line at its value: the head study on validation (docs/coc.md, "Line
+# heads") left it off.
+LINE_HEAD = 0
+LINE_TAIL = 1.0
 
 
 @dataclass(frozen=True)
@@ -180,14 +185,23 @@ def retrieval_values(scores: Sequence[Tensor], top: int = RETRIEVAL_TOP) -> list
     return [((s.float() - lo) / (hi - lo)).clamp_min(0) for s in scores]
 
 
-def retrieval_map(lines: Sequence[Line], values: Tensor, size: tuple[int, int], cell: int) -> Tensor:
+def retrieval_map(lines: Sequence[Line], values: Tensor, size: tuple[int, int], cell: int, head: int = LINE_HEAD,
+                  tail: float = LINE_TAIL) -> Tensor:
     """``[hc, wc]`` a page's lines painted with their retrieval values on its cells: a cell gets the best value of
     the lines touching it (a line is read only if every cell it touches is sent). Computed on cells, not pixels.
 
-    >>> retrieval_map([("a", (0.0, 0.0, 10.0, 30.0)), ("b", (20.0, 0.0, 30.0, 10.0))], torch.tensor([1.0, 0.5]),
-    ...               (42, 42), 14).tolist()
+    ``head`` > 0 paints a line's value on its first ``head`` cells from its left edge and ``tail`` times it on the
+    rest (0 <= tail <= 1; 0: the line's head alone), so the K best cells cover the starts of many lines before the
+    ends of a few; ``head`` = 0 paints the whole line at its value (``tail`` unused).
+
+    >>> lines = [("a", (0.0, 0.0, 10.0, 30.0)), ("b", (20.0, 0.0, 30.0, 10.0))]
+    >>> retrieval_map(lines, torch.tensor([1.0, 0.5]), (42, 42), 14).tolist()
     [[1.0, 1.0, 1.0], [0.5, 0.0, 0.0], [0.5, 0.0, 0.0]]
+    >>> retrieval_map(lines, torch.tensor([1.0, 0.5]), (42, 42), 14, head=2, tail=0.25).tolist()
+    [[1.0, 1.0, 0.25], [0.5, 0.0, 0.0], [0.5, 0.0, 0.0]]
     """
+    if head < 0 or not 0.0 <= tail <= 1.0:
+        raise ValueError(f"retrieval_map: head must be >= 0 cells and 0 <= tail <= 1, got head={head}, tail={tail}")
     hc, wc = size[0] // cell, size[1] // cell
     keep = values > 0
     if not lines or not bool(keep.any()):
@@ -196,7 +210,13 @@ def retrieval_map(lines: Sequence[Line], values: Tensor, size: tuple[int, int], 
     ys, xs = torch.arange(hc, dtype=torch.float32) * cell, torch.arange(wc, dtype=torch.float32) * cell
     rows = (ys[None] < boxes[:, 2:3]) & (ys[None] + cell > boxes[:, 0:1])  # [L, hc] the cell rows a line touches
     cols = (xs[None] < boxes[:, 3:4]) & (xs[None] + cell > boxes[:, 1:2])  # [L, wc]
-    painted = values[keep].float()[:, None, None] * (rows[:, :, None] & cols[:, None, :]).float()
+    if not head:
+        painted = values[keep].float()[:, None, None] * (rows[:, :, None] & cols[:, None, :]).float()
+        return painted.amax(0)
+    first = cols.float().argmax(1, keepdim=True)  # [L, 1] the first cell column a line touches
+    inside = torch.arange(wc)[None] < first + head  # [L, wc] the line's head
+    along = torch.where(inside, 1.0, tail) * cols.float()  # [L, wc]
+    painted = values[keep].float()[:, None, None] * rows[:, :, None].float() * along[:, None, :]
     return painted.amax(0)
 
 
@@ -221,11 +241,13 @@ def rank_cells(scores: Sequence[Tensor], k: int) -> list[Tensor]:
 
 def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tensor], words: Sequence[list[Line]],
                lines: Sequence[list[Line]], question: str, scores: Sequence[Tensor] | None = None,
-               top: int = RETRIEVAL_TOP, retrieved: Sequence[Tensor] | None = None) -> list[RankParts]:
+               top: int = RETRIEVAL_TOP, retrieved: Sequence[Tensor] | None = None, head: int = LINE_HEAD,
+               tail: float = LINE_TAIL) -> list[RankParts]:
     """Every page's :class:`RankParts` from its relevance (any scale: scaled here by :func:`unit`), its words and
     lines and its canvas size; ``scores``: each page's lines' retrieval scores (:func:`line_scores`, ramped by
     :func:`retrieval_values` over the ``top`` best), or ``retrieved``: their retrieval values already made
-    (:func:`arr_coc.contexts.line_values.line_values`); neither: no retrieval part.
+    (:func:`arr_coc.contexts.line_values.line_values`); neither: no retrieval part. ``head``, ``tail``: how each
+    line's value is painted on its cells (:func:`retrieval_map`).
 
     The text part is the ``text_layer`` channel's map (the matching words painted with their values, over
     one context-wide maximum, clamped to [0, 1]) pooled to cells: computed from the words alone.
@@ -238,7 +260,7 @@ def text_parts(cell: int, sizes: Sequence[tuple[int, int]], rels: Sequence[Tenso
     parts = []
     for size, raw, ws, ls, vs, rv in zip(sizes, rels, words, lines, values, retrieved):
         rel = unit(raw)
-        found = None if rv is None else retrieval_map(ls, rv, size, cell)[: rel.shape[0], : rel.shape[1]]
+        found = None if rv is None else retrieval_map(ls, rv, size, cell, head, tail)[: rel.shape[0], : rel.shape[1]]
         if norm > 0:
             text = match_cells(ws, vs, size, cell, norm)  # [hc, wc]
             near = near_map(ws, ls, [v / norm for v in vs], size, cell)
