@@ -28,10 +28,15 @@ from arr_coc.eval.metrics import normalize_text
 RESULTS = Path(__file__).parent / "results" / "paraphrase"
 
 
+def coc_rows(records: Path, budget: str) -> list[dict]:
+    """The ``coc`` rows at ``budget``, in record order."""
+    rows = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["method"] == "coc" and r["budget"] == budget]
+
+
 def misses(records: Path, budget: str) -> list[dict]:
     """The ``coc`` rows at ``budget`` whose strict page hit is 0, in record order."""
-    rows = [json.loads(line) for line in records.read_text().splitlines() if line.strip()]
-    return [r for r in rows if r["method"] == "coc" and r["budget"] == budget and r["page_hit_strict"] == 0.0]
+    return [r for r in coc_rows(records, budget) if r["page_hit_strict"] == 0.0]
 
 
 def line_cells(box: tuple[float, float, float, float], cell: int, cells: set[tuple[int, int]]) -> int:
@@ -45,10 +50,9 @@ def short(text: str, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
-def explain(arr: ARR, item, question, row: dict) -> str:
-    """One missed question: where its saccades went."""
+def explain(arr: ARR, seen, question, row: dict) -> str:
+    """One missed question over its window ``seen`` (:func:`see_context`): where its saccades went."""
     with torch.inference_mode():
-        seen = see_context(arr, item.load())
         alloc = allocate(arr, seen, question.question, Budget.parse(row["budget_tokens"]))
     per_page = Counter({j: p.saccades for j, p in enumerate(alloc.pages) if p.saccades})  # by position in the window
     answer = question.pages[0]
@@ -87,12 +91,15 @@ def main() -> None:
     lines = []
     with tqdm(total=len(chosen), desc="missed questions") as bar:
         for item in items:
-            for q in item.questions:
-                if q.record_id in chosen:
-                    lines.append(explain(arr, item, q, chosen[q.record_id]))
-                    bar.update()
-    n_coc = sum(1 for line in records.read_text().splitlines() if '"method": "coc"' in line
-                and f'"budget": "{args.budget}"' in line)
+            asked = [q for q in item.questions if q.record_id in chosen]
+            if not asked:
+                continue
+            with torch.inference_mode():
+                seen = see_context(arr, item.load())  # once per window, for all its missed questions
+            for q in asked:
+                lines.append(explain(arr, seen, q, chosen[q.record_id]))
+                bar.update()
+    n_coc = len(coc_rows(records, args.budget))
     text = (f"# coc's strict misses at {args.budget} ({args.split}): where the saccades went\n\n"
             f"{len(missed)} of {n_coc} questions put less than half of the answer's area in full-resolution cells; "
             f"the first {len(lines)} allocated again as the evaluation did. Answer page: its saccades of all sent; "
