@@ -45,6 +45,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="", help="only kinds starting with this (receipt, form)")
     ap.add_argument("--shares", type=float, nargs="*", default=[], help="gestalt shares of the budget to try")
     ap.add_argument("--lines", action="store_true", help="rank the answer's OCR line instead of reading")
+    ap.add_argument("--aspect", action="store_true",
+                    help="only the square gestalt against one of the canvas's aspect with at most its tokens (same K)")
     args = ap.parse_args()
     if args.lines:
         return report(line_ranks(args.kinds, args.limit))
@@ -73,6 +75,9 @@ def main() -> None:
             (grid,), _ = Budget.parse(total).split([(hc, wc)])
             for r in questions:
                 target = scale_boxes(r.boxes_px, canvas.scales[0])
+                if args.aspect:
+                    rows.append(aspect_row(arr, scene, vector, r, pixels, target, grid, total, read))
+                    continue
                 row = {"kind": r.kind, "full": read(pixels, r, target),
                        "uniform": read(downsampled_view(pixels, total, cell)[0], r, target),
                        "gestalt": read(gestalt_view(pixels, cell, grid), r, target)}
@@ -94,6 +99,21 @@ def main() -> None:
                     row[f"gestalt {share:g} + saccades"] = read(foveated_view(pixels, pos, cell, g), r, target)
                 rows.append(row)
     report(rows)
+
+
+def aspect_row(arr, scene, vector, r, pixels, target, grid, total, read) -> dict:
+    """The square gestalt (the token rule's) and one of the canvas's aspect with at most as many tokens, each alone
+    and with the same saccades (the default scoring's top K, K = the 11 % minus the square gestalt's tokens)."""
+    hc, wc = pixels.shape[-2] // scene.canvas.cell, pixels.shape[-1] // scene.canvas.cell
+    aspect = downsampled_grid(hc, wc, grid[0] * grid[1])
+    relevance, query_emb = arr.score(scene, [r.question], vector)
+    pos = arr.select(relevance.map, total - grid[0] * grid[1], valid=scene.canvas.valid, query_emb=query_emb)
+    pos, cell = pos.positions[0], scene.canvas.cell
+    return {"kind": r.kind, "square": read(gestalt_view(pixels, cell, grid), r, target),
+            "square + saccades": read(foveated_view(pixels, pos, cell, grid), r, target),
+            "aspect": read(gestalt_view(pixels, cell, aspect), r, target),
+            "aspect + saccades": read(foveated_view(pixels, pos, cell, aspect), r, target),
+            "aspect tokens / square": aspect[0] * aspect[1] / (grid[0] * grid[1])}
 
 
 def line_ranks(kinds: str, limit: int | None) -> list[dict]:

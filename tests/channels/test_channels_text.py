@@ -239,3 +239,21 @@ def test_the_torch_ocr_option_reads_the_same_lines_and_the_cpu_default_stays_onn
     assert text.ocr_backend("auto", torch.device("cuda")) == {"backend": "torch", "device": "cuda"}
     with pytest.raises(ValueError, match="ocr option must be one of auto, onnxruntime, torch, got 'tesseract'"):
         text.detect_lines(pixels, encoder, ocr="tesseract")
+
+
+def test_lines_of_encoders_that_differ_in_batch_size_are_never_shared():
+    """A text's vector moves in its last bits with the batch it runs in: an encoder with another ``batch_size``
+    embeds the page's lines itself instead of reading the first encoder's (control: the same batch size reads them)."""
+    image, cache = torch.zeros(3, 28, 56), ImageCache()
+    boxes, texts = torch.tensor([[2.0, 2.0, 20.0, 50.0]]), ["Total: 12.50"]
+    made = []
+
+    def lines(encoder):
+        return text.image_lines(cache, image, encoder, known=lambda: made.append(encoder.batch_size)
+                                or text.lines_from_text(boxes, texts, encoder))
+
+    first = lines(MiniLMQueryEncoder())
+    assert lines(MiniLMQueryEncoder()) is first and made == [256]  # the control: read from the cache
+    other = lines(MiniLMQueryEncoder(batch_size=16))
+    assert other is not first and made == [256, 16] and len(cache) == 2
+    torch.testing.assert_close(other.emb, first.emb, rtol=0, atol=1e-5)  # the same model, to its last bits

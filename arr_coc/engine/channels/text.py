@@ -295,8 +295,16 @@ def value_regions(boxes_px: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def lines_entry(query_encoder: Any, det_limit_side_len: int = DET_LIMIT_SIDE_LEN) -> str:
-    """The cache entry name of an image's :class:`TextLines` (the embeddings depend on the encoder)."""
-    return f"text_lines:{det_limit_side_len}:{type(query_encoder).__name__}:{query_encoder.dim}"
+    """The cache entry name of an image's :class:`TextLines`: the embeddings depend on the encoder, and on its
+    ``device`` and ``batch_size`` where it has them (a text's vector moves in its last bits with the batch it runs
+    in and the device), so encoders that differ in either never read each other's lines.
+
+    >>> from arr_coc.engine.query import MiniLMQueryEncoder
+    >>> lines_entry(MiniLMQueryEncoder()), lines_entry(MiniLMQueryEncoder(batch_size=16))
+    ('text_lines:960:MiniLMQueryEncoder:384:cpu:256', 'text_lines:960:MiniLMQueryEncoder:384:cpu:16')
+    """
+    tags = [str(getattr(query_encoder, a)) for a in ("device", "batch_size") if hasattr(query_encoder, a)]
+    return ":".join(["text_lines", str(det_limit_side_len), type(query_encoder).__name__, str(query_encoder.dim), *tags])
 
 
 def lines_from_text(boxes_px: Tensor, texts: list[str], query_encoder: Any) -> TextLines:
