@@ -18,7 +18,8 @@ per kind. A setting: the retrieval weight and top, BM25 fused into the line scor
 the cross-encoder reordering the first stage's best N lines (line text or passage, ``boost`` adding its own
 ramp), the value passed on to the next line (``spread``; ``around``: and the line before) and a floor on the
 first lines of a document's first page (``front``) and how a line's value is painted on its cells (``head``: its
-first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line). Writes grid.csv and summary.md in ``--out``; ms per question
+first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line) and the floor on lines
+holding a span of the question's answer type (``typed``: a date, a version, a person's name). Writes grid.csv and summary.md in ``--out``; ms per question
 of each online part (question embedding, BM25, reranking the N lines, the text parts) go in the summary.
 """
 from __future__ import annotations
@@ -40,7 +41,8 @@ from tqdm import tqdm
 from arr_coc.budget import Budget
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts import rank_cells, ranking_score, text_tokens
-from arr_coc.contexts.line_values import FRONT_FLOOR, FRONT_LINES, SPREAD, line_values, top_lines
+from arr_coc.contexts.answer_types import answer_types, typed_lines
+from arr_coc.contexts.line_values import FRONT_FLOOR, FRONT_LINES, SPREAD, TYPED_FLOOR, line_values, top_lines
 from arr_coc.contexts.pagetext import canvas_words
 from arr_coc.contexts.ranking import (
     LINE_HEAD,
@@ -179,16 +181,18 @@ def rerank_all(win: dict, reranker) -> None:
 
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "spread", "around", "front_lines", "front_floor", "head",
-           "tail")
+           "tail", "typed")
 
 
 def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     """Each page's lines' retrieval values under setting ``s`` (:func:`arr_coc.contexts.ranking.line_values`, the
     cross-encoder's cached logits standing in for the model)."""
     logits = q["rerank"][s["text"]]
+    if "typed" not in q:  # the lines holding the question's answer type, once per question
+        q["typed"] = typed_lines([[t for t, _ in ls] for ls in win["lines"]], answer_types(q["question"]))
     return line_values(fused(q, s["bm25"]), win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
-                       s["front_floor"])
+                       s["front_floor"], q["typed"], s["typed"])
 
 
 def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> dict[float, float]:
@@ -288,6 +292,8 @@ def main() -> None:
                     help="cells from a line's left edge painted at its value (0: the whole line)")
     ap.add_argument("--tail", type=float, nargs="+", default=[LINE_TAIL],
                     help="the rest of a line (past --head) painted at this times its value, in [0, 1]")
+    ap.add_argument("--typed", type=float, nargs="+", default=[TYPED_FLOOR],
+                    help="the floor on lines holding the question's answer type (a date, a version, a name; 0: none)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
     args = ap.parse_args()
     if min(args.head) < 0 or not all(0.0 <= t <= 1.0 for t in args.tail):
@@ -301,7 +307,7 @@ def main() -> None:
     cache = args.cache / f"{args.dataset}-{args.split}"
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.spread, args.around,
-        args.front_lines, args.front_floor, args.head, args.tail)]
+        args.front_lines, args.front_floor, args.head, args.tail, args.typed)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0])]
     grid = [s for s in grid if s["front_floor"] or s["front_lines"] == args.front_lines[0]]
     grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]

@@ -35,6 +35,7 @@ from torch import Tensor
 
 from arr_coc.budget import Budget
 from arr_coc.config import ARRConfig
+from arr_coc.contexts.answer_types import answer_types, typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR
@@ -226,7 +227,8 @@ def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question:
     """Each page's lines' retrieval values for the question (:func:`~arr_coc.contexts.ranking.line_values`; None: no
     page has lines): the retriever's scores (:func:`retrieval_scores`), its best lines reordered by the retriever's
     cross-encoder where it has one (``arr.retriever.rerank``: a model-free retriever has none), each line read as
-    the passage the retriever read."""
+    the passage the retriever read, and the lines holding a span of the type the question asks for (a date, a version,
+    a name: :mod:`~arr_coc.contexts.answer_types`) floored."""
     scores = retrieval_scores(arr, context, reads, question, t)
     if scores is None:
         return None
@@ -236,7 +238,8 @@ def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question:
     if rerank is not None and RERANK_TOP > 0:
         texts = [passage_texts(r.lines) for r in reads]
         call = lambda picked: rerank(question, [texts[p][i] for p, i in picked])  # noqa: E731
-    values = line_values(scores, [r.page.index == 0 for r in reads], call)
+    typed = typed_lines([[text for text, _ in r.lines] for r in reads], answer_types(question))
+    values = line_values(scores, [r.page.index == 0 for r in reads], call, typed=typed)
     t["rerank"] = t.get("rerank", 0.0) + (time.perf_counter() - start) * 1e3
     return values
 

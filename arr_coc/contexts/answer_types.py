@@ -1,0 +1,76 @@
+"""What kind of span a question asks for, and the lines that hold one: a date, a version, a person's name.
+
+A question asked in its user's words often shares nothing with the line that answers it: "Who wrote the package for
+smart page references?" is answered by a title page's line "Frank Mittelbach", "Which version is this package
+documentation?" by "2019/12/15 v1.7". A retrieval model ranks those lines low (a name or a date says nothing about
+the question's topic), but the question names the *type* of its answer. :func:`answer_types` reads that type from
+the question's own words (``when`` / ``what date``, ``which version`` / ``what release``, ``who``) and
+:func:`typed_lines` finds the lines whose text has that form (a date in numbers or with a month's name, a version
+number, a line that is only a person's name); :func:`~arr_coc.contexts.line_values.line_values` floors their values
+(``TYPED_FLOOR``, chosen on validation questions: docs/coc.md, "Answer types").
+
+>>> answer_types("Who wrote the package for smart page references?"), answer_types("What does \\\\relax do?")
+(('person',), ())
+>>> [m.tolist() for m in typed_lines([["2019/12/15 v1.7", "Frank Mittelbach", "The package"]], ("version",))]
+[[True, False, False]]
+"""
+from __future__ import annotations
+
+import re
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+_MONTH = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
+_YEAR = r"(1[89]|20)\d\d"
+_NAME = r"([A-Z][a-z'’-]+|[A-Z]\.)(\s+([A-Z][a-z'’-]+|[A-Z]\.|(van|von|de|der|la|du)(?=\s+[A-Z]))){1,3}"
+_MARKS = r"[∗*†‡\d]*"
+
+# the question's words that name its answer's type
+QUESTION_TYPES: dict[str, re.Pattern[str]] = {
+    "date": re.compile(r"^\W*when\b|\b(on|by|until|since|from)\s+what\s+(day|date)\b|\b(what|which)\s+(day|date|year)\b"
+                       r"|\bdated\b", re.I),
+    "version": re.compile(r"\b(what|which)\s+(version|release)\b|\bthe\s+version\s+(number\s+)?of\b"
+                          r"|\bversion\s+(number\s+)?is\b", re.I),
+    "person": re.compile(r"\bwho(m)?\b", re.I),
+}
+
+# a line holding a span of that type
+LINE_TYPES: dict[str, re.Pattern[str]] = {
+    "date": re.compile(rf"\b{_YEAR}[-/.](0?[1-9]|1[0-2])[-/.](0?[1-9]|[12]\d|3[01])\b"
+                       rf"|\b\d{{1,2}}(st|nd|rd|th)?\s+{_MONTH},?\s+{_YEAR}\b"
+                       rf"|\b{_MONTH}\s+(\d{{1,2}}(st|nd|rd|th)?,?\s+)?{_YEAR}\b", re.I),
+    "version": re.compile(r"\bv\d+(\.\d+)+[a-z]?\b|\bversion\s+(number\s+)?v?\d+(\.\d+)*[a-z]?\b"
+                          r"|\brelease\s+v?\d+(\.\d+)+[a-z]?\b", re.I),
+    # the whole line is one to three names of 2-4 capitalised words or initials ("Frank Mittelbach", "by Will
+    # Robertson", "Philipp Lehman, Joseph Wright", "Bernd Raichle†"), footnote marks allowed
+    "person": re.compile(rf"^(by\s+)?{_NAME}{_MARKS}(\s*(,|and|&)\s*{_NAME}{_MARKS}){{0,2}}$"),
+}
+TYPES = tuple(QUESTION_TYPES)
+
+
+def answer_types(question: str) -> tuple[str, ...]:
+    """The answer types the question asks for (in :data:`TYPES` order; none for most questions).
+
+    >>> answer_types("When was this release dated?"), answer_types("What happens when the box is full?")
+    (('date',), ())
+    >>> answer_types("Which version is this?"), answer_types("How many fonts does the bold version get?")
+    (('version',), ())
+    """
+    return tuple(t for t, p in QUESTION_TYPES.items() if p.search(question))
+
+
+def typed_lines(pages: Sequence[Sequence[str]], types: Sequence[str]) -> list[Tensor]:
+    """Per page, ``[L_i]`` bool: which of its lines' texts hold a span of any of ``types`` (all False for none).
+
+    >>> [m.tolist() for m in typed_lines([["Released 2022-04-20", "by Will Robertson", "Use \\\\foo here"]],
+    ...                                  ("date", "person"))]
+    [[True, True, False]]
+    """
+    unknown = [t for t in types if t not in LINE_TYPES]
+    if unknown:
+        raise ValueError(f"unknown answer types {unknown}; known: {', '.join(TYPES)}")
+    patterns = [LINE_TYPES[t] for t in types]
+    return [torch.tensor([any(p.search(text.strip()) for p in patterns) for text in page], dtype=torch.bool)
+            for page in pages]

@@ -1,0 +1,104 @@
+"""Answer types: a question that asks for a date, a version or a person, and the lines that hold one."""
+from __future__ import annotations
+
+import importlib
+
+import pytest
+import torch
+
+from arr_coc import ARR, ARRConfig
+from arr_coc.config import MVP_CHANNELS, TextureConfig
+from arr_coc.contexts import allocate
+from arr_coc.contexts.answer_types import TYPES, answer_types, typed_lines
+from arr_coc.contexts.line_values import line_values
+from arr_coc.documents.text_pages import TextLayout, render_text
+from arr_coc.engine.query import HashingQueryEncoder
+
+
+@pytest.mark.parametrize("question, types", [
+    ("Who wrote the package for smart page references?", ("person",)),
+    ("Besides its main author, who wrote the citation back-link package?", ("person",)),
+    ("When was the experimental bit-vector package released?", ("date",)),
+    ("On what date did this release of the argument-parsing package come out?", ("date",)),
+    ("When is the manual dated?", ("date",)),
+    ("Which version of the box-size package is this?", ("version",)),
+    ("What release is the draft-detection package?", ("version",)),
+    ("What is the version of the key-value package?", ("version",)),
+    # controls: the same words in questions that ask for something else
+    ("What happens when the box is full?", ()),
+    ("How many fonts does the heavy version get by default?", ()),
+    ("Which command registers a fresh family of marks?", ()),
+    ("How wide is the rule?", ()),
+])
+def test_the_question_names_its_answers_type(question, types):
+    assert answer_types(question) == types
+
+
+@pytest.mark.parametrize("kind, hits, misses", [
+    ("date", ["2019-12-17", "Released 2022-04-20", "12 December 1995", "January 19, 2023", "\\date{2016/05/16}",
+              "last revised March 2021"],
+     ["The 2019 edition", "Section 12.3.4", "12/40 of the width", "v1.7"]),
+    ("version", ["2019/12/15 v1.7", "Version 3.84", "This file has version number v1.15, last revised",
+                 "release 2.1b"], ["The version of the font", "12.5pt", "Section 1.2"]),
+    ("person", ["Frank Mittelbach", "by Will Robertson", "Philipp Lehman, Joseph Wright", "Bernd Raichle†",
+                "Timothy Van Zandt", "D. E. Knuth"],
+     ["Frank", "The package provides hooks.", "\\ProvidesPackage{amsxtra}", "frank mittelbach",
+      "Frank Mittelbach wrote this package in 1995"]),
+])
+def test_lines_of_each_type_and_lines_that_only_look_like_one(kind, hits, misses):
+    flags = typed_lines([hits, misses], (kind,))
+    assert flags[0].tolist() == [True] * len(hits)
+    assert flags[1].tolist() == [False] * len(misses)
+
+
+def test_no_type_flags_no_line_and_an_unknown_type_is_refused():
+    assert [m.tolist() for m in typed_lines([["2019/12/15 v1.7", "Frank Mittelbach"], []], ())] == [[False, False], []]
+    with pytest.raises(ValueError, match=r"unknown answer types \['colour'\]; known: date, version, person"):
+        typed_lines([["a"]], ("colour",))
+    assert TYPES == ("date", "version", "person")
+
+
+def test_typed_lines_reach_the_top_of_the_line_values_and_mismatched_pages_are_refused():
+    scores = [torch.tensor([0.9, 0.8, 0.1]), torch.tensor([0.2])]
+    typed = [torch.tensor([False, False, True]), torch.tensor([False])]
+    plain = line_values(scores, [False, False], top=2, spread=0.0)
+    lifted = line_values(scores, [False, False], top=2, spread=0.0, typed=typed)
+    assert plain[0][2] == 0.0 and plain[0][0] == 1.0  # the third line is outside the top 2
+    assert [v.tolist() for v in lifted] == [[1.0, plain[0][1].item(), 1.0], [0.0]]  # only the typed line moves
+    assert [v.tolist() for v in line_values(scores, [False, False], top=2, spread=0.0, typed=typed,
+                                            typed_floor=0.0)] == [v.tolist() for v in plain]  # floor 0: off
+    with pytest.raises(ValueError, match="typed lines"):
+        line_values(scores, [False, False], typed=[torch.tensor([True])])
+
+
+SMALL = TextLayout(size=14, width=420, height=280, margin=14)  # 15 x 10 cells of 28 px
+
+
+def _manual() -> str:
+    filler = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor " * 5
+    return f"{filler}\nthe package wrote its hooks\n{filler}\n\nFrank Mittelbach\n\n{filler}"
+
+
+def _author_cells(out) -> tuple[int, set[tuple[int, int]]]:
+    """The page holding the author line and the cells its two words touch."""
+    for p in out.pages:
+        boxes = [b for w, b in p.words if w in ("Frank", "Mittelbach")]
+        if boxes:
+            return p.index, {(y, x) for y0, x0, y1, x1 in boxes for y in range(int(y0) // 28, (int(y1) - 1) // 28 + 1)
+                             for x in range(int(x0) // 28, (int(x1) - 1) // 28 + 1)}
+    raise AssertionError("the author line was not set on any page")
+
+
+def test_a_who_question_sends_the_name_line_at_full_resolution(monkeypatch):
+    ctx = render_text(_manual(), SMALL)
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder()).eval()
+    question = "Who wrote the package?"
+    out = allocate(arr, ctx, question, 60)
+    page, cells = _author_cells(out)
+    assert page > 0  # not the first page: the title-block floor plays no part
+    sent = {tuple(c) for c in out.pages[page].plan.cells.tolist()}
+    assert out.tokens == 60 and cells <= sent
+    # control: without the typed floor the line sharing the question's words takes the saccades, not the name
+    monkeypatch.setattr(importlib.import_module("arr_coc.contexts.allocate"), "typed_lines", lambda pages, types: typed_lines(pages, ()))
+    blind = allocate(arr, ctx, question, 60)
+    assert blind.tokens == 60 and not cells <= {tuple(c) for c in blind.pages[page].plan.cells.tolist()}
