@@ -24,7 +24,9 @@ from torch import Tensor
 
 _MONTH = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 _YEAR = r"(1[89]|20)\d\d"
-_NAME = r"([A-Z][a-z'’-]+|[A-Z]\.)(\s+([A-Z][a-z'’-]+|[A-Z]\.|(van|von|de|der|la|du)(?=\s+[A-Z]))){1,3}"
+_UPPER, _LOWER = "A-ZÀ-ÖØ-Þ", "a-zß-öø-ÿ'’-"  # Latin-1 letters too: "Gäßlein", "Jürgen"
+_WORD = rf"([{_UPPER}][{_LOWER}]+|[{_UPPER}]\.)"
+_NAME = rf"{_WORD}(\s+({_WORD}|(van|von|de|der|la|du)(?=\s+[{_UPPER}]))){{1,3}}"
 _MARKS = r"[∗*†‡\d]*"
 
 # the question's words that name its answer's type

@@ -41,7 +41,7 @@ def test_the_question_names_its_answers_type(question, types):
     ("version", ["2019/12/15 v1.7", "Version 3.84", "This file has version number v1.15, last revised",
                  "release 2.1b"], ["The version of the font", "12.5pt", "Section 1.2"]),
     ("person", ["Frank Mittelbach", "by Will Robertson", "Philipp Lehman, Joseph Wright", "Bernd Raichle†",
-                "Timothy Van Zandt", "D. E. Knuth"],
+                "Timothy Van Zandt", "D. E. Knuth", "Hubert Gäßlein"],
      ["Frank", "The package provides hooks.", "\\ProvidesPackage{amsxtra}", "frank mittelbach",
       "Frank Mittelbach wrote this package in 1995"]),
 ])
