@@ -1,0 +1,46 @@
+"""benchmarks/compare_runs.py: two runs of the same questions paired row by row."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import compare_runs  # noqa: E402
+
+
+def _rows(readings: dict[str, float], method: str = "coc") -> list[dict]:
+    return [{"record_id": q, "method": method, "budget": "10x", "kind": "front" if q < "q3" else "name",
+             "reading": r, "reading_find": r, "coverage": r, "page_hit_strict": float(r >= 0.5), "tokens": 100}
+            for q, r in readings.items()]
+
+
+def _write(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_pairs_rows_counts_the_unchanged_and_gives_the_paired_difference(tmp_path, capsys):
+    before = _write(tmp_path / "a.jsonl", _rows({"q1": 0.0, "q2": 0.25, "q3": 1.0, "q4": 0.5}) + _rows({"q1": 0.5},
+                                                                                                     "full"))
+    after = _write(tmp_path / "b.jsonl", _rows({"q1": 1.0, "q2": 0.75, "q3": 1.0, "q4": 0.5, "q5": 0.0}))
+    out = tmp_path / "cmp.md"
+    compare_runs.main([str(before), str(after), "--labels", "off", "on", "--out", str(out)])
+    rows = compare_runs.compare(compare_runs.load(before), compare_runs.load(after))
+    assert len(rows) == 1  # full is in one run only; q5 too: neither is paired
+    r = rows[0]
+    assert (r["n"], r["same"], r["a"], r["b"], r["diff"]) == (4, 2, 0.4375, 0.8125, 0.375)
+    assert (r["strict_a"], r["strict_b"]) == (0.5, 1.0) and 0.0 <= r["lo"] < r["diff"] < r["hi"] <= r["hi"] <= 0.75
+    kinds = compare_runs.compare(compare_runs.load(before), compare_runs.load(after), by_kind=True)
+    assert [(k["kind"], k["n"], k["same"], k["diff"]) for k in kinds] == [("front", 2, 0, 0.75), ("name", 2, 2, 0.0)]
+    text = out.read_text()
+    assert "| coc | 10x | 4 | 2 | 0.438 | 0.812 | +0.375 [" in text and "reading: off" in text
+    assert text in capsys.readouterr().out
+
+
+def test_a_missing_records_file_is_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        compare_runs.main([str(tmp_path / "none.jsonl"), str(tmp_path / "none.jsonl")])
+    assert "none.jsonl: no such records file" in capsys.readouterr().err
