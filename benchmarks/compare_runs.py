@@ -56,7 +56,10 @@ def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: boo
         group = (method, budget, ra.get("kind", "")) if by_kind else (method, budget)
         groups[group].append((ra, rb))
     out = []
-    for group, pairs in sorted(groups.items(), key=lambda g: (g[0][0], budget_order(g[0][1]), g[0][2:])):
+    def order(g):  # a method, then its budgets by ratio ("full" first), then kinds
+        return g[0][0], -1.0 if g[0][1] == "full" else budget_order(g[0][1]), g[0][2:]
+
+    for group, pairs in sorted(groups.items(), key=order):
         ra_vals = [float(ra["reading"]) for ra, _ in pairs]
         rb_vals = [float(rb["reading"]) for _, rb in pairs]
         diffs = [y - x for x, y in zip(ra_vals, rb_vals)]
