@@ -8,12 +8,13 @@ questions, made with two versions of the code. Rows are paired by (record, metho
 the table gives the questions both runs hold, how many rows are the same in every reading (a change that should not
 touch a question leaves its row as it was), the mean region reading of each run with the mean paired difference and
 its 95 % bootstrap interval (:func:`arr_coc.eval.intervals.bootstrap_mean` over the per-question differences), and
-the strict page hits of each; then the same per question kind for ``--kind-methods``.
+the strict page hits of each (over the questions whose answer has a box); then the same per question kind for ``--kind-methods``.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -34,6 +35,12 @@ def load(path: Path) -> dict[tuple[str, str, str], dict]:
                 r = json.loads(line)
                 out[(r["record_id"], r["method"], str(r["budget"]))] = r
     return out
+
+
+def _mean(values: Sequence) -> float:
+    """The mean of the values that are there (a strict hit is blank where the answer has no box)."""
+    got = [float(v) for v in values if v is not None]
+    return sum(got) / len(got) if got else float("nan")
 
 
 def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: bool = False) -> list[dict]:
@@ -68,8 +75,8 @@ def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: boo
                     "same": sum(all(ra.get(k) == rb.get(k) for k in SAME) for ra, rb in pairs),
                     "a": sum(ra_vals) / len(pairs), "b": sum(rb_vals) / len(pairs), "diff": sum(diffs) / len(pairs),
                     "lo": lo, "hi": hi,
-                    "strict_a": sum(float(ra.get("page_hit_strict") or 0.0) for ra, _ in pairs) / len(pairs),
-                    "strict_b": sum(float(rb.get("page_hit_strict") or 0.0) for _, rb in pairs) / len(pairs)})
+                    "strict_a": _mean([ra.get("page_hit_strict") for ra, _ in pairs]),
+                    "strict_b": _mean([rb.get("page_hit_strict") for _, rb in pairs])})
     return out
 
 
@@ -99,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             ap.error(f"{path}: no such records file (a records.jsonl of paraphrase_tables.py's --out)")
     a, b = load(args.before), load(args.after)
     text = "\n\n".join([
-        f"made by: `python benchmarks/compare_runs.py {' '.join(sys.argv[1:] if argv is None else argv)}`",
+        f"made by: `python benchmarks/compare_runs.py {shlex.join(sys.argv[1:] if argv is None else argv)}`",
         f"Rows paired by (question, method, budget); reading = the region reading; rows unchanged: the same "
         f"{', '.join(SAME)} in both runs; the difference's interval: 95 % bootstrap over the questions.",
         table(compare(a, b, args.methods), args.labels),

@@ -26,17 +26,20 @@ def test_pairs_rows_counts_the_unchanged_and_gives_the_paired_difference(tmp_pat
     full = [dict(r, budget="full") for r in _rows({"q1": 0.5}, "full")]
     before = _write(tmp_path / "a.jsonl", _rows({"q1": 0.0, "q2": 0.25, "q3": 1.0, "q4": 0.5}) + full)
     after = _write(tmp_path / "b.jsonl", _rows({"q1": 1.0, "q2": 0.75, "q3": 1.0, "q4": 0.5, "q5": 0.0}) + full)
+    boxless = _rows({"q6": 0.5})[0] | {"page_hit_strict": None}  # an answer without a box: no strict hit
+    for path in (before, after):
+        path.write_text(path.read_text() + json.dumps(boxless) + "\n")
     out = tmp_path / "cmp.md"
     compare_runs.main([str(before), str(after), "--labels", "off", "on", "--out", str(out)])
     rows = compare_runs.compare(compare_runs.load(before), compare_runs.load(after))
-    assert [(r["method"], r["budget"], r["n"], r["same"]) for r in rows] == [("coc", "10x", 4, 2), ("full", "full", 1, 1)]
+    assert [(r["method"], r["budget"], r["n"], r["same"]) for r in rows] == [("coc", "10x", 5, 3), ("full", "full", 1, 1)]
     r = rows[0]  # q5 is in one run only: not paired
-    assert (r["n"], r["same"], r["a"], r["b"], r["diff"]) == (4, 2, 0.4375, 0.8125, 0.375)
+    assert (r["n"], r["same"], r["a"], r["b"], r["diff"]) == (5, 3, 0.45, 0.75, 0.3)
     assert (r["strict_a"], r["strict_b"]) == (0.5, 1.0) and 0.0 <= r["lo"] < r["diff"] < r["hi"] <= r["hi"] <= 0.75
     kinds = compare_runs.compare(compare_runs.load(before), compare_runs.load(after), ["coc"], by_kind=True)
-    assert [(k["kind"], k["n"], k["same"], k["diff"]) for k in kinds] == [("front", 2, 0, 0.75), ("name", 2, 2, 0.0)]
+    assert [(k["kind"], k["n"], k["same"], k["diff"]) for k in kinds] == [("front", 2, 0, 0.75), ("name", 3, 3, 0.0)]
     text = out.read_text()
-    assert "| coc | 10x | 4 | 2 | 0.438 | 0.812 | +0.375 [" in text and "reading: off" in text
+    assert "| coc | 10x | 5 | 3 | 0.450 | 0.750 | +0.300 [" in text and "reading: off" in text
     assert text in capsys.readouterr().out
 
 
