@@ -20,6 +20,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Sequence
 
+from emit import emit  # the benchmark beside this one (a script's folder is on its path)
+
 from arr_coc.eval.intervals import bootstrap_mean
 from arr_coc.eval.paired import budget_order
 
@@ -112,10 +114,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         table(compare(a, b, args.methods), args.labels),
         "Per question kind:",
         table(compare(a, b, args.kind_methods, by_kind=True), args.labels, by_kind=True)]) + "\n"
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from emit import emit  # the benchmark beside this one (a script's folder is on its path)
 from tqdm import tqdm
 
 from arr_coc.data.context_jsonl import find_answer
@@ -308,10 +309,7 @@ def main() -> None:
                *t_rows]
     md += ["", *[f"- {n}" for n in notes]]
     text = "\n".join(md) + "\n"
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":
