@@ -22,6 +22,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from arr_coc.engine.channels.text_layer import without_quotes
+
 _MONTH = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 _YEAR = r"(1[89]|20)\d\d"
 _UPPER, _LOWER = "A-ZÀ-ÖØ-Þ", "a-zß-öø-ÿ'’-"  # Latin-1 letters too: "Gäßlein", "Jürgen"
@@ -59,8 +61,11 @@ def answer_types(question: str) -> tuple[str, ...]:
     (('date',), ())
     >>> answer_types("Which version is this?"), answer_types("How many fonts does the bold version get?")
     (('version',), ())
+    >>> answer_types('What comes after "the author who wrote"?')  # a quote is the page's words
+    ()
     """
-    return tuple(t for t, p in QUESTION_TYPES.items() if p.search(question))
+    asked = without_quotes(question)  # a quoted phrase is the page's words, not what the question asks for
+    return tuple(t for t, p in QUESTION_TYPES.items() if p.search(asked))
 
 
 def typed_lines(pages: Sequence[Sequence[str]], types: Sequence[str]) -> list[Tensor]:

@@ -29,6 +29,8 @@ from arr_coc.engine.query import HashingQueryEncoder
     ("How many fonts does the heavy version get by default?", ()),
     ("Which command registers a fresh family of marks?", ()),
     ("How wide is the rule?", ()),
+    ('What comes after "the author who wrote"?', ()),  # the quote is the page's words
+    ('Who wrote "the float package"?', ("person",)),  # the words outside it still ask
 ])
 def test_the_question_names_its_answers_type(question, types):
     assert answer_types(question) == types

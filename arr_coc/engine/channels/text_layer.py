@@ -85,6 +85,15 @@ def quoted_terms(question: str) -> list[tuple[str, ...]]:
     return [t for m in _QUOTE.finditer(question) if (t := tuple(x for w in (m[1] or m[2]).split() if (x := term(w))))]
 
 
+def without_quotes(question: str) -> str:
+    """The question with every phrase it quotes left out (what the asker wrote, not what the page says).
+
+    >>> without_quotes('What comes after "who wrote the"?')
+    'What comes after ?'
+    """
+    return _QUOTE.sub("", question)
+
+
 def word_values(words: Sequence[str], question: str, weights: Mapping[str, float] | None = None) -> list[float]:
     """Each word's match value: its term's weight if a question term, times 1 + PHRASE_BONUS per phrase neighbour;
     the words of a quote found verbatim: 1 + 2 PHRASE_BONUS times the quote's summed term weights.
