@@ -93,14 +93,16 @@ def test_an_engine_with_the_orientation_classifier_is_refused():
 
 
 def test_two_lines_at_a_time_hold_less_than_half_of_rapidocrs_peak():
-    """One dense Letter page (49 lines) read in a process of its own each way; RapidOCR's batches are the control."""
+    """One dense Letter page (49 lines) read in a process of its own each way, 3 times (the median run); RapidOCR's
+    batches are the control."""
     import subprocess
     import sys
 
     root = EXAMPLES.parents[1]
-    out = subprocess.run([sys.executable, "benchmarks/ocr_lines.py", "--skip", "identity"], cwd=root, check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run([sys.executable, "benchmarks/ocr_lines.py", "--skip", "identity", "--repeats", "3"], cwd=root,
+                         check=True, capture_output=True, text=True).stdout
     rises = {row.split("|")[1].strip(): float(row.split("|")[-2].split()[0]) for row in out.splitlines()
              if row.startswith("| ") and row.endswith("MB |")}
     paired, batched = rises["two lines at a time (`PairedLinesOCR`)"], rises["RapidOCR, 6 lines a batch"]
-    assert paired < 250 and batched > 2 * paired, rises  # measured +182 MB and +471 MB
+    # the median of 3 runs each: single runs measured +132 to +268 MB paired, +446 to +630 MB batched
+    assert paired < 300 and batched > 2 * paired, rises
