@@ -8,7 +8,8 @@ questions, made with two versions of the code. Rows are paired by (record, metho
 the table gives the questions both runs hold, how many rows are the same in every reading (a change that should not
 touch a question leaves its row as it was), the mean region reading of each run with the mean paired difference and
 its 95 % bootstrap interval (:func:`arr_coc.eval.intervals.bootstrap_mean` over the per-question differences), and
-the strict page hits of each (over the questions whose answer has a box); then the same per question kind for ``--kind-methods``.
+the strict page hits of each (over the questions whose answer has a box); then the same per question kind for
+``--kind-methods``.
 """
 from __future__ import annotations
 
@@ -64,10 +65,10 @@ def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: boo
         ra, rb = a[key], b[key]
         group = (method, budget, ra.get("kind", "")) if by_kind else (method, budget)
         groups[group].append((ra, rb))
-    out = []
     def order(g):  # a method, then its budgets by ratio ("full" first), then kinds
         return g[0][0], -1.0 if g[0][1] == "full" else budget_order(g[0][1]), g[0][2:]
 
+    out = []
     for group, pairs in sorted(groups.items(), key=order):
         ra_vals = [float(ra["reading"]) for ra, _ in pairs]
         rb_vals = [float(rb["reading"]) for _, rb in pairs]
@@ -88,9 +89,10 @@ def table(rows: list[dict], labels: Sequence[str], by_kind: bool = False) -> str
         f"strict hit: {labels[0]}", f"strict hit: {labels[1]}"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * (2 + by_kind) + "---:|" * 7]
     for r in rows:
-        lines.append("| " + " | ".join([r["method"], r["budget"]] + ([r["kind"]] if by_kind else []) + [
+        cells = [r["method"], r["budget"]] + ([r["kind"]] if by_kind else []) + [
             str(r["n"]), str(r["same"]), f"{r['a']:.3f}", f"{r['b']:.3f}",
-            f"{r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]", f"{r['strict_a']:.0%}", f"{r['strict_b']:.0%}"]) + " |")
+            f"{r['diff']:+.3f} [{r['lo']:+.3f}, {r['hi']:+.3f}]", f"{r['strict_a']:.0%}", f"{r['strict_b']:.0%}"]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 

@@ -195,12 +195,12 @@ def main() -> None:
     args = p.parse_args()
     if args.child:
         return child(*args.child)
+    if args.repeats < 1:
+        p.error(f"--repeats takes a count >= 1, got {args.repeats}")
     report = [f"python benchmarks/ocr_lines.py {shlex.join(sys.argv[1:])}".rstrip(), ""]
     if "identity" not in args.skip:
         report += identity(args.own_width, args.logits_everywhere) + [""]
     if "peak" not in args.skip:
-        if args.repeats < 1:
-            p.error(f"--repeats takes a count >= 1, got {args.repeats}")
         report += peaks(args.repeats) + [""]
     text = "\n".join(report)
     print(text)

@@ -17,10 +17,11 @@ coverage (:func:`coc_tune.coverage`, the best-covered occurrence) and strict = c
 per kind. A setting: the retrieval weight and top, BM25 fused into the line scores (``cos + w * bm25 / max``),
 the cross-encoder reordering the first stage's best N lines (line text or passage, ``boost`` adding its own
 ramp), the value passed on to the next line (``spread``; ``around``: and the line before) and a floor on the
-first lines of a document's first page (``front``) and how a line's value is painted on its cells (``head``: its
+first lines of a document's first page (``front``), how a line's value is painted on its cells (``head``: its
 first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line) and the floor on lines
-holding a span of the question's answer type (``typed``: a date, a version, a person's name). Writes grid.csv and summary.md in ``--out``; ms per question
-of each online part (question embedding, BM25, reranking the N lines, the text parts) go in the summary.
+holding a span of the question's answer type (``typed``: a date, a version, a person's name). Writes grid.csv and
+summary.md in ``--out``; ms per question of each online part (question embedding, BM25, reranking the N lines,
+the text parts) go in the summary.
 """
 from __future__ import annotations
 
@@ -188,8 +189,9 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     """Each page's lines' retrieval values under setting ``s`` (:func:`arr_coc.contexts.ranking.line_values`, the
     cross-encoder's cached logits standing in for the model)."""
     logits = q["rerank"][s["text"]]
-    if "typed" not in q:  # the lines holding the question's answer type, once per question
-        q["typed"] = typed_lines([[t for t, _ in ls] for ls in win["lines"]], answer_types(q["question"]))
+    if "typed" not in q:  # the lines holding the question's answer type, once per question (None: it has none)
+        types = answer_types(q["question"])
+        q["typed"] = typed_lines([[t for t, _ in ls] for ls in win["lines"]], types) if types else None
     return line_values(fused(q, s["bm25"]), win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
                        s["front_floor"], q["typed"], s["typed"])
@@ -310,8 +312,8 @@ def main() -> None:
         args.front_lines, args.front_floor, args.head, args.tail, args.typed)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0])]
     grid = [s for s in grid if s["front_floor"] or s["front_lines"] == args.front_lines[0]]
-    grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]
-    grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused  # the reranked first stages cached
+    grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
+    grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused
     cov: dict = defaultdict(lambda: defaultdict(list))
     cov["kinds"] = []
     kinds: dict[str, int] = defaultdict(int)

@@ -32,7 +32,8 @@ def test_pairs_rows_counts_the_unchanged_and_gives_the_paired_difference(tmp_pat
     out = tmp_path / "cmp.md"
     compare_runs.main([str(before), str(after), "--labels", "off", "on", "--out", str(out)])
     rows = compare_runs.compare(compare_runs.load(before), compare_runs.load(after))
-    assert [(r["method"], r["budget"], r["n"], r["same"]) for r in rows] == [("coc", "10x", 5, 3), ("full", "full", 1, 1)]
+    assert [(r["method"], r["budget"], r["n"], r["same"]) for r in rows] == [("coc", "10x", 5, 3),
+                                                                             ("full", "full", 1, 1)]
     r = rows[0]  # q5 is in one run only: not paired
     assert (r["n"], r["same"], r["a"], r["b"], r["diff"]) == (5, 3, 0.45, 0.75, 0.3)
     assert (r["strict_a"], r["strict_b"]) == (0.5, 1.0) and 0.0 <= r["lo"] < r["diff"] < r["hi"] <= r["hi"] <= 0.75

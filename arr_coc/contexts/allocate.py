@@ -238,7 +238,8 @@ def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question:
     if rerank is not None and RERANK_TOP > 0:
         texts = [passage_texts(r.lines) for r in reads]
         call = lambda picked: rerank(question, [texts[p][i] for p, i in picked])  # noqa: E731
-    typed = typed_lines([[text for text, _ in r.lines] for r in reads], answer_types(question))
+    types = answer_types(question)
+    typed = typed_lines([[text for text, _ in r.lines] for r in reads], types) if types else None
     values = line_values(scores, [r.page.index == 0 for r in reads], call, typed=typed)
     t["rerank"] = t.get("rerank", 0.0) + (time.perf_counter() - start) * 1e3
     return values

@@ -30,7 +30,7 @@ FRONT_LINES = 10
 FRONT_FLOOR = 0.5
 # Lines holding a span of the type the question asks for (a date, a version, a person's name:
 # :mod:`arr_coc.contexts.answer_types`) get at least this value; chosen on the 199 validation questions (docs/coc.md,
-# "Answer types"): 0.750 -> 0.769 coverage at 10x, 0.672 -> 0.715 at 20x.
+# "Answer types"): 0.750 -> 0.769 coverage at 10x, 0.672 -> 0.720 at 20x.
 TYPED_FLOOR = 1.0
 
 
@@ -140,8 +140,8 @@ def line_values(scores: Sequence[Tensor], first: Sequence[bool], rerank: Callabl
     ``top`` best (:func:`retrieval_values`), the best ``rerank_top`` reordered by ``rerank`` (given those lines as
     (page, line), it returns their logits [n]; None: no reranker, as a model-free ARR) (:func:`reranked_values`),
     passed on to the next line (:func:`spread_values`) and floored on a document's first page (``first``: each
-    page is one) (:func:`front_values`) and on the lines ``typed`` flags (each page's [L_i] bool: they hold a span of
-    the type the question asks for) (:func:`typed_values`).
+    page is one) (:func:`front_values`) and on the lines ``typed`` flags (each page's [L_i] bool: they hold a span
+    of the type the question asks for; None: no line) (:func:`typed_values`).
 
     >>> [v.tolist() for v in line_values([torch.tensor([0.9, 0.1, 0.5])], [False], top=1)]  # the next line: half
     [[1.0, 0.5, 0.0]]
