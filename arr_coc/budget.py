@@ -9,8 +9,10 @@ One rule serves ``look``, ``ask``, ``eval`` and ``train``:
   ``eval --tokens 192``, ``look --tokens 192`` and ``look --saccades 128`` send the same 8x8 + 128 tokens.
 * Over a context of n pages (one image is its one-page case) the same rule holds per page: every page gets
   the largest square side s with ``n * s * s`` at most K (given K) or at most T // 2 (given T), clamped to the
-  page's grid, and K = T minus the gestalts. 20 pages at T = 1300 get 4x4 each (320 tokens, K = 980); past
-  T // 2 pages even 1x1 does not fit and the request is refused with the least total that works.
+  page's grid, and K = T minus the gestalts; over several pages a side below 8 (``LEGIBLE_SIDE``: a page in 6x6
+  tokens reads nothing) is sent as 1x1. 20 pages at T = 1300 get 1x1 each (20 tokens, K = 1280), 20 pages at
+  T = 3000 8x8 (1280, K = 1720); past T // 2 pages even 1x1 does not fit and the request is refused with the least
+  total that works.
 
 A request's budget is a :class:`Budget`, parsed once where it enters (:meth:`Budget.parse`) and split by
 :meth:`Budget.split` for any number of pages.
@@ -22,6 +24,11 @@ from dataclasses import dataclass
 from typing import Sequence
 
 GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first; 16x16 at the reference budget of 273 saccades
+# Over several pages, a page's gestalt side below this is sent as 1x1 (the page's place and mean colour) and the
+# tokens it frees go to saccades: a whole page in 6x6 or fewer tokens reads nothing of its text, while the saccades
+# it would cost read lines. Chosen on the 199 validation questions of texlive-paraphrase (docs/coc.md, "The gestalt
+# over many pages"); one image keeps its gestalt at every size (its only view of what the saccades leave out).
+LEGIBLE_SIDE = 8
 
 
 def _clamp(side: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
@@ -39,9 +46,15 @@ def gestalt_grid(saccades: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
     return _clamp(_side(1, saccades), cells_hw)
 
 
-def _side(n_pages: int, share: int) -> int | None:
-    """The largest gestalt side every one of ``n_pages`` pages can have within ``share`` tokens (None: not even 1)."""
-    return next((s for s in GESTALT_SIDES if n_pages * s * s <= share), None)
+def _side(n_pages: int, share: int, legible: int = 0) -> int | None:
+    """The largest gestalt side every one of ``n_pages`` pages can have within ``share`` tokens (None: not even 1);
+    over several pages a side below ``legible`` is 1.
+
+    >>> _side(20, 687), _side(20, 687, legible=8), _side(1, 50, legible=8), _side(20, 19)
+    (4, 1, 6, None)
+    """
+    side = next((s for s in GESTALT_SIDES if n_pages * s * s <= share), None)
+    return 1 if side is not None and n_pages > 1 and side < legible else side
 
 
 @dataclass(frozen=True)
@@ -56,7 +69,9 @@ class Budget:
     >>> Budget.parse("529"), Budget.parse("25%"), Budget.parse("10x"), Budget.saccades(273)
     (Budget('529'), Budget('25%'), Budget('10x'), Budget('K=273'))
     >>> Budget.parse("25%").split([(48, 48)]), Budget.parse(1300).split([(40, 32)] * 20)[1]
-    (([(16, 16)], 320), 980)
+    (([(16, 16)], 320), 1280)
+    >>> Budget.parse(1300).split([(40, 32)] * 20, legible=0)[1]  # the square rule alone: 4x4 each
+    980
     >>> Budget.parse("10x").total(25000, text_tokens=12640, pages=20)
     1264
     """
@@ -134,12 +149,13 @@ class Budget:
             raise ValueError(f"tokens {self} gives {tokens} tokens; at least 2 (one gestalt, one saccade) are needed")
         return min(tokens, full_tokens)
 
-    def split(self, grids: Sequence[tuple[int, int]], *,
-              text_tokens: int | None = None) -> tuple[list[tuple[int, int]], int]:
+    def split(self, grids: Sequence[tuple[int, int]], *, text_tokens: int | None = None,
+              legible: int = LEGIBLE_SIDE) -> tuple[list[tuple[int, int]], int]:
         """Per page its gestalt grid, and K saccades for all pages, for pages with these cell grids.
 
         A total (tokens, share, text) is clamped to the pages' full resolution; K saccades are checked
-        against the pages' cells.
+        against the pages' cells. Over several pages a gestalt side below ``legible`` is sent as 1x1 (0: the
+        square rule alone).
         """
         n = len(grids)
         if n == 0:
@@ -148,12 +164,12 @@ class Budget:
         tokens = self.total(full, text_tokens=text_tokens, pages=n)
         if tokens is None:
             k = int(self.value)
-            side = _side(n, k)
+            side = _side(n, k, legible)
             if side is None:
                 raise ValueError(f"{k} saccades give {n} pages no gestalt: each page needs at least a 1x1 gestalt, "
                                  f"so K >= {n}; raise --saccades or choose fewer pages")
         else:
-            side = _side(n, tokens // 2)
+            side = _side(n, tokens // 2, legible)
             if side is None:
                 raise ValueError(f"{tokens} tokens cannot give {n} pages a 1x1 gestalt each and as many saccades; "
                                  f"use at least {2 * n} tokens or choose fewer pages")

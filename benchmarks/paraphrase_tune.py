@@ -16,10 +16,12 @@ with K from T = text tokens / compression, as a context allocation splits it, an
 coverage (:func:`coc_tune.coverage`, the best-covered occurrence) and strict = coverage >= 0.5, overall and
 per kind. A setting: the retrieval weight and top, BM25 fused into the line scores (``cos + w * bm25 / max``),
 the cross-encoder reordering the first stage's best N lines (line text or passage, ``boost`` adding its own
-ramp), the value passed on to the next line (``spread``; ``around``: and the line before) and a floor on the
+ramp; ``keep``: the first stage's standardised score beside the logits in the order), a prior on each line from its
+page's best line (``page_prior``), the value passed on to the next line (``spread``; ``around``: and the line before) and a floor on the
 first lines of a document's first page (``front``), how a line's value is painted on its cells (``head``: its
 first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line) and the floor on lines
-holding a span of the question's answer type (``typed``: a date, a version, a person's name). Writes grid.csv and
+holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the gestalt side below which a page of several gets 1x1
+(``legible``: the rest of the total goes to saccades). Writes grid.csv and
 summary.md in ``--out``; ms per question of each online part (question embedding, BM25, reranking the N lines,
 the text parts) go in the summary.
 """
@@ -39,11 +41,20 @@ import torch
 from coc_tune import coverage  # the benchmark beside this one (a script's folder is on its path)
 from tqdm import tqdm
 
-from arr_coc.budget import Budget
+from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts import rank_cells, ranking_score, text_tokens
 from arr_coc.contexts.answer_types import answer_types, typed_lines
-from arr_coc.contexts.line_values import FRONT_FLOOR, FRONT_LINES, SPREAD, TYPED_FLOOR, line_values, top_lines
+from arr_coc.contexts.line_values import (
+    FRONT_FLOOR,
+    FRONT_LINES,
+    PAGE_PRIOR,
+    RERANK_KEEP,
+    SPREAD,
+    TYPED_FLOOR,
+    line_values,
+    top_lines,
+)
 from arr_coc.contexts.pagetext import canvas_words
 from arr_coc.contexts.ranking import (
     LINE_HEAD,
@@ -181,8 +192,8 @@ def rerank_all(win: dict, reranker) -> None:
     win["rerank_alone"] = True
 
 
-SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "spread", "around", "front_lines", "front_floor", "head",
-           "tail", "typed")
+SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
+           "head", "tail", "typed", "page_prior", "legible")
 
 
 def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
@@ -194,7 +205,7 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
         q["typed"] = typed_lines([[t for t, _ in ls] for ls in win["lines"]], types) if types else None
     return line_values(fused(q, s["bm25"]), win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
-                       s["front_floor"], q["typed"], s["typed"])
+                       s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"])
 
 
 def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> dict[float, float]:
@@ -207,7 +218,7 @@ def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> 
     grids = [(h // cell, w // cell) for h, w in win["sizes"]]
     at, out = q["at"], {}
     for c in compressions:
-        _, k = Budget.parse(f"{c:g}x").split(grids, text_tokens=win["n_text"])
+        _, k = Budget.parse(f"{c:g}x").split(grids, text_tokens=win["n_text"], legible=s["legible"])
         cells = rank_cells(ranks, k)[at]
         hit = torch.zeros(grids[at])
         hit[cells[:, 0], cells[:, 1]] = 1
@@ -296,6 +307,12 @@ def main() -> None:
                     help="the rest of a line (past --head) painted at this times its value, in [0, 1]")
     ap.add_argument("--typed", type=float, nargs="+", default=[TYPED_FLOOR],
                     help="the floor on lines holding the question's answer type (a date, a version, a name; 0: none)")
+    ap.add_argument("--keep", type=float, nargs="+", default=[RERANK_KEEP],
+                    help="the first stage's standardised score beside the cross-encoder's in its order (0: logits alone)")
+    ap.add_argument("--page-prior", type=float, nargs="+", default=[PAGE_PRIOR],
+                    help="each line's score plus this times its page's best line's score (0: none)")
+    ap.add_argument("--legible", type=int, nargs="+", default=[LEGIBLE_SIDE],
+                    help="over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
     args = ap.parse_args()
     if min(args.head) < 0 or not all(0.0 <= t <= 1.0 for t in args.tail):
@@ -308,9 +325,12 @@ def main() -> None:
     retriever, reranker, canvas = BgeSmallRetriever(), CrossEncoderReranker(), CanvasConfig()
     cache = args.cache / f"{args.dataset}-{args.split}"
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
-        args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.spread, args.around,
-        args.front_lines, args.front_floor, args.head, args.tail, args.typed)]
-    grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0])]
+        args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
+        args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
+        args.legible)]
+    grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
+                                               and s["keep"] == args.keep[0])]
+    grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage
     grid = [s for s in grid if s["front_floor"] or s["front_lines"] == args.front_lines[0]]
     grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
     grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused

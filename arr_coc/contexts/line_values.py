@@ -24,6 +24,8 @@ from arr_coc.contexts.ranking import RETRIEVAL_TOP, retrieval_values
 # for ~1-2 s a question on 2 cores: off (0), kept for a caller who sets it.
 RERANK_TOP = 0
 RERANK_BOOST = 0.0  # the cross-encoder's own ramp added to the values it reorders
+RERANK_KEEP = 0.0  # the first stage's standardised score beside the cross-encoder's in its order (0: its logits alone)
+PAGE_PRIOR = 0.0  # each line's score plus this times its page's best line's score, before the ramp
 SPREAD = 0.5
 SPREAD_AROUND = False  # the line before a line gets its value too
 FRONT_LINES = 10
@@ -46,6 +48,46 @@ def top_lines(scores: Sequence[Tensor], n: int) -> list[tuple[int, int]]:
     lines = torch.cat([torch.arange(len(s)) for s in scores]) if scores else torch.zeros(0)
     order = torch.sort(flat, descending=True, stable=True).indices[:n]
     return [(int(pages[i]), int(lines[i])) for i in order]
+
+
+def standardised(x: Tensor) -> Tensor:
+    """``x`` minus its mean over its standard deviation (0 where it has fewer than 2 values or no spread).
+
+    >>> standardised(torch.tensor([1.0, 2.0, 3.0])).tolist()
+    [-1.0, 0.0, 1.0]
+    """
+    x = x.float()
+    if x.numel() < 2:
+        return torch.zeros_like(x)
+    sd = x.std()
+    return (x - x.mean()) / sd if sd > 0 else torch.zeros_like(x)
+
+
+def rerank_order(logits: Tensor, first: Tensor, keep: float) -> Tensor:
+    """The key the reranked lines are ordered by: the reranker's ``logits`` [n], standardised, plus ``keep`` times the
+    first stage's scores of the same lines, standardised (0: the logits alone, unchanged). Both scales are the
+    lines' own, so a cosine and a logit weigh alike.
+
+    >>> rerank_order(torch.tensor([0.0, 1.0]), torch.tensor([0.9, 0.1]), 0.0).tolist()
+    [0.0, 1.0]
+    >>> rerank_order(torch.tensor([0.0, 1.0]), torch.tensor([0.9, 0.1]), 2.0).argmax().item()  # the first stage leads
+    0
+    """
+    if not keep:
+        return logits.float()
+    return standardised(logits) + keep * standardised(first)
+
+
+def page_prior_scores(scores: Sequence[Tensor], weight: float) -> list[Tensor]:
+    """Each line's score plus ``weight`` times the best score on its page: a line on a page whose best line meets the
+    question ranks above an equal line on a page that does not (0: unchanged).
+
+    >>> [v.tolist() for v in page_prior_scores([torch.tensor([0.5, 0.25]), torch.tensor([0.375])], 1.0)]
+    [[1.0, 0.75], [0.75]]
+    """
+    if not weight:
+        return [s.float() for s in scores]
+    return [s.float() + weight * s.float().max() if len(s) else s.float() for s in scores]
 
 
 def reranked_values(values: Sequence[Tensor], picked: Sequence[tuple[int, int]], logits: Tensor,
@@ -135,11 +177,13 @@ def line_values(scores: Sequence[Tensor], first: Sequence[bool], rerank: Callabl
                 = None, top: int = RETRIEVAL_TOP, rerank_top: int = RERANK_TOP, boost: float = RERANK_BOOST,
                 spread: float = SPREAD, around: bool = SPREAD_AROUND, front_lines: int = FRONT_LINES,
                 front_floor: float = FRONT_FLOOR, typed: Sequence[Tensor] | None = None,
-                typed_floor: float = TYPED_FLOOR) -> list[Tensor]:
+                typed_floor: float = TYPED_FLOOR, keep: float = RERANK_KEEP,
+                page_prior: float = PAGE_PRIOR) -> list[Tensor]:
     """Each page's lines' retrieval values from their scores (:func:`line_scores`): the ramp over the context's
-    ``top`` best (:func:`retrieval_values`), the best ``rerank_top`` reordered by ``rerank`` (given those lines as
-    (page, line), it returns their logits [n]; None: no reranker, as a model-free ARR) (:func:`reranked_values`),
-    passed on to the next line (:func:`spread_values`) and floored on a document's first page (``first``: each
+    ``top`` best (:func:`retrieval_values`; each score first raised by ``page_prior`` times its page's best,
+    :func:`page_prior_scores`), the best ``rerank_top`` reordered by ``rerank`` (given those lines as
+    (page, line), it returns their logits [n]; None: no reranker, as a model-free ARR) (:func:`reranked_values`; ``keep``: by its logits and the first stage's scores together,
+    :func:`rerank_order`), passed on to the next line (:func:`spread_values`) and floored on a document's first page (``first``: each
     page is one) (:func:`front_values`) and on the lines ``typed`` flags (each page's [L_i] bool: they hold a span
     of the type the question asks for; None: no line) (:func:`typed_values`).
 
@@ -149,10 +193,12 @@ def line_values(scores: Sequence[Tensor], first: Sequence[bool], rerank: Callabl
     ...                                  typed=[torch.tensor([False, False, True])])]  # a typed line: 1
     [[1.0, 0.5, 1.0]]
     """
+    scores = page_prior_scores(scores, page_prior)
     values = retrieval_values(scores, top)
     if rerank is not None and rerank_top > 0:
         picked = top_lines(scores, rerank_top)
         if picked:
-            values = reranked_values(values, picked, rerank(picked), boost)
+            first_stage = torch.stack([scores[p][i] for p, i in picked])
+            values = reranked_values(values, picked, rerank_order(rerank(picked), first_stage, keep), boost)
     return typed_values(front_values(spread_values(values, spread, around), first, front_lines, front_floor), typed,
                         typed_floor)

@@ -104,7 +104,12 @@ def test_totals_are_exact_for_any_pages(sizes, share, by_tokens):
 
 
 def test_budget_rule_for_many_pages_and_its_limits():
-    assert Budget.parse(1300).split([(40, 32)] * 20) == ([(4, 4)] * 20, 980)
+    assert Budget.parse(1300).split([(40, 32)] * 20) == ([(1, 1)] * 20, 1280)  # 4x4 is below LEGIBLE_SIDE: 1x1
+    assert Budget.parse(1300).split([(40, 32)] * 20, legible=0) == ([(4, 4)] * 20, 980)  # control: the square rule
+    assert Budget.parse(3000).split([(40, 32)] * 20) == ([(8, 8)] * 20, 1720)  # 8x8 is legible: kept
+    assert Budget.parse(100).split([(40, 32)]) == ([(6, 6)], 64)  # one image keeps a small gestalt
+    assert Budget.saccades(400).split([(40, 32)] * 20) == ([(1, 1)] * 20, 400)  # K: the same rule (4x4 -> 1x1)
+    assert Budget.saccades(1280).split([(40, 32)] * 20) == ([(8, 8)] * 20, 1280)
     assert Budget.parse(300).split([(40, 32)] * 60) == ([(1, 1)] * 60, 240)
     with pytest.raises(ValueError, match=r"100 tokens cannot give 60 pages a 1x1 gestalt each.*at least 120 tokens"):
         Budget.parse(100).split([(40, 32)] * 60)
