@@ -43,8 +43,8 @@ DECODE_OPTIONS: Options = {"do_sample": "--do-sample", "temperature": "--tempera
 
 TOKENS_HELP = ("T total visual tokens (gestalt + saccades), as tokens (529), a share of full resolution (25%%) or "
                "a compression of the context's text tokens (10x): the largest square gestalt of at most T/2 tokens "
-               "(sides 16, 12, 8, 6, 4, 2, 1, clamped to the image's cell grid; over n pages n gestalts) and the "
-               "rest as saccades, the split eval and train use (529 -> 16x16 + 273)")
+               "(sides 16, 12, 8, 6, 4, 2, 1, clamped to the image's cell grid; over n pages n gestalts, a side below 8 "
+               "sent as 1x1) and the rest as saccades, the split eval and train use (529 -> 16x16 + 273)")
 MAX_NEW_TOKENS_HELP = "answer length limit in new tokens (default %(default)s)"
 QUERY_ENCODERS = ("minilm", "hashing")
 

@@ -1,4 +1,5 @@
 """The lines' retrieval values: the reranker's order, the next line, a document's title block; no model when model-free."""
+import pytest
 import torch
 
 from arr_coc.contexts.line_values import front_values, line_values, reranked_values, spread_values, top_lines
@@ -54,3 +55,27 @@ def test_line_values_without_a_reranker_is_the_retrievers_ramp():
     assert asked == []  # rerank_top 0: the reranker is never asked
     line_values(scores, [False, False], rerank, top=2, rerank_top=2)
     assert asked == [[(0, 0), (1, 0)]]
+
+
+def test_keep_orders_the_reranked_lines_by_both_stages_and_zero_is_the_logits_alone():
+    scores = [torch.tensor([0.9, 0.5, 0.1])]
+
+    def rerank(picked):  # prefers the first stage's worst line, slightly
+        return torch.tensor([0.0, 0.1, 0.2])[[i for _, i in picked]]
+
+    kw = dict(top=3, rerank_top=3, boost=0.0, spread=0.0, front_floor=0.0, typed_floor=0.0)
+    ramp = line_values(scores, [False], None, **kw)[0]
+    assert ramp.tolist() == pytest.approx([1.0, 0.5, 0.0])  # the first stage's ramp
+    assert line_values(scores, [False], rerank, keep=0.0, **kw)[0].tolist() == ramp.flip(0).tolist()  # logits' order
+    # standardised, logits (-1, 0, 1) and cosines (1, 0, -1) with keep 2: keys (1, 0, -1), the first stage's order
+    assert torch.equal(line_values(scores, [False], rerank, keep=2.0, **kw)[0], ramp)
+
+
+def test_the_page_prior_lifts_a_line_by_its_pages_best_and_zero_changes_nothing():
+    scores = [torch.tensor([0.5, 0.45]), torch.tensor([0.9, 0.1])]
+    kw = dict(top=3, spread=0.0, front_floor=0.0, typed_floor=0.0)
+    plain = line_values(scores, [False, False], page_prior=0.0, **kw)
+    assert [v.tolist() for v in plain] == [v.tolist() for v in retrieval_values(scores, 3)]
+    assert plain[0][1] > plain[1][1] == 0  # 0.45 on the weak page above 0.1 on the strong one
+    lifted = line_values(scores, [False, False], page_prior=1.0, **kw)  # 0.95 against 0.1 + 0.9 = 1.0
+    assert lifted[1][1] > lifted[0][1] == 0 and lifted[1][0] == 1.0
