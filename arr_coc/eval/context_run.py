@@ -39,7 +39,7 @@ import torch
 
 from arr_coc.allocators.methods import page_plans, resolve
 from arr_coc.allocators.pages import PagesInputs
-from arr_coc.budget import Budget
+from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.contexts import allocate, see_context, text_tokens, tokenizer_name
 from arr_coc.data.contexts import ContextItem, ContextQuestion
 from arr_coc.engine.imageops import paint_boxes
@@ -87,10 +87,11 @@ class ContextReading:
 
     def identity(self) -> tuple[dict, dict]:
         s = self.settings
-        # readings: rows of both readings (region and find) never mix with rows of the region reading alone
+        # readings: rows of both readings (region and find) never mix with rows of the region reading alone; the
+        # budget rule's legible side: rows split under another rule never mix with these
         return ({**arr_settings(self.arr), "task": "contexts", "reader": s.reader, "margin_px": s.margin_px,
                  "readings": ["region", "find"], "ranking": s.weights(), "text_tokenizer": tokenizer_name(),
-                 "contexts": s.contexts},
+                 "contexts": s.contexts, "gestalt_legible_side": LEGIBLE_SIDE},
                 {} if self.retriever is None else {NEEDS_RETRIEVER: {"retriever": self.retriever.name}})
 
     def rows(self, unit: Unit, todo: list, done: set) -> Iterator[list[dict]]:
