@@ -46,7 +46,9 @@ NEAR_WEIGHT = 4.0
 # The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
 # RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted like a matched word.
 RETRIEVAL_WEIGHT = 8.0
-RETRIEVAL_TOP = 64
+# 64 until the gestalt rule over many pages (budget.LEGIBLE_SIDE) freed saccades for more lines; 192 chosen then on the
+# 199 validation questions (docs/coc.md, "The gestalt over many pages"): 10x 0.814 -> 0.846, 20x 0.734 -> 0.748.
+RETRIEVAL_TOP = 192
 PASSAGE_AROUND = 1  # lines before and after a line that the retrieval model reads with it
 # A line's value on its first LINE_HEAD cells and LINE_TAIL times it on the rest (the start of a line is where a manual
 # names its command or option). 0 = the whole line at its value: the head study on validation (docs/coc.md, "Line

@@ -162,21 +162,22 @@ def test_the_context_tab_shows_the_budget_per_page_the_strip_and_the_opened_page
         show_tab(page, "Context (PDF or pages)")
         page.upload(pdf, "context-files")
         page.fill("question", "Where is the brass key?")
-        page.fill("context-tokens", 60)
+        page.fill("context-tokens", 45)
         page.fill("context-pages", "36-40")
         status = page.run("context-run")
         assert status.startswith("Done"), status
         summary = page.text("context-summary")
-        m = re.search(r"5 pages: sent 60 visual tokens = (\d+) gestalt \+ (\d+) saccades, of (\d+) at full", summary)
+        m = re.search(r"5 pages: sent 45 visual tokens = (\d+) gestalt \+ (\d+) saccades, of (\d+) at full", summary)
         assert m, summary
         gestalt, saccades = int(m[1]), int(m[2])
         rows = table(page, "context-summary")  # page | gestalt (h x w) | saccades | text from
         assert [r[0] for r in rows] == ["36", "37", "38", "39", "40"] and {r[3] for r in rows} == {"text layer"}
         grids = [tuple(map(int, r[1].split("x"))) for r in rows]
         per_page = [int(r[2]) for r in rows]
-        # 5 pages at T = 60: a 2x2 gestalt each (5 x 4 <= 30), K = 40 ranked over all pages
-        assert grids == [(2, 2)] * 5 and gestalt == 20 and saccades == 40 == sum(per_page)
-        assert sum(h * w for h, w in grids) + sum(per_page) == 60
+        # 5 pages at T = 45: 2x2 fits (5 x 4 <= 22) but is below the legible 8x8 (budget.LEGIBLE_SIDE), so a 1x1
+        # gestalt each and K = 40 ranked over all pages
+        assert grids == [(1, 1)] * 5 and gestalt == 5 and saccades == 40 == sum(per_page)
+        assert sum(h * w for h, w in grids) + sum(per_page) == 45
         assert max(per_page) == per_page[2] > 0  # the detail goes to the key's page
 
         strip = fetch(image_src(page, "context-strip"))  # 5 equal pages, 8 px of grey between them
