@@ -59,6 +59,8 @@ from arr_coc.contexts.pagetext import canvas_words
 from arr_coc.contexts.ranking import (
     LINE_HEAD,
     LINE_TAIL,
+    RETRIEVAL_TOP,
+    RETRIEVAL_WEIGHT,
     line_scores,
     passage_texts,
     retrieval_map,
@@ -291,8 +293,8 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0, help="skip the first N windows (fill the cache in parallel)")
     ap.add_argument("--cache", type=Path, required=True, help="a folder for the per-window parts (never committed)")
     ap.add_argument("--compression", type=float, nargs="+", default=[10.0, 20.0])
-    ap.add_argument("--weight", type=float, nargs="+", default=[8.0])
-    ap.add_argument("--top", type=int, nargs="+", default=[64])
+    ap.add_argument("--weight", type=float, nargs="+", default=[RETRIEVAL_WEIGHT])
+    ap.add_argument("--top", type=int, nargs="+", default=[RETRIEVAL_TOP])
     ap.add_argument("--bm25", type=float, nargs="+", default=[0.0])
     ap.add_argument("--rerank", type=int, nargs="+", default=[0], help="lines the cross-encoder reorders (0: none)")
     ap.add_argument("--text", nargs="+", default=["passage"], choices=["line", "passage"])
