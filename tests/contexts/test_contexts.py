@@ -279,3 +279,16 @@ def test_seeing_a_context_embeds_each_pages_lines_once_and_a_question_only_itsel
                 query_encoder=HashingQueryEncoder()).eval()
     b = allocate(fresh, ctx, q, 40)  # control for the values: a fresh ARR on the context itself
     assert [p.plan.cells.tolist() for p in a.pages] == [p.plan.cells.tolist() for p in b.pages]
+
+
+def test_a_fixed_gestalt_sends_page_thumbnails_the_legible_rule_would_drop():
+    """Over several pages the split sends a side below LEGIBLE_SIDE as 1x1; K saccades with a fixed gestalt grid (the
+    CLI's --saccades K --gestalt N) still send each page its N x N, and the totals stay exact both ways."""
+    images = [torch.rand(3, 280, 224, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    by_rule = allocate(_arr(), images, "Where is the total?", Budget.saccades(40))
+    assert [p.plan.gestalt for p in by_rule.pages] == [(1, 1)] * 3 and by_rule.tokens == 40 + 3  # 3 x 2x2 fits: below 8, so 1x1
+    cfg = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), gestalt=GestaltConfig(grid=(4, 4)))
+    fixed = allocate(ARR(cfg, query_encoder=HashingQueryEncoder()).eval(), images, "Where is the total?",
+                     Budget.saccades(40))
+    assert [p.plan.gestalt for p in fixed.pages] == [(4, 4)] * 3 and fixed.tokens == 40 + 3 * 16
+    assert fixed.saccades == by_rule.saccades == 40
