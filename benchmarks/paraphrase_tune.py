@@ -303,18 +303,17 @@ def main() -> None:
     ap.add_argument("--around", type=int, nargs="+", default=[0], choices=[0, 1])
     ap.add_argument("--front-lines", type=int, nargs="+", default=[FRONT_LINES])
     ap.add_argument("--front-floor", type=float, nargs="+", default=[FRONT_FLOOR])
-    ap.add_argument("--head", type=int, nargs="+", default=[LINE_HEAD],
-                    help="cells from a line's left edge painted at its value (0: the whole line)")
-    ap.add_argument("--tail", type=float, nargs="+", default=[LINE_TAIL],
-                    help="the rest of a line (past --head) painted at this times its value, in [0, 1]")
-    ap.add_argument("--typed", type=float, nargs="+", default=[TYPED_FLOOR],
-                    help="the floor on lines holding the question's answer type (a date, a version, a name; 0: none)")
-    ap.add_argument("--keep", type=float, nargs="+", default=[RERANK_KEEP],
-                    help="the first stage's standardised score beside the cross-encoder's in its order (0: logits alone)")
-    ap.add_argument("--page-prior", type=float, nargs="+", default=[PAGE_PRIOR],
-                    help="each line's score plus this times its page's best line's score (0: none)")
-    ap.add_argument("--legible", type=int, nargs="+", default=[LEGIBLE_SIDE],
-                    help="over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)")
+    for flag, kind, default, text in (
+            ("--head", int, LINE_HEAD, "cells from a line's left edge painted at its value (0: the whole line)"),
+            ("--tail", float, LINE_TAIL, "the rest of a line (past --head) painted at this times its value, in [0, 1]"),
+            ("--typed", float, TYPED_FLOOR,
+             "the floor on lines holding the question's answer type (a date, a version, a name; 0: none)"),
+            ("--keep", float, RERANK_KEEP,
+             "the first stage's standardised score beside the cross-encoder's in its order (0: logits alone)"),
+            ("--page-prior", float, PAGE_PRIOR, "each line's score plus this times its page's best line's score (0: none)"),
+            ("--legible", int, LEGIBLE_SIDE,
+             "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)")):
+        ap.add_argument(flag, type=kind, nargs="+", default=[default], help=text)
     ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
     args = ap.parse_args()
     if min(args.head) < 0 or not all(0.0 <= t <= 1.0 for t in args.tail):
