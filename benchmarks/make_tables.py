@@ -352,6 +352,9 @@ def allocator_table(limit: int) -> str:
     return "\n".join(lines)
 
 
+# the steps whose rows each block reads: a block none of whose steps ran stays as it is (--skip goals keeps the goals)
+BLOCK_STEPS = {"headline": ("eval", "find"), "goals": ("goals",), "goals-per-kind": ("goals",), "kinds": ("eval", "find"),
+               "allocators": ("allocators",), "coc": ("coc",)}
 BLOCKS: dict[str, tuple[str, Callable[[argparse.Namespace], str]]] = {  # name: (documents, maker(options))
     "headline": ("README.md docs/evaluation.md", lambda a: headline(a.limit)),
     "goals": ("README.md", lambda a: goal_table(a.goal_limit, per_kind=False)),
@@ -415,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     if "allocators" in steps:  # report.md and allocators.png drawn from the summaries just written
         subprocess.run([sys.executable, "benchmarks/run_allocators.py", "--from-summaries"], cwd=ROOT, check=True)
     for name, (docs, make) in BLOCKS.items():
+        if not set(BLOCK_STEPS[name]) & set(steps):
+            print(f"\n{name} ({docs}) left as it is: its step was skipped")
+            continue
         try:
             body = make(args)
         except LookupError as err:  # a step not run yet (or cut short): its block stays as it is

@@ -137,3 +137,18 @@ def test_the_readme_coc_table_is_the_committed_paraphrase_tables_and_its_goal_ve
     assert "20x >= 90 % met (91 %)" in module.readme_block(tmp_path, "cmd")
     with pytest.raises(LookupError, match="is not made yet"):
         module.readme_block(tmp_path / "nowhere", "cmd")
+
+
+def test_a_skipped_steps_blocks_are_left_as_they_are(monkeypatch, tmp_path):
+    tables = load_make_tables()
+    docs = ("README.md", "docs/evaluation.md", "docs/allocators.md")
+    for doc in docs:
+        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / doc).write_text((ROOT / doc).read_text())
+    monkeypatch.setattr(tables, "ROOT", tmp_path)
+    monkeypatch.setattr(tables, "RESULTS", tmp_path / "results")  # no rows at all
+    # control: rewritten from no rows, the goals block would say so
+    assert "not run yet" in tables.goal_table(120, per_kind=False)
+    tables.main(["--skip", *tables.STEPS])
+    for doc in docs:
+        assert (tmp_path / doc).read_text() == (ROOT / doc).read_text(), doc
