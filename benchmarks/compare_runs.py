@@ -24,7 +24,7 @@ from typing import Sequence
 from emit import emit  # the benchmark beside this one (a script's folder is on its path)
 
 from arr_coc.eval.intervals import bootstrap_mean
-from arr_coc.eval.paired import budget_order
+from arr_coc.eval.paired import budget_order, mean_present
 
 SAME = ("reading", "reading_find", "coverage", "page_hit_strict", "tokens")
 
@@ -38,12 +38,6 @@ def load(path: Path) -> dict[tuple[str, str, str], dict]:
                 r = json.loads(line)
                 out[(r["record_id"], r["method"], str(r["budget"]))] = r
     return out
-
-
-def _mean(values: Sequence) -> float:
-    """The mean of the values that are there (a strict hit is blank where the answer has no box)."""
-    got = [float(v) for v in values if v is not None]
-    return sum(got) / len(got) if got else float("nan")
 
 
 def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: bool = False) -> list[dict]:
@@ -78,8 +72,8 @@ def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: boo
                     "same": sum(all(ra.get(k) == rb.get(k) for k in SAME) for ra, rb in pairs),
                     "a": sum(ra_vals) / len(pairs), "b": sum(rb_vals) / len(pairs), "diff": sum(diffs) / len(pairs),
                     "lo": lo, "hi": hi,
-                    "strict_a": _mean([ra.get("page_hit_strict") for ra, _ in pairs]),
-                    "strict_b": _mean([rb.get("page_hit_strict") for _, rb in pairs])})
+                    "strict_a": mean_present([ra.get("page_hit_strict") for ra, _ in pairs]),
+                    "strict_b": mean_present([rb.get("page_hit_strict") for _, rb in pairs])})
     return out
 
 

@@ -352,16 +352,15 @@ def allocator_table(limit: int) -> str:
     return "\n".join(lines)
 
 
-# the steps whose rows each block reads: a block none of whose steps ran stays as it is (--skip goals keeps the goals)
-BLOCK_STEPS = {"headline": ("eval", "find"), "goals": ("goals",), "goals-per-kind": ("goals",), "kinds": ("eval", "find"),
-               "allocators": ("allocators",), "coc": ("coc",)}
-BLOCKS: dict[str, tuple[str, Callable[[argparse.Namespace], str]]] = {  # name: (documents, maker(options))
-    "headline": ("README.md docs/evaluation.md", lambda a: headline(a.limit)),
-    "goals": ("README.md", lambda a: goal_table(a.goal_limit, per_kind=False)),
-    "goals-per-kind": ("docs/evaluation.md", lambda a: goal_table(a.goal_limit, per_kind=True)),
-    "kinds": ("docs/evaluation.md", lambda a: kind_tables(a.limit)),
-    "allocators": ("docs/allocators.md", lambda a: allocator_table(a.limit)),
-    "coc": ("README.md", lambda a: coc_block(a.coc_limit)),
+# name: (documents, the steps whose rows it reads, maker(options)); a block none of whose steps ran stays as it is
+# (--skip goals keeps the goals)
+BLOCKS: dict[str, tuple[str, tuple[str, ...], Callable[[argparse.Namespace], str]]] = {
+    "headline": ("README.md docs/evaluation.md", ("eval", "find"), lambda a: headline(a.limit)),
+    "goals": ("README.md", ("goals",), lambda a: goal_table(a.goal_limit, per_kind=False)),
+    "goals-per-kind": ("docs/evaluation.md", ("goals",), lambda a: goal_table(a.goal_limit, per_kind=True)),
+    "kinds": ("docs/evaluation.md", ("eval", "find"), lambda a: kind_tables(a.limit)),
+    "allocators": ("docs/allocators.md", ("allocators",), lambda a: allocator_table(a.limit)),
+    "coc": ("README.md", ("coc",), lambda a: coc_block(a.coc_limit)),
 }
 
 
@@ -417,8 +416,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         subprocess.run([sys.executable, "benchmarks/bench_vlm.py"], cwd=ROOT, check=True)
     if "allocators" in steps:  # report.md and allocators.png drawn from the summaries just written
         subprocess.run([sys.executable, "benchmarks/run_allocators.py", "--from-summaries"], cwd=ROOT, check=True)
-    for name, (docs, make) in BLOCKS.items():
-        if not set(BLOCK_STEPS[name]) & set(steps):
+    for name, (docs, needs, make) in BLOCKS.items():
+        if not set(needs) & set(steps):
             print(f"\n{name} ({docs}) left as it is: its step was skipped")
             continue
         try:

@@ -17,13 +17,13 @@ coverage (:func:`coc_tune.coverage`, the best-covered occurrence) and strict = c
 per kind. A setting: the retrieval weight and top, BM25 fused into the line scores (``cos + w * bm25 / max``),
 the cross-encoder reordering the first stage's best N lines (line text or passage, ``boost`` adding its own
 ramp; ``keep``: the first stage's standardised score beside the logits in the order), a prior on each line from its
-page's best line (``page_prior``), the value passed on to the next line (``spread``; ``around``: and the line before) and a floor on the
-first lines of a document's first page (``front``), how a line's value is painted on its cells (``head``: its
-first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line) and the floor on lines
-holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the gestalt side below which a page of several gets 1x1
-(``legible``: the rest of the total goes to saccades). Writes grid.csv and
-summary.md in ``--out``; ms per question of each online part (question embedding, BM25, reranking the N lines,
-the text parts) go in the summary.
+page's best line (``page_prior``), the value passed on to the next line (``spread``; ``around``: and the line
+before) and a floor on the first lines of a document's first page (``front``), how a line's value is painted on its
+cells (``head``: its first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line), the
+floor on lines holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the
+gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades). Writes
+grid.csv and summary.md in ``--out``; ms per question of each online part (question embedding, BM25, reranking the
+N lines, the text parts) go in the summary.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ from tqdm import tqdm
 from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts import rank_cells, ranking_score, text_tokens
-from arr_coc.contexts.answer_types import answer_types, typed_lines
+from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.line_values import (
     FRONT_FLOOR,
     FRONT_LINES,
@@ -203,8 +203,7 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     cross-encoder's cached logits standing in for the model)."""
     logits = q["rerank"][s["text"]]
     if "typed" not in q:  # the lines holding the question's answer type, once per question (None: it has none)
-        types = answer_types(q["question"])
-        q["typed"] = typed_lines([[t for t, _ in ls] for ls in win["lines"]], types) if types else None
+        q["typed"] = question_typed_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]])
     return line_values(fused(q, s["bm25"]), win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
                        s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"])
@@ -310,7 +309,8 @@ def main() -> None:
              "the floor on lines holding the question's answer type (a date, a version, a name; 0: none)"),
             ("--keep", float, RERANK_KEEP,
              "the first stage's standardised score beside the cross-encoder's in its order (0: logits alone)"),
-            ("--page-prior", float, PAGE_PRIOR, "each line's score plus this times its page's best line's score (0: none)"),
+            ("--page-prior", float, PAGE_PRIOR,
+             "each line's score plus this times its page's best line's score (0: none)"),
             ("--legible", int, LEGIBLE_SIDE,
              "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)")):
         ap.add_argument(flag, type=kind, nargs="+", default=[default], help=text)

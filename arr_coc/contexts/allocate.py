@@ -35,7 +35,7 @@ from torch import Tensor
 
 from arr_coc.budget import Budget
 from arr_coc.config import ARRConfig
-from arr_coc.contexts.answer_types import answer_types, typed_lines
+from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR
@@ -238,8 +238,7 @@ def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question:
     if rerank is not None and RERANK_TOP > 0:
         texts = [passage_texts(r.lines) for r in reads]
         call = lambda picked: rerank(question, [texts[p][i] for p, i in picked])  # noqa: E731
-    types = answer_types(question)
-    typed = typed_lines([[text for text, _ in r.lines] for r in reads], types) if types else None
+    typed = question_typed_lines(question, [[text for text, _ in r.lines] for r in reads])
     values = line_values(scores, [r.page.index == 0 for r in reads], call, typed=typed)
     t["rerank"] = t.get("rerank", 0.0) + (time.perf_counter() - start) * 1e3
     return values

@@ -81,3 +81,16 @@ def typed_lines(pages: Sequence[Sequence[str]], types: Sequence[str]) -> list[Te
     patterns = [LINE_TYPES[t] for t in types]
     return [torch.tensor([any(p.search(text.strip()) for p in patterns) for text in page], dtype=torch.bool)
             for page in pages]
+
+
+def question_typed_lines(question: str, pages: Sequence[Sequence[str]]) -> list[Tensor] | None:
+    """:func:`typed_lines` for the types ``question`` asks for (:func:`answer_types`); None where it asks for none,
+    so an untyped question makes no pass over the lines.
+
+    >>> question_typed_lines("Who wrote it?", [["by Will Robertson", "Use it"]])[0].tolist()
+    [True, False]
+    >>> question_typed_lines("What does it do?", [["by Will Robertson"]]) is None
+    True
+    """
+    types = answer_types(question)
+    return typed_lines(pages, types) if types else None

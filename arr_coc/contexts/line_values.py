@@ -181,11 +181,12 @@ def line_values(scores: Sequence[Tensor], first: Sequence[bool], rerank: Callabl
                 page_prior: float = PAGE_PRIOR) -> list[Tensor]:
     """Each page's lines' retrieval values from their scores (:func:`line_scores`): the ramp over the context's
     ``top`` best (:func:`retrieval_values`; each score first raised by ``page_prior`` times its page's best,
-    :func:`page_prior_scores`), the best ``rerank_top`` reordered by ``rerank`` (given those lines as
-    (page, line), it returns their logits [n]; None: no reranker, as a model-free ARR) (:func:`reranked_values`; ``keep``: by its logits and the first stage's scores together,
-    :func:`rerank_order`), passed on to the next line (:func:`spread_values`) and floored on a document's first page (``first``: each
-    page is one) (:func:`front_values`) and on the lines ``typed`` flags (each page's [L_i] bool: they hold a span
-    of the type the question asks for; None: no line) (:func:`typed_values`).
+    :func:`page_prior_scores`), the best ``rerank_top`` reordered by ``rerank`` (given those lines as (page, line), it
+    returns their logits [n]; None: no reranker, as a model-free ARR) (:func:`reranked_values`; ``keep``: by its
+    logits and the first stage's scores together, :func:`rerank_order`), passed on to the next line
+    (:func:`spread_values`) and floored on a document's first page (``first``: each page is one) (:func:`front_values`)
+    and on the lines ``typed`` flags (each page's [L_i] bool: they hold a span of the type the question asks for;
+    None: no line) (:func:`typed_values`).
 
     >>> [v.tolist() for v in line_values([torch.tensor([0.9, 0.1, 0.5])], [False], top=1)]  # the next line: half
     [[1.0, 0.5, 0.0]]

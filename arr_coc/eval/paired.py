@@ -26,7 +26,9 @@ def _ok(v: Any) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
-def _mean(values: Sequence[Any]) -> float:
+def mean_present(values: Sequence[Any]) -> float:
+    """The mean of the values that are there (None and NaN left out: a strict hit is blank where the answer has no
+    box); NaN where none is."""
     vals = [v for v in values if _ok(v)]
     return sum(vals) / len(vals) if vals else float("nan")
 
@@ -72,19 +74,19 @@ def paired_summary(rows: Sequence[dict], methods: Sequence[str] = CONTEXT_METHOD
     for k in sorted(groups, key=key):
         g = groups[k]
         s: dict[str, Any] = {"dataset": k[0], "budget": k[1], "method": k[2], "n": len(g),
-                             "tokens": _mean([r["tokens"] for r in g]), "compression": _mean([r.get("compression")
-                                                                                              for r in g])}
+                             "tokens": mean_present([r["tokens"] for r in g]),
+                             "compression": mean_present([r.get("compression") for r in g])}
         for col in READINGS:
             pairs = [(r.get(col), full[(r["dataset"], r["record_id"])].get(col)) for r in g
                      if (r["dataset"], r["record_id"]) in full]
             pairs = [(a, b) for a, b in pairs if _ok(a) and _ok(b)]
             mine, ref = [a for a, _ in pairs], [b for _, b in pairs]
-            s[col], (s[f"{col}_lo"], s[f"{col}_hi"]) = _mean(mine), bootstrap_mean(mine)
-            s[f"{col}_full"], s[f"{col}_pairs"] = _mean(ref), len(pairs)
+            s[col], (s[f"{col}_lo"], s[f"{col}_hi"]) = mean_present(mine), bootstrap_mean(mine)
+            s[f"{col}_full"], s[f"{col}_pairs"] = mean_present(ref), len(pairs)
             share = s[col] / s[f"{col}_full"] if pairs and s[f"{col}_full"] > 0 else float("nan")
             s[f"{col}_share"], (s[f"{col}_share_lo"], s[f"{col}_share_hi"]) = share, bootstrap_ratio(mine, ref)
         for col in MEANS:
-            s[col] = _mean([r.get(col) for r in g])
+            s[col] = mean_present([r.get(col) for r in g])
         out.append(s)
     return out
 

@@ -101,7 +101,7 @@ def test_a_who_question_sends_the_name_line_at_full_resolution(monkeypatch):
     sent = {tuple(c) for c in out.pages[page].plan.cells.tolist()}
     assert out.tokens == 60 and cells <= sent
     # control: without the typed floor the line sharing the question's words takes the saccades, not the name
-    monkeypatch.setattr(importlib.import_module("arr_coc.contexts.allocate"), "typed_lines",
-                        lambda pages, types: typed_lines(pages, ()))
+    monkeypatch.setattr(importlib.import_module("arr_coc.contexts.allocate"), "question_typed_lines",
+                        lambda question, pages: typed_lines(pages, ()))
     blind = allocate(arr, ctx, question, 60)
     assert blind.tokens == 60 and not cells <= {tuple(c) for c in blind.pages[page].plan.cells.tolist()}

@@ -286,7 +286,8 @@ def test_a_fixed_gestalt_sends_page_thumbnails_the_legible_rule_would_drop():
     CLI's --saccades K --gestalt N) still send each page its N x N, and the totals stay exact both ways."""
     images = [torch.rand(3, 280, 224, generator=torch.Generator().manual_seed(i)) for i in range(3)]
     by_rule = allocate(_arr(), images, "Where is the total?", Budget.saccades(40))
-    assert [p.plan.gestalt for p in by_rule.pages] == [(1, 1)] * 3 and by_rule.tokens == 40 + 3  # 3 x 2x2 fits: below 8, so 1x1
+    # 3 x 2x2 fits in K = 40, but 2 is below LEGIBLE_SIDE: 1x1 each
+    assert [p.plan.gestalt for p in by_rule.pages] == [(1, 1)] * 3 and by_rule.tokens == 40 + 3
     cfg = ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS), gestalt=GestaltConfig(grid=(4, 4)))
     fixed = allocate(ARR(cfg, query_encoder=HashingQueryEncoder()).eval(), images, "Where is the total?",
                      Budget.saccades(40))
