@@ -29,6 +29,67 @@ GESTALT_SIDES = (16, 12, 8, 6, 4, 2, 1)  # square gestalt grids, largest first; 
 # it would cost read lines. Chosen on the 199 validation questions of texlive-paraphrase (docs/coc.md, "The gestalt
 # over many pages"); one image keeps its gestalt at every size (its only view of what the saccades leave out).
 LEGIBLE_SIDE = 8
+# One image whose text stays legible in a smaller copy (a receipt's large print) gets a gestalt of its own aspect
+# holding LEGIBLE_SHARE of the total, the rest as saccades, where its lines' median height stays at least
+# LEGIBLE_TEXT_PX in that gestalt; an image whose text it would shrink below that (a form's small print) keeps the
+# square rule (at most half), since every token taken from its saccades is lost. Chosen on the 121 validation
+# questions of image-paraphrase at 11 % and 25 % (docs/coc.md, "One image: a gestalt where its text stays legible").
+LEGIBLE_SHARE = 0.7
+LEGIBLE_TEXT_PX = 10.0
+# ... and only an image with at least this many legible lines is a page of text (a sign in a photo is not): not tuned,
+# every validation receipt and form has 24 or more.
+LEGIBLE_MIN_LINES = 8
+
+
+def downsampled_grid(hc: int, wc: int, tokens: int) -> tuple[int, int]:
+    """The (rows, cols) token grid of the uniform baseline: canvas aspect, as many tokens as fit.
+
+    Rule: if ``tokens >= hc * wc`` the canvas's own grid (full resolution). Otherwise start from the
+    largest grid of the canvas's exact aspect, ``floor(hc * s) x floor(wc * s)`` with
+    ``s = sqrt(tokens / (hc * wc))`` (each side at least 1, rows at most ``tokens``, cols cut so rows * cols <= tokens), then
+    repeatedly add one row or one column, whichever keeps rows / cols closer to hc / wc in log ratio
+    (a row on a tie), while rows * cols <= tokens, rows <= hc and cols <= wc. The result keeps the
+    aspect to within one cell per side and uses all but a few percent of the budget.
+
+    Example:
+        >>> downsampled_grid(36, 27, 529)  # FUNSD-sized canvas, 256 + 273 tokens: 26x19 then one column
+        (26, 20)
+        >>> downsampled_grid(10, 10, 50), downsampled_grid(4, 40, 8), downsampled_grid(6, 8, 1000)
+        ((7, 7), (1, 8), (6, 8))
+    """
+    if any(isinstance(v, bool) or int(v) != v or v < 1 for v in (hc, wc, tokens)):
+        raise ValueError(f"downsampled_grid needs positive ints, got hc={hc!r}, wc={wc!r}, tokens={tokens!r}")
+    if tokens >= hc * wc:
+        return hc, wc
+    s = math.sqrt(tokens / (hc * wc))
+    rows = min(hc, tokens, max(1, math.floor(hc * s)))  # a very tall canvas can ask for more rows than tokens
+    cols = min(wc, max(1, math.floor(wc * s)), tokens // rows)
+    target = math.log(hc / wc)
+    while True:
+        options = [(r, c) for r, c in ((rows + 1, cols), (rows, cols + 1)) if r * c <= tokens and r <= hc and c <= wc]
+        if not options:
+            return rows, cols
+        rows, cols = min(options, key=lambda rc: abs(math.log(rc[0] / rc[1]) - target))  # row first on ties
+
+
+def legible_gestalt(cells_hw: tuple[int, int], tokens: int, text_height: float | None,
+                    share: float = LEGIBLE_SHARE, min_px: float = LEGIBLE_TEXT_PX) -> tuple[int, int] | None:
+    """One image's gestalt of its own aspect holding ``share`` of ``tokens`` (:func:`downsampled_grid`), where its
+    text (lines of median height ``text_height`` px at full resolution) is at least ``min_px`` tall in it; None
+    where it is not (or the height is unknown), and the square rule holds.
+
+    >>> legible_gestalt((53, 36), 210, 40.0)  # a receipt's print: 40 px lines are 10.8 px in 14x10 of 53x36 cells
+    (14, 10)
+    >>> legible_gestalt((36, 27), 107, 21.0) is None  # a form's: 21 px lines would be 5.6 px in 10x7
+    True
+    """
+    hc, wc = int(cells_hw[0]), int(cells_hw[1])
+    if text_height is None or not share or tokens < 2:
+        return None
+    rows, cols = downsampled_grid(hc, wc, max(1, int(tokens * share)))
+    if rows * cols >= tokens or text_height * math.sqrt(rows * cols / (hc * wc)) < min_px:
+        return None
+    return rows, cols
 
 
 def _clamp(side: int, cells_hw: tuple[int, int]) -> tuple[int, int]:
@@ -150,12 +211,13 @@ class Budget:
         return min(tokens, full_tokens)
 
     def split(self, grids: Sequence[tuple[int, int]], *, text_tokens: int | None = None,
-              legible: int = LEGIBLE_SIDE) -> tuple[list[tuple[int, int]], int]:
+              legible: int = LEGIBLE_SIDE, text_height: float | None = None) -> tuple[list[tuple[int, int]], int]:
         """Per page its gestalt grid, and K saccades for all pages, for pages with these cell grids.
 
         A total (tokens, share, text) is clamped to the pages' full resolution; K saccades are checked
         against the pages' cells. Over several pages a gestalt side below ``legible`` is sent as 1x1 (0: the
-        square rule alone).
+        square rule alone). One page given a total and ``text_height`` (its text lines' median height in pixels at
+        full resolution; None: not known) gets :func:`legible_gestalt` where its text stays legible in it.
         """
         n = len(grids)
         if n == 0:
@@ -174,6 +236,8 @@ class Budget:
                 raise ValueError(f"{tokens} tokens cannot give {n} pages a 1x1 gestalt each and as many saccades; "
                                  f"use at least {2 * n} tokens or choose fewer pages")
         gestalts = [_clamp(side, g) for g in grids]
+        if tokens is not None and n == 1:
+            gestalts = [legible_gestalt(grids[0], tokens, text_height) or gestalts[0]]
         if tokens is not None:
             k = tokens - sum(h * w for h, w in gestalts)
         if k > full:

@@ -5,8 +5,9 @@ For each question (receipts and forms of the validation split, never the test sp
 tokens, arr's gestalt alone, and arr's view (gestalt + saccades, its ``topk`` sampler) with the text channels'
 lines scored by MiniLM's cosine (``rerank`` off) and by the cross-encoder (``rerank`` on), the same scene and
 relevance scorer otherwise. ``--shares`` adds a gestalt of the canvas's aspect holding that share of the 11 %
-(the rest as saccades of the default scoring), alone and with its saccades. Prints per-kind means of the reading
-(ANLS) and the saccades' coverage of the answer, the aggregates only.
+(the rest as saccades of the default scoring), alone and with its saccades. ``--legible``: arr as the eval runs
+it under the gestalt rule for legible text (:func:`arr_coc.budget.legible_gestalt`) and under the square rule.
+Prints per-kind means of the reading (ANLS) and the saccades' coverage of the answer, the aggregates only.
 
 ``--lines``: instead, where the line holding the answer ranks among the page's RapidOCR lines (the text channels'
 own lines; a line holds the answer when over 30 % of its box lies in an answer box) by MiniLM's cosine and by the
@@ -16,6 +17,7 @@ cross-encoder: recall@1 and @5 per kind.
 calls the eval's parts directly: its figures choose the text scoring, and are no held-out result.
 
     python benchmarks/image_paraphrase_val.py [--limit N] [--kinds receipt] [--shares 0.5 0.75] [--lines]
+    python benchmarks/image_paraphrase_val.py --legible [--budget 25%]
 """
 from __future__ import annotations
 
@@ -26,9 +28,10 @@ import torch
 
 from arr_coc import ARR
 from arr_coc.allocators.methods import build_samplers
-from arr_coc.budget import Budget
+from arr_coc.budget import Budget, legible_gestalt
 from arr_coc.data.boxes import scale_boxes
 from arr_coc.data.image_paraphrase import load_image_paraphrase
+from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.views import downsampled_grid, downsampled_view, foveated_view, gestalt_view
 from arr_coc.eval.metrics import best_window
 from arr_coc.eval.reading import make_view_reader, read_region
@@ -47,11 +50,14 @@ def main() -> None:
     ap.add_argument("--lines", action="store_true", help="rank the answer's OCR line instead of reading")
     ap.add_argument("--aspect", action="store_true",
                     help="only the square gestalt against one of the canvas's aspect with at most its tokens (same K)")
+    ap.add_argument("--legible", action="store_true",
+                    help="only arr under the gestalt rule for legible text (the default) against the square rule")
+    ap.add_argument("--budget", default=BUDGET, help="the budget (a share of full resolution)")
     args = ap.parse_args()
     if args.lines:
         return report(line_ranks(args.kinds, args.limit))
     arr = ARR.from_pretrained("contextual").eval()  # what `arr-coc eval` builds by default: the same config and weights
-    settings = EvalSettings(methods=["arr"], budgets=[BUDGET], reader="tesseract", reading="region", seed=0,
+    settings = EvalSettings(methods=["arr"], budgets=[args.budget], reader="tesseract", reading="region", seed=0,
                             margin_px=MARGIN)
     reader, samplers = make_view_reader("tesseract", "region"), build_samplers(["arr"])
     options = arr.config.texture.options
@@ -71,10 +77,14 @@ def main() -> None:
             canvas, cell = scene.canvas, scene.canvas.cell
             hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
             pixels = canvas.pixels[0, :, : hc * cell, : wc * cell]
-            total = Budget.parse(BUDGET).total(canvas.full_tokens[0])
+            total = Budget.parse(args.budget).total(canvas.full_tokens[0])
             (grid,), _ = Budget.parse(total).split([(hc, wc)])
             for r in questions:
                 target = scale_boxes(r.boxes_px, canvas.scales[0])
+                if args.legible:
+                    rows.append(legible_row(arr, scene, vector, r, pixels, target, total, read, samplers, reader,
+                                            settings))
+                    continue
                 if args.aspect:
                     rows.append(aspect_row(arr, scene, vector, r, pixels, target, grid, total, read))
                     continue
@@ -99,6 +109,22 @@ def main() -> None:
                     row[f"gestalt {share:g} + saccades"] = read(foveated_view(pixels, pos, cell, g), r, target)
                 rows.append(row)
     report(rows)
+
+
+def legible_row(arr, scene, vector, r, pixels, target, total, read, samplers, reader, settings) -> dict:
+    """arr as the eval runs it, under the gestalt rule for legible text (its lines' median height from the text
+    channels) and under the square rule alone (no height), with full resolution and the uniform image."""
+    relevance, query_emb = arr.score(scene, [r.question], vector)
+    height = text_heights(arr, scene)[0]
+    row = {"kind": r.kind, "full": read(pixels, r, target),
+           "uniform": read(downsampled_view(pixels, total, scene.canvas.cell)[0], r, target)}
+    for name, h in (("square rule", None), ("legible rule", height)):
+        out = next(x for x in allocation_rows(r, scene.canvas, relevance.map, query_emb, samplers, reader, settings,
+                                              arr=arr, text_height=h) if x["method"] == "arr")
+        row[name], row[name + " coverage"] = out["reading"], out["coverage"]
+    hc, wc = (s // scene.canvas.cell for s in scene.canvas.sizes[0])
+    row["legible gestalt"] = float(legible_gestalt((hc, wc), total, height) is not None)
+    return row
 
 
 def aspect_row(arr, scene, vector, r, pixels, target, grid, total, read) -> dict:

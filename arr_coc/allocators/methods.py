@@ -80,6 +80,9 @@ class MethodInputs:
     # a request raises where a method has nothing to send (a quadtree below its starting tiling: the error names
     # the K it needs); a sweep over token counts gets None there and leaves that row out
     strict: bool = False
+    # the median height (canvas px) of the image's text lines (the text channels' OCR or its text layer; None: not
+    # known): where its text stays legible in a larger gestalt, :meth:`Budget.split` gives it one
+    text_height: float | None = None
 
     @property
     def cell(self) -> int:
@@ -92,7 +95,7 @@ class MethodInputs:
 
     def split(self, tokens: int) -> tuple[tuple[int, int], int]:
         """(gestalt grid, saccades K) of a total of ``tokens``."""
-        gestalts, k = Budget.parse(tokens).split([self.grid])
+        gestalts, k = Budget.parse(tokens).split([self.grid], text_height=self.text_height)
         return gestalts[0], k
 
 

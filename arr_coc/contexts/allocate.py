@@ -59,6 +59,7 @@ from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.canvas import Canvas
+from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.pipeline import ARR, Scene
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.query import Questions, check_queries
@@ -69,10 +70,11 @@ Coupled = Callable[[Canvas, list[str]], dict[str, Tensor]]
 
 
 def plan_budget(config: ARRConfig, budget: Budget, grids: Sequence[tuple[int, int]],
-                text_tokens: int | None = None) -> tuple[list[tuple[int, int]], int]:
-    """Each page's gestalt grid and K for pages of these cell grids: :meth:`Budget.split`, or the config's fixed
+                text_tokens: int | None = None, text_height: float | None = None) -> tuple[list[tuple[int, int]], int]:
+    """Each page's gestalt grid and K for pages of these cell grids: :meth:`Budget.split` (``text_height``: one
+    page's text lines' median height, :func:`~arr_coc.engine.channels.text.text_heights`), or the config's fixed
     gestalt grid (``--gestalt N``, each side clamped to the page) with K saccades."""
-    gestalts, k = budget.split(grids, text_tokens=text_tokens)
+    gestalts, k = budget.split(grids, text_tokens=text_tokens, text_height=text_height)
     if config.gestalt.grid is not None:
         if budget.kind != "saccades":
             raise ValueError(f"a fixed gestalt grid {config.gestalt.grid} comes with K saccades, not a total "
@@ -188,16 +190,19 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         stream = read_pages(arr, opened, ocr, chunk, t, keep=one_chunk)
     reads: list[PageRead] = []
     scored: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+    height = None
     with torch.no_grad():  # a ranking, not a training step: no graph over the pages
         for scene, read in stream:
             scored.extend(_score(arr, scene, question, None if split is None else
                                  split[0][len(reads): len(reads) + len(read)], t))
+            if len(grids) == 1:  # one page: its lines as the text channels read them, for its gestalt
+                height = text_heights(arr, scene)[0]
             reads.extend(read)
             del scene
         has_text = [r for r in reads if r.words]
         text = "\n\n".join(" ".join(w for w, _ in r.words) for r in has_text)
         n_text = count_tokens(text, tokenizer) if has_text else None
-        gestalts, k = split if split is not None else plan_budget(arr.config, budget, grids, n_text)
+        gestalts, k = plan_budget(arr.config, budget, grids, n_text, height)
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
         values = retrieval_parts(arr, context, reads, question, t) if retrieval_weight else None
@@ -281,6 +286,10 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
         splits = [split if split is not None else plan_budget(arr.config, budget, grids)
                   for _, grids, split in checked]  # an image has no text: a compression is refused here
         scored = _score(arr, scene, questions, [s[0][0] for s in splits], t, coupled)
+        # each image's gestalt where its text stays legible: its lines as the text channels read them (the
+        # scorer above read the square rule's gestalt, as allocate's does)
+        splits = [plan_budget(arr.config, budget, grids, None, h)
+                  for (_, grids, _), h in zip(checked, text_heights(arr, scene))]
         del scene
         weights = dict(text_weight=TEXT_WEIGHT, page_weight=PAGE_WEIGHT, near_weight=NEAR_WEIGHT)
         for (opened, grids, _), (gestalts, k), read, score, q in zip(checked, splits, reads, scored, questions):

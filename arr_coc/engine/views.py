@@ -12,12 +12,12 @@ in the app) looking at it sees exactly what survives an allocation:
 """
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import torch  # noqa: F401  (the doctests use it)
 from torch import Tensor
 
+from arr_coc.budget import downsampled_grid  # noqa: F401  (the uniform baseline's grid; importable here too)
 from arr_coc.engine.extract import extract_gather, paste_patches
 from arr_coc.engine.imageops import resize
 
@@ -110,37 +110,6 @@ def foveated_view(pixels: Tensor, positions: Tensor, cell: int, grid: Sequence[i
     patches = extract_gather(x, pos, cell)  # [B, K, 3, cell, cell] full resolution
     out = paste_patches(gestalt, patches, pos, cell)  # [B, 3, H, W]
     return out[0] if single else out
-
-
-def downsampled_grid(hc: int, wc: int, tokens: int) -> tuple[int, int]:
-    """The (rows, cols) token grid of the uniform baseline: canvas aspect, as many tokens as fit.
-
-    Rule: if ``tokens >= hc * wc`` the canvas's own grid (full resolution). Otherwise start from the
-    largest grid of the canvas's exact aspect, ``floor(hc * s) x floor(wc * s)`` with
-    ``s = sqrt(tokens / (hc * wc))`` (each side at least 1, rows at most ``tokens``, cols cut so rows * cols <= tokens), then
-    repeatedly add one row or one column, whichever keeps rows / cols closer to hc / wc in log ratio
-    (a row on a tie), while rows * cols <= tokens, rows <= hc and cols <= wc. The result keeps the
-    aspect to within one cell per side and uses all but a few percent of the budget.
-
-    Example:
-        >>> downsampled_grid(36, 27, 529)  # FUNSD-sized canvas, 256 + 273 tokens: 26x19 then one column
-        (26, 20)
-        >>> downsampled_grid(10, 10, 50), downsampled_grid(4, 40, 8), downsampled_grid(6, 8, 1000)
-        ((7, 7), (1, 8), (6, 8))
-    """
-    if any(isinstance(v, bool) or int(v) != v or v < 1 for v in (hc, wc, tokens)):
-        raise ValueError(f"downsampled_grid needs positive ints, got hc={hc!r}, wc={wc!r}, tokens={tokens!r}")
-    if tokens >= hc * wc:
-        return hc, wc
-    s = math.sqrt(tokens / (hc * wc))
-    rows = min(hc, tokens, max(1, math.floor(hc * s)))  # a very tall canvas can ask for more rows than tokens
-    cols = min(wc, max(1, math.floor(wc * s)), tokens // rows)
-    target = math.log(hc / wc)
-    while True:
-        options = [(r, c) for r, c in ((rows + 1, cols), (rows, cols + 1)) if r * c <= tokens and r <= hc and c <= wc]
-        if not options:
-            return rows, cols
-        rows, cols = min(options, key=lambda rc: abs(math.log(rc[0] / rc[1]) - target))  # row first on ties
 
 
 def downsampled_view(pixels: Tensor, tokens: int, cell: int) -> tuple[Tensor, int]:

@@ -25,7 +25,9 @@ from arr_coc.allocators.methods import (
     make_plan,
     square_sizes,
 )
+from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX
 from arr_coc.data.datasets import Record
+from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
 from arr_coc.eval.evaluate import Unit, row
@@ -59,7 +61,9 @@ def arr_settings(arr: ARR) -> dict:
             "canvas": vars(c.canvas), "gestalt_grid": c.gestalt.grid, "scorer": c.scorer.name,
             "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
-            "query_encoder": f"{type(encoder).__name__}/{encoder.dim}"}
+            "query_encoder": f"{type(encoder).__name__}/{encoder.dim}",
+            # one image's gestalt where its text stays legible (budget.legible_gestalt): rows under two rules never mix
+            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX}}
 
 
 class ImageReading:
@@ -88,11 +92,14 @@ class ImageReading:
             except (ValueError, TypeError, OSError) as err:
                 raise type(err)(f"record {todo[0].record_id}: {err}") from err
             vector = arr.gestalt(scene, 1).vector
+            height = None
             for record in todo:
                 relevance, query_emb = arr.score(scene, [record.question], vector)
+                if height is None:  # the text channels read the image's lines as they scored it
+                    height = text_heights(arr, scene)[0]
                 maps = learned_maps(self.learned, arr, scene, record.question, query_emb) if self.learned else None
                 yield list(allocation_rows(record, scene.canvas, relevance.map, query_emb, self.samplers, self.reader,
-                                           self.settings, done, maps=maps, arr=arr))
+                                           self.settings, done, maps=maps, arr=arr, text_height=height))
 
     def flush(self) -> list[dict]:
         return []
@@ -137,14 +144,16 @@ def plan_metrics(plan: Plan, cell: int, target: Sequence, others: Sequence, keep
 
 def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: Tensor, samplers: dict,
                     reader: Any, settings: EvalSettings, done: set = frozenset(), suffix: str = "",
-                    maps: dict[str, Tensor] | None = None, arr: ARR | None = None) -> Iterable[dict]:
+                    maps: dict[str, Tensor] | None = None, arr: ARR | None = None,
+                    text_height: float | None = None) -> Iterable[dict]:
     """Rows of one record (a one-image canvas) for every method and token count, given its relevance map.
 
     ``samplers``: :func:`arr_coc.allocators.methods.build_samplers` of the methods. ``arr``: the ARR whose
     sampler the ``arr`` method uses (without it that method gives no rows). ``suffix`` tells scorers apart
     in one table (``topk@learned``); the scorer-free rows (full, uniform image, random) come only with the
     empty suffix. ``maps`` holds the trained allocators' own maps (:func:`learned_maps`); their methods
-    are skipped without one.
+    are skipped without one. ``text_height``: the image's text lines' median height (canvas px,
+    :func:`~arr_coc.engine.channels.text.text_heights`), which the gestalt + saccades split reads.
     """
     settings = settings if settings.scope == "image" else settings.resolve("image")
     cell = canvas.cell
@@ -156,7 +165,8 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
     pixels = canvas.pixels[0, :, : hc * cell, : wc * cell]
     inputs = MethodInputs(canvas, relevance, query_emb, sampler=arr.sampler if arr is not None else None,
                           sampler_seed=arr.config.seed if arr is not None else 0, samplers=samplers, maps=maps or {},
-                          seed=record_seed(settings.seed, record.record_id), options=settings.patch_options or {})
+                          seed=record_seed(settings.seed, record.record_id), options=settings.patch_options or {},
+                          text_height=text_height)
     readable = reader is not None and bool(record.answer.strip())
 
     def read(plan: Plan) -> dict:

@@ -47,7 +47,9 @@ import torch
 from PIL import Image
 
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan, methods_for
+from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX
 from arr_coc.data.datasets import Record
+from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.plan import Plan
 from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.metrics import answer_score
@@ -88,7 +90,8 @@ def run_identity(arr: Any, adapter: Any, settings: EvalSettings) -> dict:
             "seed": settings.seed, "channels": list(arr.channels), "scorer": arr.config.scorer.name,
             "scorer_weights": arr.weights_source, "sampler": arr.config.sampler.name,
             "max_pixels": arr.config.canvas.max_pixels, "patch_options": settings.patch_options or {},
-            "learned": settings.learned or {}}
+            "learned": settings.learned or {},
+            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX}}
 
 
 class VLMAnswers:
@@ -179,10 +182,12 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: EvalSettings
         with torch.no_grad():
             relevance, query_emb = arr.score(scene, [record.question], vector)
             maps = learned_maps(learned, arr, scene, record.question, query_emb) if learned else {}
+            height = text_heights(arr, scene)[0]  # the lines the text channels read as they scored it
         score_ms = (time.perf_counter() - start) * 1e3
         inputs = MethodInputs(canvas, relevance.map.detach(), query_emb, sampler=arr.sampler,
                               sampler_seed=arr.config.seed, samplers=samplers, maps=maps,
-                              seed=record_seed(settings.seed, record.record_id), options=settings.patch_options or {})
+                              seed=record_seed(settings.seed, record.record_id), options=settings.patch_options or {},
+                              text_height=height)
         for method, spec in todo[record.record_id]:
             total = full if spec == "full" else budgets[spec].total(full)
             if method == "vlm":

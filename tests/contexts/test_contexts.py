@@ -2,6 +2,8 @@
 page the question names."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -293,3 +295,55 @@ def test_a_fixed_gestalt_sends_page_thumbnails_the_legible_rule_would_drop():
                      Budget.saccades(40))
     assert [p.plan.gestalt for p in fixed.pages] == [(4, 4)] * 3 and fixed.tokens == 40 + 3 * 16
     assert fixed.saccades == by_rule.saccades == 40
+
+
+def test_one_image_gets_a_gestalt_of_its_aspect_where_its_text_stays_legible():
+    """One image whose lines (median height in px) stay >= LEGIBLE_TEXT_PX tall in a gestalt of its aspect holding
+    LEGIBLE_SHARE of the total gets that gestalt; small print, an unknown height, K saccades and many pages keep the
+    square rule. Totals exact every way."""
+    # a receipt-sized canvas of 53 x 36 cells at 210 tokens: 40 px lines are 10.8 px in 14 x 10
+    assert Budget.parse(210).split([(53, 36)], text_height=40.0) == ([(14, 10)], 70)
+    assert Budget.parse(210).split([(53, 36)], text_height=21.0) == ([(8, 8)], 146)  # control: 5.7 px, square rule
+    assert Budget.parse(210).split([(53, 36)]) == ([(8, 8)], 146)  # height unknown: the square rule
+    assert Budget.saccades(146).split([(53, 36)], text_height=40.0) == ([(12, 12)], 146)  # K given: its square
+    assert Budget.parse(1300).split([(40, 32)] * 20, text_height=40.0) == ([(1, 1)] * 20, 1280)  # many pages
+    assert Budget.parse("11%").split([(20, 20)], text_height=40.0) == ([(6, 5)], 14)  # 44 tokens: 30 of them
+
+
+def _printed(size: int) -> torch.Tensor:
+    """A white 560 x 784 page (20 x 28 cells) with eight lines printed at ``size`` px (DejaVu Sans) -> [3, H, W]."""
+    import matplotlib
+    import numpy as np
+    from PIL import Image, ImageDraw, ImageFont
+
+    page = Image.new("RGB", (560, 784), "white")
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), size)
+    for i, line in enumerate(["CORNER SHOP", "Bread 2.10", "Milk 1.40", "Eggs 3.20", "Tea 2.75", "Jam 4.10",
+                              "Salt 0.90", "TOTAL 14.45"]):
+        draw.text((30, 30 + i * int(size * 1.6)), line, fill="black", font=font)
+    return torch.from_numpy(np.asarray(page).copy()).permute(2, 0, 1).float() / 255
+
+
+def test_allocate_reads_the_text_channels_lines_for_one_images_gestalt():
+    """allocate (and allocate_images, and the eval's MethodInputs) give large print the legible gestalt of its
+    aspect and small print the square rule's, from the median height of the lines the text channels read."""
+    from arr_coc.allocators.methods import MethodInputs
+    from arr_coc.contexts import allocate_images
+    from arr_coc.engine.channels.text import text_heights
+
+    arr = _arr(MVP_CHANNELS + ("text_match", "key_value"))
+    large, small = _printed(56), _printed(14)
+    heights = [text_heights(arr, arr.see(img))[0] for img in (large, small)]
+    # 28 x 20 cells: 11 % is 62 tokens; 70 % of them in 8 x 5 (40), where a line must be 37.4 px tall to stay 10
+    assert heights[0] > 10.0 / (40 / 560) ** 0.5 > heights[1] > 0
+    out = allocate(arr, large, "What is the total?", "11%")
+    assert out.pages[0].plan.gestalt == (8, 5) and out.saccades == 22 and out.tokens == 62
+    control = allocate(arr, small, "What is the total?", "11%")
+    assert control.pages[0].plan.gestalt == (4, 4) and control.saccades == 46 and control.tokens == 62
+    both = allocate_images(arr, [large, small], ["What is the total?"] * 2, "11%")
+    assert [a.pages[0].plan.gestalt for a in both] == [(8, 5), (4, 4)]
+    assert both[0].pages[0].plan.cells.tolist() == out.pages[0].plan.cells.tolist()
+    canvas = arr.see(large).canvas
+    assert MethodInputs(canvas, text_height=heights[0]).split(62) == ((8, 5), 22)
+    assert MethodInputs(canvas).split(62) == ((4, 4), 46)

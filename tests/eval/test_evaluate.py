@@ -311,18 +311,23 @@ def test_every_method_is_a_typed_registry_entry():
 
 
 def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
-    """`arr` at the default budget (a 16x16 gestalt + 273 saccades) = ARR()(image, question) on the receipt."""
+    """`arr` at the default total (256 + 273 = 529 tokens) = ARR()(image, question) with the K that total leaves on
+    the receipt: its print stays legible in a gestalt of its aspect (budget.legible_gestalt), so K < 273."""
     import torch
 
+    from arr_coc.budget import Budget
     from arr_coc.config import DEFAULT_SACCADES, SamplerConfig, ScorerConfig
     from arr_coc.data.datasets import Record
+    from arr_coc.engine.channels.text import text_heights
 
     receipt = Path(__file__).resolve().parents[2] / "examples" / "receipt.jpg"
     question = "What is the total?"
     arr = ARR().eval()  # no options: the default channels, trained scorer and sampler
     with torch.no_grad():
-        expected = arr(str(receipt), question).positions[0].tolist()
-    assert len(expected) == DEFAULT_SACCADES == 273
+        scene = arr.see(str(receipt))
+        (grid,), k = Budget.parse(256 + DEFAULT_SACCADES).split(scene.extents, text_height=text_heights(arr, scene)[0])
+        expected = arr(str(receipt), question, saccades=k).positions[0].tolist()
+    assert grid != (16, 16) and len(expected) == k == 529 - grid[0] * grid[1] < DEFAULT_SACCADES
     record = Record("jsonl", "receipt-total", receipt, "receipt", question, "", ((1000.0, 300.0, 1100.0, 700.0),))
     other = next(m for m in ("stratified", "topk") if m != SamplerConfig.name)
     settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_SACCADES,), reader=None, keep_cells=True)

@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from arr_coc.budget import LEGIBLE_MIN_LINES
 from arr_coc.engine.channel_registry import FLAT_RANGE, TextureInputs, register_channel
 from arr_coc.engine.imageops import paint_boxes, to_hwc_uint8  # noqa: F401  (paint_boxes re-exported)
 from arr_coc.engine.retrieval import cross_encoder
@@ -349,6 +350,51 @@ def _page_lines(inputs: TextureInputs, channel: str) -> list[TextLines]:
     ocr = str(inputs.option(channel, "ocr", "auto"))
     return [image_lines(inputs.cache, image, inputs.query_encoder, side, known=_known(inputs.known_text(i), inputs),
                         ocr=ocr) for i, image in enumerate(inputs.pixels)]
+
+
+TEXT_CHANNELS = ("text_match", "key_value")
+
+
+def median_height(lines: TextLines, min_lines: int = LEGIBLE_MIN_LINES) -> float | None:
+    """The median height (px) of an image's legible lines; None where it has fewer than ``min_lines`` (not a page of
+    text: a sign in a photo).
+
+    >>> from arr_coc.engine.query import HashingQueryEncoder
+    >>> lines = lines_from_text(torch.tensor([[0.0, 0, 20, 90], [30, 0, 70, 90], [80, 0, 90, 40]]), ["a", "b", "c"],
+    ...                         HashingQueryEncoder())
+    >>> median_height(lines, min_lines=1), median_height(lines)
+    (20.0, None)
+    """
+    heights = (lines.boxes_px[:, 2] - lines.boxes_px[:, 0])[lines.legible]
+    return float(heights.median()) if len(heights) >= max(1, min_lines) else None
+
+
+def text_heights(arr: Any, scene: Any) -> list[float | None]:
+    """Per image of an ARR's ``scene`` the median height (canvas px) of its legible text lines as the ARR's text
+    channels read them (the scene's known text, else their OCR: cached once they scored the image, run and cached
+    here otherwise); None for an image with fewer than ``LEGIBLE_MIN_LINES`` of them, all None where the ARR has no
+    text channel. What :meth:`arr_coc.budget.Budget.split` reads to give one image a gestalt its text stays legible in.
+
+    >>> from arr_coc import ARR
+    >>> from arr_coc.engine.channel_registry import PageText
+    >>> from arr_coc.engine.query import HashingQueryEncoder
+    >>> arr = ARR(query_encoder=HashingQueryEncoder())
+    >>> lines = [(f"Item {i} 9.99", (10.0 + 12 * i, 5.0, 20.0 + 12 * i, 90.0)) for i in range(8)]  # 8 lines, 10 px
+    >>> text_heights(arr, arr.see(torch.ones(3, 112, 112), text=[PageText(lines=lines)]))
+    [10.0]
+    >>> text_heights(arr, arr.see(torch.zeros(3, 112, 112), text=[PageText(lines=lines[:7])]))  # not a page of text
+    [None]
+    """
+    canvas = scene.canvas
+    channel = next((c for c in TEXT_CHANNELS if c in arr.channels), None)
+    if channel is None:
+        return [None] * canvas.batch_size
+    out = []
+    for i, (h, w) in enumerate(canvas.sizes):  # each image as the channels read it: its own size group's crop
+        inputs = TextureInputs(canvas.pixels[i: i + 1, :, :h, :w], query_encoder=arr.query_encoder, cache=arr.cache,
+                               options=arr.config.texture.options, text=None if scene.text is None else [scene.text[i]])
+        out.append(median_height(_page_lines(inputs, channel)[0]))
+    return out
 
 
 def _prepare(channel: str) -> Callable[[TextureInputs], None]:
