@@ -5,7 +5,7 @@ One rule serves ``look``, ``ask``, ``eval`` and ``train``:
 * K saccades come with the largest square gestalt of at most K tokens (sides 16, 12, 8, 6, 4, 2, 1),
   each side clamped to the image's own cell grid: 273 saccades -> 16x16 (529 in all), 128 -> 8x8.
 * A total of T tokens splits into the largest square gestalt of at most T // 2 tokens plus the rest as
-  saccades. For every K, splitting K + gestalt(K) gives back exactly K and gestalt(K), so
+  saccades. For every K, splitting K + gestalt(K) gives back exactly K and gestalt(K) (save for the last rule), so
   ``eval --tokens 192``, ``look --tokens 192`` and ``look --saccades 128`` send the same 8x8 + 128 tokens.
 * Over a context of n pages (one image is its one-page case) the same rule holds per page: every page gets
   the largest square side s with ``n * s * s`` at most K (given K) or at most T // 2 (given T), clamped to the
@@ -13,6 +13,9 @@ One rule serves ``look``, ``ask``, ``eval`` and ``train``:
   tokens reads nothing) is sent as 1x1. 20 pages at T = 1300 get 1x1 each (20 tokens, K = 1280), 20 pages at
   T = 3000 8x8 (1280, K = 1720); past T // 2 pages even 1x1 does not fit and the request is refused with the least
   total that works.
+* One image given a total whose print stays legible in a smaller copy (its text lines' median height, at least 10 px
+  in a gestalt of its own aspect holding 70 % of T: ``legible_gestalt``) gets that gestalt and T minus it as
+  saccades: a receipt's large print reads in it, where the square rule's half would leave it illegible.
 
 A request's budget is a :class:`Budget`, parsed once where it enters (:meth:`Budget.parse`) and split by
 :meth:`Budget.split` for any number of pages.

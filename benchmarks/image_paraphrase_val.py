@@ -17,7 +17,8 @@ cross-encoder: recall@1 and @5 per kind.
 calls the eval's parts directly: its figures choose the text scoring, and are no held-out result.
 
     python benchmarks/image_paraphrase_val.py [--limit N] [--kinds receipt] [--shares 0.5 0.75] [--lines]
-    python benchmarks/image_paraphrase_val.py --legible [--budget 25%]
+    python benchmarks/image_paraphrase_val.py --legible [--budget 25%]   # the rule against the square rule
+    python benchmarks/image_paraphrase_val.py --rule-grid [--budget 25%]  # choosing it
 """
 from __future__ import annotations
 
@@ -28,11 +29,11 @@ import torch
 
 from arr_coc import ARR
 from arr_coc.allocators.methods import build_samplers
-from arr_coc.budget import Budget, legible_gestalt
+from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX, Budget, downsampled_grid, legible_gestalt
 from arr_coc.data.boxes import scale_boxes
 from arr_coc.data.image_paraphrase import load_image_paraphrase
-from arr_coc.engine.channels.text import text_heights
-from arr_coc.engine.views import downsampled_grid, downsampled_view, foveated_view, gestalt_view
+from arr_coc.engine.channels.text import image_lines, median_height, text_heights
+from arr_coc.engine.views import downsampled_view, foveated_view, gestalt_view
 from arr_coc.eval.metrics import best_window
 from arr_coc.eval.reading import make_view_reader, read_region
 from arr_coc.eval.run import allocation_rows
@@ -53,6 +54,9 @@ def main() -> None:
     ap.add_argument("--legible", action="store_true",
                     help="only arr under the gestalt rule for legible text (the default) against the square rule")
     ap.add_argument("--budget", default=BUDGET, help="the budget (a share of full resolution)")
+    ap.add_argument("--rule-grid", action="store_true",
+                    help="choose the legible-gestalt rule: every image's reading at gestalt shares 0.3-0.9 of its "
+                         "aspect, then each (min px, share) rule over them")
     args = ap.parse_args()
     if args.lines:
         return report(line_ranks(args.kinds, args.limit))
@@ -81,6 +85,10 @@ def main() -> None:
             (grid,), _ = Budget.parse(total).split([(hc, wc)])
             for r in questions:
                 target = scale_boxes(r.boxes_px, canvas.scales[0])
+                if args.rule_grid:
+                    rows.append(share_row(arr, scene, vector, r, pixels, target, total, read, samplers, reader,
+                                          settings))
+                    continue
                 if args.legible:
                     rows.append(legible_row(arr, scene, vector, r, pixels, target, total, read, samplers, reader,
                                             settings))
@@ -108,7 +116,56 @@ def main() -> None:
                     row[f"gestalt {share:g}"] = read(foveated_view(pixels, pos[:0], cell, g), r, target)
                     row[f"gestalt {share:g} + saccades"] = read(foveated_view(pixels, pos, cell, g), r, target)
                 rows.append(row)
+    if args.rule_grid:
+        return rule_grid(rows)
     report(rows)
+
+
+GRID_SHARES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+GRID_PX = (6.0, 8.0, 9.0, 10.0, 11.0, 12.0)
+
+
+def share_row(arr, scene, vector, r, pixels, target, total, read, samplers, reader, settings) -> dict:
+    """One question's reading under the square rule (the eval's arr), the uniform image, full resolution and a
+    gestalt of the canvas's aspect holding each of GRID_SHARES of the total with the default scoring's top K as
+    saccades; with the image's text height as the rule reads it (any number of lines) and its line count."""
+    canvas, cell = scene.canvas, scene.canvas.cell
+    hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
+    relevance, query_emb = arr.score(scene, [r.question], vector)
+    out = next(x for x in allocation_rows(r, canvas, relevance.map, query_emb, samplers, reader, settings, arr=arr)
+               if x["method"] == "arr")
+    h, w = canvas.sizes[0]
+    lines = image_lines(arr.cache, canvas.pixels[0, :, :h, :w], arr.query_encoder)
+    row = {"kind": r.kind, "full": read(pixels, r, target), "square rule": out["reading"],
+           "uniform": read(downsampled_view(pixels, total, cell)[0], r, target),
+           "height": median_height(lines, min_lines=1), "lines": int(lines.legible.sum()), "cells": (hc, wc),
+           "total": total}
+    for share in GRID_SHARES:
+        g = downsampled_grid(hc, wc, max(1, int(total * share)))
+        pos = arr.select(relevance.map, total - g[0] * g[1], valid=canvas.valid, query_emb=query_emb).positions[0]
+        row[share] = read(foveated_view(pixels, pos, cell, g), r, target)
+    return row
+
+
+def rule_grid(rows: list[dict]) -> None:
+    """Each rule (min px, share): an image whose lines stay min px tall in the gestalt of that share reads it,
+    the others the square rule; the mean reading overall and per kind, best first."""
+    kinds = sorted({r["kind"] for r in rows})
+    print(f"full {sum(r['full'] for r in rows) / len(rows):.3f}, uniform {sum(r['uniform'] for r in rows) / len(rows):.3f}")
+    print("| rule | all | " + " | ".join(kinds) + " |")
+    print("|---|---:|" + "---:|" * len(kinds))
+    results = [("square rule", [r["square rule"] for r in rows])]
+    for px in GRID_PX:
+        for share in GRID_SHARES:
+            results.append((f"{px:g} px, share {share:g}",
+                            [r[share] if legible_gestalt(r["cells"], r["total"], r["height"], share, px) else
+                             r["square rule"] for r in rows]))
+    default = next(r for r in results if r[0] == f"{LEGIBLE_TEXT_PX:g} px, share {LEGIBLE_SHARE:g}")
+    for name, got in sorted(results, key=lambda x: -sum(x[1]))[:20] + [(default[0] + " (the default)", default[1]),
+                                                                          results[0]]:
+        print(f"| {name} | {sum(got) / len(got):.3f} | " + " | ".join(
+            f"{sum(v for v, r in zip(got, rows) if r['kind'] == k) / sum(r['kind'] == k for r in rows):.3f}"
+            for k in kinds) + " |")
 
 
 def legible_row(arr, scene, vector, r, pixels, target, total, read, samplers, reader, settings) -> dict:
