@@ -10,8 +10,9 @@ Installed with ``pip install arr-coc[lmms]``, the package registers this model i
 
 * ``pretrained``: what :func:`arr_coc.vlm.load_vlm` takes: a checkpoint folder, a hub id or ``tiny:<family>``.
 * ``tokens``: the total T sent per image (``529`` or a share of full resolution, ``25%``), split on each
-  image's own cell grid into gestalt + saccades by :meth:`arr_coc.budget.Budget.split`, as ``arr-coc eval``
-  and ``ask --tokens`` split it; or ``saccades``: K per image with the gestalt of the token rule
+  image's own cell grid into gestalt + saccades by :meth:`arr_coc.budget.Budget.split` before the image is read
+  (the square rule: ``arr-coc eval`` and ``ask --tokens`` also give an image whose print stays legible a larger
+  gestalt, from its text lines); or ``saccades``: K per image with the gestalt of the token rule
   (default: K = 273, i.e. 16x16 + 273 = 529 tokens on a page of at least 16 cells a side).
 * ``relevance``: ``auto`` (default), ``arr`` or ``vlm``; ``mode``, ``layout``, ``allocator``: as ``ask``.
 * ``dtype``, ``device``: as ``ask`` (lmms-eval's ``--device`` lands in ``device``).
