@@ -32,7 +32,7 @@ from arr_coc.allocators.methods import build_samplers
 from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX, Budget, downsampled_grid, legible_gestalt
 from arr_coc.data.boxes import scale_boxes
 from arr_coc.data.image_paraphrase import load_image_paraphrase
-from arr_coc.engine.channels.text import image_lines, median_height, text_heights
+from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.views import downsampled_view, foveated_view, gestalt_view
 from arr_coc.eval.metrics import best_window
 from arr_coc.eval.reading import make_view_reader, read_region
@@ -128,18 +128,15 @@ GRID_PX = (6.0, 8.0, 9.0, 10.0, 11.0, 12.0)
 def share_row(arr, scene, vector, r, pixels, target, total, read, samplers, reader, settings) -> dict:
     """One question's reading under the square rule (the eval's arr), the uniform image, full resolution and a
     gestalt of the canvas's aspect holding each of GRID_SHARES of the total with the default scoring's top K as
-    saccades; with the image's text height as the rule reads it (any number of lines) and its line count."""
+    saccades; with the image's text height as the rule reads it (:func:`text_heights`)."""
     canvas, cell = scene.canvas, scene.canvas.cell
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
     relevance, query_emb = arr.score(scene, [r.question], vector)
     out = next(x for x in allocation_rows(r, canvas, relevance.map, query_emb, samplers, reader, settings, arr=arr)
                if x["method"] == "arr")
-    h, w = canvas.sizes[0]
-    lines = image_lines(arr.cache, canvas.pixels[0, :, :h, :w], arr.query_encoder)
     row = {"kind": r.kind, "full": read(pixels, r, target), "square rule": out["reading"],
            "uniform": read(downsampled_view(pixels, total, cell)[0], r, target),
-           "height": median_height(lines, min_lines=1), "lines": int(lines.legible.sum()), "cells": (hc, wc),
-           "total": total}
+           "height": text_heights(arr, scene)[0], "cells": (hc, wc), "total": total}
     for share in GRID_SHARES:
         g = downsampled_grid(hc, wc, max(1, int(total * share)))
         pos = arr.select(relevance.map, total - g[0] * g[1], valid=canvas.valid, query_emb=query_emb).positions[0]

@@ -11,7 +11,7 @@ from torch import Tensor
 
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Page
-from arr_coc.engine.channels.text import image_lines
+from arr_coc.engine.channels.text import TEXT_CHANNELS, image_lines
 from arr_coc.engine.pipeline import ARR
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN
 
@@ -46,7 +46,7 @@ def _line_words(lines: Sequence[Line]) -> list[Line]:
 def _coupling_sides(arr: ARR) -> set[int]:
     opts = arr.config.texture.options or {}
     return {int(opts.get(c, {}).get("det_limit_side_len", DET_LIMIT_SIDE_LEN))
-            for c in ("text_match", "key_value") if c in arr.query_channels}
+            for c in TEXT_CHANNELS if c in arr.query_channels}
 
 
 def page_text(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[list[Line], list[Line], str]:

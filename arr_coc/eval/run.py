@@ -92,14 +92,14 @@ class ImageReading:
             except (ValueError, TypeError, OSError) as err:
                 raise type(err)(f"record {todo[0].record_id}: {err}") from err
             vector = arr.gestalt(scene, 1).vector
-            height = None
+            heights = None
             for record in todo:
                 relevance, query_emb = arr.score(scene, [record.question], vector)
-                if height is None:  # the text channels read the image's lines as they scored it
-                    height = text_heights(arr, scene)[0]
+                if heights is None:  # once: the image's lines as the text channels read them scoring it
+                    heights = text_heights(arr, scene)
                 maps = learned_maps(self.learned, arr, scene, record.question, query_emb) if self.learned else None
                 yield list(allocation_rows(record, scene.canvas, relevance.map, query_emb, self.samplers, self.reader,
-                                           self.settings, done, maps=maps, arr=arr, text_height=height))
+                                           self.settings, done, maps=maps, arr=arr, text_height=heights[0]))
 
     def flush(self) -> list[dict]:
         return []

@@ -174,7 +174,7 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: EvalSettings
     canvas, cell = scene.canvas, adapter.cell
     hc, wc = canvas.sizes[0][0] // cell, canvas.sizes[0][1] // cell
     pixels, full = canvas.pixels[0, :, : hc * cell, : wc * cell], canvas.full_tokens[0]
-    photo = None
+    photo, heights = None, None
     for record in recs:
         if not todo[record.record_id]:
             continue
@@ -182,12 +182,13 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: EvalSettings
         with torch.no_grad():
             relevance, query_emb = arr.score(scene, [record.question], vector)
             maps = learned_maps(learned, arr, scene, record.question, query_emb) if learned else {}
-            height = text_heights(arr, scene)[0]  # the lines the text channels read as they scored it
+            if heights is None:  # once: the image's lines as the text channels read them scoring it
+                heights = text_heights(arr, scene)
         score_ms = (time.perf_counter() - start) * 1e3
         inputs = MethodInputs(canvas, relevance.map.detach(), query_emb, sampler=arr.sampler,
                               sampler_seed=arr.config.seed, samplers=samplers, maps=maps,
                               seed=record_seed(settings.seed, record.record_id), options=settings.patch_options or {},
-                              text_height=height)
+                              text_height=heights[0])
         for method, spec in todo[record.record_id]:
             total = full if spec == "full" else budgets[spec].total(full)
             if method == "vlm":
