@@ -13,6 +13,9 @@ Prints per-kind means of the reading (ANLS) and the saccades' coverage of the an
 own lines; a line holds the answer when over 30 % of its box lies in an answer box) by MiniLM's cosine and by the
 cross-encoder: recall@1 and @5 per kind.
 
+Every mode places arr's saccades on the relevance alone, as the eval did when these were chosen; the eval now adds
+the image's own lines' retrieval (``contexts.allocate.image_placing``, chosen by ``benchmarks/image_placing_val.py``).
+
 `arr-coc eval --split val` refuses this split (the shipped scorer weights were chosen on it), so this script
 calls the eval's parts directly: its figures choose the text scoring, and are no held-out result.
 

@@ -30,8 +30,10 @@ from arr_coc.config import (
     ScorerConfig,
     TextureConfig,
 )
+from arr_coc.contexts.allocate import image_placing
 from arr_coc.engine.cache import ImageCache
 from arr_coc.engine.canvas import load_bounded
+from arr_coc.engine.extract import extract_gather
 from arr_coc.engine.imageops import to_hwc_uint8
 from arr_coc.engine.pipeline import ARR, Allocation, Scene
 from arr_coc.engine.query import QueryEncoder, count_tokens
@@ -234,6 +236,7 @@ class Microscope:
         t: dict[str, float] = {}
         scene, cached = self.scene(arr, image, t)
         alloc = arr.allocate(scene, [question], saccades=settings.saccades, timings=t)
+        alloc, placing = _placed(arr, scene, alloc, question, settings.saccades, t)
         sent = alloc.positions[0]
         patcher = _patcher(settings.method)
         if patcher:
@@ -243,7 +246,7 @@ class Microscope:
             start = time.perf_counter()
             (h, w), cell = scene.canvas.sizes[0], scene.canvas.cell  # the registry's method on the one image
             sent = method_plan(settings.method, alloc.canvas.pixels[0, :, :h, :w],
-                               alloc.relevance.map[0, :h // cell, :w // cell], Budget.saccades(settings.saccades),
+                               placing[0, :h // cell, :w // cell], Budget.saccades(settings.saccades),
                                arr, cell).squares
             t["patches"] = (time.perf_counter() - start) * 1e3
         h, w = (s // scene.canvas.cell for s in scene.canvas.sizes[0])
@@ -258,6 +261,23 @@ class Microscope:
                                 max_new_tokens=self.max_new_tokens, allocator=allocator).text
             t["answer"] = (time.perf_counter() - start) * 1e3
         return result
+
+
+def _placed(arr: ARR, scene: Scene, alloc: Allocation, question: str, k: int,
+            t: dict[str, float]) -> tuple[Allocation, Tensor]:
+    """The allocation with its K saccades placed where ``look``, ``ask`` and the eval place one image's, and that
+    map [1, Hc, Wc]: its relevance plus its own text lines' retrieval (:func:`arr_coc.contexts.allocate.image_placing`);
+    unchanged for an image without text lines."""
+    placing = image_placing(arr, scene, alloc.relevance.map, question)
+    if placing is alloc.relevance.map:
+        return alloc, placing
+    start = time.perf_counter()
+    canvas = scene.canvas
+    query_emb = arr.query_encoder.encode([question]).to(placing)
+    selection = arr.select(placing, k, valid=canvas.valid, query_emb=query_emb)
+    patches = extract_gather(canvas.pixels, selection.positions, canvas.cell, in_bounds=True)
+    t["selection"] = t.get("selection", 0.0) + (time.perf_counter() - start) * 1e3
+    return replace(alloc, selection=selection, patches=patches), placing
 
 
 @dataclass

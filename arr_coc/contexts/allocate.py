@@ -13,21 +13,23 @@
    rendered words, or lines read by ``ocr``) goes to the ``text_match`` / ``key_value`` channels on its scene
    (:class:`~arr_coc.engine.channel_registry.PageText`), so no OCR runs on it. An image page is read by the text
    channels' OCR when the context has other pages to rank it against (or ``ocr`` is given); an image alone is
-   ranked by its relevance alone (its text channels read it anyway);
+   placed by its relevance and its own text lines' retrieval (:func:`image_placing`: the lines its text channels
+   read, ranked by ``arr.retriever``, at ``image_retrieval_weight``; the text-layer parts are for pages' words);
 4. one ranking over every cell of every page (:mod:`arr_coc.contexts.ranking`): the page's relevance scaled
    to [0, 1], plus the text-layer match, the page's best word and where a matched line's answer sits; the
    context's top K cells (ties to the earlier page, then cell) decide each page's share k_i of the saccades;
 5. each page's own sampler (the ARR's: ``topk`` by default, or ``nms``, ``stratified``, ...) places its k_i
    saccades on the page's placing map (:func:`~arr_coc.contexts.ranking.placing_map`: the ranking in the page's
    own relevance units). For top-K this is the context's top K itself; another sampler spreads each page's
-   share by its own rule. A page without matched words is placed on its relevance alone, so one image gives
-   exactly what ``ARR()(image, question)`` gives, on every sampler.
+   share by its own rule. A page without matched words or retrieved lines is placed on its relevance alone: one
+   image without text lines gives exactly what ``ARR()(image, question)`` gives, on every sampler.
 
 The total sent is exact: sum of the gestalts + K.
 """
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import torch
@@ -44,6 +46,7 @@ from arr_coc.contexts.ranking import (
     PAGE_WEIGHT,
     RETRIEVAL_WEIGHT,
     TEXT_WEIGHT,
+    Line,
     RankParts,
     line_scores,
     passage_texts,
@@ -59,7 +62,7 @@ from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.canvas import Canvas
-from arr_coc.engine.channels.text import text_heights
+from arr_coc.engine.channels.text import TextLines, median_height, text_lines
 from arr_coc.engine.pipeline import ARR, Scene
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.query import Questions, check_queries
@@ -67,6 +70,27 @@ from arr_coc.engine.query import Questions, check_queries
 # question-coupled channels computed outside the ARR for a chunk: (canvas, questions) -> {name: [B, C, Hc, Wc]}
 # (a VLM's first look: what ``ARR.forward(coupled=)`` takes)
 Coupled = Callable[[Canvas, list[str]], dict[str, Tensor]]
+
+
+
+# one image without a text layer: its relevance plus this weight times its own lines' retrieval map (the lines its
+# text channels read, ranked by the ARR's retriever), in the relevance's units. Chosen at 11 % on the validation
+# questions of image-paraphrase, SROIE and FUNSD: 0.5 gains on all three, 1 reads most on image-paraphrase but loses
+# on SROIE (docs/coc.md, "One image: its own lines retrieved")
+IMAGE_RETRIEVAL_WEIGHT = 0.5
+
+
+def image_weights(retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> dict[str, float]:
+    """The ranking's weights for one image without a text layer: its lines' retrieval only (no words to match)."""
+    return dict(text_weight=0.0, page_weight=0.0, near_weight=0.0, retrieval_weight=retrieval_weight)
+
+
+def legible_lines(lines: TextLines | None) -> list[Line]:
+    """The lines an image's text channels read (:func:`~arr_coc.engine.channels.text.text_lines`) as (text, box)."""
+    if lines is None:
+        return []
+    return [(t, tuple(float(v) for v in b)) for t, b, ok in zip(lines.texts, lines.boxes_px.tolist(),
+                                                               lines.legible.tolist()) if ok]
 
 
 def plan_budget(config: ARRConfig, budget: Budget, grids: Sequence[tuple[int, int]],
@@ -137,7 +161,8 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
              dpi: float = DEFAULT_DPI, layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES,
              tokenizer: Any = None, ocr: OCR | None = None, text_weight: float = TEXT_WEIGHT,
              page_weight: float = PAGE_WEIGHT, near_weight: float = NEAR_WEIGHT,
-             retrieval_weight: float = RETRIEVAL_WEIGHT, chunk: int = CHUNK) -> ContextAllocation:
+             retrieval_weight: float = RETRIEVAL_WEIGHT, chunk: int = CHUNK,
+             image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> ContextAllocation:
     """Allocate one budget over any input's pages for a question (one image is a context of one page).
 
     Args:
@@ -160,6 +185,9 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
             (:mod:`arr_coc.contexts.ranking`); the retrieval part ranks the context's lines by ``arr.retriever``
             (a :class:`ContextScene` brings its lines' embeddings; otherwise they are computed here).
         chunk: pages computed at once at most.
+        image_retrieval_weight: one page without a text layer (one image) is placed by its relevance plus this
+            weight times its text lines' retrieval map (:func:`image_placing`); the four weights above are then
+            unused (0: its relevance alone, as ``ARR()(image, question)`` places it).
 
     Returns:
         A :class:`ContextAllocation`: ``.pages[i]`` per page; ``.tokens`` is exactly the budget's total (or the
@@ -190,13 +218,15 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         stream = read_pages(arr, opened, ocr, chunk, t, keep=one_chunk)
     reads: list[PageRead] = []
     scored: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
-    height = None
+    height, lone = None, []
     with torch.no_grad():  # a ranking, not a training step: no graph over the pages
         for scene, read in stream:
             scored.extend(_score(arr, scene, question, None if split is None else
                                  split[0][len(reads): len(reads) + len(read)], t))
-            if len(grids) == 1:  # one page: its lines as the text channels read them, for its gestalt
-                height = text_heights(arr, scene)[0]
+            if len(grids) == 1:  # one page: its lines as the text channels read them, for its gestalt and placing
+                channel_lines = text_lines(arr, scene)[0]
+                height = None if channel_lines is None else median_height(channel_lines)
+                lone = legible_lines(channel_lines)
             reads.extend(read)
             del scene
         has_text = [r for r in reads if r.words]
@@ -205,7 +235,10 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         gestalts, k = plan_budget(arr.config, budget, grids, n_text, height)
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
-        values = retrieval_parts(arr, context, reads, question, t) if retrieval_weight else None
+        if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
+            reads[0] = reads[0] if reads[0].lines else replace(reads[0], lines=lone)
+            weights = image_weights(image_retrieval_weight)
+        values = retrieval_parts(arr, context, reads, question, t) if weights["retrieval_weight"] else None
         out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
 
@@ -237,20 +270,50 @@ def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question:
     scores = retrieval_scores(arr, context, reads, question, t)
     if scores is None:
         return None
+    return _line_values(arr, scores, [r.lines for r in reads], [r.page.index == 0 for r in reads], question, t)
+
+
+def _line_values(arr: ARR, scores: list[Tensor], lines: Sequence[Sequence[Line]], first: Sequence[bool],
+                 question: str, t: dict[str, float]) -> list[Tensor]:
+    """:func:`retrieval_parts` from the pages' lines' scores, lines and first-page flags."""
     start = time.perf_counter()
     rerank = getattr(arr.retriever, "rerank", None)
     call = None
     if rerank is not None and RERANK_TOP > 0:
-        texts = [passage_texts(r.lines) for r in reads]
+        texts = [passage_texts(ls) for ls in lines]
         call = lambda picked: rerank(question, [texts[p][i] for p, i in picked])  # noqa: E731
-    typed = question_typed_lines(question, [[text for text, _ in r.lines] for r in reads])
-    values = line_values(scores, [r.page.index == 0 for r in reads], call, typed=typed)
+    typed = question_typed_lines(question, [[text for text, _ in ls] for ls in lines])
+    values = line_values(scores, list(first), call, typed=typed)
     t["rerank"] = t.get("rerank", 0.0) + (time.perf_counter() - start) * 1e3
     return values
 
 
+def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
+                  weight: float = IMAGE_RETRIEVAL_WEIGHT) -> Tensor:
+    """Where one image's saccades go for a question: ``[1, Hc, Wc]``, its ``relevance`` (the ARR's map on a
+    one-image ``scene``) plus ``weight`` times its text lines' retrieval map in the relevance's own units
+    (:func:`~arr_coc.contexts.ranking.placing_map`), the lines its text channels read ranked by ``arr.retriever``.
+
+    What :func:`allocate` and :func:`allocate_images` place a lone image on (the eval's image methods read it as
+    their relevance); an image without text lines, an ARR without text channels or ``weight`` 0 get ``relevance``.
+    """
+    lines = legible_lines(text_lines(arr, scene)[0])
+    if not lines or not weight:
+        return relevance
+    cell = scene.canvas.cell
+    hc, wc = (s // cell for s in scene.canvas.sizes[0])
+    scores = line_scores(embed_lines(arr.retriever, [lines]), arr.retriever.queries([question])[0])
+    values = _line_values(arr, scores, [lines], [True], question, {})  # the first (only) page, as allocate reads it
+    rel = relevance[0, :hc, :wc]
+    part = text_parts(cell, [(hc * cell, wc * cell)], [rel], [[]], [lines], question, retrieved=values)[0]
+    out = relevance.clone()
+    out[0, :hc, :wc] = placing_map(rel, part, **image_weights(weight))
+    return out
+
+
 def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], budget: Any = None, *,
-                    coupled: Coupled | None = None, tokenizer: Any = None) -> list[ContextAllocation]:
+                    coupled: Coupled | None = None, tokenizer: Any = None,
+                    image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> list[ContextAllocation]:
     """``allocate(arr, images[b], questions[b], budget)`` for every b, the B images seen and scored in one ARR pass.
 
     Each image is a context of one page (checked, split and placed as :func:`allocate` does it, by the same
@@ -258,7 +321,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
     on its own canvas: a batch gives what each image gives alone).
 
     Args:
-        arr, budget, tokenizer: as in :func:`allocate`.
+        arr, budget, tokenizer, image_retrieval_weight: as in :func:`allocate`.
         images: one image each (a path, a PIL image, a [3, H, W] tensor).
         questions: one per image.
         coupled: question-coupled channels computed elsewhere (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's
@@ -286,14 +349,18 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
         splits = [split if split is not None else plan_budget(arr.config, budget, grids)
                   for _, grids, split in checked]  # an image has no text: a compression is refused here
         scored = _score(arr, scene, questions, [s[0][0] for s in splits], t, coupled)
-        # each image's gestalt where its text stays legible: its lines as the text channels read them (the
-        # scorer above read the square rule's gestalt, as allocate's does)
-        splits = [plan_budget(arr.config, budget, grids, None, h)
-                  for (_, grids, _), h in zip(checked, text_heights(arr, scene))]
+        # each image's gestalt where its text stays legible and its placing: its lines as the text channels read
+        # them (the scorer above read the square rule's gestalt, as allocate's does)
+        channel_lines = text_lines(arr, scene)
+        splits = [plan_budget(arr.config, budget, grids, None, None if ls is None else median_height(ls))
+                  for (_, grids, _), ls in zip(checked, channel_lines)]
         del scene
-        weights = dict(text_weight=TEXT_WEIGHT, page_weight=PAGE_WEIGHT, near_weight=NEAR_WEIGHT)
-        for (opened, grids, _), (gestalts, k), read, score, q in zip(checked, splits, reads, scored, questions):
-            pages = _pages(arr, [read], [score], grids, gestalts, k, q, weights, t)
+        weights = image_weights(image_retrieval_weight)
+        for (opened, grids, _), (gestalts, k), read, score, q, ls in zip(checked, splits, reads, scored, questions,
+                                                                        channel_lines):
+            read = replace(read, lines=legible_lines(ls))
+            values = retrieval_parts(arr, None, [read], q, t) if image_retrieval_weight else None
+            pages = _pages(arr, [read], [score], grids, gestalts, k, q, weights, t, values)
             out.append(ContextAllocation(q, pages, opened.source, dict(opened.meta), None, tokenizer_name(tokenizer),
                                          t, budget))
     return out

@@ -26,6 +26,7 @@ from arr_coc.allocators.methods import (
     square_sizes,
 )
 from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX
+from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.pipeline import ARR
@@ -63,7 +64,9 @@ def arr_settings(arr: ARR) -> dict:
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
             "query_encoder": f"{type(encoder).__name__}/{encoder.dim}",
             # one image's gestalt where its text stays legible (budget.legible_gestalt): rows under two rules never mix
-            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX}}
+            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
+            # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
+            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name}}
 
 
 class ImageReading:
@@ -98,7 +101,8 @@ class ImageReading:
                 if heights is None:  # once: the image's lines as the text channels read them scoring it
                     heights = text_heights(arr, scene)
                 maps = learned_maps(self.learned, arr, scene, record.question, query_emb) if self.learned else None
-                yield list(allocation_rows(record, scene.canvas, relevance.map, query_emb, self.samplers, self.reader,
+                placing = image_placing(arr, scene, relevance.map, record.question)  # as allocate places one image
+                yield list(allocation_rows(record, scene.canvas, placing, query_emb, self.samplers, self.reader,
                                            self.settings, done, maps=maps, arr=arr, text_height=heights[0]))
 
     def flush(self) -> list[dict]:

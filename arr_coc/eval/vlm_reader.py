@@ -48,6 +48,7 @@ from PIL import Image
 
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan, methods_for
 from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX
+from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.plan import Plan
@@ -91,7 +92,9 @@ def run_identity(arr: Any, adapter: Any, settings: EvalSettings) -> dict:
             "scorer_weights": arr.weights_source, "sampler": arr.config.sampler.name,
             "max_pixels": arr.config.canvas.max_pixels, "patch_options": settings.patch_options or {},
             "learned": settings.learned or {},
-            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX}}
+            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
+            # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
+            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name}}
 
 
 class VLMAnswers:
@@ -184,8 +187,9 @@ def _jobs(recs: Sequence[Record], arr: Any, adapter: Any, settings: EvalSettings
             maps = learned_maps(learned, arr, scene, record.question, query_emb) if learned else {}
             if heights is None:  # once: the image's lines as the text channels read them scoring it
                 heights = text_heights(arr, scene)
+            placing = image_placing(arr, scene, relevance.map, record.question)  # as allocate places one image
         score_ms = (time.perf_counter() - start) * 1e3
-        inputs = MethodInputs(canvas, relevance.map.detach(), query_emb, sampler=arr.sampler,
+        inputs = MethodInputs(canvas, placing.detach(), query_emb, sampler=arr.sampler,
                               sampler_seed=arr.config.seed, samplers=samplers, maps=maps,
                               seed=record_seed(settings.seed, record.record_id), options=settings.patch_options or {},
                               text_height=heights[0])

@@ -11,7 +11,9 @@ from tolerances import ARR_MAP, assert_close_reduction
 
 from arr_coc.app import panels as views
 from arr_coc.app.service import PRESETS, Microscope, Settings, check_question, methods, read_upload, render
+from arr_coc.budget import Budget
 from arr_coc.config import ARRConfig, CanvasConfig, SamplerConfig, ScorerConfig, TextureConfig
+from arr_coc.contexts import allocate
 from arr_coc.engine.imageops import to_hwc_uint8
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
@@ -75,11 +77,32 @@ def test_a_second_question_reuses_the_texture_and_ocr_and_equals_the_plain_pipel
     arr = ARR(ARRConfig(texture=TextureConfig(channels=CHANNELS), scorer=ScorerConfig(weights="none"),
                         sampler=SamplerConfig(saccades=40)), query_encoder=HashingQueryEncoder())
     for result, q in ((first, "What is the invoice date?"), (second, "What is the total due?")):
-        plain = arr(image, q)
-        assert torch.equal(result.sent, plain.positions[0])
+        plain, sent = arr(image, q), allocate(arr, image, q, Budget.saccades(40)).pages[0]
+        # the saccades look and ask send (two lines: their retrieval leaves the ARR's own top 40), its own relevance
+        assert torch.equal(result.sent, sent.plan.cells) and torch.equal(result.sent, plain.positions[0])
         assert_close_reduction(result.allocation.relevance.map, plain.relevance.map, **ARR_MAP)
     assert not torch.equal(first.sent, second.sent)  # negative control: the question moved the saccades
     assert second.tokens_sent == 36 + 40  # 40 saccades come with a 6x6 gestalt (arr_coc.budget)
+
+
+def test_the_saccades_go_where_look_and_ask_send_them_on_a_page_of_lines(scope):
+    """Eight printed lines: the image's own lines' retrieval moves the saccades off the ARR's own top K; the page
+    shows (and its JSON lists) the cells `look` and `ask` send, ``allocate``'s."""
+    from arr_coc.app.panels import font
+
+    img = Image.new("RGB", (448, 336), "white")
+    d = ImageDraw.Draw(img)
+    for i, line in enumerate(["CORNER SHOP", "Bread 2.10", "Milk 1.40", "Eggs 3.20", "Tea 2.75", "Jam 4.10",
+                              "Salt 0.90", "TOTAL 14.45"]):
+        d.text((20 + (i % 2) * 200, 20 + i * 38), line, fill="black", font=font(22))
+    image = torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1).float() / 255
+    q = "How much is the milk?"
+    result = scope.run(image, q, Settings(saccades=40, channels=CHANNELS, weights="none"))
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=CHANNELS), scorer=ScorerConfig(weights="none"),
+                        sampler=SamplerConfig(saccades=40)), query_encoder=HashingQueryEncoder())
+    sent = allocate(arr, image, q, Budget.saccades(40)).pages[0].plan.cells
+    assert torch.equal(result.sent, sent) and result.to_json()["positions"] == sent.tolist()
+    assert not torch.equal(result.sent, arr(image, q).positions[0])  # control: the relevance alone places elsewhere
 
 
 def test_sliders_scale_the_parts_and_presets_name_real_settings(scope, page):

@@ -347,3 +347,44 @@ def test_allocate_reads_the_text_channels_lines_for_one_images_gestalt():
     canvas = arr.see(large).canvas
     assert MethodInputs(canvas, text_height=heights[0]).split(62) == ((8, 5), 22)
     assert MethodInputs(canvas).split(62) == ((4, 4), 46)
+
+
+def test_one_image_is_placed_by_its_own_lines_retrieval():
+    """One image without a text layer is placed on its relevance plus its text lines' retrieval map
+    (``image_placing``, the lines its text channels read): allocate, allocate_images and image_placing agree; the cells
+    off every line keep their relevance, the best line's gain half the relevance's span; weight 0 is the ARR's own
+    placement (a control that picks other cells)."""
+    from arr_coc.contexts import allocate_images
+    from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing, legible_lines
+    from arr_coc.contexts.ranking import retrieval_map
+    from arr_coc.engine.channels.text import text_lines
+
+    arr, page, q = _arr(MVP_CHANNELS + ("text_match", "key_value")), _printed(28), "What is the TOTAL?"
+    out = allocate(arr, page, q, "11%")
+    plain = allocate(arr, page, q, "11%", image_retrieval_weight=0.0)
+    rel, placing = plain.pages[0].placing, out.pages[0].placing  # weight 0: the relevance itself
+    scene = arr.see(page)
+    lines = legible_lines(text_lines(arr, scene)[0])
+    assert IMAGE_RETRIEVAL_WEIGHT == 0.5 and len(lines) >= 6 and any("TOTAL" in t for t, _ in lines)
+    assert torch.equal(image_placing(arr, scene, rel[None], q)[0], placing)
+    assert torch.equal(image_placing(arr, scene, rel[None], q, weight=0.0)[0], rel)
+    added, span = placing - rel, float(rel.max() - rel.min())
+    on_lines = retrieval_map(lines, torch.ones(len(lines)), (784, 560), 28) > 0
+    assert bool(on_lines.any()) and torch.equal(added[~on_lines], torch.zeros(int((~on_lines).sum())))
+    total = retrieval_map([ln for ln in lines if "TOTAL" in ln[0]], torch.ones(1), (784, 560), 28) > 0
+    # the question's line has value 1 (relevance + 0.5 x span, less the relevance: one float32 rounding each)
+    assert torch.allclose(added[total], torch.full((int(total.sum()),), 0.5 * span), rtol=1e-5, atol=1e-6)
+    assert float(added[on_lines & ~total].max()) < 0.5 * span
+    k = out.saccades
+    assert k == plain.saccades == 46 and out.tokens == plain.tokens == 62  # 11 % of 28 x 20 cells; 4 x 4 gestalt
+    sent = lambda a: {tuple(c) for c in a.pages[0].plan.cells.tolist()}  # noqa: E731
+    width = placing.shape[1]
+    assert sent(out) == {(int(i) // width, int(i) % width) for i in torch.topk(placing.flatten(), k).indices}
+    assert sent(out) != sent(plain)  # control: the relevance alone places elsewhere
+    assert sum(bool(total[y, x]) for y, x in sent(out)) > sum(bool(total[y, x]) for y, x in sent(plain))
+    (alone,) = allocate_images(arr, [page], [q], "11%")  # the same computation: the same bits
+    assert sent(alone) == sent(out) and torch.equal(alone.pages[0].placing, placing)
+    both = allocate_images(arr, [page, page.flip(-1)], [q, "Is there milk?"], "11%")  # a batch: within rounding
+    assert_close_reduction(both[0].pages[0].placing, placing, reduction_len=4096)
+    mirrored = allocate(arr, page.flip(-1), "Is there milk?", "11%").pages[0].placing
+    assert_close_reduction(both[1].pages[0].placing, mirrored, reduction_len=4096)

@@ -310,24 +310,30 @@ def test_every_method_is_a_typed_registry_entry():
     assert not set(known_methods("tesseract", "context")) - {"uniform"} - set(REGISTRY.names())
 
 
-def test_arr_method_picks_the_cells_that_ARR_with_no_options_sends(tmp_path):
-    """`arr` at the default total (256 + 273 = 529 tokens) = ARR()(image, question) with the K that total leaves on
-    the receipt: its print stays legible in a gestalt of its aspect (budget.legible_gestalt), so K < 273."""
+def test_arr_method_picks_the_cells_that_allocate_sends_for_one_image(tmp_path):
+    """`arr` at the default total (256 + 273 = 529 tokens) = ``allocate(ARR(), image, question, 529)``: the receipt's
+    print stays legible in a gestalt of its aspect (budget.legible_gestalt), so K < 273, and its saccades go where its
+    relevance plus its text lines' retrieval put them (contexts.allocate.image_placing), not where the relevance
+    alone (``ARR()(image, question)``) puts them."""
     import torch
 
     from arr_coc.budget import Budget
     from arr_coc.config import DEFAULT_SACCADES, SamplerConfig, ScorerConfig
+    from arr_coc.contexts import allocate
     from arr_coc.data.datasets import Record
     from arr_coc.engine.channels.text import text_heights
 
     receipt = Path(__file__).resolve().parents[2] / "examples" / "receipt.jpg"
     question = "What is the total?"
-    arr = ARR().eval()  # no options: the default channels, trained scorer and sampler
+    arr = ARR().eval()  # no options: the default channels, trained scorer, sampler and retriever
     with torch.no_grad():
         scene = arr.see(str(receipt))
         (grid,), k = Budget.parse(256 + DEFAULT_SACCADES).split(scene.extents, text_height=text_heights(arr, scene)[0])
-        expected = arr(str(receipt), question, saccades=k).positions[0].tolist()
-    assert grid != (16, 16) and len(expected) == k == 529 - grid[0] * grid[1] < DEFAULT_SACCADES
+        sent = allocate(arr, str(receipt), question, 256 + DEFAULT_SACCADES).pages[0]
+        expected = sent.plan.cells.tolist()
+        relevance_alone = arr(str(receipt), question, saccades=k).positions[0].tolist()
+    assert grid != (16, 16) and sent.plan.gestalt == grid and len(expected) == k == 529 - grid[0] * grid[1] < 273
+    assert relevance_alone != expected  # control: the lines' retrieval moves saccades
     record = Record("jsonl", "receipt-total", receipt, "receipt", question, "", ((1000.0, 300.0, 1100.0, 700.0),))
     other = next(m for m in ("stratified", "topk") if m != SamplerConfig.name)
     settings = EvalSettings(methods=("arr", other), budgets=(256 + DEFAULT_SACCADES,), reader=None, keep_cells=True)

@@ -369,11 +369,28 @@ def median_height(lines: TextLines, min_lines: int = LEGIBLE_MIN_LINES) -> float
     return float(heights.median()) if len(heights) >= max(1, min_lines) else None
 
 
+def text_lines(arr: Any, scene: Any) -> list[TextLines | None]:
+    """Per image of an ARR's ``scene`` its text lines as the ARR's text channels read them (the scene's known text,
+    else their OCR: cached once they scored the image, run and cached here otherwise; ``.legible`` marks the lines
+    they read); all None where the ARR has no text channel. What the split (:func:`text_heights`) and a lone image's
+    line retrieval (:func:`arr_coc.contexts.allocate.image_placing`) read."""
+    canvas = scene.canvas
+    channel = next((c for c in TEXT_CHANNELS if c in arr.channels), None)
+    if channel is None:
+        return [None] * canvas.batch_size
+    out = []
+    for i, (h, w) in enumerate(canvas.sizes):  # each image as the channels read it: its own size group's crop
+        inputs = TextureInputs(canvas.pixels[i: i + 1, :, :h, :w], query_encoder=arr.query_encoder, cache=arr.cache,
+                               options=arr.config.texture.options, text=None if scene.text is None else [scene.text[i]])
+        out.append(_page_lines(inputs, channel)[0])
+    return out
+
+
 def text_heights(arr: Any, scene: Any) -> list[float | None]:
     """Per image of an ARR's ``scene`` the median height (canvas px) of its legible text lines as the ARR's text
-    channels read them (the scene's known text, else their OCR: cached once they scored the image, run and cached
-    here otherwise); None for an image with fewer than ``LEGIBLE_MIN_LINES`` of them, all None where the ARR has no
-    text channel. What :meth:`arr_coc.budget.Budget.split` reads to give one image a gestalt its text stays legible in.
+    channels read them (:func:`text_lines`); None for an image with fewer than ``LEGIBLE_MIN_LINES`` of them, all None
+    where the ARR has no text channel. What :meth:`arr_coc.budget.Budget.split` reads to give one image a gestalt its
+    text stays legible in.
 
     >>> from arr_coc import ARR
     >>> from arr_coc.engine.channel_registry import PageText
@@ -385,16 +402,7 @@ def text_heights(arr: Any, scene: Any) -> list[float | None]:
     >>> text_heights(arr, arr.see(torch.zeros(3, 112, 112), text=[PageText(lines=lines[:7])]))  # not a page of text
     [None]
     """
-    canvas = scene.canvas
-    channel = next((c for c in TEXT_CHANNELS if c in arr.channels), None)
-    if channel is None:
-        return [None] * canvas.batch_size
-    out = []
-    for i, (h, w) in enumerate(canvas.sizes):  # each image as the channels read it: its own size group's crop
-        inputs = TextureInputs(canvas.pixels[i: i + 1, :, :h, :w], query_encoder=arr.query_encoder, cache=arr.cache,
-                               options=arr.config.texture.options, text=None if scene.text is None else [scene.text[i]])
-        out.append(median_height(_page_lines(inputs, channel)[0]))
-    return out
+    return [None if lines is None else median_height(lines) for lines in text_lines(arr, scene)]
 
 
 def _prepare(channel: str) -> Callable[[TextureInputs], None]:
