@@ -235,10 +235,12 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         gestalts, k = plan_budget(arr.config, budget, grids, n_text, height)
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
+        embedded = context  # a seen context's line embeddings are its reads' lines'
         if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
-            reads[0] = reads[0] if reads[0].lines else replace(reads[0], lines=lone)
+            if not reads[0].lines:  # the lines its text channels read: embedded here, not at its seeing
+                reads[0], embedded = replace(reads[0], lines=lone), None
             weights = image_weights(image_retrieval_weight)
-        values = retrieval_parts(arr, context, reads, question, t) if weights["retrieval_weight"] else None
+        values = retrieval_parts(arr, embedded, reads, question, t) if weights["retrieval_weight"] else None
         out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
 

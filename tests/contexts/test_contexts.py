@@ -354,7 +354,7 @@ def test_one_image_is_placed_by_its_own_lines_retrieval():
     (``image_placing``, the lines its text channels read): allocate, allocate_images and image_placing agree; the cells
     off every line keep their relevance, the best line's gain half the relevance's span; weight 0 is the ARR's own
     placement (a control that picks other cells)."""
-    from arr_coc.contexts import allocate_images
+    from arr_coc.contexts import allocate_images, see_context
     from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing, legible_lines
     from arr_coc.contexts.ranking import retrieval_map
     from arr_coc.engine.channels.text import text_lines
@@ -382,6 +382,8 @@ def test_one_image_is_placed_by_its_own_lines_retrieval():
     assert sent(out) == {(int(i) // width, int(i) % width) for i in torch.topk(placing.flatten(), k).indices}
     assert sent(out) != sent(plain)  # control: the relevance alone places elsewhere
     assert sum(bool(total[y, x]) for y, x in sent(out)) > sum(bool(total[y, x]) for y, x in sent(plain))
+    seen = allocate(arr, see_context(arr, page), q, "11%")  # seen once: its lines are read at the question
+    assert sent(seen) == sent(out) and torch.equal(seen.pages[0].placing, placing)
     (alone,) = allocate_images(arr, [page], [q], "11%")  # the same computation: the same bits
     assert sent(alone) == sent(out) and torch.equal(alone.pages[0].placing, placing)
     both = allocate_images(arr, [page, page.flip(-1)], [q, "Is there milk?"], "11%")  # a batch: within rounding
