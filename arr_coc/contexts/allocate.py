@@ -40,7 +40,7 @@ from arr_coc.config import ARRConfig
 from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
-from arr_coc.contexts.pagetext import OCR
+from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
     NEAR_WEIGHT,
     PAGE_WEIGHT,
@@ -62,7 +62,7 @@ from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.pdf import DEFAULT_DPI
 from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.canvas import Canvas
-from arr_coc.engine.channels.text import TextLines, median_height, text_lines
+from arr_coc.engine.channels.text import median_height, text_lines
 from arr_coc.engine.pipeline import ARR, Scene
 from arr_coc.engine.plan import Plan
 from arr_coc.engine.query import Questions, check_queries
@@ -70,7 +70,6 @@ from arr_coc.engine.query import Questions, check_queries
 # question-coupled channels computed outside the ARR for a chunk: (canvas, questions) -> {name: [B, C, Hc, Wc]}
 # (a VLM's first look: what ``ARR.forward(coupled=)`` takes)
 Coupled = Callable[[Canvas, list[str]], dict[str, Tensor]]
-
 
 
 # one image without a text layer: its relevance plus this weight times its own lines' retrieval map (the lines its
@@ -83,14 +82,6 @@ IMAGE_RETRIEVAL_WEIGHT = 0.5
 def image_weights(retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> dict[str, float]:
     """The ranking's weights for one image without a text layer: its lines' retrieval only (no words to match)."""
     return dict(text_weight=0.0, page_weight=0.0, near_weight=0.0, retrieval_weight=retrieval_weight)
-
-
-def legible_lines(lines: TextLines | None) -> list[Line]:
-    """The lines an image's text channels read (:func:`~arr_coc.engine.channels.text.text_lines`) as (text, box)."""
-    if lines is None:
-        return []
-    return [(t, tuple(float(v) for v in b)) for t, b, ok in zip(lines.texts, lines.boxes_px.tolist(),
-                                                               lines.legible.tolist()) if ok]
 
 
 def plan_budget(config: ARRConfig, budget: Budget, grids: Sequence[tuple[int, int]],

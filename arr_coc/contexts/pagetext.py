@@ -11,7 +11,7 @@ from torch import Tensor
 
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Page
-from arr_coc.engine.channels.text import TEXT_CHANNELS, image_lines
+from arr_coc.engine.channels.text import TEXT_CHANNELS, TextLines, image_lines
 from arr_coc.engine.pipeline import ARR
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN
 
@@ -59,6 +59,13 @@ def page_text(arr: ARR, image: Tensor, page: Page, ocr: OCR | None) -> tuple[lis
         return _line_words(lines), lines, "ocr"
     # the text channels' own OCR, cached, so they do not read the page a second time
     sides = _coupling_sides(arr)
-    tl = image_lines(arr.cache, image, arr.query_encoder, min(sides, default=DET_LIMIT_SIDE_LEN))
-    lines = [(t, tuple(b)) for t, b, ok in zip(tl.texts, tl.boxes_px.tolist(), tl.legible.tolist()) if ok]
+    lines = legible_lines(image_lines(arr.cache, image, arr.query_encoder, min(sides, default=DET_LIMIT_SIDE_LEN)))
     return _line_words(lines), lines, "ocr"
+
+
+def legible_lines(lines: TextLines | None) -> list[Line]:
+    """The lines the text channels read (``.legible`` of their :class:`TextLines`; none for None) as (text, box)."""
+    if lines is None:
+        return []
+    return [(t, tuple(float(v) for v in b)) for t, b, ok in zip(lines.texts, lines.boxes_px.tolist(),
+                                                               lines.legible.tolist()) if ok]

@@ -355,7 +355,8 @@ def test_one_image_is_placed_by_its_own_lines_retrieval():
     off every line keep their relevance, the best line's gain half the relevance's span; weight 0 is the ARR's own
     placement (a control that picks other cells)."""
     from arr_coc.contexts import allocate_images, see_context
-    from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing, legible_lines
+    from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
+    from arr_coc.contexts.pagetext import legible_lines
     from arr_coc.contexts.ranking import retrieval_map
     from arr_coc.engine.channels.text import text_lines
 
