@@ -391,3 +391,40 @@ def test_one_image_is_placed_by_its_own_lines_retrieval():
     assert_close_reduction(both[0].pages[0].placing, placing, reduction_len=4096)
     mirrored = allocate(arr, page.flip(-1), "Is there milk?", "11%").pages[0].placing
     assert_close_reduction(both[1].pages[0].placing, mirrored, reduction_len=4096)
+
+
+def test_one_images_lines_reordered_by_a_reranker_only_when_asked():
+    """``image_placing(..., rerank_top=N)`` hands the image's N best lines to the retriever's cross-encoder, whose
+    order decides their values (the line it puts first gets the top value: half the relevance's span); by default
+    (``allocate``'s placing) no reranker runs and the retriever's best line keeps the top value."""
+    from arr_coc.contexts.allocate import image_placing
+    from arr_coc.contexts.pagetext import legible_lines
+    from arr_coc.contexts.ranking import retrieval_map
+    from arr_coc.engine.channels.text import text_lines
+    from arr_coc.engine.retrieval import HashingRetriever
+
+    calls = []
+
+    class BreadFirst(HashingRetriever):  # a reranker that reads the Bread line's passage (it and its neighbours) first
+        def rerank(self, query, passages):
+            calls.append(list(passages))
+            return torch.tensor([1.0 if p.endswith("Bread 2.10 Milk 1.40") else 0.0 for p in passages])
+
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS + ("text_match", "key_value"))),
+              query_encoder=HashingQueryEncoder(), retriever=BreadFirst()).eval()
+    page, q = _printed(28), "What is the TOTAL?"
+    scene = arr.see(page)
+    lines = legible_lines(text_lines(arr, scene)[0])
+    rel = allocate(arr, page, q, "11%", image_retrieval_weight=0.0).pages[0].placing[None]
+    span = float(rel.max() - rel.min())
+    on = {w: retrieval_map([ln for ln in lines if w in ln[0]], torch.ones(1), (784, 560), 28) > 0
+          for w in ("TOTAL", "Bread")}
+    plain = image_placing(arr, scene, rel, q)[0] - rel[0]
+    assert calls == [] and torch.equal(allocate(arr, page, q, "11%").pages[0].placing - rel[0], plain)
+    reranked = image_placing(arr, scene, rel, q, rerank_top=4)[0] - rel[0]
+    # its 4 best passages: the two that share the question's word, then the first lines (ties to the earlier line)
+    assert calls == [["Salt 0.90 TOTAL 14.45", "Jam 4.10 Salt 0.90 TOTAL 14.45", "CORNER SHOP Bread 2.10",
+                      "CORNER SHOP Bread 2.10 Milk 1.40"]]
+    for added, top, other in ((plain, "TOTAL", "Bread"), (reranked, "Bread", "TOTAL")):
+        assert torch.allclose(added[on[top]], torch.full((int(on[top].sum()),), 0.5 * span), rtol=1e-5, atol=1e-6)
+        assert float(added[on[other]].max()) < 0.5 * span - 1e-4
