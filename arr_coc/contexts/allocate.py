@@ -14,7 +14,8 @@
    (:class:`~arr_coc.engine.channel_registry.PageText`), so no OCR runs on it. An image page is read by the text
    channels' OCR when the context has other pages to rank it against (or ``ocr`` is given); an image alone is
    placed by its relevance and its own text lines' retrieval (:func:`image_placing`: the lines its text channels
-   read, ranked by ``arr.retriever``, at ``image_retrieval_weight``; the text-layer parts are for pages' words);
+   read, ranked by ``arr.retriever``, at ``image_retrieval_weight``, when it has at least
+   :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` of them; the text-layer parts are for pages' words);
 4. one ranking over every cell of every page (:mod:`arr_coc.contexts.ranking`): the page's relevance scaled
    to [0, 1], plus the text-layer match, the page's best word and where a matched line's answer sits; the
    context's top K cells (ties to the earlier page, then cell) decide each page's share k_i of the saccades;
@@ -22,7 +23,8 @@
    saccades on the page's placing map (:func:`~arr_coc.contexts.ranking.placing_map`: the ranking in the page's
    own relevance units). For top-K this is the context's top K itself; another sampler spreads each page's
    share by its own rule. A page without matched words or retrieved lines is placed on its relevance alone: one
-   image without text lines gives exactly what ``ARR()(image, question)`` gives, on every sampler.
+   image without text lines (or with a few words, a photo's) gives exactly what ``ARR()(image, question)`` gives,
+   on every sampler.
 
 The total sent is exact: sum of the gestalts + K.
 """
@@ -35,7 +37,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-from arr_coc.budget import Budget
+from arr_coc.budget import LEGIBLE_MIN_LINES, Budget
 from arr_coc.config import ARRConfig
 from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
@@ -77,6 +79,19 @@ Coupled = Callable[[Canvas, list[str]], dict[str, Tensor]]
 # questions of image-paraphrase, SROIE and FUNSD: 0.5 gains on all three, 1 reads most on image-paraphrase but loses
 # on SROIE (docs/coc.md, "One image: its own lines retrieved")
 IMAGE_RETRIEVAL_WEIGHT = 0.5
+
+
+def placed_lines(lines: Sequence[Line]) -> list[Line]:
+    """The lines one image is placed by: all of them on a page of text (at least
+    :data:`~arr_coc.budget.LEGIBLE_MIN_LINES`, as the legible gestalt counts them), none on a photo whose OCR reads a
+    few words (a sign, a shirt: the question asks for an object, and a ramp over its lines would give the best of
+    them the top value whatever it says), which its relevance places alone.
+
+    >>> line = ("TOTAL 14.45", (0.0, 0.0, 28.0, 280.0))
+    >>> len(placed_lines([line] * 8)), len(placed_lines([line] * 7))
+    (8, 0)
+    """
+    return list(lines) if len(lines) >= LEGIBLE_MIN_LINES else []
 
 
 def image_weights(retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> dict[str, float]:
@@ -177,7 +192,8 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
             (a :class:`ContextScene` brings its lines' embeddings; otherwise they are computed here).
         chunk: pages computed at once at most.
         image_retrieval_weight: one page without a text layer (one image) is placed by its relevance plus this
-            weight times its text lines' retrieval map (:func:`image_placing`); the four weights above are then
+            weight times its text lines' retrieval map (:func:`image_placing`; a photo with fewer than
+            :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines: its relevance alone); the four weights above are then
             unused (0: its relevance alone, as ``ARR()(image, question)`` places it).
 
     Returns:
@@ -230,6 +246,7 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
             if not reads[0].lines:  # the lines its text channels read: embedded here, not at its seeing
                 reads[0], embedded = replace(reads[0], lines=lone), None
+            reads[0] = replace(reads[0], lines=placed_lines(reads[0].lines))  # a photo's few words: none
             weights = image_weights(image_retrieval_weight)
         values = retrieval_parts(arr, embedded, reads, question, t) if weights["retrieval_weight"] else None
         out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values)
@@ -289,11 +306,12 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
     (:func:`~arr_coc.contexts.ranking.placing_map`), the lines its text channels read ranked by ``arr.retriever``.
 
     What :func:`allocate` and :func:`allocate_images` place a lone image on (the eval's image methods read it as
-    their relevance); an image without text lines, an ARR without text channels or ``weight`` 0 get ``relevance``.
+    their relevance); an image with fewer than :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` text lines
+    (:func:`placed_lines`: a photo), an ARR without text channels or ``weight`` 0 get ``relevance``.
     ``rerank_top``: the image's best lines reordered by the retriever's cross-encoder (by default none, as
     :func:`allocate` places it; 32 read 0.845 against 0.843 on the validation questions, docs/coc.md).
     """
-    lines = legible_lines(text_lines(arr, scene)[0])
+    lines = placed_lines(legible_lines(text_lines(arr, scene)[0]))
     if not lines or not weight:
         return relevance
     cell = scene.canvas.cell
@@ -354,7 +372,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
         weights = image_weights(image_retrieval_weight)
         for (opened, grids, _), (gestalts, k), read, score, q, ls in zip(checked, splits, reads, scored, questions,
                                                                         channel_lines):
-            read = replace(read, lines=legible_lines(ls))
+            read = replace(read, lines=placed_lines(legible_lines(ls)))
             values = retrieval_parts(arr, None, [read], q, t) if image_retrieval_weight else None
             pages = _pages(arr, [read], [score], grids, gestalts, k, q, weights, t, values)
             out.append(ContextAllocation(q, pages, opened.source, dict(opened.meta), None, tokenizer_name(tokenizer),

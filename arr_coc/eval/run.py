@@ -25,7 +25,7 @@ from arr_coc.allocators.methods import (
     make_plan,
     square_sizes,
 )
-from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX
+from arr_coc.budget import LEGIBLE_MIN_LINES, LEGIBLE_SHARE, LEGIBLE_TEXT_PX
 from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
@@ -66,7 +66,8 @@ def arr_settings(arr: ARR) -> dict:
             # one image's gestalt where its text stays legible (budget.legible_gestalt): rows under two rules never mix
             "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
             # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
-            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name}}
+            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name,
+                                "min_lines": LEGIBLE_MIN_LINES}}
 
 
 class ImageReading:

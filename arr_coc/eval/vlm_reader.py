@@ -47,7 +47,7 @@ import torch
 from PIL import Image
 
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan, methods_for
-from arr_coc.budget import LEGIBLE_SHARE, LEGIBLE_TEXT_PX
+from arr_coc.budget import LEGIBLE_MIN_LINES, LEGIBLE_SHARE, LEGIBLE_TEXT_PX
 from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
@@ -94,7 +94,8 @@ def run_identity(arr: Any, adapter: Any, settings: EvalSettings) -> dict:
             "learned": settings.learned or {},
             "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
             # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
-            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name}}
+            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name,
+                                "min_lines": LEGIBLE_MIN_LINES}}
 
 
 class VLMAnswers:

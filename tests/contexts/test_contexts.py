@@ -310,8 +310,9 @@ def test_one_image_gets_a_gestalt_of_its_aspect_where_its_text_stays_legible():
     assert Budget.parse("11%").split([(20, 20)], text_height=40.0) == ([(6, 5)], 14)  # 44 tokens: 30 of them
 
 
-def _printed(size: int) -> torch.Tensor:
-    """A white 560 x 784 page (20 x 28 cells) with eight lines printed at ``size`` px (DejaVu Sans) -> [3, H, W]."""
+def _printed(size: int, skip: int = 0) -> torch.Tensor:
+    """A white 560 x 784 page (20 x 28 cells) with eight lines printed at ``size`` px (DejaVu Sans), the first
+    ``skip`` of them left out -> [3, H, W]."""
     import matplotlib
     import numpy as np
     from PIL import Image, ImageDraw, ImageFont
@@ -320,7 +321,7 @@ def _printed(size: int) -> torch.Tensor:
     draw = ImageDraw.Draw(page)
     font = ImageFont.truetype(str(Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"), size)
     for i, line in enumerate(["CORNER SHOP", "Bread 2.10", "Milk 1.40", "Eggs 3.20", "Tea 2.75", "Jam 4.10",
-                              "Salt 0.90", "TOTAL 14.45"]):
+                              "Salt 0.90", "TOTAL 14.45"][skip:]):
         draw.text((30, 30 + i * int(size * 1.6)), line, fill="black", font=font)
     return torch.from_numpy(np.asarray(page).copy()).permute(2, 0, 1).float() / 255
 
@@ -391,6 +392,31 @@ def test_one_image_is_placed_by_its_own_lines_retrieval():
     assert_close_reduction(both[0].pages[0].placing, placing, reduction_len=4096)
     mirrored = allocate(arr, page.flip(-1), "Is there milk?", "11%").pages[0].placing
     assert_close_reduction(both[1].pages[0].placing, mirrored, reduction_len=4096)
+
+
+def test_an_image_with_a_few_lines_is_placed_by_its_relevance_alone():
+    """A photo's few words (fewer than LEGIBLE_MIN_LINES lines: a sign, a shirt) place nothing: allocate,
+    allocate_images and image_placing give its relevance alone, exactly; the page of eight lines (the control, at the
+    boundary) is placed by its lines' retrieval."""
+    from arr_coc.budget import LEGIBLE_MIN_LINES
+    from arr_coc.contexts import allocate_images
+    from arr_coc.contexts.allocate import image_placing
+    from arr_coc.contexts.pagetext import legible_lines
+    from arr_coc.engine.channels.text import text_lines
+
+    arr, q = _arr(MVP_CHANNELS + ("text_match", "key_value")), "What is the TOTAL?"
+    few, page = _printed(28, skip=1), _printed(28)
+    counts = [len(legible_lines(text_lines(arr, arr.see(p))[0])) for p in (few, page)]
+    assert LEGIBLE_MIN_LINES == 8 and counts == [7, 8]
+    rel = allocate(arr, few, q, "11%", image_retrieval_weight=0.0).pages[0].placing
+    out = allocate(arr, few, q, "11%")
+    assert torch.equal(out.pages[0].placing, rel)
+    assert torch.equal(image_placing(arr, arr.see(few), rel[None], q)[0], rel)
+    (alone,) = allocate_images(arr, [few], [q], "11%")
+    assert torch.equal(alone.pages[0].placing, rel)
+    control = allocate(arr, page, q, "11%")
+    assert not torch.equal(control.pages[0].placing, allocate(arr, page, q, "11%", image_retrieval_weight=0.0)
+                           .pages[0].placing)
 
 
 def test_one_images_lines_reordered_by_a_reranker_only_when_asked():
