@@ -21,6 +21,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import torch
+from emit import emit  # the benchmark beside this one (a script's folder is on its path)
 from tqdm import tqdm
 
 from arr_coc import ARR
@@ -88,10 +89,7 @@ def main() -> None:
         sel = [r for r in rows if k == "all" or r["kind"] == k]
         lines.append(f"| {k} ({len(sel)}) | " + " | ".join(f"{sum(r[s] for r in sel) / len(sel):.3f}" for s in settings_)
                      + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    emit("\n".join(lines) + "\n", args.out)
 
 
 if __name__ == "__main__":

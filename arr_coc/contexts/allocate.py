@@ -12,19 +12,19 @@
 3. every page is scored by the same ARR (one scorer, one question); a page's known text (a text layer,
    rendered words, or lines read by ``ocr``) goes to the ``text_match`` / ``key_value`` channels on its scene
    (:class:`~arr_coc.engine.channel_registry.PageText`), so no OCR runs on it. An image page is read by the text
-   channels' OCR when the context has other pages to rank it against (or ``ocr`` is given); an image alone is
-   placed by its relevance and its own text lines' retrieval (:func:`image_placing`: the lines its text channels
-   read, ranked by ``arr.retriever``, at ``image_retrieval_weight``, when it has at least
-   :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` of them; the text-layer parts are for pages' words);
+   channels' OCR when the context has other pages to rank it against (or ``ocr`` is given);
 4. one ranking over every cell of every page (:mod:`arr_coc.contexts.ranking`): the page's relevance scaled
    to [0, 1], plus the text-layer match, the page's best word and where a matched line's answer sits; the
    context's top K cells (ties to the earlier page, then cell) decide each page's share k_i of the saccades;
 5. each page's own sampler (the ARR's: ``topk`` by default, or ``nms``, ``stratified``, ...) places its k_i
-   saccades on the page's placing map (:func:`~arr_coc.contexts.ranking.placing_map`: the ranking in the page's
-   own relevance units). For top-K this is the context's top K itself; another sampler spreads each page's
-   share by its own rule. A page without matched words or retrieved lines is placed on its relevance alone: one
-   image without text lines (or with a few words, a photo's) gives exactly what ``ARR()(image, question)`` gives,
-   on every sampler.
+   saccades on the page's placing map (:func:`~arr_coc.contexts.ranking.placing_map`). A page with a text layer
+   reads the ranking in its own relevance units: for top-K its cells are the context's top K themselves. A page
+   without one (an image, a scan) reads its relevance plus ``image_retrieval_weight`` times its lines' retrieval
+   (the lines its OCR read, valued by the context's ranking of lines), as one image alone is placed
+   (:func:`image_placing`), or its relevance alone where it has fewer than
+   :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines (a photo's few words). Another sampler spreads each page's
+   share by its own rule. One image without text lines gives exactly what ``ARR()(image, question)`` gives, on
+   every sampler.
 
 The total sent is exact: sum of the gestalts + K.
 """
@@ -191,10 +191,11 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
             (:mod:`arr_coc.contexts.ranking`); the retrieval part ranks the context's lines by ``arr.retriever``
             (a :class:`ContextScene` brings its lines' embeddings; otherwise they are computed here).
         chunk: pages computed at once at most.
-        image_retrieval_weight: one page without a text layer (one image) is placed by its relevance plus this
-            weight times its text lines' retrieval map (:func:`image_placing`; a photo with fewer than
-            :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines: its relevance alone); the four weights above are then
-            unused (0: its relevance alone, as ``ARR()(image, question)`` places it).
+        image_retrieval_weight: a page without a text layer (an image, a scan) places its share of the saccades on
+            its relevance plus this weight times its text lines' retrieval map (:func:`image_placing`; a photo with
+            fewer than :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines: its relevance alone); one image alone is
+            ranked by it too (the four weights above are then unused; 0: its relevance alone, as
+            ``ARR()(image, question)`` places it).
 
     Returns:
         A :class:`ContextAllocation`: ``.pages[i]`` per page; ``.tokens`` is exactly the budget's total (or the
@@ -243,13 +244,16 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
         embedded = context  # a seen context's line embeddings are its reads' lines'
+        # a page without a text layer (an image, a scan) is placed within its share as one image alone is
+        placing = [None if r.source == "text layer" else image_weights(image_retrieval_weight if placed_lines(r.lines)
+                                                                       else 0.0) for r in reads]
         if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
             if not reads[0].lines:  # the lines its text channels read: embedded here, not at its seeing
                 reads[0], embedded = replace(reads[0], lines=lone), None
             reads[0] = replace(reads[0], lines=placed_lines(reads[0].lines))  # a photo's few words: none
-            weights = image_weights(image_retrieval_weight)
+            weights, placing = image_weights(image_retrieval_weight), None  # its ranking is its placing
         values = retrieval_parts(arr, embedded, reads, question, t) if weights["retrieval_weight"] else None
-        out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values)
+        out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values, placing)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
 
 
@@ -383,9 +387,10 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
 def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, Tensor, Tensor, Tensor]],
            grids: Sequence[tuple[int, int]], gestalts: Sequence[tuple[int, int]], k: int, question: str,
            weights: dict[str, float], t: dict[str, float], values: Sequence[Tensor] | None = None,
-           ) -> list[PageAllocation]:
+           placing: Sequence[dict[str, float] | None] | None = None) -> list[PageAllocation]:
     """The ranking decides each page's share k_i; each page's sampler places it (``values``: the lines' retrieval
-    values, :func:`retrieval_parts`)."""
+    values, :func:`retrieval_parts`; ``placing``: per page, the weights of its placing map where they are not the
+    ranking's, None where they are)."""
     cell = arr.config.canvas.cell
     start = time.perf_counter()
     parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], [s[0] for s in scored],
@@ -395,11 +400,13 @@ def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, T
     ranks = [ranking_score(p, **weights) for p in parts]
     shares = [len(c) for c in rank_cells(ranks, k)]
     out = []
-    for read, (rel, valid, w, q), part, rank, gestalt, k_i in zip(reads, scored, parts, ranks, gestalts, shares):
-        placing = placing_map(rel, part, **weights)
-        cells, scores = _place(arr, placing, k_i, valid, q)
+    placing = placing or [None] * len(reads)
+    for read, (rel, valid, w, q), part, rank, gestalt, k_i, own in zip(reads, scored, parts, ranks, gestalts, shares,
+                                                                      placing):
+        placed = placing_map(rel, part, **(weights if own is None else own))
+        cells, scores = _place(arr, placed, k_i, valid, q)
         plan = Plan("arr", "cells", tuple(rel.shape), gestalt=tuple(gestalt), cells=cells, scores=scores)
-        out.append(PageAllocation(read.page.index, read.image, plan, cell, rank, placing, read.words, read.source,
+        out.append(PageAllocation(read.page.index, read.image, plan, cell, rank, placed, read.words, read.source,
                                   read.image_size, tuple(float(v) for v in w.tolist())))
     t["selection"] = (time.perf_counter() - start) * 1e3
     return out
