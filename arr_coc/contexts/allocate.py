@@ -82,7 +82,7 @@ IMAGE_RETRIEVAL_WEIGHT = 0.5
 
 
 def placed_lines(lines: Sequence[Line]) -> list[Line]:
-    """The lines one image is placed by: all of them on a page of text (at least
+    """The lines a page without a text layer is placed by: all of them on a page of text (at least
     :data:`~arr_coc.budget.LEGIBLE_MIN_LINES`, as the legible gestalt counts them), none on a photo whose OCR reads a
     few words (a sign, a shirt: the question asks for an object, and a ramp over its lines would give the best of
     them the top value whatever it says), which its relevance places alone.
@@ -95,7 +95,8 @@ def placed_lines(lines: Sequence[Line]) -> list[Line]:
 
 
 def image_weights(retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> dict[str, float]:
-    """The ranking's weights for one image without a text layer: its lines' retrieval only (no words to match)."""
+    """The placing weights of a page without a text layer (and the ranking's of one image alone): its lines'
+    retrieval only, no words to match."""
     return dict(text_weight=0.0, page_weight=0.0, near_weight=0.0, retrieval_weight=retrieval_weight)
 
 
@@ -244,14 +245,14 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
         embedded = context  # a seen context's line embeddings are its reads' lines'
-        # a page without a text layer (an image, a scan) is placed within its share as one image alone is
-        placing = [None if r.source == "text layer" else image_weights(image_retrieval_weight if placed_lines(r.lines)
-                                                                       else 0.0) for r in reads]
         if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
             if not reads[0].lines:  # the lines its text channels read: embedded here, not at its seeing
                 reads[0], embedded = replace(reads[0], lines=lone), None
             reads[0] = replace(reads[0], lines=placed_lines(reads[0].lines))  # a photo's few words: none
             weights, placing = image_weights(image_retrieval_weight), None  # its ranking is its placing
+        else:  # a page without a text layer (an image, a scan) is placed within its share as one image alone is
+            placing = [None if r.source == "text layer" else
+                       image_weights(image_retrieval_weight if placed_lines(r.lines) else 0.0) for r in reads]
         values = retrieval_parts(arr, embedded, reads, question, t) if weights["retrieval_weight"] else None
         out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values, placing)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
