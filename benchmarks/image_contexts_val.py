@@ -2,11 +2,12 @@
 
 A context's pages share its saccades by one ranking (every page's relevance plus the text match (4), the page's best
 word (2), where a matched line's answer sits (4) and the lines' retrieval (8): a PDF's weights), and each page's
-sampler places its share on its placing map. One image alone is placed on its relevance plus 0.5 x its lines'
-retrieval (`contexts.allocate.image_weights`), which on one image read above the PDF's weights (docs/coc.md, "One
-image: its own lines retrieved"). This measures, on contexts of several images (no page has a text layer), the PDF's
-ranking with each page placed by its relevance plus ``--placing`` x its lines' retrieval (`allocate`'s
-``image_retrieval_weight``), and the ranking and placing both by the relevance plus ``--retrieval`` x the retrieval.
+sampler places its share on its placing map (by default the ranking itself). One image alone is placed on its
+relevance plus 0.5 x its lines' retrieval (`contexts.allocate.image_weights`), which on one image read above the PDF's
+weights (docs/coc.md, "One image: its own lines retrieved"). This measures, on contexts of several images (no page has
+a text layer), the default, the PDF's ranking with each page placed by its relevance plus ``--placing`` x its lines'
+retrieval (`allocate`'s ``images_alone`` at that ``image_retrieval_weight``), and the ranking and placing both by the
+relevance plus ``--retrieval`` x the retrieval.
 
 Each validation question of image-paraphrase (a receipt or a form) is asked over a context of its own image and
 the next ``--pages`` - 1 validation images (in file order, the answer's page at position question number mod
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import torch
 from emit import emit  # the benchmark beside this one (a script's folder is on its path)
@@ -39,17 +41,19 @@ from arr_coc.eval.reading import best_window, make_view_reader, read_region, ren
 MARGIN = 8  # px around the answer box, the eval's default
 
 
-def settings(retrievals: list[float], placings: list[float]) -> dict[str, dict[str, float]]:
-    """The settings compared: the pages' ranking (a PDF's weights) with each page placed, within its share, by its
-    relevance plus each ``placings`` weight times its lines' retrieval, and the ranking by the retrieval alone at each
-    ``retrievals`` weight (its pages placed by the same map: one image's rule at 0.5)."""
+def settings(retrievals: list[float], placings: list[float]) -> dict[str, dict[str, Any]]:
+    """The settings compared: the PDF's ranking placed on it (the default), the PDF's ranking with each page placed,
+    within its share, by its relevance plus each ``placings`` weight times its lines' retrieval (``images_alone``),
+    and the ranking by the relevance plus each ``retrievals`` weight times the retrieval (its pages placed on it)."""
     pages = dict(text_weight=TEXT_WEIGHT, page_weight=PAGE_WEIGHT, near_weight=NEAR_WEIGHT,
                  retrieval_weight=RETRIEVAL_WEIGHT)
-    out = {f"ranking {TEXT_WEIGHT:g} / {PAGE_WEIGHT:g} / {NEAR_WEIGHT:g} / {RETRIEVAL_WEIGHT:g}, placed at {w:g}":
-           dict(pages, image_retrieval_weight=w) for w in placings}
+    name = f"ranking {TEXT_WEIGHT:g} / {PAGE_WEIGHT:g} / {NEAR_WEIGHT:g} / {RETRIEVAL_WEIGHT:g}"
+    out: dict[str, dict[str, Any]] = {f"{name}, placed on it": dict(pages)}
+    for w in placings:
+        out[f"{name}, placed at {w:g}"] = dict(pages, image_retrieval_weight=w, images_alone=True)
     for w in retrievals:
         out[f"ranking and placing: retrieval {w:g}"] = dict(text_weight=0.0, page_weight=0.0, near_weight=0.0,
-                                                            retrieval_weight=w, image_retrieval_weight=w)
+                                                            retrieval_weight=w)
     return out
 
 
@@ -59,9 +63,9 @@ def main() -> None:
     ap.add_argument("--budget", default="11%", help="the context's budget (a share of its full tokens)")
     ap.add_argument("--retrieval", type=float, nargs="*", default=[0.5],
                     help="retrieval weights the ranking and the placing use alone (the other parts 0)")
-    ap.add_argument("--placing", type=float, nargs="+", default=[0.0, 0.5, 1.0],
+    ap.add_argument("--placing", type=float, nargs="*", default=[0.0, 0.5, 1.0],
                     help="under the pages' ranking, each page placed by its relevance plus this times its lines' "
-                         "retrieval (allocate's image_retrieval_weight)")
+                         "retrieval (allocate's images_alone at this image_retrieval_weight)")
     ap.add_argument("--limit", type=int, default=None, help="the first N questions")
     ap.add_argument("--split", default="val", choices=["val", "test"],
                     help="val chooses; test is read once, with the setting val chose")
@@ -97,7 +101,7 @@ def main() -> None:
     kinds = ["all"] + sorted({r["kind"] for r in rows})
     lines = [f"made by: `python benchmarks/image_contexts_val.py --pages {args.pages} --budget {args.budget} "
              + "--retrieval " + "".join(f"{w:g} " for w in args.retrieval)
-             + f"--placing {' '.join(f'{w:g}' for w in args.placing)}"
+             + "--placing " + " ".join(f"{w:g}" for w in args.placing)
              + (f" --limit {args.limit}" if args.limit else "") + (" --split test" if args.split == "test" else "")
              + f"` (image-paraphrase {'validation' if args.split == 'val' else 'test'}; reading = ANLS "
              "of the answer region on the answer's page; share = the answer page's share of the context's saccades)",

@@ -17,14 +17,14 @@
    to [0, 1], plus the text-layer match, the page's best word and where a matched line's answer sits; the
    context's top K cells (ties to the earlier page, then cell) decide each page's share k_i of the saccades;
 5. each page's own sampler (the ARR's: ``topk`` by default, or ``nms``, ``stratified``, ...) places its k_i
-   saccades on the page's placing map (:func:`~arr_coc.contexts.ranking.placing_map`). A page with a text layer
-   reads the ranking in its own relevance units: for top-K its cells are the context's top K themselves. A page
-   without one (an image, a scan) reads its relevance plus ``image_retrieval_weight`` times its lines' retrieval
-   (the lines its OCR read, valued by the context's ranking of lines), as one image alone is placed
-   (:func:`image_placing`), or its relevance alone where it has fewer than
-   :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines (a photo's few words). Another sampler spreads each page's
-   share by its own rule. One image without text lines gives exactly what ``ARR()(image, question)`` gives, on
-   every sampler.
+   saccades on the page's placing map (:func:`~arr_coc.contexts.ranking.placing_map`): the ranking in the page's
+   own relevance units, so for top-K its cells are the context's top K themselves (``images_alone=True``: a
+   page without a text layer reads its relevance plus ``image_retrieval_weight`` times its lines' retrieval
+   instead, as one image alone is placed). One image alone is placed by its relevance plus
+   ``image_retrieval_weight`` times its own lines' retrieval (:func:`image_placing`), or by its relevance alone
+   where it has fewer than :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines (a photo's few words). Another sampler
+   spreads each page's share by its own rule. One image without text lines gives exactly what
+   ``ARR()(image, question)`` gives, on every sampler.
 
 The total sent is exact: sum of the gestalts + K.
 """
@@ -169,7 +169,7 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
              tokenizer: Any = None, ocr: OCR | None = None, text_weight: float = TEXT_WEIGHT,
              page_weight: float = PAGE_WEIGHT, near_weight: float = NEAR_WEIGHT,
              retrieval_weight: float = RETRIEVAL_WEIGHT, chunk: int = CHUNK,
-             image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> ContextAllocation:
+             image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT, images_alone: bool = False) -> ContextAllocation:
     """Allocate one budget over any input's pages for a question (one image is a context of one page).
 
     Args:
@@ -192,11 +192,15 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
             (:mod:`arr_coc.contexts.ranking`); the retrieval part ranks the context's lines by ``arr.retriever``
             (a :class:`ContextScene` brings its lines' embeddings; otherwise they are computed here).
         chunk: pages computed at once at most.
-        image_retrieval_weight: a page without a text layer (an image, a scan) places its share of the saccades on
-            its relevance plus this weight times its text lines' retrieval map (:func:`image_placing`; a photo with
-            fewer than :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines: its relevance alone); one image alone is
-            ranked by it too (the four weights above are then unused; 0: its relevance alone, as
-            ``ARR()(image, question)`` places it).
+        image_retrieval_weight: one page without a text layer (one image) is placed by its relevance plus this
+            weight times its text lines' retrieval map (:func:`image_placing`; a photo with fewer than
+            :data:`~arr_coc.budget.LEGIBLE_MIN_LINES` lines: its relevance alone); the four weights above are then
+            unused (0: its relevance alone, as ``ARR()(image, question)`` places it).
+        images_alone: in a context of several pages, each page without a text layer (an image, a scan) places its
+            share on that map too (its relevance plus ``image_retrieval_weight`` x its lines' retrieval) instead of
+            the ranking; the ranking still decides the shares. Off by default: on contexts of 4 receipts and forms
+            it read 0.753 against 0.704 (validation), on a scanned manual's title-page questions at 20x it lost
+            (docs/coc.md, "Several images").
 
     Returns:
         A :class:`ContextAllocation`: ``.pages[i]`` per page; ``.tokens`` is exactly the budget's total (or the
@@ -244,13 +248,13 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         gestalts, k = plan_budget(arr.config, budget, grids, n_text, height)
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
-        embedded = context  # a seen context's line embeddings are its reads' lines'
+        embedded, placing = context, None  # a seen context's line embeddings are its reads' lines'
         if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
             if not reads[0].lines:  # the lines its text channels read: embedded here, not at its seeing
                 reads[0], embedded = replace(reads[0], lines=lone), None
             reads[0] = replace(reads[0], lines=placed_lines(reads[0].lines))  # a photo's few words: none
-            weights, placing = image_weights(image_retrieval_weight), None  # its ranking is its placing
-        else:  # a page without a text layer (an image, a scan) is placed within its share as one image alone is
+            weights = image_weights(image_retrieval_weight)  # its ranking is its placing
+        elif images_alone:  # a page without a text layer (an image, a scan) placed within its share as one image is
             placing = [None if r.source == "text layer" else
                        image_weights(image_retrieval_weight if placed_lines(r.lines) else 0.0) for r in reads]
         values = retrieval_parts(arr, embedded, reads, question, t) if weights["retrieval_weight"] else None

@@ -32,8 +32,8 @@ class PageAllocation:
         relevance: [hc, wc] the ranking score of every cell (what the context's top K compared: it decided the
             page's share of the saccades).
         placing: [hc, wc] what the page's sampler read (:func:`~arr_coc.contexts.ranking.placing_map`: the ARR's
-            relevance, plus the ranking's text parts in its units where the page matched the question; a page
-            without a text layer: plus its lines' retrieval alone, as one image is placed).
+            relevance, plus the ranking's text parts in its units where the page matched the question; one image,
+            or a page without a text layer under ``images_alone``: plus its lines' retrieval alone).
         words: the page's words in canvas pixels (text layer, rendered text, or OCR).
         text_from: "text layer", "ocr" or "none".
         image_size: (H, W) px of the page before its canvas.

@@ -88,11 +88,10 @@ class ContextReading:
     def identity(self) -> tuple[dict, dict]:
         s = self.settings
         # readings: rows of both readings (region and find) never mix with rows of the region reading alone; the
-        # budget rule's legible side: rows split under another rule never mix with these; image pages: a page
-        # without a text layer is placed within its share as one image is (contexts.allocate)
+        # budget rule's legible side: rows split under another rule never mix with these
         return ({**arr_settings(self.arr), "task": "contexts", "reader": s.reader, "margin_px": s.margin_px,
                  "readings": ["region", "find"], "ranking": s.weights(), "text_tokenizer": tokenizer_name(),
-                 "contexts": s.contexts, "gestalt_legible_side": LEGIBLE_SIDE, "image_pages": "placed as one image"},
+                 "contexts": s.contexts, "gestalt_legible_side": LEGIBLE_SIDE},
                 {} if self.retriever is None else {NEEDS_RETRIEVER: {"retriever": self.retriever.name}})
 
     def rows(self, unit: Unit, todo: list, done: set) -> Iterator[list[dict]]:

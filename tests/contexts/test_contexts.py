@@ -419,11 +419,12 @@ def test_an_image_with_a_few_lines_is_placed_by_its_relevance_alone():
                            .pages[0].placing)
 
 
-def test_each_image_of_a_context_is_placed_within_its_share_as_one_image_is():
-    """In a context of images the ranking (the PDF's weights) decides each page's share of the saccades; each page
-    without a text layer places its share on its relevance plus 0.5 x its lines' retrieval (image_retrieval_weight),
-    as one image alone is: the shares do not depend on that weight; weight 0 places every page on its relevance
-    itself (the control); a page whose OCR reads no line (the mirrored copy) keeps its relevance at any weight."""
+def test_images_alone_places_each_image_of_a_context_within_its_share_as_one_image_is():
+    """In a context of images the ranking (the PDF's weights) decides each page's share of the saccades; with
+    ``images_alone`` each page without a text layer places its share on its relevance plus 0.5 x its lines' retrieval
+    (image_retrieval_weight), as one image alone is: the shares do not depend on that weight; weight 0 places every
+    page on its relevance itself (the control); a page whose OCR reads no line (the mirrored copy) keeps its
+    relevance at any weight; by default each page is placed on the ranking (its cells the context's top K)."""
     from arr_coc.contexts.pagetext import legible_lines
     from arr_coc.contexts.ranking import retrieval_map
     from arr_coc.engine.channels.text import text_lines
@@ -431,9 +432,11 @@ def test_each_image_of_a_context_is_placed_within_its_share_as_one_image_is():
     arr, q = _arr(MVP_CHANNELS + ("text_match", "key_value")), "What is the TOTAL?"
     page = _printed(28)
     pages = [page, page.flip(-1)]
-    out, plain = allocate(arr, pages, q, "11%"), allocate(arr, pages, q, "11%", image_retrieval_weight=0.0)
+    out = allocate(arr, pages, q, "11%", images_alone=True)
+    plain = allocate(arr, pages, q, "11%", image_retrieval_weight=0.0, images_alone=True)
+    default = allocate(arr, pages, q, "11%")
     assert [p.text_from for p in out.pages] == ["ocr", "ocr"] and out.tokens == plain.tokens == 123  # 11 % of 1120
-    assert [p.saccades for p in out.pages] == [p.saccades for p in plain.pages]  # the ranking's shares
+    assert [p.saccades for p in out.pages] == [p.saccades for p in plain.pages] == [p.saccades for p in default.pages]
     assert out.pages[0].saccades == out.saccades > 0  # the matched lines outrank the mirrored page's relevance
     assert torch.equal(out.pages[1].placing, plain.pages[1].placing)  # no line read: its relevance
     rel, placing = plain.pages[0].placing, out.pages[0].placing  # weight 0: the relevance itself
@@ -444,7 +447,11 @@ def test_each_image_of_a_context_is_placed_within_its_share_as_one_image_is():
     total = retrieval_map([ln for ln in lines if "TOTAL" in ln[0]], torch.ones(1), (784, 560), 28) > 0
     # the context's best line (the question's) has value 1: half the page's relevance span
     assert torch.allclose(added[total], torch.full((int(total.sum()),), 0.5 * span), rtol=1e-5, atol=1e-6)
-    for a in (out, plain):  # each page's cells: the top k_i of its placing map (top-K sampler)
+    assert not torch.equal(default.pages[0].placing, placing)  # by default: the ranking, its top K the page's cells
+    ranked, width = default.pages[0].relevance, default.pages[0].relevance.shape[1]
+    assert {tuple(c) for c in default.pages[0].plan.cells.tolist()} == {
+        (int(i) // width, int(i) % width) for i in torch.topk(ranked.flatten(), default.pages[0].saccades).indices}
+    for a in (out, plain, default):  # each page's cells: the top k_i of its placing map (top-K sampler)
         for p in a.pages:
             width = p.placing.shape[1]
             top = {(int(i) // width, int(i) % width) for i in torch.topk(p.placing.flatten(), p.saccades).indices}
