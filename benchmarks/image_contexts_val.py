@@ -73,8 +73,9 @@ def main() -> None:
     args = ap.parse_args()
     arr = ARR.from_pretrained("contextual").eval()
     reader = make_view_reader("tesseract", "region")
-    records = load_image_paraphrase(split=args.split)[: args.limit]
-    images = list(dict.fromkeys(r.image for r in load_image_paraphrase(split=args.split)))
+    every = load_image_paraphrase(split=args.split)
+    records = every[: args.limit]
+    images = list(dict.fromkeys(r.image for r in every))  # the split's images in file order
     ways = settings(args.retrieval, args.placing)
     rows = []
     for n, r in enumerate(tqdm(records, desc=f"image contexts ({args.split})")):

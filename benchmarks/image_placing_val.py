@@ -3,9 +3,9 @@
 One image without a text layer is placed on its relevance plus a weight times its text lines' retrieval map
 (:func:`arr_coc.contexts.allocate.image_placing`: the lines its text channels read, ranked by the ARR's retriever,
 painted with their values). For each validation question this reads (Tesseract, the answer box + 8 px, the eval's
-own ``allocation_rows``) the ``arr`` method's view with its relevance alone (weight 0) and at each ``--weights``;
-(``--rerank N``: the image's N best lines reordered by the retriever's cross-encoder);
-prints the mean reading per kind and writes them to ``--out``.
+own ``allocation_rows``) the ``arr`` method's view with its relevance alone (weight 0) and at each ``--weights``
+(with each ``--rerank N``: the image's N best lines reordered by the retriever's cross-encoder, 0 for none); prints
+the mean reading per kind and writes them to ``--out``.
 
 `arr-coc eval --split val` refuses these splits (the shipped scorer weights were chosen on them), so this script
 calls the eval's parts directly: its figures choose the weight, and are no held-out result.

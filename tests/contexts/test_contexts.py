@@ -326,6 +326,17 @@ def _printed(size: int, skip: int = 0) -> torch.Tensor:
     return torch.from_numpy(np.asarray(page).copy()).permute(2, 0, 1).float() / 255
 
 
+def _cells(page) -> set[tuple[int, int]]:
+    """The (y, x) cells a page allocation sends at full resolution."""
+    return {tuple(c) for c in page.plan.cells.tolist()}
+
+
+def _top_cells(scores: torch.Tensor, k: int) -> set[tuple[int, int]]:
+    """The (y, x) cells of the k largest values of a [Hc, Wc] map."""
+    width = scores.shape[1]
+    return {(int(i) // width, int(i) % width) for i in torch.topk(scores.flatten(), k).indices}
+
+
 def test_allocate_reads_the_text_channels_lines_for_one_images_gestalt():
     """allocate (and allocate_images, and the eval's MethodInputs) give large print the legible gestalt of its
     aspect and small print the square rule's, from the median height of the lines the text channels read."""
@@ -379,9 +390,8 @@ def test_one_image_is_placed_by_its_own_lines_retrieval():
     assert float(added[on_lines & ~total].max()) < 0.5 * span
     k = out.saccades
     assert k == plain.saccades == 46 and out.tokens == plain.tokens == 62  # 11 % of 28 x 20 cells; 4 x 4 gestalt
-    sent = lambda a: {tuple(c) for c in a.pages[0].plan.cells.tolist()}  # noqa: E731
-    width = placing.shape[1]
-    assert sent(out) == {(int(i) // width, int(i) % width) for i in torch.topk(placing.flatten(), k).indices}
+    sent = lambda a: _cells(a.pages[0])  # noqa: E731
+    assert sent(out) == _top_cells(placing, k)
     assert sent(out) != sent(plain)  # control: the relevance alone places elsewhere
     assert sum(bool(total[y, x]) for y, x in sent(out)) > sum(bool(total[y, x]) for y, x in sent(plain))
     seen = allocate(arr, see_context(arr, page), q, "11%")  # seen once: its lines are read at the question
@@ -448,15 +458,11 @@ def test_images_alone_places_each_image_of_a_context_within_its_share_as_one_ima
     # the context's best line (the question's) has value 1: half the page's relevance span
     assert torch.allclose(added[total], torch.full((int(total.sum()),), 0.5 * span), rtol=1e-5, atol=1e-6)
     assert not torch.equal(default.pages[0].placing, placing)  # by default: the ranking, its top K the page's cells
-    ranked, width = default.pages[0].relevance, default.pages[0].relevance.shape[1]
-    assert {tuple(c) for c in default.pages[0].plan.cells.tolist()} == {
-        (int(i) // width, int(i) % width) for i in torch.topk(ranked.flatten(), default.pages[0].saccades).indices}
+    assert _cells(default.pages[0]) == _top_cells(default.pages[0].relevance, default.pages[0].saccades)
     for a in (out, plain, default):  # each page's cells: the top k_i of its placing map (top-K sampler)
         for p in a.pages:
-            width = p.placing.shape[1]
-            top = {(int(i) // width, int(i) % width) for i in torch.topk(p.placing.flatten(), p.saccades).indices}
-            assert {tuple(c) for c in p.plan.cells.tolist()} == top
-    assert {tuple(c) for c in out.pages[0].plan.cells.tolist()} != {tuple(c) for c in plain.pages[0].plan.cells.tolist()}
+            assert _cells(p) == _top_cells(p.placing, p.saccades)
+    assert _cells(out.pages[0]) != _cells(plain.pages[0])
 
 
 def test_one_images_lines_reordered_by_a_reranker_only_when_asked():
