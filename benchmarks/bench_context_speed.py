@@ -34,7 +34,8 @@ SEE_STAGES = ("canvas", "texture", "coupling", "retrieval")
 QUESTION_STAGES = ("query", "coupling", "scoring", "retrieval", "text_layer", "selection")
 
 
-def child(document: str, limit: int | None, threads: int | None, query_batch: int | None = None) -> dict:
+def child(document: str, limit: int | None, threads: int | None, query_batch: int | None = None,
+          layer: str | None = None) -> dict:
     """This process's code: see the window once, allocate every question; times (ms) and the allocations' digest."""
     import torch
 
@@ -62,31 +63,35 @@ def child(document: str, limit: int | None, threads: int | None, query_batch: in
     start, cpu = time.perf_counter(), time.process_time()
     context = read_pdf(doc.path, pages=PAGES, dpi=DPI)
     with torch.inference_mode():
-        seen = see_context(arr, context)
+        seen = see_context(arr, context) if layer is None else see_context(arr, context, layer_relevance=layer)
     see_ms, see_cpu = (time.perf_counter() - start) * 1e3, (time.process_time() - cpu) * 1e3
     texts = page_texts(seen)
     grids = [g for scene in seen.scenes for g in scene.extents]
     total = Budget.parse(f"{COMPRESSION:g}x").total(sum(h * w for h, w in grids),
                                                       text_tokens=text_tokens("\n\n".join(texts)), pages=len(seen))
-    rows, digest = [], hashlib.blake2b(digest_size=8)
+    rows, digest, cells = [], hashlib.blake2b(digest_size=8), []
     for q in tqdm(questions, desc="questions", file=sys.stderr):
         start, cpu = time.perf_counter(), time.process_time()
         with torch.inference_mode():
-            out = allocate(arr, seen, q, Budget.parse(total))
+            out = allocate(arr, seen, q, Budget.parse(total)) if layer is None else \
+                allocate(arr, seen, q, Budget.parse(total), layer_relevance=layer)
         rows.append({"ms": (time.perf_counter() - start) * 1e3, "cpu": (time.process_time() - cpu) * 1e3,
                      **out.timings_ms})
         for p in out.pages:
             digest.update(json.dumps([p.index, p.plan.cells.tolist()]).encode())
+        cells.append([[p.index, *c] for p in out.pages for c in p.plan.cells.tolist()])
     return {"see_ms": see_ms, "see_cpu": see_cpu, "see": seen.timings_ms, "questions": rows, "tokens": total, "pages": len(seen),
-            "digest": digest.hexdigest(), "n": len(questions)}
+            "digest": digest.hexdigest(), "n": len(questions), "cells": cells}
 
 
-def run_side(root: Path, document: str, limit: int | None, threads: int | None, query_batch: int | None = None) -> dict:
-    """One fresh process of the code under ``root``."""
+def run_side(root: Path, document: str, limit: int | None, threads: int | None, query_batch: int | None = None,
+             layer: str | None = None) -> dict:
+    """One fresh process of the code under ``root`` (``layer``: its ``layer_relevance``)."""
     env = {**os.environ, "PYTHONPATH": str(root)}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--document", document]
     cmd += ([] if limit is None else ["--limit", str(limit)]) + ([] if threads is None else ["--threads", str(threads)])
     cmd += [] if query_batch is None else ["--query-batch", str(query_batch)]
+    cmd += [] if layer is None else ["--layer-relevance", layer]
     done = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True, check=True, cwd=root)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -133,25 +138,33 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own)")
     p.add_argument("--query-batch", type=int, default=None,
                    help="MiniLM's batch_size (default: the encoder's, 256); not the eval's ARR, its vectors differ in the last bits")
+    p.add_argument("--layers", action="store_true",
+                   help="this code twice: text-layer pages ranked on the ARR's relevance, then on their ink (the default)")
+    p.add_argument("--layer-relevance", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child:
-        print(json.dumps(child(args.document, args.limit, args.threads, args.query_batch)))
+        print(json.dumps(child(args.document, args.limit, args.threads, args.query_batch, args.layer_relevance)))
         return
-    roots = {"this code": ROOT} if args.before is None else {"before": args.before.resolve(), "this code": ROOT}
+    if args.layers and args.before:
+        p.error("--layers compares this code with itself: leave --before out")
+    roots = {"this code": (ROOT, None)} if args.before is None else {"before": (args.before.resolve(), None),
+                                                                     "this code": (ROOT, None)}
+    if args.layers:
+        roots = {"ARR relevance": (ROOT, "arr"), "ink (default)": (ROOT, "ink")}
     runs: dict[str, list[dict]] = {n: [] for n in roots}
     for _ in range(args.repeats):
-        for name, root in roots.items():  # interleaved: both sides see the same load
-            runs[name].append(run_side(root, args.document, args.limit, args.threads, args.query_batch))
+        for name, (root, layer) in roots.items():  # interleaved: both sides see the same load
+            runs[name].append(run_side(root, args.document, args.limit, args.threads, args.query_batch, layer))
             print(f"{name}: see {runs[name][-1]['see_ms']:.0f} ms, questions "
                   f"{[round(r['ms']) for r in runs[name][-1]['questions']]} ms, allocations {runs[name][-1]['digest']}",
                   flush=True)
-    one = runs["this code"][0]
+    one = runs[list(roots)[-1]][0]
     same = len({run["digest"] for side in runs.values() for run in side}) == 1
     cmd = "python benchmarks/bench_context_speed.py" + (f" --before {args.before}" if args.before else "") \
         + f" --repeats {args.repeats}" + (f" --limit {args.limit}" if args.limit else "") \
         + (f" --threads {args.threads}" if args.threads else "") \
-        + (f" --query-batch {args.query_batch}" if args.query_batch else "")
+        + (f" --query-batch {args.query_batch}" if args.query_batch else "") + (" --layers" if args.layers else "")
     lines = ["# Context speed: a 20-page PDF seen once, then each question (coc at 10x)", "",
              f"`{args.document}` pages {PAGES} at {DPI:g} dpi ({one['pages']} pages), {one['n']} texlive-paraphrase "
              f"validation questions, coc at {COMPRESSION:g}x = {one['tokens']} tokens; {args.repeats} fresh process(es)"
@@ -161,6 +174,12 @@ def main() -> None:
              *table({n: summary(r) for n, r in runs.items()}), ""]
     if args.before:
         lines += [f"Same allocations (every page's cells, in order, every question): {'yes' if same else 'NO'}.", ""]
+    if args.layers:
+        a, b = (runs[n][0]["cells"] for n in roots)
+        shared = [len({tuple(c) for c in x} & {tuple(c) for c in y}) / max(1, len(x)) for x, y in zip(a, b)]
+        lines += [f"Saccade cells the two rankings share (per question, then the median): "
+                  f"{statistics.median(shared):.0%} (min {min(shared):.0%}); the allocations differ by design "
+                  f"(what decides them is measured on validation questions in docs/coc.md, not here).", ""]
     lines += [f"`{cmd}`", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))

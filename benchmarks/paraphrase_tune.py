@@ -8,8 +8,12 @@ For every question of ``texlive-paraphrase`` (hand-written, over a window of up 
 setting is never chosen on test questions) the ranking's parts are computed once and kept in ``--cache``:
 each window page's words and lines from the PDF's text layer at 100 dpi moved onto its canvas, the lines'
 passage embeddings (bge-small), the question's line scores, BM25 line scores (bm25s) and the cross-encoder's
-logits for the best lines of every first stage. **Each page's ARR relevance is set to zero**: nothing is
-rendered and no ARR runs, so this measures the text parts alone (the full pipeline adds the relevance).
+logits for the best lines of every first stage. **Each page's ARR relevance is set to zero** (``--relevance
+zero``, the default): nothing is rendered and no ARR runs, so this measures the text parts alone. ``--relevance
+arr`` reads each page's ARR relevance for the question as the full pipeline does (the window rendered at 100 dpi,
+seen by the eval's default ARR, each question scored: ~20 s a window, kept in the cache beside the parts);
+``ink`` reads the share of each cell that the text layer's word boxes cover (question-free, nothing rendered: what
+a text-layer page is ranked on by default, ``arr_coc.contexts.ranking.LAYER_RELEVANCE``).
 
 Each setting then ranks the cells (:func:`arr_coc.contexts.ranking_score`, :func:`arr_coc.contexts.rank_cells`)
 with K from T = text tokens / compression, as a context allocation splits it, and scores the answer's
@@ -61,14 +65,17 @@ from arr_coc.contexts.ranking import (
     LINE_TAIL,
     RETRIEVAL_TOP,
     RETRIEVAL_WEIGHT,
+    ink_map,
     line_scores,
     passage_texts,
     retrieval_map,
     text_parts,
+    unit,
 )
 from arr_coc.data.context_jsonl import find_answer
 from arr_coc.engine.canvas import smart_resize
 from arr_coc.engine.imageops import paint_boxes
+from arr_coc.eval.intervals import bootstrap_mean
 
 DPI = 100.0
 FIRST_STAGES = (0.0,)  # BM25 fusion weights whose best lines the cross-encoder reads (cached once)
@@ -77,7 +84,8 @@ RERANK_MAX = 32
 
 
 def windows(dataset: str, split: str, n_docs: int, n_questions: int):
-    """(window id, its pages (text layer; words in page px), questions [(id, question, kind, answer page, boxes)])."""
+    """(window id, its pages (text layer; words in page px), questions [(id, question, kind, answer page, boxes)],
+    (the PDF, its pages))."""
     from arr_coc.documents.pdf import read_pdf
 
     if dataset == "texlive-paraphrase":
@@ -93,7 +101,7 @@ def windows(dataset: str, split: str, n_docs: int, n_questions: int):
             for q in qs:
                 at = q.answer_page - 1 - first
                 out.append((q.id, q.question, q.kind, at, list(find_answer(ctx.pages[at].words, q.answers))))
-            yield f"{doc}#{pages}", ctx, out
+            yield f"{doc}#{pages}", ctx, out, (path, pages)
     else:
         from arr_coc.data.contexts import texlive_context_set
         from arr_coc.documents.corpus import documents
@@ -103,7 +111,7 @@ def windows(dataset: str, split: str, n_docs: int, n_questions: int):
         for item in items:  # the window's text layer, not rendered (the questions' boxes are on it)
             ctx = read_pdf(paths[item.context_id.split("#")[0]], pages="1-20", dpi=DPI, render=False)
             yield item.context_id, ctx, [(q.record_id, q.question, q.kind, q.pages[0], [q.boxes])
-                                         for q in item.questions]
+                                         for q in item.questions], (paths[item.context_id.split("#")[0]], "1-20")
 
 
 def bm25_lines(texts: list[str], questions: list[str]) -> list[torch.Tensor]:
@@ -194,8 +202,35 @@ def rerank_all(win: dict, reranker) -> None:
     win["rerank_alone"] = True
 
 
+def arr_relevance(wid: str, source: tuple, qs: list, cache: Path, arr, sizes: list, cell: int) -> list:
+    """Per question, each page's ARR relevance [hc, wc] (scaled to [0, 1]) as the full pipeline scores it under
+    ``layer_relevance="arr"`` (cached in ``cache``): the window rendered at 100 dpi and seen once
+    (:func:`arr_coc.contexts.see_context`), each question's :func:`arr_coc.contexts.rank_parts`."""
+    from arr_coc.contexts import rank_parts, see_context
+    from arr_coc.documents.pdf import read_pdf
+
+    path = cache / (wid.replace("/", "_").replace("#", "_") + ".arr.pt")
+    if path.is_file():
+        return torch.load(path, weights_only=False)
+    seen = see_context(arr, read_pdf(source[0], pages=source[1], dpi=DPI), layer_relevance="arr")
+    out = []
+    with torch.no_grad():
+        for q in qs:
+            rels = [part.relevance.float() for part in rank_parts(arr, seen, q[1])]
+            assert [tuple(r.shape) for r in rels] == [(h // cell, w // cell) for h, w in sizes], wid
+            out.append(rels)
+    torch.save(out, path)
+    return out
+
+
+def ink(win: dict, cell: int) -> list[torch.Tensor]:
+    """Each page's share of every cell [hc, wc] that its words' boxes cover (:func:`arr_coc.contexts.ranking.ink_map`,
+    what a text-layer page is ranked on by default)."""
+    return [ink_map(ws, size, cell) for size, ws in zip(win["sizes"], win["words"])]
+
+
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
-           "head", "tail", "typed", "page_prior", "legible")
+           "head", "tail", "typed", "page_prior", "legible", "relevance")
 
 
 def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
@@ -213,9 +248,11 @@ def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> 
     """The answer's coverage at each compression under setting ``s`` (the best-covered occurrence; 0 without one)."""
     values = values_for(win, q, s)
     ranks = []
-    for part, size, ls, v in zip(q["parts"], win["sizes"], win["lines"], values):
+    rels = q.get("relevance", {}).get(s["relevance"]) or [None] * len(q["parts"])
+    for part, size, ls, v, rel in zip(q["parts"], win["sizes"], win["lines"], values, rels):
         found = retrieval_map(ls, v, size, cell, s["head"], s["tail"])[: part.text.shape[0], : part.text.shape[1]]
-        ranks.append(ranking_score(replace(part, retrieval=found), retrieval_weight=s["weight"]))
+        part = replace(part, retrieval=found) if rel is None else replace(part, retrieval=found, relevance=unit(rel))
+        ranks.append(ranking_score(part, retrieval_weight=s["weight"]))
     grids = [(h // cell, w // cell) for h, w in win["sizes"]]
     at, out = q["at"], {}
     for c in compressions:
@@ -258,26 +295,34 @@ def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str
             for kind in kinds:
                 ks = [v for v, k in zip(vals[c], cov["kinds"]) if k == kind]
                 row[f"{c:g}x {kind}"] = statistics.fmean(ks)
+            diff = [a - b for a, b in zip(vals[c], cov[0][c])]  # paired, question by question, against row 1
+            row[f"{c:g}x vs row 1"] = (statistics.fmean(diff), *bootstrap_mean(diff))
         rows.append(row)
     with open(args.out / "grid.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
-        w.writerows({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()} for r in rows)
+        w.writerows({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items() if "vs row" not in k}
+                    for r in rows)
     cmd = "python benchmarks/paraphrase_tune.py " + " ".join(sys.argv[1:])
     n = len(cov["kinds"])
     lines = [f"made by: `{cmd}`", "",
              f"{args.dataset} {args.split}: {n} questions ({', '.join(f'{k} {v}' for k, v in kinds.items())}); each "
-             f"page's ARR relevance set to zero (the text parts alone); coverage = share of the answer's area in "
-             f"full-resolution cells (best occurrence), strict = coverage >= 0.5, mean over questions.", "",
+             f"page's relevance: the relevance column (zero: the text parts alone); coverage = share of the answer's "
+             f"area in full-resolution cells (best occurrence), strict = coverage >= 0.5, mean over questions; "
+             f"'vs row 1': the coverage's paired difference from the first row, question by question, with its 95 % "
+             f"bootstrap interval.", "",
              "ms per question (mean over the questions of this run, this machine): "
              + ", ".join(f"{k} {statistics.fmean(v):.1f}" for k, v in sorted(ms.items())), "",
              "| " + " | ".join(SETTING) + " | " + " | ".join(f"{c:g}x {m}" for c, m in cols) + " | "
-             + " | ".join(f"{c:g}x {k}" for c in args.compression for k in kinds) + " |",
-             "|" + "---|" * len(SETTING) + "---:|" * (len(cols) + len(kinds) * len(args.compression))]
+             + " | ".join(f"{c:g}x {k}" for c in args.compression for k in kinds) + " | "
+             + " | ".join(f"{c:g}x vs row 1" for c in args.compression) + " |",
+             "|" + "---|" * len(SETTING) + "---:|" * (len(cols) + (len(kinds) + 1) * len(args.compression))]
     for r in rows:
         lines.append("| " + " | ".join(f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in SETTING) + " | "
                      + " | ".join(f"{r[f'{c:g}x {m}']:.3f}" for c, m in cols) + " | "
-                     + " | ".join(f"{r[f'{c:g}x {k}']:.3f}" for c in args.compression for k in kinds) + " |")
+                     + " | ".join(f"{r[f'{c:g}x {k}']:.3f}" for c in args.compression for k in kinds) + " | "
+                     + " | ".join("{:+.3f} [{:+.3f}, {:+.3f}]".format(*r[f"{c:g}x vs row 1"])
+                                  for c in args.compression) + " |")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print((args.out / "summary.md").read_text())
 
@@ -314,6 +359,8 @@ def main() -> None:
             ("--legible", int, LEGIBLE_SIDE,
              "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)")):
         ap.add_argument(flag, type=kind, nargs="+", default=[default], help=text)
+    ap.add_argument("--relevance", nargs="+", default=["zero"], choices=["zero", "ink", "arr"],
+                    help="each page's relevance: zero (the text parts alone), ink (its words' cover), arr (the ARR's)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
     args = ap.parse_args()
     if min(args.head) < 0 or not all(0.0 <= t <= 1.0 for t in args.tail):
@@ -324,11 +371,19 @@ def main() -> None:
     from arr_coc.engine.retrieval import BgeSmallRetriever, CrossEncoderReranker
 
     retriever, reranker, canvas = BgeSmallRetriever(), CrossEncoderReranker(), CanvasConfig()
+    arr = None
+    if "arr" in args.relevance:  # the eval's default ARR (default channels, MiniLM questions)
+        from arr_coc.config import ARRConfig
+        from arr_coc.engine.pipeline import ARR
+        from arr_coc.engine.query import MiniLMQueryEncoder
+
+        arr = ARR(ARRConfig(), query_encoder=MiniLMQueryEncoder().load()).eval()
+        assert arr.config.canvas == canvas, "the tuner's canvas is the ARR's"
     cache = args.cache / f"{args.dataset}-{args.split}"
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
-        args.legible)]
+        args.legible, args.relevance)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]
     grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage
@@ -340,8 +395,12 @@ def main() -> None:
     kinds: dict[str, int] = defaultdict(int)
     ms: dict[str, list[float]] = defaultdict(list)
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
-    for wid, ctx, qs in tqdm(wins, desc="windows"):
+    for wid, ctx, qs, source in tqdm(wins, desc="windows"):
         win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas)
+        found = {"ink": [ink(win, canvas.cell)] * len(qs) if "ink" in args.relevance else None,
+                 "arr": arr_relevance(wid, source, qs, cache, arr, win["sizes"], canvas.cell) if arr else None}
+        for i, q in enumerate(win["questions"]):
+            q["relevance"] = {name: rels[i] for name, rels in found.items() if rels is not None}
         for q, (_, _, _, at, _) in zip(win["questions"], qs):
             q["options"] = canvas_options(win, q, ctx.pages[at].size)
             q["pooled"] = pooled_boxes(q, win["sizes"][at], canvas.cell)

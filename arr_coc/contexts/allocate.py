@@ -9,10 +9,12 @@
    :data:`~arr_coc.contexts.seen.CHUNK_PIXELS` drawn pixels at once, :mod:`arr_coc.contexts.seen`); what the
    ranking needs of a page (its relevance, its words) is kept, its pixels are not unless all pages fit one
    chunk: a page's canvas is drawn again when asked for;
-3. every page is scored by the same ARR (one scorer, one question); a page's known text (a text layer,
-   rendered words, or lines read by ``ocr``) goes to the ``text_match`` / ``key_value`` channels on its scene
+3. every page without a text layer is scored by the same ARR (one scorer, one question); a page's known text
+   (rendered words, or lines read by ``ocr``) goes to the ``text_match`` / ``key_value`` channels on its scene
    (:class:`~arr_coc.engine.channel_registry.PageText`), so no OCR runs on it. An image page is read by the text
-   channels' OCR when the context has other pages to rank it against (or ``ocr`` is given);
+   channels' OCR when the context has other pages to rank it against (or ``ocr`` is given). A page with a text
+   layer (a PDF's, a text file's set words) takes the share of each cell its words cover as its relevance
+   (:func:`~arr_coc.contexts.ranking.ink_map`; ``layer_relevance="arr"``: scored as the others are);
 4. one ranking over every cell of every page (:mod:`arr_coc.contexts.ranking`): the page's relevance scaled
    to [0, 1], plus the text-layer match, the page's best word and where a matched line's answer sits; the
    context's top K cells (ties to the earlier page, then cell) decide each page's share k_i of the saccades;
@@ -44,21 +46,34 @@ from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
+    LAYER_RELEVANCE,
     NEAR_WEIGHT,
     PAGE_WEIGHT,
     RETRIEVAL_WEIGHT,
     TEXT_WEIGHT,
     Line,
     RankParts,
+    check_layer_relevance,
+    ink_map,
     line_scores,
     passage_texts,
     placing_map,
     rank_cells,
     ranking_score,
     text_parts,
+    unit,
 )
 from arr_coc.contexts.result import ContextAllocation, PageAllocation
-from arr_coc.contexts.seen import CHUNK, ContextScene, PageRead, canvas_grids, embed_lines, read_chunk, read_pages
+from arr_coc.contexts.seen import (
+    CHUNK,
+    ContextScene,
+    PageRead,
+    canvas_grids,
+    embed_lines,
+    read_chunk,
+    read_pages,
+    scored,
+)
 from arr_coc.contexts.tokens import text_tokens as count_tokens
 from arr_coc.contexts.tokens import tokenizer_name
 from arr_coc.documents.pdf import DEFAULT_DPI
@@ -132,27 +147,43 @@ def check_context(config: ARRConfig, context: Any, budget: Any = None, *, pages:
 
 
 def _score(arr: ARR, scene: Scene, question: str | Sequence[str], gestalts: Sequence[tuple[int, int]] | None,
-           t: dict[str, float], coupled: Coupled | None = None) -> list[tuple[Tensor, Tensor, Tensor, Tensor]]:
-    """Per page of a chunk: its relevance [hc, wc], valid cells, context weights [3] and question embedding [1, D].
+           t: dict[str, float], coupled: Coupled | None = None, reads: Sequence[PageRead] | None = None,
+           layer_relevance: str = LAYER_RELEVANCE) -> list[tuple[Tensor, Tensor, Tensor | None, Tensor]]:
+    """Per page of a chunk: its relevance [hc, wc], valid cells, context weights [3] (None: no scorer ran on it)
+    and question embedding [1, D].
 
     ``question``: one for every page, or one per page (a batch of one-page contexts). The gestalt the scorer reads
-    is the chunk's (its vector: the mean of each page's cells), on the pages' grid.
+    is the chunk's (its vector: the mean of each page's cells), on the pages' grid. ``reads``: the chunk's pages as
+    read; under ``layer_relevance="ink"`` a page with a text layer takes its words' ink as its relevance, and a
+    chunk of such pages alone is not scored (:func:`~arr_coc.contexts.seen.scored`).
     """
     tc: dict[str, float] = {}
     c = scene.canvas
-    grid = None if gestalts is None else (min(g[0] for g in gestalts), min(g[1] for g in gestalts))
-    g = arr.gestalt(scene, arr.config.sampler.saccades, grid)
     # the question was checked once, where the request entered (allocate): every chunk takes it as it is
     questions = Questions([question] * c.batch_size if isinstance(question, str) else list(question),
                           arr.max_question_tokens, None)
-    given = None if coupled is None else coupled(c, questions)
-    relevance, query_emb = arr.score(scene, questions, g.vector, timings=tc, given=given)
+    layer = [r.source == "text layer" for r in reads] if reads is not None else [False] * c.batch_size
+    if scored(layer, layer_relevance):
+        grid = None if gestalts is None else (min(g[0] for g in gestalts), min(g[1] for g in gestalts))
+        g = arr.gestalt(scene, arr.config.sampler.saccades, grid)
+        given = None if coupled is None else coupled(c, questions)
+        relevance, query_emb = arr.score(scene, questions, g.vector, timings=tc, given=given)
+        maps, weights = relevance.map, list(relevance.weights)
+    else:  # every page ranked on its ink: the question's embedding alone (what a sampler may read)
+        start = time.perf_counter()
+        query_emb = arr.query_encoder.encode(questions).to(c.pixels)
+        tc["query"] = (time.perf_counter() - start) * 1e3
+        maps, weights = None, [None] * c.batch_size
     for name, ms in tc.items():
         t[name] = t.get(name, 0.0) + ms
     out = []
     for r, (h, w) in enumerate(c.sizes):
         gh, gw = h // c.cell, w // c.cell
-        out.append((relevance.map[r, :gh, :gw], c.valid[r, :gh, :gw], relevance.weights[r], query_emb[r: r + 1]))
+        if layer[r] and layer_relevance == "ink":
+            rel, weight = unit(ink_map(reads[r].words, (h, w), c.cell)).to(c.pixels), None
+        else:
+            rel, weight = maps[r, :gh, :gw], weights[r]
+        out.append((rel, c.valid[r, :gh, :gw], weight, query_emb[r: r + 1]))
     return out
 
 
@@ -169,7 +200,8 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
              tokenizer: Any = None, ocr: OCR | None = None, text_weight: float = TEXT_WEIGHT,
              page_weight: float = PAGE_WEIGHT, near_weight: float = NEAR_WEIGHT,
              retrieval_weight: float = RETRIEVAL_WEIGHT, chunk: int = CHUNK,
-             image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT, images_alone: bool = False) -> ContextAllocation:
+             image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT, images_alone: bool = False,
+             layer_relevance: str = LAYER_RELEVANCE) -> ContextAllocation:
     """Allocate one budget over any input's pages for a question (one image is a context of one page).
 
     Args:
@@ -201,6 +233,10 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
             the ranking; the ranking still decides the shares. Off by default: on contexts of 4 receipts and forms
             it read 0.753 against 0.704 (validation), on a scanned manual's title-page questions at 20x it lost
             (docs/coc.md, "Several images").
+        layer_relevance: what a page with a text layer is ranked and placed on under the question's parts:
+            ``"ink"`` (the default), the share of each cell its words cover, its texture and scorer not computed;
+            ``"arr"``, the ARR's relevance, as a page without text (:data:`~arr_coc.contexts.ranking.LAYER_RELEVANCE`).
+            A :class:`ContextScene` seen with ``"ink"`` has no texture to score: ``"arr"`` needs one seen with it.
 
     Returns:
         A :class:`ContextAllocation`: ``.pages[i]`` per page; ``.tokens`` is exactly the budget's total (or the
@@ -216,8 +252,12 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
     question = check_queries([question], 1, arr.max_question_tokens)[0]
     budget = Budget.saccades(arr.config.sampler.saccades) if budget is None else Budget.parse(budget)
     arr.check_weights()
+    check_layer_relevance(layer_relevance)
     t: dict[str, float] = {}
     if isinstance(context, ContextScene):
+        if layer_relevance == "arr" and context.layer_relevance == "ink":
+            raise ValueError("this context was seen with layer_relevance='ink' (its text-layer pages have no texture "
+                             "to score); see it with see_context(..., layer_relevance='arr') to allocate with 'arr'")
         grids = [g for scene in context.scenes for g in scene.extents]
         split = None if budget.needs_text else plan_budget(arr.config, budget, grids)
         source, meta, stream = context.context.source, context.context.meta, context.chunks()
@@ -228,14 +268,15 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         t["load"] = (time.perf_counter() - start) * 1e3
         one_chunk = len(grids) <= max(1, int(chunk))  # all pages in memory at once anyway: their canvases are kept
         source, meta = opened.source, opened.meta
-        stream = read_pages(arr, opened, ocr, chunk, t, keep=one_chunk)
+        stream = read_pages(arr, opened, ocr, chunk, t, keep=one_chunk, layer_relevance=layer_relevance)
     reads: list[PageRead] = []
-    scored: list[tuple[Tensor, Tensor, Tensor, Tensor]] = []
+    scores: list[tuple[Tensor, Tensor, Tensor | None, Tensor]] = []
     height, lone = None, []
     with torch.no_grad():  # a ranking, not a training step: no graph over the pages
         for scene, read in stream:
-            scored.extend(_score(arr, scene, question, None if split is None else
-                                 split[0][len(reads): len(reads) + len(read)], t))
+            scores.extend(_score(arr, scene, question, None if split is None else
+                                 split[0][len(reads): len(reads) + len(read)], t, reads=read,
+                                 layer_relevance=layer_relevance))
             if len(grids) == 1:  # one page: its lines as the text channels read them, for its gestalt and placing
                 channel_lines = text_lines(arr, scene)[0]
                 height = None if channel_lines is None else median_height(channel_lines)
@@ -258,7 +299,7 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
             placing = [None if r.source == "text layer" else
                        image_weights(image_retrieval_weight if placed_lines(r.lines) else 0.0) for r in reads]
         values = retrieval_parts(arr, embedded, reads, question, t) if weights["retrieval_weight"] else None
-        out = _pages(arr, reads, scored, grids, gestalts, k, question, weights, t, values, placing)
+        out = _pages(arr, reads, scores, grids, gestalts, k, question, weights, t, values, placing)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
 
 
@@ -371,7 +412,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
         scene, reads = read_chunk(arr, [d for opened, _, _ in checked for d in opened.draw([0])], None, False, t)
         splits = [split if split is not None else plan_budget(arr.config, budget, grids)
                   for _, grids, split in checked]  # an image has no text: a compression is refused here
-        scored = _score(arr, scene, questions, [s[0][0] for s in splits], t, coupled)
+        scores = _score(arr, scene, questions, [s[0][0] for s in splits], t, coupled)
         # each image's gestalt where its text stays legible and its placing: its lines as the text channels read
         # them (the scorer above read the square rule's gestalt, as allocate's does)
         channel_lines = text_lines(arr, scene)
@@ -379,7 +420,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
                   for (_, grids, _), ls in zip(checked, channel_lines)]
         del scene
         weights = image_weights(image_retrieval_weight)
-        for (opened, grids, _), (gestalts, k), read, score, q, ls in zip(checked, splits, reads, scored, questions,
+        for (opened, grids, _), (gestalts, k), read, score, q, ls in zip(checked, splits, reads, scores, questions,
                                                                         channel_lines):
             read = replace(read, lines=placed_lines(legible_lines(ls)))
             values = retrieval_parts(arr, None, [read], q, t) if image_retrieval_weight else None
@@ -389,7 +430,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
     return out
 
 
-def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, Tensor, Tensor, Tensor]],
+def _pages(arr: ARR, reads: Sequence[PageRead], scores: Sequence[tuple[Tensor, Tensor, Tensor | None, Tensor]],
            grids: Sequence[tuple[int, int]], gestalts: Sequence[tuple[int, int]], k: int, question: str,
            weights: dict[str, float], t: dict[str, float], values: Sequence[Tensor] | None = None,
            placing: Sequence[dict[str, float] | None] | None = None) -> list[PageAllocation]:
@@ -398,7 +439,7 @@ def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, T
     ranking's, None where they are)."""
     cell = arr.config.canvas.cell
     start = time.perf_counter()
-    parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], [s[0] for s in scored],
+    parts = text_parts(cell, [(h * cell, w * cell) for h, w in grids], [s[0] for s in scores],
                        [r.words for r in reads], [r.lines for r in reads], question, retrieved=values)
     t["text_layer"] = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
@@ -406,13 +447,13 @@ def _pages(arr: ARR, reads: Sequence[PageRead], scored: Sequence[tuple[Tensor, T
     shares = [len(c) for c in rank_cells(ranks, k)]
     out = []
     placing = placing or [None] * len(reads)
-    for read, (rel, valid, w, q), part, rank, gestalt, k_i, own in zip(reads, scored, parts, ranks, gestalts, shares,
+    for read, (rel, valid, w, q), part, rank, gestalt, k_i, own in zip(reads, scores, parts, ranks, gestalts, shares,
                                                                       placing):
         placed = placing_map(rel, part, **(weights if own is None else own))
         cells, scores = _place(arr, placed, k_i, valid, q)
         plan = Plan("arr", "cells", tuple(rel.shape), gestalt=tuple(gestalt), cells=cells, scores=scores)
         out.append(PageAllocation(read.page.index, read.image, plan, cell, rank, placed, read.words, read.source,
-                                  read.image_size, tuple(float(v) for v in w.tolist())))
+                                  read.image_size, None if w is None else tuple(float(v) for v in w.tolist())))
     t["selection"] = (time.perf_counter() - start) * 1e3
     return out
 
@@ -427,11 +468,13 @@ def rank_parts(arr: ARR, seen: ContextScene, question: str, k: int = 0, t: dict[
         k: unused (the scorer's gestalt vector does not depend on K).
         t: stage times (ms) are added here.
         relevance: each page's relevance when already known (the text parts of another wording of a
-            question); otherwise every page is scored.
+            question); otherwise every page is scored (its text-layer pages ranked on what ``seen`` was seen
+            for: their ink by default).
     """
     t = {} if t is None else t
     rels = list(relevance) if relevance is not None else [
-        s[0] for scene, _ in seen.chunks() for s in _score(arr, scene, question, None, t)]
+        s[0] for scene, rs in seen.chunks()
+        for s in _score(arr, scene, question, None, t, reads=rs, layer_relevance=seen.layer_relevance)]
     cell = arr.config.canvas.cell
     grids = [g for scene in seen.scenes for g in scene.extents]
     values = retrieval_parts(arr, seen, seen.reads, question, t)

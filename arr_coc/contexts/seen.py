@@ -16,7 +16,7 @@ from torch import Tensor
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.pagetext import OCR, page_text
-from arr_coc.contexts.ranking import passage_texts
+from arr_coc.contexts.ranking import LAYER_RELEVANCE, check_layer_relevance, passage_texts
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI
@@ -87,17 +87,25 @@ class PageRead:
     image_size: tuple[int, int] = (0, 0)  # (H, W) px of the page before its canvas
 
 
+def scored(has_layer: Sequence[bool], layer_relevance: str = LAYER_RELEVANCE) -> bool:
+    """Whether a chunk of pages is scored by the ARR: ``has_layer`` per page whether it has a text layer; a chunk whose
+    pages all have one is ranked on their words' ink alone under ``layer_relevance="ink"`` (nothing to score)."""
+    return check_layer_relevance(layer_relevance) == "arr" or not all(has_layer)
+
+
 def read_chunk(arr: ARR, drawn: Sequence[tuple[Page, Any]], ocr: OCR | None, read_images: bool,
                t: dict[str, float], redraw: Callable[[int], Callable[[], Tensor]] | None = None,
-               ) -> tuple[Scene, list[PageRead]]:
+               layer_relevance: str = LAYER_RELEVANCE) -> tuple[Scene, list[PageRead]]:
     """A chunk's scene, with each page's known text on it, and its pages as read.
 
     ``read_images``: whether a page without a text layer is read by OCR (the context has other pages to
     rank it against, or ``ocr`` was given); ``redraw(j)``: how the chunk's row ``j`` is drawn again (None:
-    its canvas is kept).
+    its canvas is kept); ``layer_relevance``: a chunk of text-layer pages ranked on their ink gets its canvas
+    alone (no texture: :func:`scored`).
     """
     tc: dict[str, float] = {}  # this chunk's stage times, summed into t
-    scene = arr.see([src for _, src in drawn], timings=tc)
+    texture = scored([bool(page.words) for page, _ in drawn], layer_relevance)
+    scene = arr.see([src for _, src in drawn], timings=tc, texture=texture)
     for name, ms in tc.items():
         t[name] = t.get(name, 0.0) + ms
     texts: list[PageText | None] = []
@@ -116,14 +124,15 @@ def read_chunk(arr: ARR, drawn: Sequence[tuple[Page, Any]], ocr: OCR | None, rea
 
 
 def read_pages(arr: ARR, opened: OpenContext, ocr: OCR | None, chunk: int, t: dict[str, float], *,
-               keep: bool) -> Iterator[tuple[Scene, list[PageRead]]]:
+               keep: bool, layer_relevance: str = LAYER_RELEVANCE) -> Iterator[tuple[Scene, list[PageRead]]]:
     """Every chunk of the context's pages, drawn, seen and read; ``keep``: whether the pages' canvases are kept
-    (else each page's ``image`` draws it again, and a chunk's pixels go before the next is drawn)."""
+    (else each page's ``image`` draws it again, and a chunk's pixels go before the next is drawn);
+    ``layer_relevance``: as :func:`read_chunk`."""
     read_images = len(opened) > 1 or ocr is not None
     for positions in chunks(opened.sizes, chunk):
         drawn = opened.draw(positions)
         redraw = None if keep else (lambda r, positions=positions: (lambda: _redraw(arr, opened, positions[r])))
-        yield read_chunk(arr, drawn, ocr, read_images, t, redraw)
+        yield read_chunk(arr, drawn, ocr, read_images, t, redraw, layer_relevance)
         del drawn
 
 
@@ -149,6 +158,7 @@ class ContextScene:
         timings_ms: the time each stage took.
         embeddings: per page its lines' retrieval embeddings [L_i, D] (None: a page without lines), by
             :func:`embed_lines` with the ARR's retriever, named ``retriever``; None when not computed.
+        layer_relevance: what its text-layer pages are ranked on (``"ink"``: their chunks have no texture).
     """
 
     context: Context
@@ -157,6 +167,7 @@ class ContextScene:
     timings_ms: dict[str, float] = field(default_factory=dict)
     embeddings: list[Tensor | None] | None = None
     retriever: str = ""
+    layer_relevance: str = LAYER_RELEVANCE
 
     def __len__(self) -> int:
         return len(self.reads)
@@ -223,26 +234,30 @@ def warm_channels(arr: ARR, scenes: Sequence[Scene]) -> None:
 
 def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAULT_DPI,
                 layout: TextLayout = TextLayout(), max_pages: int = MAX_PAGES, ocr: OCR | None = None,
-                chunk: int = CHUNK, embed: bool = True) -> ContextScene:
+                chunk: int = CHUNK, embed: bool = True, layer_relevance: str = LAYER_RELEVANCE) -> ContextScene:
     """Read a context and compute what its pages alone determine, for several questions (see
     :func:`~arr_coc.contexts.allocate` for the arguments): canvases, textures, words and lines, and (``embed``)
     the lines' retrieval embeddings by ``arr.retriever``, which every question then reuses, and the question-coupled
-    channels' per-page work (:func:`warm_channels`). It holds every page's
-    canvas and texture: for one question :func:`~arr_coc.contexts.allocate` on the context itself holds a few
+    channels' per-page work (:func:`warm_channels`). Chunks of text-layer pages ranked on their ink
+    (``layer_relevance="ink"``, the default) get their canvases alone: no texture, no channel work. It holds every
+    page's canvas and texture: for one question :func:`~arr_coc.contexts.allocate` on the context itself holds a few
     pages at a time."""
+    check_layer_relevance(layer_relevance)
     t: dict[str, float] = {}
     start = time.perf_counter()
     opened = open_context(context, pages=pages, dpi=dpi, layout=layout, max_pages=max_pages)
     canvas_grids(arr.config.canvas, opened)
     t["load"] = (time.perf_counter() - start) * 1e3
     scenes, reads = [], []
-    for scene, read in read_pages(arr, opened, ocr, chunk, t, keep=True):
+    for scene, read in read_pages(arr, opened, ocr, chunk, t, keep=True, layer_relevance=layer_relevance):
         scenes.append(scene)
         reads.extend(read)
-    out = ContextScene(Context([r.page for r in reads], opened.source, opened.meta), scenes, reads, t)
-    if arr.query_channels:
+    out = ContextScene(Context([r.page for r in reads], opened.source, opened.meta), scenes, reads, t,
+                       layer_relevance=layer_relevance)
+    warm = [scene for scene, rs in out.chunks() if scored([r.source == "text layer" for r in rs], layer_relevance)]
+    if arr.query_channels and warm:
         start = time.perf_counter()
-        warm_channels(arr, scenes)
+        warm_channels(arr, warm)
         t["coupling"] = (time.perf_counter() - start) * 1e3
     if embed and any(r.lines for r in reads):
         start = time.perf_counter()

@@ -249,11 +249,13 @@ class ARR(nn.Module):
         return save_folder(scorer_file(self), folder)
 
     def see(self, images: Any, *, prev: Any = None, text: Sequence[PageText | None] | None = None,
-            timings: dict[str, float] | None = None) -> Scene:
+            timings: dict[str, float] | None = None, texture: bool = True) -> Scene:
         """Canvas and cell texture: what the images alone determine, reusable across questions and token counts.
 
         ``text``: per image its known :class:`~arr_coc.engine.channel_registry.PageText` on the canvas (or None), read
         by the text channels instead of OCR (``dataclasses.replace(scene, text=...)`` sets it later).
+        ``texture=False``: the canvas alone, its ``cell_texture`` of no channel ([B, 0, Hc, Wc]): a scene nothing
+        scores (pages ranked on their text layer, :func:`arr_coc.contexts.allocate`).
         """
         cfg, t = self.config.canvas, {} if timings is None else timings
         with _timed(t, "canvas"):
@@ -264,12 +266,16 @@ class ARR(nn.Module):
             if canvas.pixels.device != device:  # texture that is plain tensor ops runs where the ARR was moved
                 canvas = replace(canvas, pixels=canvas.pixels.to(device), valid=canvas.valid.to(device))
                 prev_pixels = None if prev_pixels is None else prev_pixels.to(device)
-        with _timed(t, "texture"):
-            texture = cell_texture(canvas, self.image_channels, prev=prev_pixels, cache=self.cache,
-                                   options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
         if text is not None and len(text) != canvas.batch_size:
             raise ValueError(f"got the text of {len(text)} images for {canvas.batch_size} images")
-        return Scene(canvas=canvas, cell_texture=texture, text=None if text is None else list(text))
+        if texture:
+            with _timed(t, "texture"):
+                cells = cell_texture(canvas, self.image_channels, prev=prev_pixels, cache=self.cache,
+                                     options=self.config.texture.options, timings=t)  # [B, C_image, Hc, Wc]
+        else:
+            b, _, h, w = canvas.pixels.shape
+            cells = canvas.pixels.new_zeros(b, 0, h // cfg.cell, w // cfg.cell)
+        return Scene(canvas=canvas, cell_texture=cells, text=None if text is None else list(text))
 
     def gestalt(self, scene: Scene, saccades: int, grid: tuple[int, int] | None = None) -> Gestalt:
         """The gestalt sent with K saccades (16x16, or smaller for small K; clamped to the smallest image).

@@ -10,6 +10,7 @@ from conftest import key_pdf
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate, load_context
+from arr_coc.contexts.ranking import ink_map, unit
 from arr_coc.engine.channels.text import lines_entry
 from arr_coc.engine.query import HashingQueryEncoder
 
@@ -32,7 +33,7 @@ def test_fifty_page_pdf_runs_no_ocr_and_finds_the_page(fifty):
         return []
 
     arr = _arr()
-    out = allocate(arr, fifty, "Where is the brass key?", 200, dpi=60, ocr=ocr)
+    out = allocate(arr, fifty, "Where is the brass key?", 200, dpi=60, ocr=ocr, layer_relevance="arr")
     assert calls == [] and len(out.pages) == 50 and out.tokens == 200
     assert {p.text_from for p in out.pages} == {"text layer"}
     # the text channels read the text layer from the cache (an OCR run would have stored its own lines)
@@ -42,6 +43,28 @@ def test_fifty_page_pdf_runs_no_ocr_and_finds_the_page(fifty):
     best = max(range(50), key=lambda i: float(out.pages[i].relevance.max()))  # the ranking's best cell
     assert best == 37 and out.pages[37].saccades == out.pages[37].plan.full_tokens  # the whole page is read
     assert out.text_tokens > 0 and out.compression == pytest.approx(out.text_tokens / 200)
+
+
+def test_text_layer_pages_are_ranked_on_their_ink(fifty):
+    """By default a text-layer page's relevance is its words' ink: no texture, no text channel, no scorer runs;
+    the ranking finds the page by its words as with the ARR's relevance (control: that route seeds the lines)."""
+    arr = _arr()
+    out = allocate(arr, fifty, "Where is the brass key?", 200, dpi=60)
+    assert out.tokens == 200 and {p.text_from for p in out.pages} == {"text layer"}
+    assert arr.cache.get(lines_entry(arr.query_encoder), out.pages[37].image, lambda: "not computed") == "not computed"
+    assert all(p.weights is None and "context_weights" not in p.to_json() for p in out.pages)
+    best = max(range(50), key=lambda i: float(out.pages[i].relevance.max()))
+    assert best == 37 and out.pages[37].saccades == out.pages[37].plan.full_tokens
+    # the question's parts off: every page ranked and placed on its ink alone (control: the ARR's relevance is not it)
+    off = dict(text_weight=0.0, page_weight=0.0, near_weight=0.0, retrieval_weight=0.0)
+    plain, scored = (allocate(arr, fifty, "Where is the brass key?", 200, dpi=60, pages="1-8", layer_relevance=lr, **off)
+                     for lr in ("ink", "arr"))
+    for page, other in zip(plain.pages, scored.pages):
+        ink = ink_map(page.words, tuple(page.image.shape[-2:]), page.cell)
+        assert 0 < float(ink.max()) <= 1 and torch.equal(page.placing, unit(ink)) and torch.equal(page.relevance, unit(ink))
+        assert not torch.allclose(other.relevance, unit(ink), atol=1e-3)
+    with pytest.raises(ValueError, match="layer_relevance must be one of 'ink', 'arr'"):
+        allocate(arr, fifty, "Where is the brass key?", 200, dpi=60, layer_relevance="pixels")
 
 
 def test_the_same_pages_as_images_are_read_by_ocr(fifty):  # control: the counter does count
