@@ -85,3 +85,22 @@ def test_pdf_page_range_and_limit(fifty):
     assert [p.index for p in out.pages] == [35, 36, 37, 38] and out.tokens == 40
     with pytest.raises(ValueError, match=r"has 50 pages; a context holds at most 20"):
         allocate(_arr(), fifty, "Where?", max_pages=20)
+
+
+def test_seeing_text_layer_pages_draws_their_canvases_alone(fifty):
+    """Under the default ink the see computes no texture and no channel work (the timings name no such stage), the
+    canvases are those the textured see draws; a context seen so refuses the ARR's relevance in one line."""
+    from arr_coc.contexts import see_context
+
+    arr = _arr()
+    ink, scored = (see_context(arr, fifty, pages="1-6", dpi=60, layer_relevance=lr) for lr in ("ink", "arr"))
+    assert not {"texture", "coupling"} & set(ink.timings_ms) and {"texture", "coupling"} <= set(scored.timings_ms)
+    for a, b in zip(ink.scenes, scored.scenes):
+        assert a.cell_texture.shape[1] == 0 < b.cell_texture.shape[1] and a.cell_texture.shape[2:] == b.cell_texture.shape[2:]
+        assert torch.equal(a.canvas.pixels, b.canvas.pixels) and torch.equal(a.canvas.valid, b.canvas.valid)
+    q = "Where is the brass key?"
+    assert [p.plan.cells.tolist() for p in allocate(arr, ink, q, 60).pages] == \
+        [p.plan.cells.tolist() for p in allocate(arr, fifty, q, 60, pages="1-6", dpi=60).pages]
+    assert allocate(arr, scored, q, 60, layer_relevance="arr").pages[0].weights is not None
+    with pytest.raises(ValueError, match="seen with layer_relevance='ink'.*layer_relevance='arr'"):
+        allocate(arr, ink, q, 60, layer_relevance="arr")
