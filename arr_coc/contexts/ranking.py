@@ -42,15 +42,6 @@ Line = tuple[str, tuple[float, float, float, float]]  # (text, (y0, x0, y1, x1) 
 # weight from 1 to 8 covered every answer and 0 did not; the text and page weights (set by hand before)
 # made no difference there, so they are kept.
 TEXT_WEIGHT = 4.0
-# What a page with a text layer (a PDF's, a text file's set words) is ranked and placed on under the question's parts:
-# "ink", the share of each cell its words cover (:func:`ink_map`; its texture, question-coupled channels and scorer
-# are not computed), or "arr", the ARR's relevance, as a page without text gets. On the 199 validation questions of
-# texlive-paraphrase (the text parts at their defaults) ink covered the answer as the ARR's relevance did at 10x
-# (0.853 against 0.854, paired -0.001 [-0.017, +0.013]) and more at 20x (0.761 against 0.747, +0.013 [+0.003,
-# +0.025]); the 65 generated ones 1.000 under both (docs/coc.md, "A text layer's ink"), and seeing a context
-# takes the texture and the text channels' line embeddings off (about 10 of 16 s for 20 pages).
-LAYER_RELEVANCE = "ink"
-LAYER_RELEVANCES = ("ink", "arr")
 PAGE_WEIGHT = 2.0
 NEAR_WEIGHT = 4.0
 # The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
@@ -65,6 +56,15 @@ PASSAGE_AROUND = 1  # lines before and after a line that the retrieval model rea
 # heads") left it off.
 LINE_HEAD = 0
 LINE_TAIL = 1.0
+# What a page with a text layer (a PDF's, a text file's set words) is ranked and placed on under the question's parts:
+# "ink", the share of each cell its words cover (:func:`ink_map`; its texture, question-coupled channels and scorer
+# are not computed), or "arr", the ARR's relevance, as a page without text gets. On the 199 validation questions of
+# texlive-paraphrase (the text parts at their defaults) the ink covered the answer as the ARR's relevance did at 10x
+# (0.856 against 0.854, paired +0.002 [-0.012, +0.015]) and more at 20x (0.760 against 0.747, +0.013 [+0.002,
+# +0.025]); the 65 generated ones 1.000 under both; a 20-page PDF is seen in 5.5 s instead of 14.9 (docs/coc.md,
+# "A text layer's ink").
+LAYER_RELEVANCE = "ink"
+LAYER_RELEVANCES = ("ink", "arr")
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ class RankParts:
     """One page's ranking parts for one question (each ``[hc, wc]`` over its cells, ``page`` a number).
 
     Attributes:
-        relevance: the ARR's relevance scaled to [0, 1] over the page's cells.
+        relevance: the ARR's relevance (a text-layer page: its ink) scaled to [0, 1] over the page's cells.
         text: the text-layer match of each cell, in [0, 1] over the context.
         near: where a matched line's answer sits (:func:`near_map`), in [0, 1].
         page: the page's best matching word over the context's best, in [0, 1].
@@ -113,7 +113,7 @@ def _extra(parts: RankParts, text_weight: float, page_weight: float, near_weight
 def ink_map(words: Sequence[Line], size: tuple[int, int], cell: int) -> Tensor:
     """``[hc, wc]`` the share of each cell of a page of ``size`` (H, W) px that its words' boxes cover (0 without
     words): each box's area in each cell (its row overlap times its column overlap), summed over the boxes and
-    clipped at 1 (words' boxes do not overlap but for a kerned edge). Question-free; ~1 ms for a page of 400 words.
+    clipped at 1 (words' boxes do not overlap but for a kerned edge). Question-free; under 1 ms a page.
 
     >>> ink_map([("a", (0.0, 0.0, 2.0, 3.0))], (4, 4), 2).tolist()
     [[1.0, 0.5], [0.0, 0.0]]

@@ -500,3 +500,26 @@ def test_one_images_lines_reordered_by_a_reranker_only_when_asked():
     for added, top, other in ((plain, "TOTAL", "Bread"), (reranked, "Bread", "TOTAL")):
         assert torch.allclose(added[on[top]], torch.full((int(on[top].sum()),), 0.5 * span), rtol=1e-5, atol=1e-6)
         assert float(added[on[other]].max()) < 0.5 * span - 1e-4
+
+
+def test_a_chunk_of_text_and_image_pages_scores_the_images_and_inks_the_text():
+    """A chunk mixing text-layer pages and an image page is scored as a whole (the image page's relevance is the
+    ARR's, as under layer_relevance='arr'), its text-layer pages take their ink (control: the ARR's route differs)."""
+    from dataclasses import replace
+
+    from arr_coc.contexts.ranking import ink_map, unit
+    from arr_coc.documents.page import Context
+
+    ctx, q = render_text(_story(3, 1), SMALL), "When does the zanzibar harbour open?"
+    mixed = Context([ctx.pages[0], replace(ctx.pages[1], words=[], lines=[]), ctx.pages[3]], ctx.source)
+    off = dict(text_weight=0.0, page_weight=0.0, near_weight=0.0, retrieval_weight=0.0)
+    arr = _arr(MVP_CHANNELS + ("text_match",))
+    ink, scored = (allocate(arr, mixed, q, 60, layer_relevance=lr, **off) for lr in ("ink", "arr"))
+    assert [p.text_from for p in ink.pages] == ["text layer", "ocr", "text layer"] and ink.tokens == 60
+    assert [p.weights is None for p in ink.pages] == [True, False, True]
+    assert all(p.weights is not None for p in scored.pages)
+    assert torch.equal(ink.pages[1].relevance, scored.pages[1].relevance)  # the same chunk, scored the same way
+    for i in (0, 2):
+        page = ink.pages[i]
+        want = unit(ink_map(page.words, tuple(page.image.shape[-2:]), page.cell))
+        assert torch.equal(page.relevance, want) and not torch.allclose(scored.pages[i].relevance, want, atol=1e-3)
