@@ -54,14 +54,12 @@ from arr_coc.contexts.ranking import (
     Line,
     RankParts,
     check_layer_relevance,
-    ink_map,
     line_scores,
     passage_texts,
     placing_map,
     rank_cells,
     ranking_score,
     text_parts,
-    unit,
 )
 from arr_coc.contexts.result import ContextAllocation, PageAllocation
 from arr_coc.contexts.seen import (
@@ -179,8 +177,8 @@ def _score(arr: ARR, scene: Scene, question: str | Sequence[str], gestalts: Sequ
     out = []
     for r, (h, w) in enumerate(c.sizes):
         gh, gw = h // c.cell, w // c.cell
-        if layer[r] and layer_relevance == "ink":
-            rel, weight = unit(ink_map(reads[r].words, (h, w), c.cell)).to(c.pixels), None
+        if layer[r] and layer_relevance == "ink":  # its ink, made once as it was read
+            rel, weight = reads[r].ink, None
         else:
             rel, weight = maps[r, :gh, :gw], weights[r]
         out.append((rel, c.valid[r, :gh, :gw], weight, query_emb[r: r + 1]))

@@ -16,7 +16,7 @@ from torch import Tensor
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.pagetext import OCR, page_text
-from arr_coc.contexts.ranking import LAYER_RELEVANCE, check_layer_relevance, passage_texts
+from arr_coc.contexts.ranking import LAYER_RELEVANCE, check_layer_relevance, ink_map, passage_texts, unit
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI
@@ -85,6 +85,9 @@ class PageRead:
     lines: list[Line]
     source: str  # where its text came from: "text layer", "ocr" or "none"
     image_size: tuple[int, int] = (0, 0)  # (H, W) px of the page before its canvas
+    # a text-layer page's words' ink on its cells, scaled to [0, 1] (unit(ink_map)): question-free, made once as the
+    # page is read, what every question ranks it on under layer_relevance="ink"; None for a page without a text layer
+    ink: Tensor | None = None
 
 
 def scored(has_layer: Sequence[bool], layer_relevance: str = LAYER_RELEVANCE) -> bool:
@@ -118,8 +121,9 @@ def read_chunk(arr: ARR, drawn: Sequence[tuple[Page, Any]], ocr: OCR | None, rea
         else:
             ws, ls, src = [], [], "none"
         texts.append(PageText(ws, ls) if src != "none" else None)
+        ink = unit(ink_map(ws, (h, w), scene.canvas.cell)).to(image) if src == "text layer" else None
         out.append(PageRead(replace(page, image=None), image if redraw is None else redraw(r), ws, ls, src,
-                            tuple(scene.canvas.image_sizes[r])))
+                            tuple(scene.canvas.image_sizes[r]), ink))
     return replace(scene, text=texts), out
 
 
