@@ -26,7 +26,9 @@ before) and a floor on the first lines of a document's first page (``front``), h
 cells (``head``: its first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line), the
 floor on lines holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the
 gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades). Writes
-grid.csv and summary.md in ``--out``; ms per question of each online part (question embedding, BM25, reranking the
+grid.csv, summary.md and per_question.json (each question's coverage under the first setting) in ``--out``;
+``--against`` another run's per_question.json adds paired columns against it (another code on the same questions,
+each with its own ``--cache``); ms per question of each online part (question embedding, BM25, reranking the
 N lines, the text parts) go in the summary.
 """
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import itertools
+import json
 import statistics
 import sys
 import time
@@ -285,6 +288,17 @@ def canvas_options(win: dict, q: dict, page_size: tuple[int, int]) -> list:
 
 def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str, int], ms: dict) -> None:
     cols = [(c, m) for c in args.compression for m in ("coverage", "strict")]
+    # every question's coverage under the first setting, for a later run's --against (another code, the same questions)
+    with open(args.out / "per_question.json", "w") as f:
+        json.dump({"command": sys.argv[1:], "ids": cov["ids"],
+                   "coverage": {f"{c:g}": cov[0][c] for c in args.compression}}, f)
+    against = None
+    if args.against:
+        against = json.loads(args.against.read_text())
+        if against["ids"] != cov["ids"]:
+            raise SystemExit(f"--against {args.against}: its questions are not this run's (same --dataset, --split, "
+                             f"--limit, --start?)")
+    pair = ["vs row 1"] + (["vs against"] if against else [])
     rows = []
     for i, s in enumerate(grid):
         vals = {c: cov[i][c] for c in args.compression}
@@ -297,11 +311,14 @@ def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str
                 row[f"{c:g}x {kind}"] = statistics.fmean(ks)
             diff = [a - b for a, b in zip(vals[c], cov[0][c])]  # paired, question by question, against row 1
             row[f"{c:g}x vs row 1"] = (statistics.fmean(diff), *bootstrap_mean(diff))
+            if against:
+                diff = [a - b for a, b in zip(vals[c], against["coverage"][f"{c:g}"])]
+                row[f"{c:g}x vs against"] = (statistics.fmean(diff), *bootstrap_mean(diff))
         rows.append(row)
     with open(args.out / "grid.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
-        w.writerows({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items() if "vs row" not in k}
+        w.writerows({k: round(v, 4) if isinstance(v, float) else v for k, v in r.items() if " vs " not in k}
                     for r in rows)
     cmd = "python benchmarks/paraphrase_tune.py " + " ".join(sys.argv[1:])
     n = len(cov["kinds"])
@@ -310,19 +327,21 @@ def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str
              f"page's relevance: the relevance column (zero: the text parts alone); coverage = share of the answer's "
              f"area in full-resolution cells (best occurrence), strict = coverage >= 0.5, mean over questions; "
              f"'vs row 1': the coverage's paired difference from the first row, question by question, with its 95 % "
-             f"bootstrap interval.", "",
+             f"bootstrap interval"
+             + (f"; 'vs against': the same against the first row of {args.against} (another run's code, the same "
+                f"questions: {' '.join(against['command'])})" if against else "") + ".", "",
              "ms per question (mean over the questions of this run, this machine): "
              + ", ".join(f"{k} {statistics.fmean(v):.1f}" for k, v in sorted(ms.items())), "",
              "| " + " | ".join(SETTING) + " | " + " | ".join(f"{c:g}x {m}" for c, m in cols) + " | "
              + " | ".join(f"{c:g}x {k}" for c in args.compression for k in kinds) + " | "
-             + " | ".join(f"{c:g}x vs row 1" for c in args.compression) + " |",
-             "|" + "---|" * len(SETTING) + "---:|" * (len(cols) + (len(kinds) + 1) * len(args.compression))]
+             + " | ".join(f"{c:g}x {p}" for p in pair for c in args.compression) + " |",
+             "|" + "---|" * len(SETTING) + "---:|" * (len(cols) + (len(kinds) + len(pair)) * len(args.compression))]
     for r in rows:
         lines.append("| " + " | ".join(f"{r[k]:g}" if isinstance(r[k], float) else str(r[k]) for k in SETTING) + " | "
                      + " | ".join(f"{r[f'{c:g}x {m}']:.3f}" for c, m in cols) + " | "
                      + " | ".join(f"{r[f'{c:g}x {k}']:.3f}" for c in args.compression for k in kinds) + " | "
-                     + " | ".join("{:+.3f} [{:+.3f}, {:+.3f}]".format(*r[f"{c:g}x vs row 1"])
-                                  for c in args.compression) + " |")
+                     + " | ".join("{:+.3f} [{:+.3f}, {:+.3f}]".format(*r[f"{c:g}x {p}"])
+                                  for p in pair for c in args.compression) + " |")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print((args.out / "summary.md").read_text())
 
@@ -362,6 +381,9 @@ def main() -> None:
     ap.add_argument("--relevance", nargs="+", default=["zero"], choices=["zero", "ink", "arr"],
                     help="each page's relevance: zero (the text parts alone), ink (its words' cover), arr (the ARR's)")
     ap.add_argument("--out", type=Path, default=Path("/tmp/paraphrase_tune"))
+    ap.add_argument("--against", type=Path, default=None,
+                    help="another run's per_question.json (e.g. other code, its own --cache): paired columns against "
+                         "its first setting")
     args = ap.parse_args()
     if min(args.head) < 0 or not all(0.0 <= t <= 1.0 for t in args.tail):
         ap.error(f"--head takes cells >= 0 and --tail values in [0, 1], got {args.head} and {args.tail}")
@@ -391,7 +413,7 @@ def main() -> None:
     grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
     grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused
     cov: dict = defaultdict(lambda: defaultdict(list))
-    cov["kinds"] = []
+    cov["kinds"], cov["ids"] = [], []
     kinds: dict[str, int] = defaultdict(int)
     ms: dict[str, list[float]] = defaultdict(list)
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
@@ -409,6 +431,7 @@ def main() -> None:
                 assert abs(float(q["pooled"][0][0][0, 0]) / q["pooled"][0][1]
                            - coverage(hit, q["options"][0], win["sizes"][at], canvas.cell)) < 1e-5
             cov["kinds"].append(q["kind"])
+            cov["ids"].append(q["id"])
             kinds[q["kind"]] += 1
             for k, v in q["ms"].items():
                 ms[k].append(v)
