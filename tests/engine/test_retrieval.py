@@ -5,6 +5,7 @@ import importlib.util
 import re
 import socket
 
+import numpy as np
 import pytest
 import torch
 
@@ -67,9 +68,22 @@ def test_bge_vectors_are_unit_length_and_deterministic(bge):
     torch.testing.assert_close(q.norm(dim=1), torch.ones(3))
     fresh = load_retriever("bge-small")
     assert torch.equal(fresh.passages(texts), p)  # a second model gives the same bits
-    # one text alone and in a batch: the int8 graph's activation scale is the batch's, so nearly the same vector
+    # each text runs alone: the same bits alone, among other texts, in another order, on one or several workers
     alone = load_retriever("bge-small").passages(texts[2:])
-    assert 0.95 < float(alone[0] @ p[2]) < 1.0
+    assert torch.equal(alone[0], p[2])
+    assert torch.equal(load_retriever("bge-small").passages(texts[::-1]), p.flip(0))
+    one = retrieval.BgeSmallRetriever(threads=1).load()
+    assert one._model.threads == 1 and bge.load()._model.threads == retrieval.cpu_threads()
+    assert torch.equal(one.passages(texts), p)
+    # control: run in one padded batch, the int8 graph's activation scale is the batch's and the vector moves
+    enc = [one._model.tokenizer.encode(t) for t in texts[:2]]
+    width = max(len(e.ids) for e in enc)
+    ids = np.array([e.ids + [0] * (width - len(e.ids)) for e in enc], np.int64)
+    mask = np.array([[1] * len(e.ids) + [0] * (width - len(e.ids)) for e in enc], np.int64)
+    batched = one._model.session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                            "token_type_ids": np.zeros_like(ids)})[0][:, 0]
+    batched = torch.nn.functional.normalize(torch.from_numpy(batched).float(), dim=-1)
+    assert not torch.equal(batched, p[:2]) and float((batched * p[:2]).sum(1).min()) > 0.9
     # the query instruction makes a question's vector differ from the same text as a passage
     assert float((p * q).sum(1).min()) < 0.99
 
@@ -112,6 +126,11 @@ def test_a_wheel_without_the_model_files_says_to_reinstall(monkeypatch, tmp_path
         retrieval.vectrix_model_dir("bge_small_en")
 
 
+def test_a_worker_count_below_one_is_refused():
+    with pytest.raises(ValueError, match="threads is the number of runs at once, at least 1; got 0"):
+        retrieval.BgeSmallRetriever(threads=0).load()
+
+
 def test_unknown_name_and_gpu_device_are_user_errors():
     with pytest.raises(UnknownNameError, match="unknown retriever 'e5'; known: bge-small, minilm"):
         load_retriever("e5")
@@ -131,7 +150,7 @@ def test_one_cross_encoder_serves_the_retrievers_and_the_text_channels_and_reads
     assert a._reranker is shared and shared._model is not None
     runs = []
     real = shared._model.run
-    shared._model.run = lambda pairs, batch: runs.append(list(pairs)) or real(pairs, batch)
+    shared._model.run = lambda pairs: runs.append(list(pairs)) or real(pairs)
     try:
         again = b.rerank(QUESTION, lines[::-1] + ["v2.3 2019/04/12"])
     finally:
@@ -152,7 +171,7 @@ def test_the_retrieval_pages_baseline_runs_the_arrs_bge_and_ranks_as_its_own_ret
     arr = ARR(retriever=load_retriever("bge-small"), query_encoder=HashingQueryEncoder())
     arr.retriever.passages(["It is free software\n" + ANSWER])  # the ARR's own work first (a context's passages)
     r = page_retriever(arr)
-    assert r.name == "bge-small" and r._model is arr.retriever._model  # one model loaded
+    assert r is arr.retriever  # one model loaded; what it embedded before does not move the pages' vectors
     pages = [[DECOY, "It is free software"], [], [ANSWER, "It is free software"], ["Each chapter has parts"]]
     shared, own = RetrievalPages(r, pages), RetrievalPages(load_retriever("bge-small"), pages)
     assert torch.equal(shared.lines, own.lines) and torch.equal(shared.scores(QUESTION), own.scores(QUESTION))
