@@ -292,9 +292,8 @@ def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str
     with open(args.out / "per_question.json", "w") as f:
         json.dump({"command": sys.argv[1:], "ids": cov["ids"],
                    "coverage": {f"{c:g}": cov[0][c] for c in args.compression}}, f)
-    against = None
-    if args.against:
-        against = json.loads(args.against.read_text())
+    against = args.against_run
+    if against:
         if against["ids"] != cov["ids"]:
             raise SystemExit(f"--against {args.against}: its questions are not this run's (same --dataset, --split, "
                              f"--limit, --start?)")
@@ -389,6 +388,14 @@ def main() -> None:
         ap.error(f"--head takes cells >= 0 and --tail values in [0, 1], got {args.head} and {args.tail}")
     if max(args.rerank) > RERANK_MAX:
         ap.error(f"--rerank reads at most {RERANK_MAX} lines (the cached logits)")
+    args.against_run = None  # read before the run, so a wrong file fails now, not after it
+    if args.against:
+        if not args.against.is_file():
+            ap.error(f"--against {args.against}: no such file (a run's per_question.json)")
+        args.against_run = json.loads(args.against.read_text())
+        missing = [f"{c:g}" for c in args.compression if f"{c:g}" not in args.against_run["coverage"]]
+        if missing:
+            ap.error(f"--against {args.against} has no coverage at {', '.join(missing)}x: run it with this --compression")
     args.out.mkdir(parents=True, exist_ok=True)
     from arr_coc.engine.retrieval import BgeSmallRetriever, CrossEncoderReranker
 
