@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from arr_coc import ARR
 from arr_coc.contexts import allocate, see_context
-from arr_coc.contexts.ranking import NEAR_WEIGHT, PAGE_WEIGHT, RETRIEVAL_WEIGHT, TEXT_WEIGHT
+from arr_coc.contexts.ranking import BM25_WEIGHT, NEAR_WEIGHT, PAGE_WEIGHT, RETRIEVAL_WEIGHT, TEXT_WEIGHT
 from arr_coc.data.boxes import scale_boxes
 from arr_coc.data.image_paraphrase import load_image_paraphrase
 from arr_coc.eval.intervals import bootstrap_mean, bootstrap_ratio
@@ -41,19 +41,25 @@ from arr_coc.eval.reading import best_window, make_view_reader, read_region, ren
 MARGIN = 8  # px around the answer box, the eval's default
 
 
-def settings(retrievals: list[float], placings: list[float]) -> dict[str, dict[str, Any]]:
+def settings(retrievals: list[float], placings: list[float],
+             rankings: list[tuple[float, float]] = ()) -> dict[str, dict[str, Any]]:
     """The settings compared: the PDF's ranking placed on it (the default), the PDF's ranking with each page placed,
     within its share, by its relevance plus each ``placings`` weight times its lines' retrieval (``images_alone``),
-    and the ranking by the relevance plus each ``retrievals`` weight times the retrieval (its pages placed on it)."""
+    the ranking by the relevance plus each ``retrievals`` weight times the retrieval (its pages placed on it), and the
+    PDF's ranking at each other (retrieval weight, BM25 weight) of ``rankings``, placed on it."""
     pages = dict(text_weight=TEXT_WEIGHT, page_weight=PAGE_WEIGHT, near_weight=NEAR_WEIGHT,
-                 retrieval_weight=RETRIEVAL_WEIGHT)
-    name = f"ranking {TEXT_WEIGHT:g} / {PAGE_WEIGHT:g} / {NEAR_WEIGHT:g} / {RETRIEVAL_WEIGHT:g}"
+                 retrieval_weight=RETRIEVAL_WEIGHT, bm25_weight=BM25_WEIGHT)
+    name = f"ranking {TEXT_WEIGHT:g} / {PAGE_WEIGHT:g} / {NEAR_WEIGHT:g} / {RETRIEVAL_WEIGHT:g}, BM25 {BM25_WEIGHT:g}"
     out: dict[str, dict[str, Any]] = {f"{name}, placed on it": dict(pages)}
     for w in placings:
         out[f"{name}, placed at {w:g}"] = dict(pages, image_retrieval_weight=w, images_alone=True)
     for w in retrievals:
         out[f"ranking and placing: retrieval {w:g}"] = dict(text_weight=0.0, page_weight=0.0, near_weight=0.0,
                                                             retrieval_weight=w)
+    for w, b in rankings:
+        if (w, b) != (RETRIEVAL_WEIGHT, BM25_WEIGHT):
+            out[f"ranking {TEXT_WEIGHT:g} / {PAGE_WEIGHT:g} / {NEAR_WEIGHT:g} / {w:g}, BM25 {b:g}, placed on it"] = dict(
+                pages, retrieval_weight=w, bm25_weight=b)
     return out
 
 
@@ -66,6 +72,8 @@ def main() -> None:
     ap.add_argument("--placing", type=float, nargs="*", default=[0.0, 0.5, 1.0],
                     help="under the pages' ranking, each page placed by its relevance plus this times its lines' "
                          "retrieval (allocate's images_alone at this image_retrieval_weight)")
+    ap.add_argument("--ranking", nargs="*", default=[], metavar="W:B",
+                    help="the PDF's ranking at these retrieval weights W and BM25 weights B as well (e.g. 8:0)")
     ap.add_argument("--limit", type=int, default=None, help="the first N questions")
     ap.add_argument("--split", default="val", choices=["val", "test"],
                     help="val chooses; test is read once, with the setting val chose")
@@ -76,7 +84,11 @@ def main() -> None:
     every = load_image_paraphrase(split=args.split)
     records = every[: args.limit]
     images = list(dict.fromkeys(r.image for r in every))  # the split's images in file order
-    ways = settings(args.retrieval, args.placing)
+    try:
+        rankings = [(float(x.split(":")[0]), float(x.split(":")[1])) for x in args.ranking]
+    except (ValueError, IndexError):
+        ap.error(f"--ranking takes W:B pairs (a retrieval weight and a BM25 weight), got {' '.join(args.ranking)}")
+    ways = settings(args.retrieval, args.placing, rankings)
     rows = []
     for n, r in enumerate(tqdm(records, desc=f"image contexts ({args.split})")):
         i = images.index(r.image)
@@ -103,6 +115,7 @@ def main() -> None:
     lines = [f"made by: `python benchmarks/image_contexts_val.py --pages {args.pages} --budget {args.budget} "
              + "--retrieval " + "".join(f"{w:g} " for w in args.retrieval)
              + "--placing " + " ".join(f"{w:g}" for w in args.placing)
+             + (" --ranking " + " ".join(args.ranking) if args.ranking else "")
              + (f" --limit {args.limit}" if args.limit else "") + (" --split test" if args.split == "test" else "")
              + f"` (image-paraphrase {'validation' if args.split == 'val' else 'test'}; reading = ANLS "
              "of the answer region on the answer's page; share = the answer page's share of the context's saccades)",

@@ -4,7 +4,8 @@ One image without a text layer is placed on its relevance plus a weight times it
 (:func:`arr_coc.contexts.allocate.image_placing`: the lines its text channels read, ranked by the ARR's retriever,
 painted with their values). For each validation question this reads (Tesseract, the answer box + 8 px, the eval's
 own ``allocation_rows``) the ``arr`` method's view with its relevance alone (weight 0) and at each ``--weights``
-(with each ``--rerank N``: the image's N best lines reordered by the retriever's cross-encoder, 0 for none); prints
+(with each ``--rerank N``: the image's N best lines reordered by the retriever's cross-encoder, 0 for none; with each
+``--bm25 B``: the lines' BM25 fused into their retrieval scores at B, :func:`arr_coc.contexts.ranking.fuse_bm25`); prints
 the mean reading per kind and writes them to ``--out``.
 
 `arr-coc eval --split val` refuses these splits (the shipped scorer weights were chosen on them), so this script
@@ -45,6 +46,8 @@ def main() -> None:
     ap.add_argument("--weights", type=float, nargs="+", default=[0.5, 1.0], help="retrieval weights besides 0")
     ap.add_argument("--rerank", type=int, nargs="+", default=[0],
                     help="the cross-encoder reorders the image's best N lines (0: the retriever's order)")
+    ap.add_argument("--bm25", type=float, nargs="+", default=[0.0],
+                    help="BM25 weights fused into the lines' retrieval scores (0: the retriever's cosine alone)")
     ap.add_argument("--out", type=Path, default=None, help="markdown file for the table")
     args = ap.parse_args()
     arr = ARR.from_pretrained("contextual").eval()  # what `arr-coc eval` builds by default
@@ -59,7 +62,8 @@ def main() -> None:
     for r in records:
         by_image[r.image].append(r)
     weights = [0.0] + [w for w in args.weights if w != 0.0]
-    settings_ = [(0.0, 0)] + [(w, n) for w in weights if w for n in args.rerank]  # (weight, reranked lines)
+    # (weight, reranked lines, BM25 weight)
+    settings_ = [(0.0, 0, 0.0)] + [(w, n, b) for w in weights if w for n in args.rerank for b in args.bm25]
     rows = []
     for image, questions in tqdm(list(by_image.items()), desc=f"{args.dataset} val images"):
         with torch.no_grad():
@@ -69,21 +73,24 @@ def main() -> None:
             for r in questions:
                 relevance, query_emb = arr.score(scene, [r.question], vector)
                 row = {"kind": r.kind}
-                for w, n in settings_:
-                    placing = image_placing(arr, scene, relevance.map, r.question, weight=w, rerank_top=n)
+                for w, n, b in settings_:
+                    placing = image_placing(arr, scene, relevance.map, r.question, weight=w, rerank_top=n,
+                                            bm25_weight=b)
                     out = next(x for x in allocation_rows(r, scene.canvas, placing, query_emb, samplers, reader,
                                                           settings, arr=arr, text_height=height)
                                if x["method"] == "arr")
-                    row[w, n] = out["reading"]
+                    row[w, n, b] = out["reading"]
                 rows.append(row)
     kinds = ["all"] + sorted({r["kind"] for r in rows})
     lines = [f"made by: `python benchmarks/image_placing_val.py --dataset {args.dataset}"
              + (f" --limit {args.limit}" if args.limit else "") + f" --budget {args.budget} --weights "
              + " ".join(f"{w:g}" for w in args.weights)
              + (" --rerank " + " ".join(str(n) for n in args.rerank) if args.rerank != [0] else "")
+             + (" --bm25 " + " ".join(f"{b:g}" for b in args.bm25) if args.bm25 != [0.0] else "")
              + "` (validation; reading = ANLS of the answer region)", "",
              "| kind (n) | " + " | ".join("relevance alone" if w == 0 else f"weight {w:g}"
-                                          + (f", {n} lines reranked" if n else "") for w, n in settings_) + " |",
+                                          + (f", {n} lines reranked" if n else "") + (f", BM25 {b:g}" if b else "")
+                                          for w, n, b in settings_) + " |",
              "|---|" + "---:|" * len(settings_)]
     for k in kinds:
         sel = [r for r in rows if k == "all" or r["kind"] == k]

@@ -64,10 +64,13 @@ from arr_coc.contexts.line_values import (
 )
 from arr_coc.contexts.pagetext import canvas_words
 from arr_coc.contexts.ranking import (
+    BM25_WEIGHT,
     LINE_HEAD,
     LINE_TAIL,
     RETRIEVAL_TOP,
     RETRIEVAL_WEIGHT,
+    bm25_line_scores,
+    fuse_bm25,
     ink_map,
     line_scores,
     passage_texts,
@@ -81,7 +84,7 @@ from arr_coc.engine.imageops import paint_boxes
 from arr_coc.eval.intervals import bootstrap_mean
 
 DPI = 100.0
-FIRST_STAGES = (0.0,)  # BM25 fusion weights whose best lines the cross-encoder reads (cached once)
+FIRST_STAGES = (0.0, BM25_WEIGHT)  # BM25 fusion weights whose best lines the cross-encoder reads (cached once)
 # the most lines a setting reranks: 32 passages cost ~1.1 s on this machine's 2 cores (the goal: <= 2 s a question)
 RERANK_MAX = 32
 
@@ -117,32 +120,13 @@ def windows(dataset: str, split: str, n_docs: int, n_questions: int):
                                          for q in item.questions], (paths[item.context_id.split("#")[0]], "1-20")
 
 
-def bm25_lines(texts: list[str], questions: list[str]) -> list[torch.Tensor]:
-    """[L] BM25 score of every line for each question (bm25s, English stop words)."""
-    import bm25s
-
-    if not texts:
-        return [torch.zeros(0) for _ in questions]
-    index = bm25s.BM25()
-    index.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
-    out = []
-    for q in questions:
-        toks = [t for t in bm25s.tokenize(q, stopwords="en", return_ids=False, show_progress=False)[0]
-                if t in index.vocab_dict]
-        out.append(torch.tensor(index.get_scores(toks), dtype=torch.float32) if toks else torch.zeros(len(texts)))
-    return out
-
-
 def split_pages(flat: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
     return list(torch.split(flat, counts)) if counts else []
 
 
 def fused(q: dict, w: float) -> list[torch.Tensor]:
-    """The first stage: each page's lines' cosine + w * BM25 / the context's best BM25."""
-    if not w:
-        return q["cos"]
-    top = max((float(b.max()) for b in q["bm25"] if len(b)), default=0.0)
-    return [c + w * b / top if top > 0 else c for c, b in zip(q["cos"], q["bm25"])]
+    """The first stage: each page's lines' cosine + w * BM25 / the context's best BM25 (as the library fuses them)."""
+    return fuse_bm25(q["cos"], q["bm25"], w)
 
 
 def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: CanvasConfig) -> dict:
@@ -150,9 +134,9 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
     path = cache / (wid.replace("/", "_").replace("#", "_") + ".pt")
     if path.is_file():
         out = torch.load(path, weights_only=False)
-        if out.get("rerank_alone"):
+        if out.get("rerank_alone") and out.get("first_stages") == list(FIRST_STAGES):
             return out
-        rerank_all(out, reranker)  # cached before the cross-encoder ran each pair alone
+        rerank_all(out, reranker)  # cached before each pair ran alone, or for other first stages
         torch.save(out, path)
         return out
     cell = canvas.cell
@@ -168,7 +152,7 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
     embeddings = [e if len(e) else None for e in split_pages(emb, counts)]
     line_text = [[t for t, _ in ls] for ls in lines]
     start = time.perf_counter()
-    bm = bm25_lines([t for ts in line_text for t in ts], [q[1] for q in qs])
+    bm = [bm25_line_scores(line_text, q[1]) for q in qs]
     bm_ms = (time.perf_counter() - start) * 1e3 / max(1, len(qs))
     out = {"sizes": sizes, "words": words, "lines": lines, "first": [p.index == 0 for p in ctx.pages],
            "n_text": text_tokens("\n\n".join(p.text for p in ctx.pages)), "questions": []}
@@ -182,7 +166,7 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
         parts = text_parts(cell, sizes, zeros, words, lines, question, None)
         t["text_parts"] = (time.perf_counter() - start) * 1e3
         out["questions"].append({"id": qid, "question": question, "kind": kind, "at": at, "options": options,
-                                 "cos": cos, "bm25": split_pages(b, counts), "parts": parts, "ms": t})
+                                 "cos": cos, "bm25": b, "parts": parts, "ms": t})
     rerank_all(out, reranker)
     cache.mkdir(parents=True, exist_ok=True)
     torch.save(out, path)
@@ -202,7 +186,7 @@ def rerank_all(win: dict, reranker) -> None:
             logits = reranker.rerank(q["question"], [source[p][i] for p, i in picked]) if picked else torch.zeros(0)
             q["ms"][f"rerank_{how}_per_pair"] = (time.perf_counter() - start) * 1e3 / max(1, len(picked))
             q["rerank"][how] = dict(zip(picked, logits.tolist()))
-    win["rerank_alone"] = True
+    win["rerank_alone"], win["first_stages"] = True, list(FIRST_STAGES)
 
 
 def arr_relevance(wid: str, source: tuple, qs: list, cache: Path, arr, sizes: list, cell: int) -> list:
@@ -357,7 +341,8 @@ def main() -> None:
     ap.add_argument("--compression", type=float, nargs="+", default=[10.0, 20.0])
     ap.add_argument("--weight", type=float, nargs="+", default=[RETRIEVAL_WEIGHT])
     ap.add_argument("--top", type=int, nargs="+", default=[RETRIEVAL_TOP])
-    ap.add_argument("--bm25", type=float, nargs="+", default=[0.0])
+    ap.add_argument("--bm25", type=float, nargs="+", default=[BM25_WEIGHT],
+                    help="BM25 fused into the line scores (0: the retriever's cosine alone)")
     ap.add_argument("--rerank", type=int, nargs="+", default=[0], help="lines the cross-encoder reorders (0: none)")
     ap.add_argument("--text", nargs="+", default=["passage"], choices=["line", "passage"])
     ap.add_argument("--boost", type=float, nargs="+", default=[0.0])

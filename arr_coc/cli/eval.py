@@ -30,8 +30,8 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
                    help="images, OCR readers: any of " + ", ".join(known_methods("tesseract", "image")) + ", default "
                         + " ".join(default_methods("tesseract", "image")) + "; images, --reader vlm: any of "
                         + ", ".join(known_methods("vlm", "image")) + ", default " + " ".join(default_methods("vlm", "image"))
-                        + "; contexts: any of " + ", ".join(known_methods("tesseract", "context")) + ", default all "
-                        "(bm25_pages where bm25s is installed); contexts, --reader vlm: "
+                        + "; contexts: any of " + ", ".join(known_methods("tesseract", "context")) + ", default all; "
+                        "contexts, --reader vlm: "
                         + ", ".join(known_methods("vlm", "context")))
     p.add_argument("--tokens", nargs="+", default=None, metavar="T",
                    help=opt.TOKENS_HELP + "; several, one row per method and T; default "
@@ -167,9 +167,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _methods(args: argparse.Namespace, arr: Any, scope: str, learned: dict) -> list[str]:
     """``--methods``, or the reader's default list less what cannot run here, each left out with a line saying why:
-    trained allocators whose weights do not fit (images), BM25 pages without bm25s (contexts)."""
+    trained allocators whose weights do not fit (images)."""
     from arr_coc.allocators.methods import LEARNED_METHODS
-    from arr_coc.eval.context_methods import NEEDS_BM25, require_bm25
     from arr_coc.eval.settings import default_methods
     from arr_coc.weights import load_learned_methods
 
@@ -183,12 +182,6 @@ def _methods(args: argparse.Namespace, arr: Any, scope: str, learned: dict) -> l
         except ValueError as err:
             print(f"arr-coc: leaving out method {m}: {err}", file=sys.stderr)
             methods.remove(m)
-    if NEEDS_BM25 in methods:
-        try:
-            require_bm25()
-        except ImportError as err:
-            print(f"arr-coc: leaving out method {NEEDS_BM25}: {err}", file=sys.stderr)
-            methods.remove(NEEDS_BM25)
     return methods
 
 

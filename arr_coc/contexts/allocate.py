@@ -46,6 +46,7 @@ from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
+    BM25_WEIGHT,
     LAYER_RELEVANCE,
     NEAR_WEIGHT,
     PAGE_WEIGHT,
@@ -53,7 +54,9 @@ from arr_coc.contexts.ranking import (
     TEXT_WEIGHT,
     Line,
     RankParts,
+    bm25_line_scores,
     check_layer_relevance,
+    fuse_bm25,
     line_scores,
     passage_texts,
     placing_map,
@@ -199,7 +202,7 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
              page_weight: float = PAGE_WEIGHT, near_weight: float = NEAR_WEIGHT,
              retrieval_weight: float = RETRIEVAL_WEIGHT, chunk: int = CHUNK,
              image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT, images_alone: bool = False,
-             layer_relevance: str = LAYER_RELEVANCE) -> ContextAllocation:
+             layer_relevance: str = LAYER_RELEVANCE, bm25_weight: float = BM25_WEIGHT) -> ContextAllocation:
     """Allocate one budget over any input's pages for a question (one image is a context of one page).
 
     Args:
@@ -235,6 +238,9 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
             ``"ink"`` (the default), the share of each cell its words cover, its texture and scorer not computed;
             ``"arr"``, the ARR's relevance, as a page without text (:data:`~arr_coc.contexts.ranking.LAYER_RELEVANCE`).
             A :class:`ContextScene` seen with ``"ink"`` has no texture to score: ``"arr"`` needs one seen with it.
+        bm25_weight: the context's lines' BM25 for the question fused into their retrieval scores (cosine +
+            ``bm25_weight`` x BM25 / the context's best; :func:`question_scores`), on every page and one image alike;
+            0: the retriever's cosine alone.
 
     Returns:
         A :class:`ContextAllocation`: ``.pages[i]`` per page; ``.tokens`` is exactly the budget's total (or the
@@ -296,15 +302,17 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         elif images_alone:  # a page without a text layer (an image, a scan) placed within its share as one image is
             placing = [None if r.source == "text layer" else
                        image_weights(image_retrieval_weight if placed_lines(r.lines) else 0.0) for r in reads]
-        values = retrieval_parts(arr, embedded, reads, question, t) if weights["retrieval_weight"] else None
+        values = (retrieval_parts(arr, embedded, reads, question, t, bm25_weight) if weights["retrieval_weight"]
+                  else None)
         out = _pages(arr, reads, scores, grids, gestalts, k, question, weights, t, values, placing)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
 
 
 def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question: str,
-                     t: dict[str, float]) -> list[Tensor] | None:
-    """Each page's lines' retrieval scores for the question (None: no page has lines). A :class:`ContextScene`'s
-    line embeddings are reused when they are the ARR's retriever's; otherwise the lines are embedded here."""
+                     t: dict[str, float], bm25_weight: float = BM25_WEIGHT) -> list[Tensor] | None:
+    """Each page's lines' retrieval scores for the question (None: no page has lines): the retriever's cosine with
+    ``bm25_weight`` x the lines' BM25 fused in (:func:`question_scores`). A :class:`ContextScene`'s line embeddings
+    are reused when they are the ARR's retriever's; otherwise the lines are embedded here."""
     if not any(r.lines for r in reads):
         return None
     start = time.perf_counter()
@@ -313,19 +321,35 @@ def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question
         embeddings = seen.embeddings
     else:
         embeddings = embed_lines(arr.retriever, [r.lines for r in reads])
+    t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
+    return question_scores(arr, embeddings, [r.lines for r in reads], question, bm25_weight, t)
+
+
+def question_scores(arr: ARR, embeddings: Sequence[Tensor | None], lines: Sequence[Sequence[Line]], question: str,
+                    bm25_weight: float = BM25_WEIGHT, t: dict[str, float] | None = None) -> list[Tensor]:
+    """Each page's lines' score for the question: their embeddings' cosine with the question's (``arr.retriever``)
+    plus ``bm25_weight`` x their BM25 over the context's best (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the
+    cosine alone)."""
+    t = {} if t is None else t
+    start = time.perf_counter()
     scores = line_scores(embeddings, arr.retriever.queries([question])[0])
     t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
+    if not bm25_weight:
+        return scores
+    start = time.perf_counter()
+    scores = fuse_bm25(scores, bm25_line_scores([[text for text, _ in ls] for ls in lines], question), bm25_weight)
+    t["bm25"] = t.get("bm25", 0.0) + (time.perf_counter() - start) * 1e3
     return scores
 
 
 def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question: str,
-                    t: dict[str, float]) -> list[Tensor] | None:
+                    t: dict[str, float], bm25_weight: float = BM25_WEIGHT) -> list[Tensor] | None:
     """Each page's lines' retrieval values for the question (:func:`~arr_coc.contexts.ranking.line_values`; None: no
     page has lines): the retriever's scores (:func:`retrieval_scores`), its best lines reordered by the retriever's
     cross-encoder where it has one (``arr.retriever.rerank``: a model-free retriever has none), each line read as
     the passage the retriever read, and the lines holding a span of the type the question asks for (a date, a version,
     a name: :mod:`~arr_coc.contexts.answer_types`) floored."""
-    scores = retrieval_scores(arr, context, reads, question, t)
+    scores = retrieval_scores(arr, context, reads, question, t, bm25_weight)
     if scores is None:
         return None
     return _line_values(arr, scores, [r.lines for r in reads], [r.page.index == 0 for r in reads], question, t)
@@ -348,7 +372,8 @@ def _line_values(arr: ARR, scores: list[Tensor], lines: Sequence[Sequence[Line]]
 
 
 def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
-                  weight: float = IMAGE_RETRIEVAL_WEIGHT, rerank_top: int = RERANK_TOP) -> Tensor:
+                  weight: float = IMAGE_RETRIEVAL_WEIGHT, rerank_top: int = RERANK_TOP,
+                  bm25_weight: float = BM25_WEIGHT) -> Tensor:
     """Where one image's saccades go for a question: ``[1, Hc, Wc]``, its ``relevance`` (the ARR's map on a
     one-image ``scene``) plus ``weight`` times its text lines' retrieval map in the relevance's own units
     (:func:`~arr_coc.contexts.ranking.placing_map`), the lines its text channels read ranked by ``arr.retriever``.
@@ -358,13 +383,14 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
     (:func:`placed_lines`: a photo), an ARR without text channels or ``weight`` 0 get ``relevance``.
     ``rerank_top``: the image's best lines reordered by the retriever's cross-encoder (by default none, as
     :func:`allocate` places it; 32 read 0.845 against 0.843 on the validation questions, docs/coc.md).
+    ``bm25_weight``: the lines' BM25 fused into their retrieval scores (:func:`question_scores`).
     """
     lines = placed_lines(legible_lines(text_lines(arr, scene)[0]))
     if not lines or not weight:
         return relevance
     cell = scene.canvas.cell
     hc, wc = (s // cell for s in scene.canvas.sizes[0])
-    scores = line_scores(embed_lines(arr.retriever, [lines]), arr.retriever.queries([question])[0])
+    scores = question_scores(arr, embed_lines(arr.retriever, [lines]), [lines], question, bm25_weight)
     values = _line_values(arr, scores, [lines], [True], question, {}, rerank_top)  # the only page, as allocate reads it
     rel = relevance[0, :hc, :wc]
     part = text_parts(cell, [(hc * cell, wc * cell)], [rel], [[]], [lines], question, retrieved=values)[0]
@@ -375,7 +401,8 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
 
 def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], budget: Any = None, *,
                     coupled: Coupled | None = None, tokenizer: Any = None,
-                    image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> list[ContextAllocation]:
+                    image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT,
+                    bm25_weight: float = BM25_WEIGHT) -> list[ContextAllocation]:
     """``allocate(arr, images[b], questions[b], budget)`` for every b, the B images seen and scored in one ARR pass.
 
     Each image is a context of one page (checked, split and placed as :func:`allocate` does it, by the same
@@ -383,7 +410,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
     on its own canvas: a batch gives what each image gives alone).
 
     Args:
-        arr, budget, tokenizer, image_retrieval_weight: as in :func:`allocate`.
+        arr, budget, tokenizer, image_retrieval_weight, bm25_weight: as in :func:`allocate`.
         images: one image each (a path, a PIL image, a [3, H, W] tensor).
         questions: one per image.
         coupled: question-coupled channels computed elsewhere (``{"first_look": [B, 1, Hc, Wc]}``: a VLM's
@@ -421,7 +448,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
         for (opened, grids, _), (gestalts, k), read, score, q, ls in zip(checked, splits, reads, scores, questions,
                                                                         channel_lines):
             read = replace(read, lines=placed_lines(legible_lines(ls)))
-            values = retrieval_parts(arr, None, [read], q, t) if image_retrieval_weight else None
+            values = retrieval_parts(arr, None, [read], q, t, bm25_weight) if image_retrieval_weight else None
             pages = _pages(arr, [read], [score], grids, gestalts, k, q, weights, t, values)
             out.append(ContextAllocation(q, pages, opened.source, dict(opened.meta), None, tokenizer_name(tokenizer),
                                          t, budget))

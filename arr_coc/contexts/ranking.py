@@ -45,12 +45,18 @@ TEXT_WEIGHT = 4.0
 PAGE_WEIGHT = 2.0
 NEAR_WEIGHT = 4.0
 # The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
-# RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted like a matched word.
-RETRIEVAL_WEIGHT = 8.0
+# RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0. 8 (twice a matched word) until BM25 joined the
+# line scores: 12 chosen with BM25_WEIGHT below (on generated questions 16 lost 20x lines that quote their page).
+RETRIEVAL_WEIGHT = 12.0
 # 64 until the gestalt rule over many pages (budget.LEGIBLE_SIDE) freed saccades for more lines; 192 chosen then on the
 # 199 validation questions (docs/coc.md, "The gestalt over many pages"): 10x 0.814 -> 0.846, 20x 0.734 -> 0.748.
 RETRIEVAL_TOP = 192
 PASSAGE_AROUND = 1  # lines before and after a line that the retrieval model reads with it
+# BM25 over the context's lines fused into the retrieval model's line scores (:func:`fuse_bm25`: cosine + BM25_WEIGHT x
+# BM25 / the context's best BM25), where a question's rare word names its line and the model's cosine does not. Chosen
+# with the retrieval weight on validation questions under the ink (docs/coc.md, "BM25 in the lines"): the 199
+# hand-written ones 0.859 -> 0.871 at 10x, 0.761 -> 0.787 at 20x (weight 8 -> 12); the 65 generated ones 1.000 / 0.999.
+BM25_WEIGHT = 0.05
 # A line's value on its first LINE_HEAD cells and LINE_TAIL times it on the rest (the start of a line is where a manual
 # names its command or option). 0 = the whole line at its value: the head study on validation (docs/coc.md, "Line
 # heads") left it off.
@@ -205,6 +211,41 @@ def line_scores(embeddings: Sequence[Tensor | None], query: Tensor) -> list[Tens
     """Each page's lines' cosine with the question (``embeddings[i]``: page i's lines [L_i, D], L2-normalised, or None
     for a page without lines; ``query``: [D], L2-normalised)."""
     return [e.float() @ query.float() if e is not None and len(e) else torch.zeros(0) for e in embeddings]
+
+
+def bm25_line_scores(lines: Sequence[Sequence[str]], question: str) -> list[Tensor]:
+    """Each page's lines' BM25 score for the question (``lines[i]``: page i's lines' texts): bm25s with English stop
+    words, every line of the context a document, the question's words the context has as the query (none: zeros).
+
+    >>> [s.gt(0).tolist() for s in bm25_line_scores([["the page layout", "a margin"], ["page numbers"]], "page?")]
+    [[True, False], [True]]
+    """
+    import bm25s  # ~0.3 s to import: once a process, at its first question
+
+    texts = [t for page in lines for t in page]
+    counts = [len(page) for page in lines]
+    scores = torch.zeros(len(texts))
+    if texts:
+        index = bm25s.BM25()
+        index.index(bm25s.tokenize(texts, stopwords="en", show_progress=False), show_progress=False)
+        words = [w for w in bm25s.tokenize(question, stopwords="en", return_ids=False, show_progress=False)[0]
+                 if w in index.vocab_dict]
+        if words:
+            scores = torch.as_tensor(index.get_scores(words), dtype=torch.float32)
+    return list(torch.split(scores, counts))
+
+
+def fuse_bm25(scores: Sequence[Tensor], bm25: Sequence[Tensor], weight: float = BM25_WEIGHT) -> list[Tensor]:
+    """Each page's lines' retrieval score plus ``weight`` x its BM25 over the context's best BM25 (no BM25 anywhere,
+    or weight 0: the scores as they are).
+
+    >>> [s.tolist() for s in fuse_bm25([torch.tensor([0.5, 0.25])], [torch.tensor([2.0, 0.0])], 0.5)]
+    [[1.0, 0.25]]
+    """
+    top = max((float(b.max()) for b in bm25 if len(b)), default=0.0)
+    if not weight or top <= 0:
+        return list(scores)
+    return [s + weight * b / top for s, b in zip(scores, bm25)]
 
 
 def retrieval_values(scores: Sequence[Tensor], top: int = RETRIEVAL_TOP) -> list[Tensor]:

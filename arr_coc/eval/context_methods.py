@@ -13,20 +13,10 @@ from typing import Any, Sequence
 import torch
 
 from arr_coc.allocators.methods import methods_for
-from arr_coc.errors import MissingDependencyError
 
 CONTEXT_METHODS = methods_for("ocr", scope="context")  # table order
 NEEDS_BM25 = "bm25_pages"
 NEEDS_RETRIEVER = "retrieval_pages"
-_BM25_INSTALL = "pip install 'arr-coc[bench]' (bm25s), or leave out --methods bm25_pages"
-
-
-def require_bm25(what: str = "method bm25_pages") -> None:
-    """Raise :class:`MissingDependencyError` in one line when bm25s is not installed."""
-    try:
-        import bm25s  # noqa: F401
-    except ImportError as err:
-        raise MissingDependencyError(f"{what} needs bm25s: {_BM25_INSTALL}") from err
 
 
 class BM25Pages:
@@ -38,7 +28,6 @@ class BM25Pages:
     """
 
     def __init__(self, texts: Sequence[str]) -> None:
-        require_bm25()
         import bm25s
 
         self.n = len(texts)

@@ -116,10 +116,6 @@ class EvalSettings:
             from arr_coc.vlm.processing import check_prompt
 
             check_prompt(self.prompt)
-        if any("text" in METHODS.get(m).needs and m == "bm25_pages" for m in self.methods or ()):
-            from arr_coc.eval.context_methods import require_bm25
-
-            require_bm25()
 
     def resolve(self, scope: str) -> "EvalSettings":
         """These settings for records of ``scope`` (``image`` or ``context``): defaults filled in, methods and

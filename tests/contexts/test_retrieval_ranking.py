@@ -1,7 +1,18 @@
 """The ranking's retrieval part: a question in its own words finds its line where word matching finds another."""
+from types import SimpleNamespace
+
 import torch
 
-from arr_coc.contexts.ranking import line_scores, rank_cells, ranking_score, text_parts
+from arr_coc.contexts.allocate import question_scores
+from arr_coc.contexts.ranking import (
+    BM25_WEIGHT,
+    bm25_line_scores,
+    fuse_bm25,
+    line_scores,
+    rank_cells,
+    ranking_score,
+    text_parts,
+)
 from arr_coc.engine.retrieval import load_retriever
 
 CELL = 28
@@ -38,3 +49,42 @@ def test_word_overlap_puts_them_on_the_line_sharing_more_words():
 def test_without_the_retrieval_weight_neither_line_is_preferred():
     rows = chosen_rows(load_retriever().name, retrieval_weight=0.0)
     assert rows == {0}  # every cell ties at 0: the first 20 cells in reading order, row 0
+
+
+# A question naming its package (a rare word, printed on the answer's line) whose closest line in meaning answers nothing
+MAINTAINER = "Who maintains xcolor?"
+NAMED = "xcolor: Dr. Uwe Kern"
+VAGUE = "The maintainer of the colour package is named in its readme"
+
+
+def test_bm25_line_scores_are_bm25s_over_the_context_lines_split_by_page():
+    import bm25s
+
+    pages = [[NAMED, VAGUE], [], ["xcolor and xcolor again"]]
+    got = bm25_line_scores(pages, MAINTAINER)
+    assert [len(g) for g in got] == [2, 0, 1]
+    index = bm25s.BM25()  # the same index by hand: every line of the context a document, the question's known words
+    index.index(bm25s.tokenize([NAMED, VAGUE, "xcolor and xcolor again"], stopwords="en", show_progress=False),
+                show_progress=False)
+    assert torch.equal(torch.cat(got), torch.tensor(index.get_scores(["xcolor"]), dtype=torch.float32))
+    assert got[0][0] > 0 and got[0][1] == 0 and got[2][0] > got[0][0]  # twice the word in a shorter line ranks higher
+    assert [g.tolist() for g in bm25_line_scores(pages, "Which typeface?")] == [[0.0, 0.0], [], [0.0]]  # no word
+    assert [g.tolist() for g in bm25_line_scores([[], []], MAINTAINER)] == [[], []]
+
+
+def test_fuse_bm25_adds_the_weight_times_bm25_over_the_context_best():
+    cos, bm = [torch.tensor([0.5, 0.75]), torch.tensor([0.25])], [torch.tensor([4.0, 0.0]), torch.tensor([2.0])]
+    assert [s.tolist() for s in fuse_bm25(cos, bm, 0.25)] == [[0.5 + 0.25, 0.75], [0.25 + 0.125]]  # exact in binary
+    for unchanged in (fuse_bm25(cos, bm, 0.0), fuse_bm25(cos, [torch.zeros(2), torch.zeros(1)], 0.25)):
+        assert all(a is b for a, b in zip(unchanged, cos))
+
+
+def test_bm25_fused_into_the_line_scores_moves_the_named_line_first_and_the_cosine_alone_does_not():
+    arr = SimpleNamespace(retriever=load_retriever())
+    emb = [arr.retriever.passages([NAMED, VAGUE])]
+    lines = [[(NAMED, (0.0, 0.0, 20.0, 200.0)), (VAGUE, (40.0, 0.0, 60.0, 560.0))]]
+    cosine = question_scores(arr, emb, lines, MAINTAINER, bm25_weight=0.0)[0]
+    fused = question_scores(arr, emb, lines, MAINTAINER)[0]  # the default BM25 weight
+    assert BM25_WEIGHT == 0.05 and cosine[1] > cosine[0] + 0.02  # the control: the retriever's cosine prefers VAGUE
+    assert torch.equal(fused, cosine + torch.tensor([BM25_WEIGHT, 0.0]))  # NAMED holds the context's best BM25
+    assert fused[0] > fused[1]

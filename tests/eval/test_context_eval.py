@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,6 @@ from arr_coc.documents.pdf import read_pdf
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.views import downsampled_grid
-from arr_coc.errors import MissingDependencyError
 from arr_coc.eval.context_methods import CONTEXT_METHODS
 from arr_coc.eval.evaluate import evaluate
 from arr_coc.eval.reading import contains_score, make_reader, read_region
@@ -208,18 +206,3 @@ def test_context_options_on_a_dataset_of_single_images_are_refused(tmp_path, cap
                  "--out", str(tmp_path / "o"), *FAST]) == 2
     assert capsys.readouterr().err == ("arr-coc: error: --window --source choose contexts; jsonl is a dataset of single "
                                        "images, so leave them out\n")
-
-
-def test_without_bm25s_the_default_leaves_bm25_pages_out_and_asking_for_it_is_one_line(docs, tmp_path, capsys,
-                                                                                       monkeypatch):
-    monkeypatch.setitem(sys.modules, "bm25s", None)  # as if not installed: importing it raises ImportError
-    with pytest.raises(MissingDependencyError, match=r"method bm25_pages needs bm25s: pip install 'arr-coc\[bench\]'"):
-        EvalSettings(methods=("bm25_pages",))
-    argv = ["eval", "texlive-contexts", "--data", str(docs), "--window", "3", "--questions", "1", "--reader", "none",
-            "--compression", "2", "--out", str(tmp_path), *FAST]
-    assert main(argv + ["--methods", "coc", "bm25_pages"]) == 2
-    assert capsys.readouterr().err.splitlines()[-1].startswith("arr-coc: error: method bm25_pages needs bm25s")
-    assert main(argv) == 0
-    assert "arr-coc: leaving out method bm25_pages: method bm25_pages needs bm25s" in capsys.readouterr().err
-    rows = RowStore(tmp_path / "texlive-contexts" / "pdf").rows()
-    assert {r["method"] for r in rows} == set(CONTEXT_METHODS) - {"bm25_pages"}
