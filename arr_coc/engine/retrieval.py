@@ -68,6 +68,13 @@ def vectrix_model_dir(name: str) -> Path:
     return folder
 
 
+def check_threads(threads: int | None) -> int | None:
+    """``threads`` (runs at once; None: the process's CPUs), refused in one line below 1."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads is the number of runs at once, at least 1; got {threads}")
+    return threads
+
+
 def cpu_threads() -> int:
     """The CPUs this process may run on (its affinity where the system reports one)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -88,9 +95,7 @@ class _OnnxBert:
 
         if device != "cpu":
             raise ValueError(f"the ONNX retrieval models run on the CPU; got device={device!r}, pass device='cpu'")
-        if threads is not None and threads < 1:
-            raise ValueError(f"threads is the number of runs at once, at least 1; got {threads}")
-        self.threads = threads or cpu_threads()
+        self.threads = check_threads(threads) or cpu_threads()
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self.tokenizer.enable_truncation(MAX_TOKENS)
         self.tokenizer.no_padding()
@@ -150,7 +155,8 @@ class BgeSmallRetriever(_Reranking):
     dim = 384
 
     def __init__(self, device: str = "cpu", max_cached: int = 200_000, threads: int | None = None) -> None:
-        self.device, self.threads = device, threads  # threads: texts embedded at once (default: the process's CPUs)
+        # threads: texts embedded at once (default: the process's CPUs), checked here, not at the model's first use
+        self.device, self.threads = device, check_threads(threads)
         self._model: _OnnxBert | None = None
         self._q, self._p = VectorCache(max_cached), VectorCache(max_cached)  # a text is not the same as question and line
 
@@ -245,7 +251,7 @@ class CrossEncoderReranker:
     name = "ms-marco-minilm-l12"
 
     def __init__(self, device: str = "cpu", max_cached: int = 100_000, threads: int | None = None) -> None:
-        self.device, self.threads = device, threads  # threads: pairs read at once (default: the process's CPUs)
+        self.device, self.threads = device, check_threads(threads)  # pairs read at once (default: the CPUs)
         self._model: _OnnxBert | None = None
         self._pairs = VectorCache(max_cached)  # (question, passage) -> [1] logit
 

@@ -49,6 +49,7 @@ from PIL import Image
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan, methods_for
 from arr_coc.budget import LEGIBLE_MIN_LINES, LEGIBLE_SHARE, LEGIBLE_TEXT_PX
 from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
+from arr_coc.contexts.ranking import BM25_WEIGHT, RETRIEVAL_WEIGHT
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.plan import Plan
@@ -95,7 +96,9 @@ def run_identity(arr: Any, adapter: Any, settings: EvalSettings) -> dict:
             "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
             # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
             "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name,
-                                "min_lines": LEGIBLE_MIN_LINES}}
+                                "min_lines": LEGIBLE_MIN_LINES},
+            # the lines' scores: the retriever's cosine + BM25 (contexts.allocate.question_scores), a context's weight
+            "line_scores": {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT}}
 
 
 class VLMAnswers:

@@ -127,8 +127,10 @@ def test_a_wheel_without_the_model_files_says_to_reinstall(monkeypatch, tmp_path
 
 
 def test_a_worker_count_below_one_is_refused():
-    with pytest.raises(ValueError, match="threads is the number of runs at once, at least 1; got 0"):
-        retrieval.BgeSmallRetriever(threads=0).load()
+    for make in (retrieval.BgeSmallRetriever, CrossEncoderReranker):  # at construction, before any model loads
+        with pytest.raises(ValueError, match="threads is the number of runs at once, at least 1; got 0"):
+            make(threads=0)
+    assert retrieval.BgeSmallRetriever(threads=2).threads == 2 and retrieval.BgeSmallRetriever().threads is None
 
 
 def test_unknown_name_and_gpu_device_are_user_errors():

@@ -17,11 +17,13 @@ from arr_coc.app.panels import font
 from arr_coc.cli import main
 from arr_coc.config import MVP_CHANNELS, ARRConfig, TextureConfig
 from arr_coc.contexts import see_context, text_tokens
+from arr_coc.contexts.ranking import BM25_WEIGHT, RETRIEVAL_WEIGHT
 from arr_coc.data.contexts import ContextItem, ContextQuestion, texlive_contexts
 from arr_coc.documents.pdf import read_pdf
 from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.views import downsampled_grid
+from arr_coc.eval import run
 from arr_coc.eval.context_methods import CONTEXT_METHODS
 from arr_coc.eval.evaluate import evaluate
 from arr_coc.eval.reading import contains_score, make_reader, read_region
@@ -115,7 +117,7 @@ def test_page_hit_follows_the_answer_page_and_drops_when_pages_are_swapped(arr, 
     assert [hit[(i.context_id, "first_pages")] for i in items] == [0.0, 0.0, 0.0]
 
 
-def test_eval_over_a_tiny_pdf_context_end_to_end_and_resumes(docs, tmp_path, capsys):
+def test_eval_over_a_tiny_pdf_context_end_to_end_and_resumes(docs, tmp_path, capsys, monkeypatch):
     argv = ["eval", "texlive-contexts", "--data", str(docs), "--window", "3", "--questions", "2", "--compression", "2",
             "--out", str(tmp_path), *FAST]
     assert main(argv) == 0
@@ -130,6 +132,12 @@ def test_eval_over_a_tiny_pdf_context_end_to_end_and_resumes(docs, tmp_path, cap
     assert (folder / "summary.png").stat().st_size > 0
     assert main(argv) == 0  # everything is done: nothing is seen or written again
     assert (folder / "records.jsonl").read_text().count("\n") == 14
+    line_scores = json.loads((folder / "settings.json").read_text())["line_scores"]
+    assert line_scores == {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT} == {"bm25_weight": 0.05,
+                                                                                              "retrieval_weight": 12.0}
+    monkeypatch.setattr(run, "BM25_WEIGHT", 0.0)  # rows of another line scoring never mix with these
+    assert main(argv) == 2
+    assert "holds rows made with other settings (line_scores: " in capsys.readouterr().err
 
 
 def page_image(path: Path, text: str) -> Path:
