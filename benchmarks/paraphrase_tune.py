@@ -84,7 +84,7 @@ from arr_coc.engine.imageops import paint_boxes
 from arr_coc.eval.intervals import bootstrap_mean
 
 DPI = 100.0
-FIRST_STAGES = (0.0, BM25_WEIGHT)  # BM25 fusion weights whose best lines the cross-encoder reads (cached once)
+FIRST_STAGES = (0.0,)  # BM25 fusion weights whose best lines the cross-encoder reads (cached once)
 # the most lines a setting reranks: 32 passages cost ~1.1 s on this machine's 2 cores (the goal: <= 2 s a question)
 RERANK_MAX = 32
 

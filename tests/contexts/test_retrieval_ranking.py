@@ -83,8 +83,8 @@ def test_bm25_fused_into_the_line_scores_moves_the_named_line_first_and_the_cosi
     arr = SimpleNamespace(retriever=load_retriever())
     emb = [arr.retriever.passages([NAMED, VAGUE])]
     lines = [[(NAMED, (0.0, 0.0, 20.0, 200.0)), (VAGUE, (40.0, 0.0, 60.0, 560.0))]]
-    cosine = question_scores(arr, emb, lines, MAINTAINER, bm25_weight=0.0)[0]
-    fused = question_scores(arr, emb, lines, MAINTAINER)[0]  # the default BM25 weight
-    assert BM25_WEIGHT == 0.05 and cosine[1] > cosine[0] + 0.02  # the control: the retriever's cosine prefers VAGUE
-    assert torch.equal(fused, cosine + torch.tensor([BM25_WEIGHT, 0.0]))  # NAMED holds the context's best BM25
+    cosine = question_scores(arr, emb, lines, MAINTAINER)[0]  # the default: no BM25
+    fused = question_scores(arr, emb, lines, MAINTAINER, bm25_weight=0.05)[0]
+    assert BM25_WEIGHT == 0.0 and cosine[1] > cosine[0] + 0.02  # the control: the retriever's cosine prefers VAGUE
+    assert torch.equal(fused, cosine + torch.tensor([0.05, 0.0]))  # NAMED holds the context's best BM25
     assert fused[0] > fused[1]
