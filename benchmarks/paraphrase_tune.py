@@ -129,11 +129,40 @@ def fused(q: dict, w: float) -> list[torch.Tensor]:
     return fuse_bm25(q["cos"], q["bm25"], w)
 
 
-def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: CanvasConfig) -> dict:
-    """Everything a window's questions need, once (cached in ``cache``)."""
+def centres(n: int, stride: int) -> list[int]:
+    """The lines whose passages are embedded when only every ``stride``-th line's is (each line within one line of a
+    centre: stride 1 every line, 2 every other line, 3 one passage per three lines), the last line covered.
+
+    >>> centres(6, 1), centres(6, 2), centres(7, 3), centres(6, 3), centres(1, 3)
+    ([0, 1, 2, 3, 4, 5], [1, 3, 5], [1, 4, 6], [1, 4], [0])
+    """
+    if n == 0:
+        return []
+    picked = [c for c in range(n) if c % stride == min(1, stride - 1) % stride] or [0]
+    if picked[-1] + 1 < n - 1 or (stride == 1 and picked[-1] < n - 1):
+        picked.append(n - 1)
+    return picked
+
+
+def strided_scores(cos: torch.Tensor, n: int, picked: list[int]) -> torch.Tensor:
+    """[n] each line's score: the best cosine of the embedded passages it is part of (a centre and its neighbours)."""
+    out = torch.full((n,), -2.0)
+    for k, c in enumerate(picked):
+        lo, hi = max(0, c - 1), min(n, c + 2)
+        out[lo:hi] = torch.maximum(out[lo:hi], cos[k])
+    return out
+
+
+def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: CanvasConfig,
+            stride: int = 1) -> dict:
+    """Everything a window's questions need, once (cached in ``cache``; ``stride``: every line's passage embedded, or
+    every stride-th line's, each line scored by the passages it is part of)."""
     path = cache / (wid.replace("/", "_").replace("#", "_") + ".pt")
     if path.is_file():
         out = torch.load(path, weights_only=False)
+        if out.get("stride", 1) != stride:
+            raise SystemExit(f"paraphrase_tune.py: {cache} holds windows made with --stride {out.get('stride', 1)}; "
+                             f"give another --cache for --stride {stride}")
         if out.get("rerank_alone") and out.get("first_stages") == list(FIRST_STAGES):
             return out
         rerank_all(out, reranker)  # cached before each pair ran alone, or for other first stages
@@ -145,7 +174,8 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
         size = smart_resize(p.size[0], p.size[1], cell, canvas.min_pixels, canvas.max_pixels)
         ws, ls = canvas_words(p, size)
         sizes.append(size), words.append(ws), lines.append(ls)
-    texts = [passage_texts(ls) for ls in lines]
+    picked = [centres(len(ls), stride) for ls in lines]
+    texts = [[passage_texts(ls)[c] for c in cs] for ls, cs in zip(lines, picked)]
     counts = [len(t) for t in texts]
     flat = [t for ts in texts for t in ts]
     emb = retriever.passages(flat) if flat else torch.zeros(0, 384)
@@ -155,11 +185,14 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
     bm = [bm25_line_scores(line_text, q[1]) for q in qs]
     bm_ms = (time.perf_counter() - start) * 1e3 / max(1, len(qs))
     out = {"sizes": sizes, "words": words, "lines": lines, "first": [p.index == 0 for p in ctx.pages],
-           "n_text": text_tokens("\n\n".join(p.text for p in ctx.pages)), "questions": []}
+           "n_text": text_tokens("\n\n".join(p.text for p in ctx.pages)), "questions": [], "stride": stride,
+           "embedded": len(flat)}
     for (qid, question, kind, at, options), b in zip(qs, bm):
         t: dict[str, float] = {"bm25": bm_ms}
         start = time.perf_counter()
         cos = line_scores(embeddings, retriever.queries([question])[0])
+        if stride > 1:
+            cos = [strided_scores(c, len(ls), cs) for c, ls, cs in zip(cos, lines, picked)]
         t["embed"] = (time.perf_counter() - start) * 1e3
         start = time.perf_counter()
         zeros = [torch.zeros(h // cell, w // cell) for h, w in sizes]
@@ -339,6 +372,9 @@ def main() -> None:
     ap.add_argument("--start", type=int, default=0, help="skip the first N windows (fill the cache in parallel)")
     ap.add_argument("--cache", type=Path, required=True, help="a folder for the per-window parts (never committed)")
     ap.add_argument("--compression", type=float, nargs="+", default=[10.0, 20.0])
+    ap.add_argument("--stride", type=int, default=1, choices=[1, 2, 3],
+                    help="embed every line's passage (1) or every 2nd / 3rd line's (a line scored by the passages "
+                         "it is part of); kept in --cache")
     ap.add_argument("--weight", type=float, nargs="+", default=[RETRIEVAL_WEIGHT])
     ap.add_argument("--top", type=int, nargs="+", default=[RETRIEVAL_TOP])
     ap.add_argument("--bm25", type=float, nargs="+", default=[BM25_WEIGHT],
@@ -410,7 +446,7 @@ def main() -> None:
     ms: dict[str, list[float]] = defaultdict(list)
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
     for wid, ctx, qs, source in tqdm(wins, desc="windows"):
-        win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas)
+        win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas, args.stride)
         found = {"ink": [ink(win, canvas.cell)] * len(qs) if "ink" in args.relevance else None,
                  "arr": arr_relevance(wid, source, qs, cache, arr, win["sizes"], canvas.cell) if arr else None}
         for i, q in enumerate(win["questions"]):
