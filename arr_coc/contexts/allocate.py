@@ -32,6 +32,7 @@ The total sent is exact: sum of the gestalts + K.
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
@@ -329,7 +330,9 @@ def question_scores(arr: ARR, embeddings: Sequence[Tensor | None], lines: Sequen
                     bm25_weight: float = BM25_WEIGHT, t: dict[str, float] | None = None) -> list[Tensor]:
     """Each page's lines' score for the question: their embeddings' cosine with the question's (``arr.retriever``)
     plus ``bm25_weight`` x their BM25 over the context's best (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the
-    cosine alone)."""
+    cosine alone; a weight below 0 or not finite is refused in one line)."""
+    if not (math.isfinite(bm25_weight) and bm25_weight >= 0):
+        raise ValueError(f"bm25_weight must be a finite weight >= 0, got {bm25_weight}")
     t = {} if t is None else t
     start = time.perf_counter()
     scores = line_scores(embeddings, arr.retriever.queries([question])[0])

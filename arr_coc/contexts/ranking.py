@@ -45,7 +45,7 @@ TEXT_WEIGHT = 4.0
 PAGE_WEIGHT = 2.0
 NEAR_WEIGHT = 4.0
 # The question's best lines by the retrieval model (a paraphrase finds its line where no word matches): the
-# RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted twice a matched word.
+# RETRIEVAL_TOP best lines of the context, ramped from 1 (the best) to 0, weighted like a matched word.
 RETRIEVAL_WEIGHT = 8.0
 # 64 until the gestalt rule over many pages (budget.LEGIBLE_SIDE) freed saccades for more lines; 192 chosen then on the
 # 199 validation questions (docs/coc.md, "The gestalt over many pages"): 10x 0.814 -> 0.846, 20x 0.734 -> 0.748.

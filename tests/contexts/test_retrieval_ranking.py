@@ -1,6 +1,7 @@
 """The ranking's retrieval part: a question in its own words finds its line where word matching finds another."""
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from arr_coc.contexts.allocate import question_scores
@@ -88,3 +89,6 @@ def test_bm25_fused_into_the_line_scores_moves_the_named_line_first_and_the_cosi
     assert BM25_WEIGHT == 0.0 and cosine[1] > cosine[0] + 0.02  # the control: the retriever's cosine prefers VAGUE
     assert torch.equal(fused, cosine + torch.tensor([0.05, 0.0]))  # NAMED holds the context's best BM25
     assert fused[0] > fused[1]
+    for bad in (-0.05, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"bm25_weight must be a finite weight >= 0, got "):
+            question_scores(arr, emb, lines, MAINTAINER, bm25_weight=bad)
