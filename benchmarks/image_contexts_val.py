@@ -41,6 +41,15 @@ from arr_coc.eval.reading import best_window, make_view_reader, read_region, ren
 MARGIN = 8  # px around the answer box, the eval's default
 
 
+def weight_pair(text: str) -> tuple[float, float]:
+    """``--ranking``'s ``W:B``: a retrieval weight and a BM25 weight."""
+    try:
+        w, b = text.split(":")
+        return float(w), float(b)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes W:B (a retrieval weight and a BM25 weight), got {text!r}") from None
+
+
 def settings(retrievals: list[float], placings: list[float],
              rankings: list[tuple[float, float]] = ()) -> dict[str, dict[str, Any]]:
     """The settings compared: the PDF's ranking placed on it (the default), the PDF's ranking with each page placed,
@@ -72,7 +81,7 @@ def main() -> None:
     ap.add_argument("--placing", type=float, nargs="*", default=[0.0, 0.5, 1.0],
                     help="under the pages' ranking, each page placed by its relevance plus this times its lines' "
                          "retrieval (allocate's images_alone at this image_retrieval_weight)")
-    ap.add_argument("--ranking", nargs="*", default=[], metavar="W:B",
+    ap.add_argument("--ranking", nargs="*", type=weight_pair, default=[], metavar="W:B",
                     help="the PDF's ranking at these retrieval weights W and BM25 weights B as well (e.g. 8:0)")
     ap.add_argument("--limit", type=int, default=None, help="the first N questions")
     ap.add_argument("--split", default="val", choices=["val", "test"],
@@ -84,11 +93,7 @@ def main() -> None:
     every = load_image_paraphrase(split=args.split)
     records = every[: args.limit]
     images = list(dict.fromkeys(r.image for r in every))  # the split's images in file order
-    try:
-        rankings = [(float(x.split(":")[0]), float(x.split(":")[1])) for x in args.ranking]
-    except (ValueError, IndexError):
-        ap.error(f"--ranking takes W:B pairs (a retrieval weight and a BM25 weight), got {' '.join(args.ranking)}")
-    ways = settings(args.retrieval, args.placing, rankings)
+    ways = settings(args.retrieval, args.placing, args.ranking)
     rows = []
     for n, r in enumerate(tqdm(records, desc=f"image contexts ({args.split})")):
         i = images.index(r.image)
@@ -115,7 +120,7 @@ def main() -> None:
     lines = [f"made by: `python benchmarks/image_contexts_val.py --pages {args.pages} --budget {args.budget} "
              + "--retrieval " + "".join(f"{w:g} " for w in args.retrieval)
              + "--placing " + " ".join(f"{w:g}" for w in args.placing)
-             + (" --ranking " + " ".join(args.ranking) if args.ranking else "")
+             + (" --ranking " + " ".join(f"{w:g}:{b:g}" for w, b in args.ranking) if args.ranking else "")
              + (f" --limit {args.limit}" if args.limit else "") + (" --split test" if args.split == "test" else "")
              + f"` (image-paraphrase {'validation' if args.split == 'val' else 'test'}; reading = ANLS "
              "of the answer region on the answer's page; share = the answer page's share of the context's saccades)",

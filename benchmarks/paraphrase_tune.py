@@ -138,8 +138,8 @@ def centres(n: int, stride: int) -> list[int]:
     """
     if n == 0:
         return []
-    picked = [c for c in range(n) if c % stride == min(1, stride - 1) % stride] or [0]
-    if picked[-1] + 1 < n - 1 or (stride == 1 and picked[-1] < n - 1):
+    picked = list(range(1 if stride > 1 and n > 1 else 0, n, stride))
+    if picked[-1] < n - 2:  # the last line beyond the last centre's passage
         picked.append(n - 1)
     return picked
 
@@ -175,7 +175,7 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
         ws, ls = canvas_words(p, size)
         sizes.append(size), words.append(ws), lines.append(ls)
     picked = [centres(len(ls), stride) for ls in lines]
-    texts = [[passage_texts(ls)[c] for c in cs] for ls, cs in zip(lines, picked)]
+    texts = [[every[c] for c in cs] for every, cs in zip(map(passage_texts, lines), picked)]
     counts = [len(t) for t in texts]
     flat = [t for ts in texts for t in ts]
     emb = retriever.passages(flat) if flat else torch.zeros(0, 384)

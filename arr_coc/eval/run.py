@@ -55,6 +55,18 @@ def record_seed(seed: int, record_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"{seed}:{record_id}".encode(), digest_size=8).digest(), "little") >> 1
 
 
+def placing_settings(arr: ARR) -> dict:
+    """What an ARR's placing of lines and images depends on besides its own settings: the rows of an OCR run
+    (:func:`arr_settings`) and of a VLM run (``vlm_reader.run_identity``) record it alike."""
+    # one image's gestalt where its text stays legible (budget.legible_gestalt): rows under two rules never mix
+    return {"gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
+            # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
+            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name,
+                                "min_lines": LEGIBLE_MIN_LINES},
+            # the lines' scores: the retriever's cosine + BM25 (contexts.allocate.question_scores), a context's weight
+            "line_scores": {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT}}
+
+
 def arr_settings(arr: ARR) -> dict:
     """What an ARR's rows depend on: channels, canvas, gestalt, scorer and its weights, sampler, question encoder."""
     c = arr.config
@@ -63,14 +75,7 @@ def arr_settings(arr: ARR) -> dict:
             "canvas": vars(c.canvas), "gestalt_grid": c.gestalt.grid, "scorer": c.scorer.name,
             "sampler": {"name": c.sampler.name, "kwargs": c.sampler.kwargs},  # the "arr" method's sampler
             "scorer_weights": weights_digest(arr.scorer), "weights_source": arr.weights_source,
-            "query_encoder": f"{type(encoder).__name__}/{encoder.dim}",
-            # one image's gestalt where its text stays legible (budget.legible_gestalt): rows under two rules never mix
-            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
-            # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
-            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name,
-                                "min_lines": LEGIBLE_MIN_LINES},
-            # the lines' scores: the retriever's cosine + BM25 (contexts.allocate.question_scores), a context's weight
-            "line_scores": {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT}}
+            "query_encoder": f"{type(encoder).__name__}/{encoder.dim}", **placing_settings(arr)}
 
 
 class ImageReading:

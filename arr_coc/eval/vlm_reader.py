@@ -47,15 +47,13 @@ import torch
 from PIL import Image
 
 from arr_coc.allocators.methods import MethodInputs, build_samplers, make_plan, methods_for
-from arr_coc.budget import LEGIBLE_MIN_LINES, LEGIBLE_SHARE, LEGIBLE_TEXT_PX
-from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
-from arr_coc.contexts.ranking import BM25_WEIGHT, RETRIEVAL_WEIGHT
+from arr_coc.contexts.allocate import image_placing
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.plan import Plan
 from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.metrics import answer_score
-from arr_coc.eval.run import learned_maps, record_seed
+from arr_coc.eval.run import learned_maps, placing_settings, record_seed
 from arr_coc.eval.settings import PROMPT, VLM_DEFAULT_METHODS, EvalSettings
 from arr_coc.threads import check_model
 from arr_coc.vlm import encode as encode_plans
@@ -92,13 +90,7 @@ def run_identity(arr: Any, adapter: Any, settings: EvalSettings) -> dict:
             "seed": settings.seed, "channels": list(arr.channels), "scorer": arr.config.scorer.name,
             "scorer_weights": arr.weights_source, "sampler": arr.config.sampler.name,
             "max_pixels": arr.config.canvas.max_pixels, "patch_options": settings.patch_options or {},
-            "learned": settings.learned or {},
-            "gestalt_legible_text": {"share": LEGIBLE_SHARE, "min_px": LEGIBLE_TEXT_PX},
-            # one image placed by its relevance and its lines' retrieval (contexts.allocate.image_placing)
-            "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name,
-                                "min_lines": LEGIBLE_MIN_LINES},
-            # the lines' scores: the retriever's cosine + BM25 (contexts.allocate.question_scores), a context's weight
-            "line_scores": {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT}}
+            "learned": settings.learned or {}, **placing_settings(arr)}
 
 
 class VLMAnswers:
