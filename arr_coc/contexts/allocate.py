@@ -32,7 +32,6 @@ The total sent is exact: sum of the gestalts + K.
 """
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from typing import Any, Callable, Sequence
@@ -41,7 +40,7 @@ import torch
 from torch import Tensor
 
 from arr_coc.budget import LEGIBLE_MIN_LINES, Budget
-from arr_coc.config import ARRConfig
+from arr_coc.config import ARRConfig, check_float
 from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
@@ -115,6 +114,20 @@ def image_weights(retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT) -> dict[str,
     """The placing weights of a page without a text layer (and the ranking's of one image alone): its lines'
     retrieval only, no words to match."""
     return dict(text_weight=0.0, page_weight=0.0, near_weight=0.0, retrieval_weight=retrieval_weight)
+
+
+def check_ranking_weights(**weights: float) -> None:
+    """Every ranking weight a finite number >= 0, else a one-line error naming it (a negative weight would turn its
+    part's ranking upside down, a NaN rank cells in no order): checked before a page is read.
+
+    >>> check_ranking_weights(retrieval_weight=8.0, bm25_weight=0)
+    >>> check_ranking_weights(page_weight=-1.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: page_weight must be a finite number >= 0, got -1.0
+    """
+    for name, w in weights.items():
+        check_float(name, w, strict=False)
 
 
 def plan_budget(config: ARRConfig, budget: Budget, grids: Sequence[tuple[int, int]],
@@ -258,6 +271,9 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
     budget = Budget.saccades(arr.config.sampler.saccades) if budget is None else Budget.parse(budget)
     arr.check_weights()
     check_layer_relevance(layer_relevance)
+    check_ranking_weights(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
+                  retrieval_weight=retrieval_weight, image_retrieval_weight=image_retrieval_weight,
+                  bm25_weight=bm25_weight)
     t: dict[str, float] = {}
     if isinstance(context, ContextScene):
         if layer_relevance == "arr" and context.layer_relevance == "ink":
@@ -331,8 +347,7 @@ def question_scores(arr: ARR, embeddings: Sequence[Tensor | None], lines: Sequen
     """Each page's lines' score for the question: their embeddings' cosine with the question's (``arr.retriever``)
     plus ``bm25_weight`` x their BM25 over the context's best (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the
     cosine alone; a weight below 0 or not finite is refused in one line)."""
-    if not (math.isfinite(bm25_weight) and bm25_weight >= 0):
-        raise ValueError(f"bm25_weight must be a finite weight >= 0, got {bm25_weight}")
+    check_ranking_weights(bm25_weight=bm25_weight)
     t = {} if t is None else t
     start = time.perf_counter()
     scores = line_scores(embeddings, arr.retriever.queries([question])[0])
@@ -388,6 +403,7 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
     :func:`allocate` places it; 32 read 0.845 against 0.843 on the validation questions, docs/coc.md).
     ``bm25_weight``: the lines' BM25 fused into their retrieval scores (:func:`question_scores`).
     """
+    check_ranking_weights(weight=weight, bm25_weight=bm25_weight)
     lines = placed_lines(legible_lines(text_lines(arr, scene)[0]))
     if not lines or not weight:
         return relevance
@@ -431,6 +447,7 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
     questions = check_queries(questions, len(images), arr.max_question_tokens)  # as they are, if checked already
     budget = Budget.saccades(arr.config.sampler.saccades) if budget is None else Budget.parse(budget)
     arr.check_weights()
+    check_ranking_weights(image_retrieval_weight=image_retrieval_weight, bm25_weight=bm25_weight)
     t: dict[str, float] = {}
     start = time.perf_counter()
     checked = [check_context(arr.config, image, budget, max_pages=1) for image in images]

@@ -4,7 +4,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from arr_coc.contexts.allocate import question_scores
+from arr_coc.contexts.allocate import allocate, allocate_images, image_placing, question_scores
 from arr_coc.contexts.ranking import (
     BM25_WEIGHT,
     bm25_line_scores,
@@ -14,6 +14,8 @@ from arr_coc.contexts.ranking import (
     ranking_score,
     text_parts,
 )
+from arr_coc.engine.pipeline import ARR
+from arr_coc.engine.query import HashingQueryEncoder
 from arr_coc.engine.retrieval import load_retriever
 
 CELL = 28
@@ -90,5 +92,33 @@ def test_bm25_fused_into_the_line_scores_moves_the_named_line_first_and_the_cosi
     assert torch.equal(fused, cosine + torch.tensor([0.05, 0.0]))  # NAMED holds the context's best BM25
     assert fused[0] > fused[1]
     for bad in (-0.05, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match=r"bm25_weight must be a finite weight >= 0, got "):
+        with pytest.raises(ValueError, match=r"bm25_weight must be a finite number >= 0, got "):
             question_scores(arr, emb, lines, MAINTAINER, bm25_weight=bad)
+
+
+@pytest.mark.parametrize("weights, name", [
+    ({"bm25_weight": -0.05}, "bm25_weight"),
+    ({"bm25_weight": float("nan"), "retrieval_weight": 0.0}, "bm25_weight"),  # checked though no line is scored
+    ({"retrieval_weight": float("nan")}, "retrieval_weight"),
+    ({"text_weight": float("inf")}, "text_weight"),
+    ({"page_weight": -1.0}, "page_weight"),
+    ({"near_weight": -4}, "near_weight"),
+    ({"image_retrieval_weight": -0.5}, "image_retrieval_weight"),
+])
+def test_a_ranking_weight_below_0_or_not_finite_is_refused_before_the_context_is_opened(tmp_path, weights, name):
+    arr, missing = ARR(query_encoder=HashingQueryEncoder()), tmp_path / "missing.pdf"
+    with pytest.raises(FileNotFoundError, match="no such PDF"):  # the control: good weights reach the context
+        allocate(arr, missing, "What is the total?", "100")
+    with pytest.raises(ValueError, match=rf"^{name} must be a finite number >= 0, got "):
+        allocate(arr, missing, "What is the total?", "100", **weights)
+
+
+def test_one_image_weights_are_refused_before_the_image_is_seen():
+    arr = ARR(query_encoder=HashingQueryEncoder())
+    with pytest.raises(ValueError, match=r"^bm25_weight must be a finite number >= 0, got -1.0$"):
+        allocate_images(arr, [torch.rand(3, 56, 56)], ["What is the total?"], "10", bm25_weight=-1.0)
+    with pytest.raises(ValueError, match=r"^image_retrieval_weight must be a finite number >= 0, got nan$"):
+        allocate_images(arr, [torch.rand(3, 56, 56)], ["What is the total?"], "10", image_retrieval_weight=float("nan"))
+    with pytest.raises(ValueError, match=r"^weight must be a finite number >= 0, got -1.0$"):
+        image_placing(arr, None, None, "What is the total?", weight=-1.0)  # refused before the scene is read
+    assert len(allocate_images(arr, [torch.rand(3, 56, 56)], ["What is the total?"], "10")) == 1  # control
