@@ -25,11 +25,14 @@ page's best line (``page_prior``), the value passed on to the next line (``sprea
 before) and a floor on the first lines of a document's first page (``front``), how a line's value is painted on its
 cells (``head``: its first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line), the
 floor on lines holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the
-gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades). Writes
+gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades), and, as a
+ceiling rather than a setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the
+first stage (0: the retriever's own order), how much of the coverage a better line ranking could buy. Writes
 grid.csv, summary.md and per_question.json (each question's coverage under the first setting) in ``--out``;
 ``--against`` another run's per_question.json adds paired columns against it (another code on the same questions,
 each with its own ``--cache``); ms per question of each online part (question embedding, BM25, reranking the
-N lines, the text parts) go in the summary.
+N lines, the text parts) go in the summary, with the first setting's coverage by the rank its first stage gives the
+answer's best-ranked line.
 """
 from __future__ import annotations
 
@@ -250,7 +253,52 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
-           "head", "tail", "typed", "page_prior", "legible", "relevance")
+           "head", "tail", "typed", "page_prior", "legible", "relevance", "oracle")
+RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
+
+
+def answer_lines(win: dict, q: dict) -> list[int]:
+    """The lines of the answer's page that touch an occurrence of the answer (canvas boxes overlapping)."""
+    boxes = [b for occurrence in q["options"] for b in occurrence]
+    return [i for i, (_, (y0, x0, y1, x1)) in enumerate(win["lines"][q["at"]])
+            if any(y0 < b[2] and b[0] < y1 and x0 < b[3] and b[1] < x1 for b in boxes)]
+
+
+def answer_rank(scores: list[torch.Tensor], at: int, held: list[int]) -> int | None:
+    """The first-stage rank (1 = the context's best line) of the best-scored line holding the answer; None: none."""
+    if not held:
+        return None
+    best = float(scores[at][held].max())
+    return 1 + sum(int((s > best).sum()) for s in scores)
+
+
+def oracle(scores: list[torch.Tensor], at: int, held: list[int], rank: int) -> list[torch.Tensor]:
+    """``scores`` with the lines holding the answer moved to ranks ``rank``, ``rank`` + 1, ... (their order kept),
+    every other line in its place (at rank 1 as far above the best other line as it is above the next one);
+    unchanged for rank 0 or an answer no line holds.
+
+    >>> [[round(v, 6) for v in s.tolist()] for s in oracle([torch.tensor([0.9, 0.1]), torch.tensor([0.5, 0.7])],
+    ...                                                     0, [1], 2)]
+    [[0.9, 0.8], [0.5, 0.7]]
+    >>> [round(v, 4) for v in oracle([torch.tensor([0.9, 0.1, 0.2, 0.5])], 0, [1, 2], 1)[0].tolist()]
+    [0.9, 1.0333, 1.1667, 0.5]
+    """
+    if not rank or not held:
+        return scores
+    mask = [torch.zeros(len(s), dtype=torch.bool) for s in scores]
+    mask[at][held] = True
+    others = [float(v) for v in torch.cat([s[~m] for s, m in zip(scores, mask)]).sort(descending=True).values]
+    gap = others[0] - others[1] if len(others) > 1 and others[0] > others[1] else 0.01  # the scale kept at rank 1
+    if not others:
+        above = 1.0
+    else:  # the score of the line just above the slot (past the last line: the last line's)
+        above = others[0] + gap if rank == 1 else others[min(rank - 2, len(others) - 1)]
+    below = others[rank - 1] if rank <= len(others) else above - gap
+    order = sorted(held, key=lambda i: -float(scores[at][i]))
+    out = [s.clone() for s in scores]
+    for j, i in enumerate(order):  # evenly between the line above the slot and the one below, in their order
+        out[at][i] = above - (above - below) * (j + 1) / (len(order) + 1)
+    return out
 
 
 def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
@@ -259,7 +307,8 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     logits = q["rerank"][s["text"]]
     if "typed" not in q:  # the lines holding the question's answer type, once per question (None: it has none)
         q["typed"] = question_typed_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]])
-    return line_values(fused(q, s["bm25"]), win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
+    first = oracle(fused(q, s["bm25"]), q["at"], answer_lines(win, q), s["oracle"])
+    return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
                        s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"])
 
@@ -358,6 +407,16 @@ def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str
                      + " | ".join(f"{r[f'{c:g}x {k}']:.3f}" for c in args.compression for k in kinds) + " | "
                      + " | ".join("{:+.3f} [{:+.3f}, {:+.3f}]".format(*r[f"{c:g}x {p}"])
                                   for p in pair for c in args.compression) + " |")
+    lines += ["", "The first setting's coverage by the rank its first stage gives the answer's best line (1: the "
+              "context's best line; 'no line': no line of the text layer touches the answer):", "",
+              "| answer line's rank | n | " + " | ".join(f"{c:g}x coverage" for c in args.compression) + " |",
+              "|---|---:|" + "---:|" * len(args.compression)]
+    for lo, hi in [*RANK_BUCKETS, (None, None)]:
+        pick = [i for i, r in enumerate(cov["ranks"]) if (r is None if lo is None else
+                                                          r is not None and r >= lo and (hi is None or r <= hi))]
+        label = "no line" if lo is None else str(lo) if lo == hi else f"{lo}-{hi}" if hi else f"> {lo - 1}"
+        lines.append(f"| {label} | {len(pick)} | " + " | ".join(
+            f"{statistics.fmean(cov[0][c][i] for i in pick):.3f}" if pick else "-" for c in args.compression) + " |")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print((args.out / "summary.md").read_text())
 
@@ -396,7 +455,9 @@ def main() -> None:
             ("--page-prior", float, PAGE_PRIOR,
              "each line's score plus this times its page's best line's score (0: none)"),
             ("--legible", int, LEGIBLE_SIDE,
-             "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)")):
+             "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)"),
+            ("--oracle", int, 0,
+             "a ceiling, not a setting: the answer's lines moved to this rank of the first stage (0: none)")):
         ap.add_argument(flag, type=kind, nargs="+", default=[default], help=text)
     ap.add_argument("--relevance", nargs="+", default=["zero"], choices=["zero", "ink", "arr"],
                     help="each page's relevance: zero (the text parts alone), ink (its words' cover), arr (the ARR's)")
@@ -407,6 +468,8 @@ def main() -> None:
     args = ap.parse_args()
     if min(args.head) < 0 or not all(0.0 <= t <= 1.0 for t in args.tail):
         ap.error(f"--head takes cells >= 0 and --tail values in [0, 1], got {args.head} and {args.tail}")
+    if min(args.oracle) < 0:
+        ap.error(f"--oracle takes ranks >= 1 (0: none), got {args.oracle}")
     if max(args.rerank) > RERANK_MAX:
         ap.error(f"--rerank reads at most {RERANK_MAX} lines (the cached logits)")
     args.against_run = None  # read before the run, so a wrong file fails now, not after it
@@ -433,7 +496,7 @@ def main() -> None:
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
-        args.legible, args.relevance)]
+        args.legible, args.relevance, args.oracle)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]
     grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage
@@ -441,7 +504,7 @@ def main() -> None:
     grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
     grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused
     cov: dict = defaultdict(lambda: defaultdict(list))
-    cov["kinds"], cov["ids"] = [], []
+    cov["kinds"], cov["ids"], cov["ranks"] = [], [], []
     kinds: dict[str, int] = defaultdict(int)
     ms: dict[str, list[float]] = defaultdict(list)
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
@@ -460,6 +523,7 @@ def main() -> None:
                            - coverage(hit, q["options"][0], win["sizes"][at], canvas.cell)) < 1e-5
             cov["kinds"].append(q["kind"])
             cov["ids"].append(q["id"])
+            cov["ranks"].append(answer_rank(fused(q, grid[0]["bm25"]), q["at"], answer_lines(win, q)))
             kinds[q["kind"]] += 1
             for k, v in q["ms"].items():
                 ms[k].append(v)
