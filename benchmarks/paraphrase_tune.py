@@ -419,6 +419,42 @@ def write(args: argparse.Namespace, grid: list[dict], cov: dict, kinds: dict[str
             f"{statistics.fmean(cov[0][c][i] for i in pick):.3f}" if pick else "-" for c in args.compression) + " |")
     (args.out / "summary.md").write_text("\n".join(lines) + "\n")
     print((args.out / "summary.md").read_text())
+    if any(s["oracle"] for s in grid):
+        plot_oracle(args, grid, cov)
+
+
+def plot_oracle(args: argparse.Namespace, grid: list[dict], cov: dict) -> None:
+    """oracle.png: the coverage with the answer's lines moved to each rank (the other settings those of the first
+    row), the retriever's own order dashed, and the share of questions whose answer line it ranks within each rank."""
+    from matplotlib.figure import Figure
+
+    base = {k: v for k, v in grid[0].items() if k != "oracle"}
+    rows = sorted((s["oracle"], i) for i, s in enumerate(grid)
+                  if s["oracle"] and {k: v for k, v in s.items() if k != "oracle"} == base)
+    own = next((i for i, s in enumerate(grid) if not s["oracle"] and
+                {k: v for k, v in s.items() if k != "oracle"} == base), None)
+    fig = Figure(figsize=(6.4, 4.0))
+    ax = fig.add_subplot()
+    for n, c in enumerate(args.compression):
+        colour = f"C{n}"
+        ax.plot([r for r, _ in rows], [statistics.fmean(cov[i][c]) for _, i in rows], "o-", color=colour,
+                label=f"{c:g}x, the answer's line moved to the rank")
+        if own is not None:
+            ax.axhline(statistics.fmean(cov[own][c]), color=colour, ls="--", lw=1,
+                       label=f"{c:g}x, the retriever's own order")
+    ranked = [r for r in cov["ranks"] if r is not None]
+    if rows and cov["ranks"]:
+        xs = sorted({1, *range(1, max(r for r, _ in rows) + 1)})
+        ax.step(xs, [sum(r <= x for r in ranked) / len(cov["ranks"]) for x in xs], where="post", color="0.4", lw=1,
+                label="share of questions whose answer line\nthe retriever ranks within the rank")
+    ax.set_xscale("log")
+    ax.set_xlabel("rank of the answer's line among the context's lines")
+    ax.set_ylabel("coverage of the answer (mean) / share")
+    ax.set_ylim(0, 1.02)
+    ax.set_title(f"{args.dataset} {args.split}: a better line ranking's ceiling", fontsize=10)
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(args.out / "oracle.png", dpi=110)
 
 
 def main() -> None:
