@@ -272,8 +272,8 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
     arr.check_weights()
     check_layer_relevance(layer_relevance)
     check_ranking_weights(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
-                  retrieval_weight=retrieval_weight, image_retrieval_weight=image_retrieval_weight,
-                  bm25_weight=bm25_weight)
+                          retrieval_weight=retrieval_weight, image_retrieval_weight=image_retrieval_weight,
+                          bm25_weight=bm25_weight)
     t: dict[str, float] = {}
     if isinstance(context, ContextScene):
         if layer_relevance == "arr" and context.layer_relevance == "ink":
