@@ -265,11 +265,14 @@ def answer_lines(win: dict, q: dict) -> list[int]:
 
 
 def answer_rank(scores: list[torch.Tensor], at: int, held: list[int]) -> int | None:
-    """The first-stage rank (1 = the context's best line) of the best-scored line holding the answer; None: none."""
+    """The first-stage rank (1 = the context's best line) of the best-scored line holding the answer, a line that does
+    not hold it scoring the same counting against it (as ``line_retrieval.py`` counts ties); None: no line holds it."""
     if not held:
         return None
     best = float(scores[at][held].max())
-    return 1 + sum(int((s > best).sum()) for s in scores)
+    others = [s >= best for s in scores]
+    others[at][held] = False
+    return 1 + sum(int(o.sum()) for o in others)
 
 
 def oracle(scores: list[torch.Tensor], at: int, held: list[int], rank: int) -> list[torch.Tensor]:

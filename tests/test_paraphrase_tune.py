@@ -30,6 +30,7 @@ def test_the_answer_lines_are_those_whose_boxes_touch_an_occurrence_and_rank_by_
     scores = [torch.tensor([0.9]), torch.tensor([0.2, 0.5, 0.7])]
     assert tune.answer_rank(scores, 1, [1]) == 3  # below 0.9 and 0.7
     assert tune.answer_rank(scores, 1, []) is None
+    assert tune.answer_rank([torch.tensor([0.5]), torch.tensor([0.2, 0.5, 0.5])], 1, [1, 2]) == 2  # a tie counts against
     for rank in (1, 2, 3, 4):  # moved to each rank, every other line keeps its order
         moved = tune.oracle(scores, 1, [1], rank)
         assert tune.answer_rank(moved, 1, [1]) == rank
