@@ -8,6 +8,7 @@ flags from it) and its line in the defaults table of docs/glossary.md.
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -44,10 +45,11 @@ def check_int(name: str, value: Any, low: int = 1) -> int:
 def check_float(name: str, value: Any, low: float = 0.0, *, strict: bool = True) -> float:
     """``value`` as a finite float above ``low`` (or at least ``low`` when not ``strict``), else a one-line error.
 
-    >>> check_float("lr", 0.01), check_float("coverage_weight", 0, strict=False)
-    (0.01, 0.0)
+    >>> import numpy as np
+    >>> check_float("lr", 0.01), check_float("coverage_weight", 0, strict=False), check_float("w", np.float32(0.5))
+    (0.01, 0.0, 0.5)
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # numpy's scalars are Real too
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
     v = float(value)
     if not math.isfinite(v) or v < low or (strict and v == low):

@@ -122,3 +122,15 @@ def test_one_image_weights_are_refused_before_the_image_is_seen():
     with pytest.raises(ValueError, match=r"^weight must be a finite number >= 0, got -1.0$"):
         image_placing(arr, None, None, "What is the total?", weight=-1.0)  # refused before the scene is read
     assert len(allocate_images(arr, [torch.rand(3, 56, 56)], ["What is the total?"], "10")) == 1  # control
+
+
+def test_numpy_weights_are_numbers_and_checked_as_such():
+    import numpy as np
+
+    from arr_coc.contexts.allocate import check_ranking_weights
+
+    check_ranking_weights(retrieval_weight=np.float32(8.0), bm25_weight=np.float64(0.05))  # numpy's scalars pass
+    with pytest.raises(ValueError, match=r"^bm25_weight must be a finite number >= 0, got "):
+        check_ranking_weights(bm25_weight=np.float32("nan"))
+    with pytest.raises(TypeError, match=r"^page_weight must be a number, got tensor\(2\.\) \(Tensor\)$"):
+        check_ranking_weights(page_weight=torch.tensor(2.0))
