@@ -310,7 +310,7 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     logits = q["rerank"][s["text"]]
     if "typed" not in q:  # the lines holding the question's answer type, once per question (None: it has none)
         q["typed"] = question_typed_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]])
-    first = oracle(fused(q, s["bm25"]), q["at"], answer_lines(win, q), s["oracle"])
+    first = oracle(fused(q, s["bm25"]), q["at"], q["held"], s["oracle"])
     return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
                        s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"])
@@ -431,11 +431,12 @@ def plot_oracle(args: argparse.Namespace, grid: list[dict], cov: dict) -> None:
     row), the retriever's own order dashed, and the share of questions whose answer line it ranks within each rank."""
     from matplotlib.figure import Figure
 
-    base = {k: v for k, v in grid[0].items() if k != "oracle"}
-    rows = sorted((s["oracle"], i) for i, s in enumerate(grid)
-                  if s["oracle"] and {k: v for k, v in s.items() if k != "oracle"} == base)
-    own = next((i for i, s in enumerate(grid) if not s["oracle"] and
-                {k: v for k, v in s.items() if k != "oracle"} == base), None)
+    def rest(s: dict) -> dict:  # a setting but its oracle rank
+        return {k: v for k, v in s.items() if k != "oracle"}
+
+    same = [i for i, s in enumerate(grid) if rest(s) == rest(grid[0])]
+    rows = sorted((grid[i]["oracle"], i) for i in same if grid[i]["oracle"])
+    own = next((i for i in same if not grid[i]["oracle"]), None)
     fig = Figure(figsize=(6.4, 4.0))
     ax = fig.add_subplot()
     for n, c in enumerate(args.compression):
@@ -556,13 +557,14 @@ def main() -> None:
         for q, (_, _, _, at, _) in zip(win["questions"], qs):
             q["options"] = canvas_options(win, q, ctx.pages[at].size)
             q["pooled"] = pooled_boxes(q, win["sizes"][at], canvas.cell)
+            q["held"] = answer_lines(win, q)  # once per question, not once per setting
             if q["pooled"]:  # the per-cell sum is coc_tune's coverage, computed once per question
                 hit = torch.tensor([[0, 0]])
                 assert abs(float(q["pooled"][0][0][0, 0]) / q["pooled"][0][1]
                            - coverage(hit, q["options"][0], win["sizes"][at], canvas.cell)) < 1e-5
             cov["kinds"].append(q["kind"])
             cov["ids"].append(q["id"])
-            cov["ranks"].append(answer_rank(fused(q, grid[0]["bm25"]), q["at"], answer_lines(win, q)))
+            cov["ranks"].append(answer_rank(fused(q, grid[0]["bm25"]), q["at"], q["held"]))
             kinds[q["kind"]] += 1
             for k, v in q["ms"].items():
                 ms[k].append(v)
