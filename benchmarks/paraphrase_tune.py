@@ -55,6 +55,7 @@ from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts import rank_cells, ranking_score, text_tokens
 from arr_coc.contexts.answer_types import question_typed_lines
+from arr_coc.contexts.line_embeddings import CHUNK_STRIDE, best_chunks, chunk_centres, chunk_lines, chunk_scores
 from arr_coc.contexts.line_values import (
     FRONT_FLOOR,
     FRONT_LINES,
@@ -132,30 +133,6 @@ def fused(q: dict, w: float) -> list[torch.Tensor]:
     return fuse_bm25(q["cos"], q["bm25"], w)
 
 
-def centres(n: int, stride: int) -> list[int]:
-    """The lines whose passages are embedded when only every ``stride``-th line's is (each line within one line of a
-    centre: stride 1 every line, 2 every other line, 3 one passage per three lines), the last line covered.
-
-    >>> centres(6, 1), centres(6, 2), centres(7, 3), centres(6, 3), centres(1, 3)
-    ([0, 1, 2, 3, 4, 5], [1, 3, 5], [1, 4, 6], [1, 4], [0])
-    """
-    if n == 0:
-        return []
-    picked = list(range(1 if stride > 1 and n > 1 else 0, n, stride))
-    if picked[-1] < n - 2:  # the last line beyond the last centre's passage
-        picked.append(n - 1)
-    return picked
-
-
-def strided_scores(cos: torch.Tensor, n: int, picked: list[int]) -> torch.Tensor:
-    """[n] each line's score: the best cosine of the embedded passages it is part of (a centre and its neighbours)."""
-    out = torch.full((n,), -2.0)
-    for k, c in enumerate(picked):
-        lo, hi = max(0, c - 1), min(n, c + 2)
-        out[lo:hi] = torch.maximum(out[lo:hi], cos[k])
-    return out
-
-
 def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: CanvasConfig,
             stride: int = 1) -> dict:
     """Everything a window's questions need, once (cached in ``cache``; ``stride``: every line's passage embedded, or
@@ -177,7 +154,7 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
         size = smart_resize(p.size[0], p.size[1], cell, canvas.min_pixels, canvas.max_pixels)
         ws, ls = canvas_words(p, size)
         sizes.append(size), words.append(ws), lines.append(ls)
-    picked = [centres(len(ls), stride) for ls in lines]
+    picked = [chunk_centres(len(ls), stride) for ls in lines]
     texts = [[every[c] for c in cs] for every, cs in zip(map(passage_texts, lines), picked)]
     counts = [len(t) for t in texts]
     flat = [t for ts in texts for t in ts]
@@ -195,7 +172,7 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
         start = time.perf_counter()
         cos = line_scores(embeddings, retriever.queries([question])[0])
         if stride > 1:
-            cos = [strided_scores(c, len(ls), cs) for c, ls, cs in zip(cos, lines, picked)]
+            cos = [chunk_scores(c, len(ls), cs) for c, ls, cs in zip(cos, lines, picked)]
         t["embed"] = (time.perf_counter() - start) * 1e3
         start = time.perf_counter()
         zeros = [torch.zeros(h // cell, w // cell) for h, w in sizes]
@@ -253,7 +230,7 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
-           "head", "tail", "typed", "page_prior", "legible", "relevance", "oracle")
+           "head", "tail", "typed", "page_prior", "legible", "relevance", "refine", "oracle")
 RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
 
 
@@ -304,13 +281,33 @@ def oracle(scores: list[torch.Tensor], at: int, held: list[int], rank: int) -> l
     return out
 
 
+def refined(cos: list[torch.Tensor], chunks: int) -> list[torch.Tensor]:
+    """Coarse to fine, as :class:`arr_coc.contexts.line_embeddings.LineEmbeddings` scores a seen context's lines:
+    each line by its chunk's passage (every third line's), the lines of the context's ``chunks`` best chunks by their
+    own passage (0: every line by its own, every passage embedded). Exact: each passage is embedded alone, so its
+    cosine in ``cos`` is the one the library's refinement computes.
+
+    >>> [round(v, 2) for v in refined([torch.tensor([0.1, 0.2, 0.3, 0.9, 0.5, 0.4])], 1)[0].tolist()]
+    [0.2, 0.2, 0.2, 0.9, 0.5, 0.4]
+    """
+    if not chunks:
+        return cos
+    picked = [chunk_centres(len(c), CHUNK_STRIDE) for c in cos]
+    centre = [c[cs] for c, cs in zip(cos, picked)]
+    out = [chunk_scores(cen, len(c), cs) for cen, c, cs in zip(centre, cos, picked)]
+    for p, k in best_chunks(centre, picked, chunks):
+        span = chunk_lines(k, len(cos[p]))
+        out[p][span.start: span.stop] = cos[p][span.start: span.stop]
+    return out
+
+
 def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     """Each page's lines' retrieval values under setting ``s`` (:func:`arr_coc.contexts.ranking.line_values`, the
     cross-encoder's cached logits standing in for the model)."""
     logits = q["rerank"][s["text"]]
     if "typed" not in q:  # the lines holding the question's answer type, once per question (None: it has none)
         q["typed"] = question_typed_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]])
-    first = oracle(fused(q, s["bm25"]), q["at"], q["held"], s["oracle"])
+    first = oracle(fuse_bm25(refined(q["cos"], s["refine"]), q["bm25"], s["bm25"]), q["at"], q["held"], s["oracle"])
     return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
                        s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"])
@@ -496,6 +493,9 @@ def main() -> None:
              "each line's score plus this times its page's best line's score (0: none)"),
             ("--legible", int, LEGIBLE_SIDE,
              "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)"),
+            ("--refine", int, 0,
+             "coarse to fine: lines scored by every third line's passage, then the N best chunks' lines by their own "
+             "(0: every line's own passage)"),
             ("--oracle", int, 0,
              "a ceiling, not a setting: the answer's lines moved to this rank of the first stage (0: none)")):
         ap.add_argument(flag, type=kind, nargs="+", default=[default], help=text)
@@ -510,6 +510,8 @@ def main() -> None:
         ap.error(f"--head takes cells >= 0 and --tail values in [0, 1], got {args.head} and {args.tail}")
     if min(args.oracle) < 0:
         ap.error(f"--oracle takes ranks >= 1 (0: none), got {args.oracle}")
+    if max(args.refine) and args.stride != 1:
+        ap.error("--refine reads every line's own passage: it needs --stride 1")
     if max(args.rerank) > RERANK_MAX:
         ap.error(f"--rerank reads at most {RERANK_MAX} lines (the cached logits)")
     args.against_run = None  # read before the run, so a wrong file fails now, not after it
@@ -536,7 +538,7 @@ def main() -> None:
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
-        args.legible, args.relevance, args.oracle)]
+        args.legible, args.relevance, args.refine, args.oracle)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]
     grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage

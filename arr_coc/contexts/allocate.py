@@ -43,6 +43,7 @@ from arr_coc.budget import LEGIBLE_MIN_LINES, Budget
 from arr_coc.config import ARRConfig, check_float
 from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
+from arr_coc.contexts.line_embeddings import LineEmbeddings
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
@@ -57,7 +58,6 @@ from arr_coc.contexts.ranking import (
     bm25_line_scores,
     check_layer_relevance,
     fuse_bm25,
-    line_scores,
     passage_texts,
     placing_map,
     rank_cells,
@@ -70,7 +70,6 @@ from arr_coc.contexts.seen import (
     ContextScene,
     PageRead,
     canvas_grids,
-    embed_lines,
     read_chunk,
     read_pages,
     scored,
@@ -334,23 +333,24 @@ def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question
         return None
     start = time.perf_counter()
     seen = context if isinstance(context, ContextScene) else None
-    if seen is not None and seen.embeddings is not None and seen.retriever == arr.retriever.name:
+    if seen is not None and seen.embeddings is not None and seen.embeddings.retriever == arr.retriever.name:
         embeddings = seen.embeddings
     else:
-        embeddings = embed_lines(arr.retriever, [r.lines for r in reads])
+        embeddings = LineEmbeddings.see(arr.retriever, [r.lines for r in reads])
     t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
     return question_scores(arr, embeddings, [r.lines for r in reads], question, bm25_weight, t)
 
 
-def question_scores(arr: ARR, embeddings: Sequence[Tensor | None], lines: Sequence[Sequence[Line]], question: str,
+def question_scores(arr: ARR, embeddings: LineEmbeddings, lines: Sequence[Sequence[Line]], question: str,
                     bm25_weight: float = BM25_WEIGHT, t: dict[str, float] | None = None) -> list[Tensor]:
-    """Each page's lines' score for the question: their embeddings' cosine with the question's (``arr.retriever``)
+    """Each page's lines' score for the question: their passages' cosine with the question's (``arr.retriever``;
+    :meth:`LineEmbeddings.scores`: the best chunks' lines by their own passage, embedded now where they are not yet)
     plus ``bm25_weight`` x their BM25 over the context's best (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the
     cosine alone; a weight below 0 or not finite is refused in one line)."""
     check_ranking_weights(bm25_weight=bm25_weight)
     t = {} if t is None else t
     start = time.perf_counter()
-    scores = line_scores(embeddings, arr.retriever.queries([question])[0])
+    scores = embeddings.scores(arr.retriever, arr.retriever.queries([question])[0])
     t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
     if not bm25_weight:
         return scores
@@ -409,7 +409,7 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
         return relevance
     cell = scene.canvas.cell
     hc, wc = (s // cell for s in scene.canvas.sizes[0])
-    scores = question_scores(arr, embed_lines(arr.retriever, [lines]), [lines], question, bm25_weight)
+    scores = question_scores(arr, LineEmbeddings.see(arr.retriever, [lines]), [lines], question, bm25_weight)
     values = _line_values(arr, scores, [lines], [True], question, {}, rerank_top)  # the only page, as allocate reads it
     rel = relevance[0, :hc, :wc]
     part = text_parts(cell, [(hc * cell, wc * cell)], [rel], [[]], [lines], question, retrieved=values)[0]

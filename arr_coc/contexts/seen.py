@@ -15,8 +15,9 @@ from torch import Tensor
 
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
+from arr_coc.contexts.line_embeddings import LineEmbeddings
 from arr_coc.contexts.pagetext import OCR, page_text
-from arr_coc.contexts.ranking import LAYER_RELEVANCE, check_layer_relevance, ink_map, passage_texts, unit
+from arr_coc.contexts.ranking import LAYER_RELEVANCE, check_layer_relevance, ink_map, unit
 from arr_coc.contexts.result import Line
 from arr_coc.documents.page import Context, Page
 from arr_coc.documents.pdf import DEFAULT_DPI
@@ -24,7 +25,6 @@ from arr_coc.documents.text_pages import TextLayout
 from arr_coc.engine.canvas import make_canvas, smart_resize
 from arr_coc.engine.channel_registry import PageText
 from arr_coc.engine.pipeline import ARR, Scene, cell_texture, prepare_cell_texture
-from arr_coc.engine.retrieval import Retriever
 
 CHUNK = 4  # pages scored at once
 # ... unless they draw more pixels than the largest canvas (1792 x 1792): the texture of the default channels
@@ -160,8 +160,9 @@ class ContextScene:
             text on it.
         reads: per page, what the ranking keeps (:class:`PageRead`).
         timings_ms: the time each stage took.
-        embeddings: per page its lines' retrieval embeddings [L_i, D] (None: a page without lines), by
-            :func:`embed_lines` with the ARR's retriever, named ``retriever``; None when not computed.
+        embeddings: its lines' retrieval embeddings by the ARR's retriever, coarse to fine
+            (:class:`~arr_coc.contexts.line_embeddings.LineEmbeddings`: one passage in three when seen, the rest where
+            questions look); None when not computed.
         layer_relevance: what its text-layer pages are ranked on (``"ink"``: their chunks have no texture).
     """
 
@@ -169,8 +170,7 @@ class ContextScene:
     scenes: list[Scene]
     reads: list[PageRead]
     timings_ms: dict[str, float] = field(default_factory=dict)
-    embeddings: list[Tensor | None] | None = None
-    retriever: str = ""
+    embeddings: LineEmbeddings | None = None
     layer_relevance: str = LAYER_RELEVANCE
 
     def __len__(self) -> int:
@@ -201,21 +201,6 @@ class ContextScene:
         return self.reads[i].image  # kept: a tensor
 
 
-def embed_lines(retriever: Retriever, lines: Sequence[Sequence[Line]]) -> list[Tensor | None]:
-    """Per page its lines' passage embeddings [L_i, D] (:func:`~arr_coc.contexts.ranking.passage_texts`), in one
-    pass over the whole context; None for a page without lines."""
-    texts = [passage_texts(ls) for ls in lines]
-    flat = [t for ts in texts for t in ts]
-    if not flat:
-        return [None] * len(texts)
-    emb = retriever.passages(flat)
-    out, i = [], 0
-    for ts in texts:
-        out.append(emb[i: i + len(ts)] if ts else None)
-        i += len(ts)
-    return out
-
-
 # Any question: a question-coupled channel without a ``prepare`` leaves its per-page work in the ARR's cache when
 # computed for it.
 WARM_QUESTION = "What does this page say?"
@@ -241,7 +226,8 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
                 chunk: int = CHUNK, embed: bool = True, layer_relevance: str = LAYER_RELEVANCE) -> ContextScene:
     """Read a context and compute what its pages alone determine, for several questions (see
     :func:`~arr_coc.contexts.allocate` for the arguments): canvases, textures, words and lines, and (``embed``)
-    the lines' retrieval embeddings by ``arr.retriever``, which every question then reuses, and the question-coupled
+    the lines' retrieval embeddings by ``arr.retriever`` (one passage in three; each question embeds the rest of
+    the chunks it ranks best, and later questions reuse them: :mod:`~arr_coc.contexts.line_embeddings`), and the question-coupled
     channels' per-page work (:func:`warm_channels`). Chunks of text-layer pages ranked on their ink
     (``layer_relevance="ink"``, the default) get their canvases alone: no texture, no channel work. It holds every
     page's canvas and texture: for one question :func:`~arr_coc.contexts.allocate` on the context itself holds a few
@@ -265,6 +251,6 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
         t["coupling"] = (time.perf_counter() - start) * 1e3
     if embed and any(r.lines for r in reads):
         start = time.perf_counter()
-        out.embeddings, out.retriever = embed_lines(arr.retriever, out.lines), arr.retriever.name
+        out.embeddings = LineEmbeddings.see(arr.retriever, out.lines)
         t["retrieval"] = (time.perf_counter() - start) * 1e3
     return out

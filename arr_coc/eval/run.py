@@ -27,6 +27,7 @@ from arr_coc.allocators.methods import (
 )
 from arr_coc.budget import LEGIBLE_MIN_LINES, LEGIBLE_SHARE, LEGIBLE_TEXT_PX
 from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
+from arr_coc.contexts.line_embeddings import CHUNK_STRIDE, REFINE_CHUNKS
 from arr_coc.contexts.ranking import BM25_WEIGHT, RETRIEVAL_WEIGHT
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
@@ -64,7 +65,9 @@ def placing_settings(arr: ARR) -> dict:
             "image_retrieval": {"weight": IMAGE_RETRIEVAL_WEIGHT, "retriever": arr.retriever.name,
                                 "min_lines": LEGIBLE_MIN_LINES},
             # the lines' scores: the retriever's cosine + BM25 (contexts.allocate.question_scores), a context's weight
-            "line_scores": {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT}}
+            "line_scores": {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT,
+                            # coarse to fine (contexts.line_embeddings): one passage in three, the best chunks refined
+                            "chunk_stride": CHUNK_STRIDE, "refine_chunks": REFINE_CHUNKS}}
 
 
 def arr_settings(arr: ARR) -> dict:

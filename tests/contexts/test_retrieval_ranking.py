@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from arr_coc.contexts.allocate import allocate, allocate_images, image_placing, question_scores
+from arr_coc.contexts.line_embeddings import LineEmbeddings
 from arr_coc.contexts.ranking import (
     BM25_WEIGHT,
     bm25_line_scores,
@@ -84,10 +85,10 @@ def test_fuse_bm25_adds_the_weight_times_bm25_over_the_context_best():
 
 def test_bm25_fused_into_the_line_scores_moves_the_named_line_first_and_the_cosine_alone_does_not():
     arr = SimpleNamespace(retriever=load_retriever())
-    emb = [arr.retriever.passages([NAMED, VAGUE])]
-    lines = [[(NAMED, (0.0, 0.0, 20.0, 200.0)), (VAGUE, (40.0, 0.0, 60.0, 560.0))]]
-    cosine = question_scores(arr, emb, lines, MAINTAINER)[0]  # the default: no BM25
-    fused = question_scores(arr, emb, lines, MAINTAINER, bm25_weight=0.05)[0]
+    lines = [[(NAMED, (0.0, 0.0, 20.0, 200.0))], [(VAGUE, (40.0, 0.0, 60.0, 560.0))]]  # a page each: passages alone
+    emb = LineEmbeddings.see(arr.retriever, lines)
+    cosine = torch.cat(question_scores(arr, emb, lines, MAINTAINER))  # the default: no BM25
+    fused = torch.cat(question_scores(arr, emb, lines, MAINTAINER, bm25_weight=0.05))
     assert BM25_WEIGHT == 0.0 and cosine[1] > cosine[0] + 0.02  # the control: the retriever's cosine prefers VAGUE
     assert torch.equal(fused, cosine + torch.tensor([0.05, 0.0]))  # NAMED holds the context's best BM25
     assert fused[0] > fused[1]

@@ -133,8 +133,8 @@ def test_eval_over_a_tiny_pdf_context_end_to_end_and_resumes(docs, tmp_path, cap
     assert main(argv) == 0  # everything is done: nothing is seen or written again
     assert (folder / "records.jsonl").read_text().count("\n") == 14
     line_scores = json.loads((folder / "settings.json").read_text())["line_scores"]
-    assert line_scores == {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT} == {"bm25_weight": 0.0,
-                                                                                              "retrieval_weight": 8.0}
+    assert line_scores == {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT, "chunk_stride": 3,
+                           "refine_chunks": 128} and (BM25_WEIGHT, RETRIEVAL_WEIGHT) == (0.0, 8.0)
     monkeypatch.setattr(run, "BM25_WEIGHT", 0.05)  # rows of another line scoring never mix with these
     assert main(argv) == 2
     assert "holds rows made with other settings (line_scores: " in capsys.readouterr().err
