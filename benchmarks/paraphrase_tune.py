@@ -25,8 +25,10 @@ page's best line (``page_prior``), the value passed on to the next line (``sprea
 before) and a floor on the first lines of a document's first page (``front``), how a line's value is painted on its
 cells (``head``: its first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line), the
 floor on lines holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the
-gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades), and, as a
-ceiling rather than a setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the
+gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades), each line's
+own cosine mixed into its passage's (``line_mix``: the lines embedded alone once more, kept in the cache), coarse to
+fine (``refine``: the lines scored by every third line's passage, the N best chunks' lines by their own, as
+:class:`arr_coc.contexts.line_embeddings.LineEmbeddings` scores a seen context), and, as a ceiling rather than a setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the
 first stage (0: the retriever's own order), how much of the coverage a better line ranking could buy. Writes
 grid.csv, summary.md and per_question.json (each question's coverage under the first setting) in ``--out``;
 ``--against`` another run's per_question.json adds paired columns against it (another code on the same questions,
@@ -186,6 +188,20 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
     return out
 
 
+def add_line_cosines(win: dict, retriever) -> bool:
+    """Each question's cosine with every line read alone (``q["line_cos"]``, per page), where not cached yet; True
+    when computed (the caller saves the window)."""
+    if all("line_cos" in q for q in win["questions"]):
+        return False
+    texts = [[t for t, _ in ls] for ls in win["lines"]]
+    flat = [t for ts in texts for t in ts]
+    emb = split_pages(retriever.passages(flat) if flat else torch.zeros(0, 384), [len(ts) for ts in texts])
+    embeddings = [e if len(e) else None for e in emb]
+    for q in win["questions"]:
+        q["line_cos"] = line_scores(embeddings, retriever.queries([q["question"]])[0])
+    return True
+
+
 def rerank_all(win: dict, reranker) -> None:
     """The cross-encoder's logit of every line any first stage ranks among its RERANK_MAX best, read as the line
     alone and as its passage, per question (each pair run alone: its logit does not depend on the others)."""
@@ -230,7 +246,7 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
-           "head", "tail", "typed", "page_prior", "legible", "relevance", "refine", "oracle")
+           "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "refine", "oracle")
 RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
 
 
@@ -307,7 +323,9 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     logits = q["rerank"][s["text"]]
     if "typed" not in q:  # the lines holding the question's answer type, once per question (None: it has none)
         q["typed"] = question_typed_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]])
-    first = oracle(fuse_bm25(refined(q["cos"], s["refine"]), q["bm25"], s["bm25"]), q["at"], q["held"], s["oracle"])
+    cos = q["cos"] if not s["line_mix"] else [(1 - s["line_mix"]) * c + s["line_mix"] * x
+                                               for c, x in zip(q["cos"], q["line_cos"])]
+    first = oracle(fuse_bm25(refined(cos, s["refine"]), q["bm25"], s["bm25"]), q["at"], q["held"], s["oracle"])
     return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
                        s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"])
@@ -493,6 +511,8 @@ def main() -> None:
              "each line's score plus this times its page's best line's score (0: none)"),
             ("--legible", int, LEGIBLE_SIDE,
              "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)"),
+            ("--line-mix", float, 0.0,
+             "each line's first-stage score: (1 - m) x its passage's cosine + m x its own line's alone (0: the passage)"),
             ("--refine", int, 0,
              "coarse to fine: lines scored by every third line's passage, then the N best chunks' lines by their own "
              "(0: every line's own passage)"),
@@ -538,13 +558,14 @@ def main() -> None:
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
-        args.legible, args.relevance, args.refine, args.oracle)]
+        args.legible, args.relevance, args.line_mix, args.refine, args.oracle)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]
     grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage
     grid = [s for s in grid if s["front_floor"] or s["front_lines"] == args.front_lines[0]]
     grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
     grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused
+    grid = [s for s in grid if not (s["line_mix"] and s["refine"])]  # refinement reads the passages' cosines alone
     cov: dict = defaultdict(lambda: defaultdict(list))
     cov["kinds"], cov["ids"], cov["ranks"] = [], [], []
     kinds: dict[str, int] = defaultdict(int)
@@ -552,6 +573,8 @@ def main() -> None:
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
     for wid, ctx, qs, source in tqdm(wins, desc="windows"):
         win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas, args.stride)
+        if max(args.line_mix) and add_line_cosines(win, retriever):
+            torch.save(win, cache / (wid.replace("/", "_").replace("#", "_") + ".pt"))
         found = {"ink": [ink(win, canvas.cell)] * len(qs) if "ink" in args.relevance else None,
                  "arr": arr_relevance(wid, source, qs, cache, arr, win["sizes"], canvas.cell) if arr else None}
         for i, q in enumerate(win["questions"]):

@@ -119,7 +119,7 @@ class LineEmbeddings:
         rows = retriever.passages([self.texts[p][i] for p, i in todo])
         for (p, i), row in zip(todo, rows):
             if not len(self.vectors[p]):
-                self.vectors[p] = torch.zeros(len(self.texts[p]), rows.shape[1], dtype=rows.dtype)
+                self.vectors[p] = torch.zeros(len(self.texts[p]), rows.shape[1], dtype=rows.dtype, device=rows.device)
             self.vectors[p][i] = row
             self.known[p][i] = True
         return len(todo)
@@ -131,12 +131,16 @@ class LineEmbeddings:
         if refine < 0:
             raise ValueError(f"refine must be a number of chunks >= 0, got {refine}")
         q = query.float()
-        own = [v.float() @ q if len(v) else torch.zeros(len(ts)) for v, ts in zip(self.vectors, self.texts)]
+
+        def cosines() -> list[Tensor]:  # every page's lines against the rows embedded so far (on the CPU)
+            return [(v.float() @ q).cpu() if len(v) else torch.zeros(len(ts)) for v, ts in zip(self.vectors, self.texts)]
+
+        own = cosines()
         centre = [o[cs] for o, cs in zip(own, self.centres)]
         chosen = best_chunks(centre, self.centres, refine)
         wanted = [(p, i) for p, c in chosen for i in chunk_lines(c, len(self.texts[p]))]
         if self.embed(retriever, wanted):
-            own = [v.float() @ q if len(v) else torch.zeros(len(ts)) for v, ts in zip(self.vectors, self.texts)]
+            own = cosines()
         out = [chunk_scores(cen, len(ts), cs) for cen, ts, cs in zip(centre, self.texts, self.centres)]
         for p, i in wanted:
             out[p][i] = own[p][i]
