@@ -43,7 +43,7 @@ from arr_coc.budget import LEGIBLE_MIN_LINES, Budget
 from arr_coc.config import ARRConfig, check_float
 from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
-from arr_coc.contexts.line_embeddings import LineEmbeddings
+from arr_coc.contexts.line_embeddings import REFINE_CHUNKS, LineEmbeddings
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
@@ -310,7 +310,9 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
         embedded, placing = context, None  # a seen context's line embeddings are its reads' lines'
+        refine: int | None = REFINE_CHUNKS  # the best chunks whose lines are read by their own passages
         if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
+            refine = None  # every passage of its few lines, as for a batch of images (allocate_images)
             if not reads[0].lines:  # the lines its text channels read: embedded here, not at its seeing
                 reads[0], embedded = replace(reads[0], lines=lone), None
             reads[0] = replace(reads[0], lines=placed_lines(reads[0].lines))  # a photo's few words: none
@@ -318,14 +320,15 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         elif images_alone:  # a page without a text layer (an image, a scan) placed within its share as one image is
             placing = [None if r.source == "text layer" else
                        image_weights(image_retrieval_weight if placed_lines(r.lines) else 0.0) for r in reads]
-        values = (retrieval_parts(arr, embedded, reads, question, t, bm25_weight) if weights["retrieval_weight"]
+        values = (retrieval_parts(arr, embedded, reads, question, t, bm25_weight, refine) if weights["retrieval_weight"]
                   else None)
         out = _pages(arr, reads, scores, grids, gestalts, k, question, weights, t, values, placing)
     return ContextAllocation(question, out, source, dict(meta), n_text, tokenizer_name(tokenizer), t, budget)
 
 
 def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question: str,
-                     t: dict[str, float], bm25_weight: float = BM25_WEIGHT) -> list[Tensor] | None:
+                     t: dict[str, float], bm25_weight: float = BM25_WEIGHT,
+                     refine: int | None = REFINE_CHUNKS) -> list[Tensor] | None:
     """Each page's lines' retrieval scores for the question (None: no page has lines): the retriever's cosine with
     ``bm25_weight`` x the lines' BM25 fused in (:func:`question_scores`). A :class:`ContextScene`'s line embeddings
     are reused when they are the ARR's retriever's; otherwise the lines are embedded here."""
@@ -338,19 +341,20 @@ def retrieval_scores(arr: ARR, context: Any, reads: Sequence[PageRead], question
     else:
         embeddings = LineEmbeddings.see(arr.retriever, [r.lines for r in reads])
     t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
-    return question_scores(arr, embeddings, [r.lines for r in reads], question, bm25_weight, t)
+    return question_scores(arr, embeddings, [r.lines for r in reads], question, bm25_weight, t, refine)
 
 
 def question_scores(arr: ARR, embeddings: LineEmbeddings, lines: Sequence[Sequence[Line]], question: str,
-                    bm25_weight: float = BM25_WEIGHT, t: dict[str, float] | None = None) -> list[Tensor]:
+                    bm25_weight: float = BM25_WEIGHT, t: dict[str, float] | None = None,
+                    refine: int | None = REFINE_CHUNKS) -> list[Tensor]:
     """Each page's lines' score for the question: their passages' cosine with the question's (``arr.retriever``;
-    :meth:`LineEmbeddings.scores`: the best chunks' lines by their own passage, embedded now where they are not yet)
-    plus ``bm25_weight`` x their BM25 over the context's best (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the
+    :meth:`LineEmbeddings.scores`: the ``refine`` best chunks' lines by their own passage, embedded now where they are
+    not yet; None: every line) plus ``bm25_weight`` x their BM25 over the context's best (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the
     cosine alone; a weight below 0 or not finite is refused in one line)."""
     check_ranking_weights(bm25_weight=bm25_weight)
     t = {} if t is None else t
     start = time.perf_counter()
-    scores = embeddings.scores(arr.retriever, arr.retriever.queries([question])[0])
+    scores = embeddings.scores(arr.retriever, arr.retriever.queries([question])[0], refine)
     t["retrieval"] = t.get("retrieval", 0.0) + (time.perf_counter() - start) * 1e3
     if not bm25_weight:
         return scores
@@ -361,13 +365,15 @@ def question_scores(arr: ARR, embeddings: LineEmbeddings, lines: Sequence[Sequen
 
 
 def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question: str,
-                    t: dict[str, float], bm25_weight: float = BM25_WEIGHT) -> list[Tensor] | None:
+                    t: dict[str, float], bm25_weight: float = BM25_WEIGHT,
+                    refine: int | None = REFINE_CHUNKS) -> list[Tensor] | None:
     """Each page's lines' retrieval values for the question (:func:`~arr_coc.contexts.ranking.line_values`; None: no
     page has lines): the retriever's scores (:func:`retrieval_scores`), its best lines reordered by the retriever's
     cross-encoder where it has one (``arr.retriever.rerank``: a model-free retriever has none), each line read as
     the passage the retriever read, and the lines holding a span of the type the question asks for (a date, a version,
-    a name: :mod:`~arr_coc.contexts.answer_types`) floored."""
-    scores = retrieval_scores(arr, context, reads, question, t, bm25_weight)
+    a name: :mod:`~arr_coc.contexts.answer_types`) floored. ``refine``: the best chunks whose lines the retriever
+    reads by their own passages (:meth:`LineEmbeddings.scores`; None: every line)."""
+    scores = retrieval_scores(arr, context, reads, question, t, bm25_weight, refine)
     if scores is None:
         return None
     return _line_values(arr, scores, [r.lines for r in reads], [r.page.index == 0 for r in reads], question, t)
@@ -409,7 +415,8 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
         return relevance
     cell = scene.canvas.cell
     hc, wc = (s // cell for s in scene.canvas.sizes[0])
-    scores = question_scores(arr, LineEmbeddings.see(arr.retriever, [lines]), [lines], question, bm25_weight)
+    scores = question_scores(arr, LineEmbeddings.see(arr.retriever, [lines]), [lines], question, bm25_weight,
+                             refine=None)  # one image's lines, every passage (it is seen for this question alone)
     values = _line_values(arr, scores, [lines], [True], question, {}, rerank_top)  # the only page, as allocate reads it
     rel = relevance[0, :hc, :wc]
     part = text_parts(cell, [(hc * cell, wc * cell)], [rel], [[]], [lines], question, retrieved=values)[0]
@@ -468,7 +475,8 @@ def allocate_images(arr: ARR, images: Sequence[Any], questions: Sequence[str], b
         for (opened, grids, _), (gestalts, k), read, score, q, ls in zip(checked, splits, reads, scores, questions,
                                                                         channel_lines):
             read = replace(read, lines=placed_lines(legible_lines(ls)))
-            values = retrieval_parts(arr, None, [read], q, t, bm25_weight) if image_retrieval_weight else None
+            values = (retrieval_parts(arr, None, [read], q, t, bm25_weight, refine=None) if image_retrieval_weight
+                      else None)  # one image: every passage of its lines
             pages = _pages(arr, [read], [score], grids, gestalts, k, q, weights, t, values)
             out.append(ContextAllocation(q, pages, opened.source, dict(opened.meta), None, tokenizer_name(tokenizer),
                                          t, budget))

@@ -7,7 +7,8 @@ together read every line once); a question scores each line by its chunk's passa
 :data:`REFINE_CHUNKS` best chunks and embeds their other lines' own passages, which every later question reuses. A
 line in a refined chunk is then scored exactly as if every passage had been embedded: a retriever embeds each text
 alone (:class:`~arr_coc.engine.retrieval.BgeSmallRetriever`), so a passage's vector is the same bits whenever it is
-made; a context of at most :data:`REFINE_CHUNKS` chunks (one image's lines, a short document) is scored exactly.
+made; a context of at most :data:`REFINE_CHUNKS` chunks (a short document) is scored exactly, and one image's lines
+always are (``refine=None``: one image is seen for its one question).
 Chosen on the 199 hand-written validation questions (docs/coc.md, "Coarse to fine"): 128 chunks cover the answer
 within half a point of every passage embedded (10x 0.856 against 0.859, 20x 0.767 against 0.761) for a third of the
 see's retrieval work.
@@ -124,10 +125,12 @@ class LineEmbeddings:
             self.known[p][i] = True
         return len(todo)
 
-    def scores(self, retriever: Retriever, query: Tensor, refine: int = REFINE_CHUNKS) -> list[Tensor]:
+    def scores(self, retriever: Retriever, query: Tensor, refine: int | None = REFINE_CHUNKS) -> list[Tensor]:
         """Each page's lines' cosine with ``query`` ([D], L2-normalised; the question by ``retriever``): a line in one
         of the ``refine`` best chunks by its own passage (embedded now if it was not), every other line by its
-        chunk's. With ``refine`` at least the context's chunks, every line by its own passage."""
+        chunk's. With ``refine`` None or at least the context's chunks, every line by its own passage."""
+        if refine is None:
+            refine = sum(map(len, self.centres))
         if refine < 0:
             raise ValueError(f"refine must be a number of chunks >= 0, got {refine}")
         q = query.float()

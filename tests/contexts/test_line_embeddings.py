@@ -91,6 +91,18 @@ def test_refined_lines_score_exactly_as_every_passage_embedded_and_the_rest_by_t
     assert few[1].shape == (0,)  # the page without lines
 
 
+def test_refine_none_reads_every_line_by_its_own_passage_beyond_the_default_chunks():
+    lines = pages(3, 150)  # 150 chunks: more than the default refines
+    r = HashingRetriever()
+    q = r.queries(["Which fonts are in the table?"])[0]
+    full = full_scores(r, lines, q)
+    assert sum(len(chunk_centres(len(ls))) for ls in lines) > REFINE_CHUNKS
+    every = LineEmbeddings.see(r, lines).scores(r, q, refine=None)
+    assert all(torch.equal(a, b) for a, b in zip(every, full))
+    default = LineEmbeddings.see(r, lines).scores(r, q)  # the control: 128 chunks leave some lines to their chunk
+    assert not all(torch.equal(a, b) for a, b in zip(default, full))
+
+
 def test_questions_in_any_order_get_the_same_scores(bge):
     lines = pages()
     qs = [bge.queries([t])[0] for t in ("Which fonts are listed?", "How are footnotes numbered?")]
