@@ -349,8 +349,9 @@ def question_scores(arr: ARR, embeddings: LineEmbeddings, lines: Sequence[Sequen
                     refine: int | None = REFINE_CHUNKS) -> list[Tensor]:
     """Each page's lines' score for the question: their passages' cosine with the question's (``arr.retriever``;
     :meth:`LineEmbeddings.scores`: the ``refine`` best chunks' lines by their own passage, embedded now where they are
-    not yet; None: every line) plus ``bm25_weight`` x their BM25 over the context's best (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the
-    cosine alone; a weight below 0 or not finite is refused in one line)."""
+    not yet; None: every line) plus ``bm25_weight`` x their BM25 over the context's best
+    (:func:`~arr_coc.contexts.ranking.fuse_bm25`; 0: the cosine alone; a weight below 0 or not finite is refused in
+    one line)."""
     check_ranking_weights(bm25_weight=bm25_weight)
     t = {} if t is None else t
     start = time.perf_counter()

@@ -21,34 +21,35 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from arr_coc.contexts.ranking import passage_texts
+from arr_coc.contexts.ranking import PASSAGE_AROUND, passage_texts
 from arr_coc.contexts.result import Line
 from arr_coc.engine.retrieval import Retriever
 
-CHUNK_STRIDE = 3  # one passage in three embedded when a context is seen: a chunk is a centre line and its neighbours
-# The best chunks whose every line's own passage a question embeds; 16-192 measured on validation (docs/coc.md,
+# one passage in three embedded when a context is seen: a chunk is a centre line and the lines its passage reads
+CHUNK_STRIDE = 2 * PASSAGE_AROUND + 1
+# The best chunks whose every line's own passage a question embeds; 16-256 measured on validation (docs/coc.md,
 # "Coarse to fine"): 64 lost a point at 10x, 128 and 192 within half a point of every passage embedded.
 REFINE_CHUNKS = 128
 
 
-def chunk_centres(n: int, stride: int = CHUNK_STRIDE) -> list[int]:
-    """The lines whose passages a page's chunks are (every line within one line of a centre): stride 1 every line,
-    3 one passage per three lines, a last centre added for a last line beyond the others' chunks.
+def chunk_centres(n: int, stride: int = CHUNK_STRIDE, around: int = PASSAGE_AROUND) -> list[int]:
+    """The lines whose passages (a line with ``around`` lines either side) are a page's chunks, every line in one:
+    stride 1 every line, 3 one passage per three lines, a last centre added for a last line beyond the others' chunks.
 
     >>> chunk_centres(6, 1), chunk_centres(6, 2), chunk_centres(7), chunk_centres(6), chunk_centres(1)
     ([0, 1, 2, 3, 4, 5], [1, 3, 5], [1, 4, 6], [1, 4], [0])
     """
     if n == 0:
         return []
-    picked = list(range(1 if stride > 1 and n > 1 else 0, n, stride))
-    if picked[-1] < n - 2:
+    picked = list(range(min(around, n - 1) if stride > 1 else 0, n, stride))
+    if picked[-1] < n - 1 - around:
         picked.append(n - 1)
     return picked
 
 
-def chunk_lines(centre: int, n: int) -> range:
+def chunk_lines(centre: int, n: int, around: int = PASSAGE_AROUND) -> range:
     """The lines of a page of ``n`` lines that the chunk of line ``centre`` reads (its passage's lines)."""
-    return range(max(0, centre - 1), min(n, centre + 2))
+    return range(max(0, centre - around), min(n, centre + around + 1))
 
 
 def chunk_scores(centre_scores: Tensor, n: int, centres: Sequence[int]) -> Tensor:
