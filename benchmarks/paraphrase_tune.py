@@ -28,9 +28,9 @@ floor on lines holding a span of the question's answer type (``typed``: a date, 
 gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades), each line's
 own cosine mixed into its passage's (``line_mix``: the lines embedded alone once more, kept in the cache), coarse to
 fine (``refine``: the lines scored by every third line's passage, the N best chunks' lines by their own, as
-:class:`arr_coc.contexts.line_embeddings.LineEmbeddings` scores a seen context), and, as a ceiling rather than a setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the
-first stage (0: the retriever's own order), how much of the coverage a better line ranking could buy. Writes
-grid.csv, summary.md and per_question.json (each question's coverage under the first setting) in ``--out``;
+:class:`arr_coc.contexts.line_embeddings.LineEmbeddings` scores a seen context), and, as a ceiling rather than a
+setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the first stage (0: the
+retriever's own order), how much of the coverage a better line ranking could buy. Writes grid.csv, summary.md and per_question.json (each question's coverage under the first setting) in ``--out``;
 ``--against`` another run's per_question.json adds paired columns against it (another code on the same questions,
 each with its own ``--cache``); ms per question of each online part (question embedding, BM25, reranking the
 N lines, the text parts) go in the summary, with the first setting's coverage by the rank its first stage gives the
@@ -512,7 +512,8 @@ def main() -> None:
             ("--legible", int, LEGIBLE_SIDE,
              "over several pages a gestalt side below this is sent as 1x1 (0: the square rule alone)"),
             ("--line-mix", float, 0.0,
-             "each line's first-stage score: (1 - m) x its passage's cosine + m x its own line's alone (0: the passage)"),
+             "each line's first-stage score: (1 - m) x its passage's cosine + m x its own line's alone "
+             "(0: the passage)"),
             ("--refine", int, 0,
              "coarse to fine: lines scored by every third line's passage, then the N best chunks' lines by their own "
              "(0: every line's own passage)"),

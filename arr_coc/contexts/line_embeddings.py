@@ -137,7 +137,8 @@ class LineEmbeddings:
         q = query.float()
 
         def cosines() -> list[Tensor]:  # every page's lines against the rows embedded so far (on the CPU)
-            return [(v.float() @ q).cpu() if len(v) else torch.zeros(len(ts)) for v, ts in zip(self.vectors, self.texts)]
+            return [(v.float() @ q).cpu() if len(v) else torch.zeros(len(ts))
+                    for v, ts in zip(self.vectors, self.texts)]
 
         own = cosines()
         centre = [o[cs] for o, cs in zip(own, self.centres)]

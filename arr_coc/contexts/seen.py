@@ -227,8 +227,8 @@ def see_context(arr: ARR, context: Any, *, pages: Any = None, dpi: float = DEFAU
     """Read a context and compute what its pages alone determine, for several questions (see
     :func:`~arr_coc.contexts.allocate` for the arguments): canvases, textures, words and lines, and (``embed``)
     the lines' retrieval embeddings by ``arr.retriever`` (one passage in three; each question embeds the rest of
-    the chunks it ranks best, and later questions reuse them: :mod:`~arr_coc.contexts.line_embeddings`), and the question-coupled
-    channels' per-page work (:func:`warm_channels`). Chunks of text-layer pages ranked on their ink
+    the chunks it ranks best, and later questions reuse them: :mod:`~arr_coc.contexts.line_embeddings`), and the
+    question-coupled channels' per-page work (:func:`warm_channels`). Chunks of text-layer pages ranked on their ink
     (``layer_relevance="ink"``, the default) get their canvases alone: no texture, no channel work. It holds every
     page's canvas and texture: for one question :func:`~arr_coc.contexts.allocate` on the context itself holds a few
     pages at a time."""
