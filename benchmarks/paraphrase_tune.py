@@ -30,11 +30,11 @@ own cosine mixed into its passage's (``line_mix``: the lines embedded alone once
 fine (``refine``: the lines scored by every third line's passage, the N best chunks' lines by their own, as
 :class:`arr_coc.contexts.line_embeddings.LineEmbeddings` scores a seen context), and, as a ceiling rather than a
 setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the first stage (0: the
-retriever's own order), how much of the coverage a better line ranking could buy. Writes grid.csv, summary.md and per_question.json (each question's coverage under the first setting) in ``--out``;
-``--against`` another run's per_question.json adds paired columns against it (another code on the same questions,
-each with its own ``--cache``); ms per question of each online part (question embedding, BM25, reranking the
-N lines, the text parts) go in the summary, with the first setting's coverage by the rank its first stage gives the
-answer's best-ranked line.
+retriever's own order), how much of the coverage a better line ranking could buy. Writes grid.csv, summary.md and
+per_question.json (each question's coverage under the first setting) in ``--out``; ``--against`` another run's
+per_question.json adds paired columns against it (another code on the same questions, each with its own ``--cache``);
+ms per question of each online part (question embedding, BM25, reranking the N lines, the text parts) go in the
+summary, with the first setting's coverage by the rank its first stage gives the answer's best-ranked line.
 """
 from __future__ import annotations
 
@@ -542,7 +542,8 @@ def main() -> None:
         args.against_run = json.loads(args.against.read_text())
         missing = [f"{c:g}" for c in args.compression if f"{c:g}" not in args.against_run["coverage"]]
         if missing:
-            ap.error(f"--against {args.against} has no coverage at {', '.join(missing)}x: run it with this --compression")
+            ap.error(f"--against {args.against} has no coverage at {', '.join(missing)}x: "
+                     f"run it with this --compression")
     args.out.mkdir(parents=True, exist_ok=True)
     from arr_coc.engine.retrieval import BgeSmallRetriever, CrossEncoderReranker
 
