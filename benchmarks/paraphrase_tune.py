@@ -26,7 +26,8 @@ before) and a floor on the first lines of a document's first page (``front``), h
 cells (``head``: its first cells at its value, ``tail``: the rest at that times it; head 0 = the whole line), the
 floor on lines holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the
 gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades), each line's
-own cosine mixed into its passage's (``line_mix``: the lines embedded alone once more, kept in the cache), coarse to
+own cosine mixed into its passage's (``line_mix``: the lines embedded alone once more, kept in the cache) and the
+passage read after its section heading (``heading_mix``: :func:`heading_passages`, likewise kept), coarse to
 fine (``refine``: the lines scored by every third line's passage, the N best chunks' lines by their own, as
 :class:`arr_coc.contexts.line_embeddings.LineEmbeddings` scores a seen context), and, as a ceiling rather than a
 setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the first stage (0: the
@@ -42,6 +43,7 @@ import argparse
 import csv
 import itertools
 import json
+import re
 import statistics
 import sys
 import time
@@ -202,6 +204,45 @@ def add_line_cosines(win: dict, retriever) -> bool:
     return True
 
 
+# a heading: a short line numbered like a section ("3.2 Options", "A Examples") or set taller than the window's lines
+HEADING = re.compile(r"^(\d+(\.\d+)*|[A-Z]|Chapter \d+|Appendix [A-Z])\.?\s+\S")
+
+
+def heading_passages(lines: list[list]) -> list[list[str]]:
+    """Each line's passage read after the last heading above it in the window (``"<heading>: <passage>"``; as it is
+    without one): a short line (< 70 characters, 3 letters in a row) numbered like a section or set more than 1.25 x
+    the window's median line height.
+
+    >>> heading_passages([[("2.1 Fonts", (0, 0, 10, 50)), ("use bold", (12, 0, 22, 50))]])
+    [['2.1 Fonts use bold', '2.1 Fonts: 2.1 Fonts use bold']]
+    """
+    heights = [b[2] - b[0] for ls in lines for _, b in ls]
+    tall = 1.25 * statistics.median(heights) if heights else 0.0
+    heading, out = "", []
+    for ls in lines:
+        page = []
+        for (text, b), passage in zip(ls, passage_texts(ls)):
+            if len(text) < 70 and re.search("[A-Za-z]{3}", text) and (HEADING.match(text) or b[2] - b[0] > tall):
+                heading = text
+            page.append(f"{heading}: {passage}" if heading and heading != text else passage)
+        out.append(page)
+    return out
+
+
+def add_heading_cosines(win: dict, retriever) -> bool:
+    """Each question's cosine with every line's passage read after its heading (``q["heading_cos"]``), where not
+    cached yet; True when computed (the caller saves the window)."""
+    if all("heading_cos" in q for q in win["questions"]):
+        return False
+    texts = heading_passages(win["lines"])
+    flat = [t for ts in texts for t in ts]
+    emb = split_pages(retriever.passages(flat) if flat else torch.zeros(0, 384), [len(ts) for ts in texts])
+    embeddings = [e if len(e) else None for e in emb]
+    for q in win["questions"]:
+        q["heading_cos"] = line_scores(embeddings, retriever.queries([q["question"]])[0])
+    return True
+
+
 def rerank_all(win: dict, reranker) -> None:
     """The cross-encoder's logit of every line any first stage ranks among its RERANK_MAX best, read as the line
     alone and as its passage, per question (each pair run alone: its logit does not depend on the others)."""
@@ -246,7 +287,7 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
-           "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "refine", "oracle")
+           "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "heading_mix", "refine", "oracle")
 RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
 
 
@@ -325,6 +366,8 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
         q["typed"] = question_typed_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]])
     cos = q["cos"] if not s["line_mix"] else [(1 - s["line_mix"]) * c + s["line_mix"] * x
                                                for c, x in zip(q["cos"], q["line_cos"])]
+    if s["heading_mix"]:
+        cos = [(1 - s["heading_mix"]) * c + s["heading_mix"] * x for c, x in zip(cos, q["heading_cos"])]
     first = oracle(fuse_bm25(refined(cos, s["refine"]), q["bm25"], s["bm25"]), q["at"], q["held"], s["oracle"])
     return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
@@ -514,6 +557,9 @@ def main() -> None:
             ("--line-mix", float, 0.0,
              "each line's first-stage score: (1 - m) x its passage's cosine + m x its own line's alone "
              "(0: the passage)"),
+            ("--heading-mix", float, 0.0,
+             "each line's first-stage score: (1 - m) x its passage's cosine + m x its passage's read after its "
+             "section heading (0: the passage)"),
             ("--refine", int, 0,
              "coarse to fine: lines scored by every third line's passage, then the N best chunks' lines by their own "
              "(0: every line's own passage)"),
@@ -560,14 +606,15 @@ def main() -> None:
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
-        args.legible, args.relevance, args.line_mix, args.refine, args.oracle)]
+        args.legible, args.relevance, args.line_mix, args.heading_mix, args.refine, args.oracle)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]
     grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage
     grid = [s for s in grid if s["front_floor"] or s["front_lines"] == args.front_lines[0]]
     grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
     grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused
-    grid = [s for s in grid if not (s["line_mix"] and s["refine"])]  # refinement reads the passages' cosines alone
+    # refinement reads the passages' cosines alone
+    grid = [s for s in grid if not ((s["line_mix"] or s["heading_mix"]) and s["refine"])]
     cov: dict = defaultdict(lambda: defaultdict(list))
     cov["kinds"], cov["ids"], cov["ranks"] = [], [], []
     kinds: dict[str, int] = defaultdict(int)
@@ -575,7 +622,9 @@ def main() -> None:
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
     for wid, ctx, qs, source in tqdm(wins, desc="windows"):
         win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas, args.stride)
-        if max(args.line_mix) and add_line_cosines(win, retriever):
+        added = [add(win, retriever) for on, add in ((max(args.line_mix), add_line_cosines),
+                                                     (max(args.heading_mix), add_heading_cosines)) if on]
+        if any(added):
             torch.save(win, cache / (wid.replace("/", "_").replace("#", "_") + ".pt"))
         found = {"ink": [ink(win, canvas.cell)] * len(qs) if "ink" in args.relevance else None,
                  "arr": arr_relevance(wid, source, qs, cache, arr, win["sizes"], canvas.cell) if arr else None}
