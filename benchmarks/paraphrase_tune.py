@@ -128,8 +128,11 @@ def windows(dataset: str, split: str, n_docs: int, n_questions: int):
                                          for q in item.questions], (paths[item.context_id.split("#")[0]], "1-20")
 
 
-def split_pages(flat: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
-    return list(torch.split(flat, counts)) if counts else []
+def embed_pages(retriever, texts: list[list[str]]) -> list[torch.Tensor | None]:
+    """Per page its texts' passage vectors [n_i, D] in one call (None: a page without texts)."""
+    flat = [t for ts in texts for t in ts]
+    emb = retriever.passages(flat) if flat else torch.zeros(0, 384)
+    return [e if len(e) else None for e in torch.split(emb, [len(ts) for ts in texts])] if texts else []
 
 
 def fused(q: dict, w: float) -> list[torch.Tensor]:
@@ -160,17 +163,14 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
         sizes.append(size), words.append(ws), lines.append(ls)
     picked = [chunk_centres(len(ls), stride) for ls in lines]
     texts = [[every[c] for c in cs] for every, cs in zip(map(passage_texts, lines), picked)]
-    counts = [len(t) for t in texts]
-    flat = [t for ts in texts for t in ts]
-    emb = retriever.passages(flat) if flat else torch.zeros(0, 384)
-    embeddings = [e if len(e) else None for e in split_pages(emb, counts)]
+    embeddings = embed_pages(retriever, texts)
     line_text = [[t for t, _ in ls] for ls in lines]
     start = time.perf_counter()
     bm = [bm25_line_scores(line_text, q[1]) for q in qs]
     bm_ms = (time.perf_counter() - start) * 1e3 / max(1, len(qs))
     out = {"sizes": sizes, "words": words, "lines": lines, "first": [p.index == 0 for p in ctx.pages],
            "n_text": text_tokens("\n\n".join(p.text for p in ctx.pages)), "questions": [], "stride": stride,
-           "embedded": len(flat)}
+           "embedded": sum(map(len, texts))}
     for (qid, question, kind, at, options), b in zip(qs, bm):
         t: dict[str, float] = {"bm25": bm_ms}
         start = time.perf_counter()
@@ -188,20 +188,6 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
     cache.mkdir(parents=True, exist_ok=True)
     torch.save(out, path)
     return out
-
-
-def add_line_cosines(win: dict, retriever) -> bool:
-    """Each question's cosine with every line read alone (``q["line_cos"]``, per page), where not cached yet; True
-    when computed (the caller saves the window)."""
-    if all("line_cos" in q for q in win["questions"]):
-        return False
-    texts = [[t for t, _ in ls] for ls in win["lines"]]
-    flat = [t for ts in texts for t in ts]
-    emb = split_pages(retriever.passages(flat) if flat else torch.zeros(0, 384), [len(ts) for ts in texts])
-    embeddings = [e if len(e) else None for e in emb]
-    for q in win["questions"]:
-        q["line_cos"] = line_scores(embeddings, retriever.queries([q["question"]])[0])
-    return True
 
 
 # a heading: a short line numbered like a section ("3.2 Options", "A Examples") or set taller than the window's lines
@@ -229,17 +215,20 @@ def heading_passages(lines: list[list]) -> list[list[str]]:
     return out
 
 
-def add_heading_cosines(win: dict, retriever) -> bool:
-    """Each question's cosine with every line's passage read after its heading (``q["heading_cos"]``), where not
-    cached yet; True when computed (the caller saves the window)."""
-    if all("heading_cos" in q for q in win["questions"]):
+# the first-stage variants a setting mixes into each line's passage cosine: the setting, the question's cached
+# cosines, the texts embedded for them per page
+VARIANTS = {"line_mix": ("line_cos", lambda lines: [[t for t, _ in ls] for ls in lines]),  # each line read alone
+            "heading_mix": ("heading_cos", heading_passages)}  # each passage read after its section heading
+
+
+def add_cosines(win: dict, retriever, key: str, texts_of) -> bool:
+    """Each question's cosine with the window's texts ``texts_of(lines)`` per page (``q[key]``), where not cached yet;
+    True when computed (the caller saves the window)."""
+    if all(key in q for q in win["questions"]):
         return False
-    texts = heading_passages(win["lines"])
-    flat = [t for ts in texts for t in ts]
-    emb = split_pages(retriever.passages(flat) if flat else torch.zeros(0, 384), [len(ts) for ts in texts])
-    embeddings = [e if len(e) else None for e in emb]
+    embeddings = embed_pages(retriever, texts_of(win["lines"]))
     for q in win["questions"]:
-        q["heading_cos"] = line_scores(embeddings, retriever.queries([q["question"]])[0])
+        q[key] = line_scores(embeddings, retriever.queries([q["question"]])[0])
     return True
 
 
@@ -364,10 +353,10 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     logits = q["rerank"][s["text"]]
     if "typed" not in q:  # the lines holding the question's answer type, once per question (None: it has none)
         q["typed"] = question_typed_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]])
-    cos = q["cos"] if not s["line_mix"] else [(1 - s["line_mix"]) * c + s["line_mix"] * x
-                                               for c, x in zip(q["cos"], q["line_cos"])]
-    if s["heading_mix"]:
-        cos = [(1 - s["heading_mix"]) * c + s["heading_mix"] * x for c, x in zip(cos, q["heading_cos"])]
+    cos = q["cos"]
+    for mix, (key, _) in VARIANTS.items():
+        if s[mix]:
+            cos = [(1 - s[mix]) * c + s[mix] * x for c, x in zip(cos, q[key])]
     first = oracle(fuse_bm25(refined(cos, s["refine"]), q["bm25"], s["bm25"]), q["at"], q["held"], s["oracle"])
     return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
@@ -614,7 +603,7 @@ def main() -> None:
     grid = [s for s in grid if not s["rerank"] or s["bm25"] in FIRST_STAGES]  # the reranked first stages cached
     grid = [s for s in grid if s["head"] or s["tail"] == args.tail[0]]  # head 0 paints the whole line: tail unused
     # refinement reads the passages' cosines alone
-    grid = [s for s in grid if not ((s["line_mix"] or s["heading_mix"]) and s["refine"])]
+    grid = [s for s in grid if not (any(s[mix] for mix in VARIANTS) and s["refine"])]
     cov: dict = defaultdict(lambda: defaultdict(list))
     cov["kinds"], cov["ids"], cov["ranks"] = [], [], []
     kinds: dict[str, int] = defaultdict(int)
@@ -622,8 +611,8 @@ def main() -> None:
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
     for wid, ctx, qs, source in tqdm(wins, desc="windows"):
         win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas, args.stride)
-        added = [add(win, retriever) for on, add in ((max(args.line_mix), add_line_cosines),
-                                                     (max(args.heading_mix), add_heading_cosines)) if on]
+        added = [add_cosines(win, retriever, key, texts_of) for mix, (key, texts_of) in VARIANTS.items()
+                 if max(getattr(args, mix))]
         if any(added):
             torch.save(win, cache / (wid.replace("/", "_").replace("#", "_") + ".pt"))
         found = {"ink": [ink(win, canvas.cell)] * len(qs) if "ink" in args.relevance else None,
