@@ -43,7 +43,7 @@ from arr_coc.budget import LEGIBLE_MIN_LINES, Budget
 from arr_coc.config import ARRConfig, check_float
 from arr_coc.contexts.answer_types import question_typed_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
-from arr_coc.contexts.line_embeddings import REFINE_CHUNKS, LineEmbeddings
+from arr_coc.contexts.line_embeddings import REFINE_CHUNKS, LineEmbeddings, check_refine
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
 from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
@@ -215,7 +215,8 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
              page_weight: float = PAGE_WEIGHT, near_weight: float = NEAR_WEIGHT,
              retrieval_weight: float = RETRIEVAL_WEIGHT, chunk: int = CHUNK,
              image_retrieval_weight: float = IMAGE_RETRIEVAL_WEIGHT, images_alone: bool = False,
-             layer_relevance: str = LAYER_RELEVANCE, bm25_weight: float = BM25_WEIGHT) -> ContextAllocation:
+             layer_relevance: str = LAYER_RELEVANCE, bm25_weight: float = BM25_WEIGHT,
+             refine: int | None = REFINE_CHUNKS) -> ContextAllocation:
     """Allocate one budget over any input's pages for a question (one image is a context of one page).
 
     Args:
@@ -254,6 +255,11 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         bm25_weight: the context's lines' BM25 for the question fused into their retrieval scores (cosine +
             ``bm25_weight`` x BM25 / the context's best; :func:`question_scores`), on every page and one image alike;
             0: the retriever's cosine alone.
+        refine: coarse to fine (:mod:`~arr_coc.contexts.line_embeddings`): every line is first scored by its
+            chunk's passage (one in three, embedded when the context is seen), then the question's ``refine`` best
+            chunks' lines by their own passages (embedded now, kept by a :class:`ContextScene` for later questions);
+            None: every line by its own passage (the see's saving is then spent on the first question). One image
+            is always read line by line.
 
     Returns:
         A :class:`ContextAllocation`: ``.pages[i]`` per page; ``.tokens`` is exactly the budget's total (or the
@@ -270,6 +276,7 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
     budget = Budget.saccades(arr.config.sampler.saccades) if budget is None else Budget.parse(budget)
     arr.check_weights()
     check_layer_relevance(layer_relevance)
+    check_refine(refine)
     check_ranking_weights(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                           retrieval_weight=retrieval_weight, image_retrieval_weight=image_retrieval_weight,
                           bm25_weight=bm25_weight)
@@ -310,7 +317,6 @@ def allocate(arr: ARR, context: Any, question: str, budget: Any = None, *, pages
         weights = dict(text_weight=text_weight, page_weight=page_weight, near_weight=near_weight,
                        retrieval_weight=retrieval_weight)
         embedded, placing = context, None  # a seen context's line embeddings are its reads' lines'
-        refine: int | None = REFINE_CHUNKS  # the best chunks whose lines are read by their own passages
         if len(reads) == 1 and reads[0].source != "text layer":  # one image: placed by its own lines' retrieval
             refine = None  # every passage of its few lines, as for a batch of images (allocate_images)
             if not reads[0].lines:  # the lines its text channels read: embedded here, not at its seeing

@@ -16,7 +16,8 @@ see's retrieval work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from numbers import Integral
+from typing import Any, Sequence
 
 import torch
 from torch import Tensor
@@ -76,6 +77,12 @@ def best_chunks(centre_scores: Sequence[Tensor], centres: Sequence[Sequence[int]
     return [(p, c) for _, p, c in ranked[:k]]
 
 
+def check_refine(refine: Any) -> None:
+    """Refuse a ``refine`` that is neither None (every line) nor a whole number of chunks >= 0, in one line."""
+    if refine is not None and (isinstance(refine, bool) or not isinstance(refine, Integral) or refine < 0):
+        raise ValueError(f"refine must be a number of chunks >= 0 (None: every line), got {refine!r}")
+
+
 @dataclass
 class LineEmbeddings:
     """A context's lines' passage embeddings, filled coarse to fine (see the module).
@@ -130,10 +137,9 @@ class LineEmbeddings:
         """Each page's lines' cosine with ``query`` ([D], L2-normalised; the question by ``retriever``): a line in one
         of the ``refine`` best chunks by its own passage (embedded now if it was not), every other line by its
         chunk's. With ``refine`` None or at least the context's chunks, every line by its own passage."""
+        check_refine(refine)
         if refine is None:
             refine = sum(map(len, self.centres))
-        if refine < 0:
-            raise ValueError(f"refine must be a number of chunks >= 0, got {refine}")
         q = query.float()
 
         def cosines() -> list[Tensor]:  # every page's lines against the rows embedded so far (on the CPU)

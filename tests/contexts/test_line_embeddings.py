@@ -117,5 +117,34 @@ def test_another_retriever_and_a_negative_refine_are_refused():
     emb = LineEmbeddings.see(HashingRetriever(), lines)
     with pytest.raises(ValueError, match=r"these lines were embedded by 'hashing'; a 'bge-small' retriever cannot"):
         emb.embed(load_retriever("bge-small"), [(0, 0)])
-    with pytest.raises(ValueError, match=r"refine must be a number of chunks >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"refine must be a number of chunks >= 0 \(None: every line\), got -1$"):
         emb.scores(HashingRetriever(), HashingRetriever().queries(["margins"])[0], refine=-1)
+
+
+def test_allocate_takes_refine_a_seen_context_as_a_fresh_one_and_refuses_a_bad_one_in_one_line():
+    from arr_coc import ARR
+    from arr_coc.contexts import allocate, see_context
+    from arr_coc.documents.text_pages import TextLayout, render_text
+    from arr_coc.engine.query import HashingQueryEncoder
+
+    text = "\n".join(f"{TOPICS[i % len(TOPICS)]} is set by option {i} in section {i // 4}" for i in range(60))
+    ctx = render_text(text, TextLayout(size=14, width=560, height=448, margin=14))
+    q = "Which option sets the bibliography style?"
+
+    def cells(context, refine, retriever=None):
+        arr = ARR(query_encoder=HashingQueryEncoder(), retriever=retriever).eval()
+        out = allocate(arr, context(arr) if callable(context) else context, q, 60, refine=refine)
+        assert out.tokens == 60
+        return [p.plan.cells.tolist() for p in out.pages]
+
+    r = Counting(HashingRetriever())
+    every = cells(lambda arr: see_context(arr, ctx), None, r)
+    n_lines = sum(len(p.lines) for p in ctx.pages)
+    assert len(r.embedded) == n_lines  # None: every line's own passage, the see's third and the rest at the question
+    assert every == cells(ctx, None) == cells(ctx, REFINE_CHUNKS)  # seen or not; every chunk refined: the same
+    coarse = cells(lambda arr: see_context(arr, ctx), 0)
+    assert coarse == cells(ctx, 0)
+    assert coarse != every  # the control: chunks alone place the saccades elsewhere
+    for bad in (-1, 2.5, True, "all"):
+        with pytest.raises(ValueError, match=r"^refine must be a number of chunks >= 0 \(None: every line\), got "):
+            allocate(ARR(query_encoder=HashingQueryEncoder()), ctx, q, 60, refine=bad)
