@@ -19,8 +19,9 @@ per question, method and budget, records on the answer's page(s):
   (:func:`arr_coc.eval.reading.render` of its plan), the answer boxes + ``margin_px``, scored by
   ``contains_score``; where the boxes are unknown it is the find reading; the best over the answer pages;
 - ``reading_find`` (the ``find`` reading): the reader reads the whole rendered view of the answer page, not
-  told where the answer is, and the answer's best word window in all it read scores it (the best over the
-  answer pages). Only the answer page's view is read, not every page sent: reading more pages could only
+  told where the answer is, and (a plan of cells) those full-resolution cells alone
+  (:func:`~arr_coc.eval.reading.find_reading`); the answer's best word window in all it read scores it (the best
+  over the answer pages). Only the answer page's view is read, not every page sent: reading more pages could only
   raise the best window, so this is the conservative form, and it costs one page's OCR instead of twenty;
 - a page sent nothing reads nothing (0);
 
@@ -49,8 +50,9 @@ from arr_coc.engine.plan import Plan
 from arr_coc.eval.context_methods import NEEDS_BM25, NEEDS_RETRIEVER, BM25Pages, RetrievalPages
 from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.reading import (
-    best_window,
+    FIND_VIEWS,
     contains_score,
+    find_reading,
     make_view_reader,
     read_region,
     render,
@@ -84,11 +86,12 @@ class ContextReading:
 
     def identity(self) -> tuple[dict, dict]:
         s = self.settings
-        # readings: rows of both readings (region and find) never mix with rows of the region reading alone; the
+        # readings: rows of both readings (region and find) never mix with rows of the region reading alone, nor
+        # with find readings of other views (find_views); the
         # budget rule's legible side: rows split under another rule never mix with these; what text-layer pages are
         # ranked on (their ink since it became the default): rows ranked on the ARR's relevance never mix with these
         return ({**arr_settings(self.arr), "task": "contexts", "reader": s.reader, "margin_px": s.margin_px,
-                 "readings": ["region", "find"], "ranking": s.weights(), "text_tokenizer": tokenizer_name(),
+                 "readings": ["region", "find"], "find_views": list(FIND_VIEWS), "ranking": s.weights(), "text_tokenizer": tokenizer_name(),
                  "contexts": s.contexts, "gestalt_legible_side": LEGIBLE_SIDE, "layer_relevance": LAYER_RELEVANCE},
                 {} if self.retriever is None else {NEEDS_RETRIEVER: {"retriever": self.retriever.name}})
 
@@ -165,11 +168,9 @@ def measure(plan: Plan | None, image: torch.Tensor, cell: int, options: Sequence
     view = render(plan, image, cell)
     key = (page, plan.kind, plan.native) if plan.kind in ("full", "native") and views is not None else None
     text = views.get(key) if key is not None else None
-    if text is None:
-        text = readers["find"].read(view)
-        if key is not None:
-            views[key] = text
-    out["found"], out["found_text"] = best_window(text, list(answers))
+    if text is None and key is not None:
+        text = views[key] = readers["find"].read(view)
+    out["found"], out["found_text"], _ = find_reading(readers["find"], plan, image, cell, list(answers), view, text)
     if not boxed:  # not told where: the region reading is the find reading
         out["reading"], out["prediction"] = out["found"], out["found_text"]
         return out

@@ -14,8 +14,9 @@ reading, so neighbouring words that fall inside the crop margin are not penalise
 
 Two readings (``READINGS``): ``region`` reads the answer box plus a margin of the view
 (:func:`read_region`: is a region known to hold the answer still legible?); ``find`` reads the whole
-view, not told where the answer is, and scores the best-matching word window of all it read
-(:func:`arr_coc.eval.metrics.best_window`: can the answer be found in what the VLM gets?).
+view and, for a plan of cells, those cells alone (:func:`find_reading`), not told where the answer is, and scores the
+best-matching word window of all it read (:func:`arr_coc.eval.metrics.best_window`: can the answer be found in what
+the VLM gets?).
 """
 from __future__ import annotations
 
@@ -76,6 +77,58 @@ def render(plan: Plan, pixels: Tensor, cell: int) -> Tensor:
     if plan.kind == "cells":
         return foveated_view(pixels, plan.cells, cell, plan.gestalt)
     return render_patches(pixels, plan.squares, cell, gestalt_view(pixels, cell, plan.gestalt))
+
+
+# What the find reading reads of a plan (rows record it: readings of other views never mix with these).
+FIND_VIEWS = ("view", "saccades alone")
+
+
+def saccades_view(plan: Plan, pixels: Tensor, cell: int) -> Tensor | None:
+    """A plan's full-resolution cells alone, the rest of the page white; None for a plan without any.
+
+    What the find reading reads beside the whole view (:func:`find_reading`): a plan of cells sends them as tokens of
+    their own, which a reader of the whole view may lose in the gestalt around them.
+
+    Example:
+        >>> px = torch.rand(3, 56, 56)
+        >>> v = saccades_view(Plan("topk", "cells", (2, 2), gestalt=(1, 1), cells=torch.tensor([[1, 0]])), px, 28)
+        >>> torch.equal(v[:, 28:, :28], px[:, 28:, :28]), bool((v[:, :28] == 1).all()), bool((v[:, :, 28:] == 1).all())
+        (True, True, True)
+        >>> saccades_view(Plan("full", "full", (2, 2)), px, 28) is None
+        True
+    """
+    if plan.kind != "cells" or len(plan.cells) == 0:
+        return None
+    hc, wc = plan.grid
+    sent = torch.zeros(hc, wc, dtype=torch.bool, device=pixels.device)
+    sent[plan.cells[:, 0], plan.cells[:, 1]] = True
+    sent = sent.repeat_interleave(cell, 0).repeat_interleave(cell, 1)
+    return torch.where(sent, pixels[:, : hc * cell, : wc * cell], torch.ones((), dtype=pixels.dtype))
+
+
+def find_reading(reader: Reader, plan: Plan, pixels: Tensor, cell: int, answer: Union[str, Sequence[str]],
+                 view: Tensor | None = None, text: str | None = None) -> tuple[float, str, int]:
+    """The find reading of one plan: not told where the answer is, the answer's best word window in all it read.
+
+    It reads the whole view (:func:`render`; or takes its ``text`` read before) and, for a plan of cells, those cells
+    alone (:func:`saccades_view`), and keeps the better window. Tesseract binarises a whole view at one threshold:
+    where a coarse gestalt's blurred lines fall on the dark side of it, the sharp cells among them are read as
+    part of a dark blob and lost (a page read '' from a view whose cells print the answer: docs/coc.md, "The find
+    reading"). A plan without cells (full resolution, a downscaled page) is read once, as before.
+
+    Returns:
+        (score, the window that scored, the words read in the view that scored).
+    """
+    if text is None:
+        text = reader.read(render(plan, pixels, cell) if view is None else view)
+    best = (*best_window(text, answer), len(text.split()))
+    alone = saccades_view(plan, pixels, cell)
+    if alone is not None and best[0] < 1.0:  # a whole window found in the view cannot be bettered
+        text = reader.read(alone)
+        score, span = best_window(text, answer)
+        if score > best[0]:
+            best = (score, span, len(text.split()))
+    return best
 
 
 def rendered_tokens(plan: Plan) -> int:

@@ -36,7 +36,9 @@ from arr_coc.engine.plan import Plan
 from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.metrics import allocation_metrics, box_mask
 from arr_coc.eval.reading import (
+    FIND_VIEWS,
     best_window,
+    find_reading,
     make_view_reader,
     read_region,
     render,
@@ -95,8 +97,9 @@ class ImageReading:
 
     def identity(self) -> tuple[dict, dict]:
         s = self.settings
+        find = {"find_views": list(FIND_VIEWS)} if s.reading == "find" else {}  # rows of the find reading: what it reads
         return ({**arr_settings(self.arr), "reader": s.reader, "reading": s.reading, "margin_px": s.margin_px,
-                 "seed": s.seed, "patch_options": s.patch_options or {}},
+                 "seed": s.seed, "patch_options": s.patch_options or {}, **find},
                 {m: weights_digest(net) for m, net in self.learned.items()})
 
     def rows(self, unit: Unit, todo: list, done: set) -> Iterator[list[dict]]:
@@ -191,9 +194,8 @@ def allocation_rows(record: Record, canvas: Any, relevance: Tensor, query_emb: T
             return {"prediction": None, "reading": None}
         view = render(plan, pixels, cell)
         if settings.reading == "find":  # not told where the answer is: it counts only if the view shows it
-            text = reader.read(view)
-            score, span = best_window(text, record.answer)
-            return {"prediction": span, "reading": score, "read_words": len(text.split())}
+            score, span, words = find_reading(reader, plan, pixels, cell, record.answer, view)
+            return {"prediction": span, "reading": score, "read_words": words}
         prediction = read_region(reader, view, target, settings.margin_px)
         return {"prediction": prediction, "reading": best_window(prediction, record.answer)[0]}
 

@@ -63,3 +63,66 @@ def test_find_rows_keep_the_span_that_counted_and_full_resolution_finds_every_an
         evaluate(records[:1], arr, tmp_path / "region", settings, progress=False)
     with pytest.raises(ValueError, match=r"unknown reading 'page'; choose one of region, find"):
         EvalSettings(reading="page")
+
+
+FANCYBOX = "/usr/share/doc/texlive-doc/latex/fancybox/fancybox-doc.pdf"  # texlive-latex-recommended-doc (make test)
+
+
+def test_find_reads_the_saccades_alone_where_the_whole_view_loses_them_in_the_gestalt():
+    """A real manual page, one line's cells sent beside a 1 x 1 gestalt: Tesseract binarises the whole view at one
+    threshold, the gestalt's blurred paragraphs fall dark and swallow the sharp line; its cells alone read."""
+    from arr_coc.contexts import load_context
+    from arr_coc.eval.reading import find_reading, saccades_view
+
+    page = load_context(FANCYBOX, pages="7", dpi=100).pages[0]
+    cell, answer = 28, "an equation, but"
+    hc, wc = page.image.shape[-2] // cell, page.image.shape[-1] // cell
+    pixels = page.image[:, : hc * cell, : wc * cell]
+    word = next(w for w in page.words if w.text == "equation,")
+    plan = Plan("coc", "cells", (hc, wc), gestalt=(1, 1), cells=torch.tensor([(int(word.box[0] // cell), x)
+                                                                              for x in range(10)]))
+    reader = make_view_reader("tesseract", "find")
+    view = render(plan, pixels, cell)
+    assert best_window(reader.read(view), answer)[0] < 0.5  # the whole view alone: the line is lost
+    alone = saccades_view(plan, pixels, cell)
+    sent = torch.zeros(hc, wc, dtype=torch.bool)
+    sent[plan.cells[:, 0], plan.cells[:, 1]] = True
+    sent = sent.repeat_interleave(cell, 0).repeat_interleave(cell, 1)
+    assert torch.equal(alone[:, sent], pixels[:, sent]) and torch.equal(alone[:, sent], view[:, sent])  # the cells
+    assert bool((alone[:, ~sent] == 1).all()) and not bool((view[:, ~sent] == 1).all())  # white, not the gestalt
+    score, span, words = find_reading(reader, plan, pixels, cell, answer, view)
+    assert score >= 0.9 and "equation" in span and 3 <= words <= 10, (score, span, words)
+
+
+class Scripted:
+    """A reader that answers from a script by the view's kind: a gestalt left in it, or white around the cells."""
+
+    def __init__(self, view: str, alone: str) -> None:
+        self.texts, self.calls = {"view": view, "alone": alone}, []
+
+    def read(self, image: torch.Tensor) -> str:
+        kind = "alone" if bool(((image == 1) | (image == 0.25)).all()) else "view"
+        self.calls.append(kind)
+        return self.texts[kind]
+
+
+@pytest.mark.parametrize("view_text, alone_text, want, calls", [
+    ("noise", "the total 9.00", (1.0, "total 9.00"), ["view", "alone"]),  # the cells alone find it
+    ("total 9.00", "noise", (1.0, "total 9.00"), ["view"]),  # found whole in the view: not read again
+    ("total 9.0", "nothing", (0.9, "total 9.0"), ["view", "alone"]),  # the better of the two is kept
+])
+def test_find_reading_keeps_the_better_of_the_view_and_the_cells_alone(view_text, alone_text, want, calls):
+    from arr_coc.eval.reading import find_reading
+
+    pixels = torch.full((3, 56, 84), 0.25)
+    cells = Plan("coc", "cells", (2, 3), gestalt=(1, 1), cells=torch.tensor([[1, 2]]))
+    view = torch.rand(3, 56, 84)  # a view with a gestalt in it
+    reader = Scripted(view_text, alone_text)
+    score, span, words = find_reading(reader, cells, pixels, 28, "total 9.00", view)
+    assert (round(score, 2), span) == want and reader.calls == calls
+    assert words == len((view_text if span in view_text else alone_text).split())
+    reader = Scripted(view_text, alone_text)  # a plan without cells (full resolution): the view alone, once
+    assert find_reading(reader, Plan("full", "full", (2, 3)), pixels, 28, "total 9.00", view)[:2] == best_window(
+        view_text, "total 9.00") and reader.calls == ["view"]
+    reader = Scripted(view_text, alone_text)  # a view's text read before (a page shared by questions) is not re-read
+    assert find_reading(reader, cells, pixels, 28, "total 9.00", text="total 9.00")[0] == 1.0 and reader.calls == []
