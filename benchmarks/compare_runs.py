@@ -6,7 +6,7 @@
 Each ``records.jsonl`` is a run of ``benchmarks/paraphrase_tables.py`` (or ``arr-coc eval`` over contexts) on the same
 questions, made with two versions of the code. Rows are paired by (record, method, budget); per method and budget
 the table gives the questions both runs hold, how many rows are the same in every reading (a change that should not
-touch a question leaves its row as it was), the mean region reading of each run with the mean paired difference and
+touch a question leaves its row as it was), the mean region reading (``--reading find``: the find reading) of each run with the mean paired difference and
 its 95 % bootstrap interval (:func:`arr_coc.eval.intervals.bootstrap_mean` over the per-question differences), and
 the strict page hits of each (over the questions whose answer has a box); then the same per question kind for
 ``--kind-methods``.
@@ -27,6 +27,7 @@ from arr_coc.eval.intervals import bootstrap_mean
 from arr_coc.eval.paired import budget_order, mean_present
 
 SAME = ("reading", "reading_find", "coverage", "page_hit_strict", "tokens")
+COLUMNS = {"region": "reading", "find": "reading_find"}  # --reading: the rows' column it compares
 
 
 def load(path: Path) -> dict[tuple[str, str, str], dict]:
@@ -40,8 +41,10 @@ def load(path: Path) -> dict[tuple[str, str, str], dict]:
     return out
 
 
-def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: bool = False) -> list[dict]:
-    """Per (method, budget[, kind]) the paired figures of runs ``a`` and ``b`` (rows by (record, method, budget)).
+def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: bool = False,
+            column: str = "reading") -> list[dict]:
+    """Per (method, budget[, kind]) the paired figures of runs ``a`` and ``b`` (rows by (record, method, budget)):
+    ``column`` ``reading`` (the region reading) or ``reading_find`` (the find reading).
 
     >>> a = {("q1", "coc", "10x"): {"reading": 0.5, "kind": "k", "page_hit_strict": 0.0},
     ...      ("q2", "coc", "10x"): {"reading": 1.0, "kind": "k", "page_hit_strict": 1.0}}
@@ -64,8 +67,8 @@ def compare(a: dict, b: dict, methods: Sequence[str] | None = None, by_kind: boo
 
     out = []
     for group, pairs in sorted(groups.items(), key=order):
-        ra_vals = [float(ra["reading"]) for ra, _ in pairs]
-        rb_vals = [float(rb["reading"]) for _, rb in pairs]
+        ra_vals = [float(ra[column]) for ra, _ in pairs]
+        rb_vals = [float(rb[column]) for _, rb in pairs]
         diffs = [y - x for x, y in zip(ra_vals, rb_vals)]
         lo, hi = bootstrap_mean(diffs)  # (nan, nan) for one question
         out.append({"method": group[0], "budget": group[1], "kind": group[2] if by_kind else "", "n": len(pairs),
@@ -97,6 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ap.add_argument("--labels", nargs=2, default=["before", "after"])
     ap.add_argument("--methods", nargs="*", default=None, help="methods to compare (default: every method)")
     ap.add_argument("--kind-methods", nargs="*", default=["coc"], help="methods also compared per question kind")
+    ap.add_argument("--reading", default="region", choices=list(COLUMNS), help="the reading compared")
     ap.add_argument("--out", type=Path, default=None, help="also write the tables here")
     args = ap.parse_args(argv)
     for path in (args.before, args.after):
@@ -105,11 +109,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     a, b = load(args.before), load(args.after)
     text = "\n\n".join([
         f"made by: `python benchmarks/compare_runs.py {shlex.join(sys.argv[1:] if argv is None else argv)}`",
-        f"Rows paired by (question, method, budget); reading = the region reading; rows unchanged: the same "
+        f"Rows paired by (question, method, budget); reading = the {args.reading} reading; rows unchanged: the same "
         f"{', '.join(SAME)} in both runs; the difference's interval: 95 % bootstrap over the questions.",
-        table(compare(a, b, args.methods), args.labels),
+        table(compare(a, b, args.methods, column=COLUMNS[args.reading]), args.labels),
         "Per question kind:",
-        table(compare(a, b, args.kind_methods, by_kind=True), args.labels, by_kind=True)]) + "\n"
+        table(compare(a, b, args.kind_methods, by_kind=True, column=COLUMNS[args.reading]), args.labels,
+              by_kind=True)]) + "\n"
     emit(text, args.out)
 
 

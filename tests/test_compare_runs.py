@@ -48,3 +48,15 @@ def test_a_missing_records_file_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit):
         compare_runs.main([str(tmp_path / "none.jsonl"), str(tmp_path / "none.jsonl")])
     assert "none.jsonl: no such records file" in capsys.readouterr().err
+
+
+def test_the_find_reading_is_compared_when_asked(tmp_path):
+    before = _write(tmp_path / "a.jsonl", _rows({"q1": 0.5, "q2": 1.0}))
+    after = _write(tmp_path / "b.jsonl", [dict(r, reading_find=1.0) for r in _rows({"q1": 0.5, "q2": 1.0})])
+    a, b = compare_runs.load(before), compare_runs.load(after)
+    region, find = compare_runs.compare(a, b)[0], compare_runs.compare(a, b, column="reading_find")[0]
+    assert (region["diff"], region["same"]) == (0.0, 1) and (find["a"], find["b"], find["diff"]) == (0.75, 1.0, 0.25)
+    out = tmp_path / "cmp.md"
+    compare_runs.main([str(before), str(after), "--reading", "find", "--out", str(out)])
+    assert "reading = the find reading" in out.read_text() and "| coc | 10x | 2 | 1 | 0.750 | 1.000 | +0.250 [" in \
+        out.read_text()
