@@ -87,12 +87,13 @@ class ContextReading:
     def identity(self) -> tuple[dict, dict]:
         s = self.settings
         # readings: rows of both readings (region and find) never mix with rows of the region reading alone, nor
-        # with find readings of other views (find_views); the
-        # budget rule's legible side: rows split under another rule never mix with these; what text-layer pages are
-        # ranked on (their ink since it became the default): rows ranked on the ARR's relevance never mix with these
+        # with find readings of other views (find_views); the budget rule's legible side: rows split under another
+        # rule never mix with these; what text-layer pages are ranked on (their ink since it became the default):
+        # rows ranked on the ARR's relevance never mix with these
         return ({**arr_settings(self.arr), "task": "contexts", "reader": s.reader, "margin_px": s.margin_px,
-                 "readings": ["region", "find"], "find_views": list(FIND_VIEWS), "ranking": s.weights(), "text_tokenizer": tokenizer_name(),
-                 "contexts": s.contexts, "gestalt_legible_side": LEGIBLE_SIDE, "layer_relevance": LAYER_RELEVANCE},
+                 "readings": ["region", "find"], "find_views": list(FIND_VIEWS), "ranking": s.weights(),
+                 "text_tokenizer": tokenizer_name(), "contexts": s.contexts, "gestalt_legible_side": LEGIBLE_SIDE,
+                 "layer_relevance": LAYER_RELEVANCE},
                 {} if self.retriever is None else {NEEDS_RETRIEVER: {"retriever": self.retriever.name}})
 
     def rows(self, unit: Unit, todo: list, done: set) -> Iterator[list[dict]]:

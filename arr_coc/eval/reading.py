@@ -114,7 +114,8 @@ def find_reading(reader: Reader, plan: Plan, pixels: Tensor, cell: int, answer: 
     alone (:func:`saccades_view`), and keeps the better window. Tesseract binarises a whole view at one threshold:
     where a coarse gestalt's blurred lines fall on the dark side of it, the sharp cells among them are read as
     part of a dark blob and lost (a page read '' from a view whose cells print the answer: docs/coc.md, "The find
-    reading"). A plan without cells (full resolution, a downscaled page) is read once, as before.
+    reading reads the saccades alone too"). A plan without cells (full resolution, a downscaled page) is read once,
+    as before.
 
     Returns:
         (score, the window that scored, the words read in the view that scored).

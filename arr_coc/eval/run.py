@@ -97,7 +97,7 @@ class ImageReading:
 
     def identity(self) -> tuple[dict, dict]:
         s = self.settings
-        find = {"find_views": list(FIND_VIEWS)} if s.reading == "find" else {}  # rows of the find reading: what it reads
+        find = {"find_views": list(FIND_VIEWS)} if s.reading == "find" else {}  # what the find reading reads
         return ({**arr_settings(self.arr), "reader": s.reader, "reading": s.reading, "margin_px": s.margin_px,
                  "seed": s.seed, "patch_options": s.patch_options or {}, **find},
                 {m: weights_digest(net) for m, net in self.learned.items()})
