@@ -43,7 +43,7 @@ from arr_coc.engine.views import (
 )
 
 # re-exported: the reading scores
-from arr_coc.eval.metrics import anls, best_window, contains_score, normalize_text  # noqa: F401
+from arr_coc.eval.metrics import anls, best_window, cells_to_pixels, contains_score, normalize_text  # noqa: F401
 from arr_coc.ocr import DET_LIMIT_SIDE_LEN, rapidocr_engine, require_rapidocr
 from arr_coc.registry import Registry
 
@@ -97,12 +97,12 @@ def saccades_view(plan: Plan, pixels: Tensor, cell: int) -> Tensor | None:
         >>> saccades_view(Plan("full", "full", (2, 2)), px, 28) is None
         True
     """
+    from arr_coc.allocators.methods import cell_mask
+
     if plan.kind != "cells" or len(plan.cells) == 0:
         return None
     hc, wc = plan.grid
-    sent = torch.zeros(hc, wc, dtype=torch.bool, device=pixels.device)
-    sent[plan.cells[:, 0], plan.cells[:, 1]] = True
-    sent = sent.repeat_interleave(cell, 0).repeat_interleave(cell, 1)
+    sent = cells_to_pixels(cell_mask(plan), cell).bool().to(pixels.device)
     return torch.where(sent, pixels[:, : hc * cell, : wc * cell], torch.ones((), dtype=pixels.dtype))
 
 
