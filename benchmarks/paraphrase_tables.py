@@ -48,11 +48,13 @@ LENSVLM = ((4.3, 100.0),)
 
 def items(args: argparse.Namespace, source: str) -> tuple[Iterator[Any], dict]:
     """The contexts of one source, at most ``--limit`` questions in all, and how they were made (the rows' settings:
-    the limit is left out, so a larger run reuses a smaller one's rows)."""
+    the limit is left out, so a larger run reuses a smaller one's rows; so are the windows the re-set text leaves out,
+    kept in ``args.skipped`` for the tables)."""
     if args.dataset == "texlive-paraphrase":
         found, made, _ = paraphrase_context_set(split=args.split, limit=args.limit, dpi=args.dpi,
                                                 source=None if source == "pdf" else source)
-        return found, {k: v for k, v in made.items() if k != "limit"}
+        args.skipped[source] = made.get("skipped", [])  # said in the tables, not a setting of the rows
+        return found, {k: v for k, v in made.items() if k not in ("limit", "skipped")}
     made = {"split": args.split, "source": source, "pages": args.window, "dpi": args.dpi, "questions": args.questions,
             "seed": 0}
     found = texlive_contexts(args.split, pages=args.window, source=source, dpi=args.dpi, questions=args.questions)
@@ -209,7 +211,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     arr = ARR(ARRConfig(texture=TextureConfig(channels=tuple(args.channels)) if args.channels
                         else TextureConfig())).eval()
-    summaries, sections, aggregates = {}, [], []
+    summaries, sections, aggregates, args.skipped = {}, [], [], {}
     for source in args.sources:
         rows = run_source(args, arr, source, out / source)
         every = paired_kinds(rows, METHODS)
@@ -217,7 +219,11 @@ def main() -> None:
         summaries[source] = [s for s in every if s["kind"] == "all"]
         full = [r for r in rows if r["method"] == "full"]
         n_contexts = len({r["image_id"] for r in full})
+        left = args.skipped.get(source) or []
+        left_out = (f"Left out: {sum(x['questions'] for x in left)} questions in {len(left)} windows whose text the "
+                    f"re-set font cannot draw ({', '.join(x['window'] for x in left)}).\n\n" if left else "")
         sections.append(f"### {source}: {len(full)} questions, {n_contexts} context{'s' * (n_contexts != 1)}\n\n"
+                        f"{left_out}"
                         f"Full resolution (every page, the reference) reads region {mean(full, 'reading'):.3f}, "
                         f"find {mean(full, 'reading_find'):.3f}.\n\n{paired_table(summaries[source])}\n\n"
                         f"Per question kind: region / find reading as a share of full's on the kind's questions "

@@ -218,7 +218,23 @@ def heading_passages(lines: list[list]) -> list[list[str]]:
 # the first-stage variants a setting mixes into each line's passage cosine: the setting, the question's cached
 # cosines, the texts embedded for them per page
 VARIANTS = {"line_mix": ("line_cos", lambda lines: [[t for t, _ in ls] for ls in lines]),  # each line read alone
-            "heading_mix": ("heading_cos", heading_passages)}  # each passage read after its section heading
+            "heading_mix": ("heading_cos", heading_passages),  # each passage read after its section heading
+            # each passage read by a second retriever (all-MiniLM-L6-v2), its cosines put on bge-small's scale
+            "minilm_mix": ("minilm_cos", lambda lines: list(map(passage_texts, lines)))}
+# the variants read by another retriever than the first stage's (the rest: bge-small)
+VARIANT_RETRIEVERS = {"minilm_mix": "minilm"}
+
+
+def on_scale_of(x: list[torch.Tensor], c: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Another model's cosines ``x`` per page, standardised over the window's lines and put on the mean and spread of
+    ``c`` (the first stage's): two models' cosines live on different scales, so mixing them raw weighs the wider.
+
+    >>> [[round(v, 4) for v in t.tolist()] for t in on_scale_of([torch.tensor([0.0, 2.0])], [torch.tensor([0.5, 0.7])])]
+    [[0.5, 0.7]]
+    """
+    xs, cs = torch.cat(list(x)), torch.cat(list(c))
+    a = (xs - xs.mean()) / xs.std().clamp_min(1e-12) * cs.std() + cs.mean()
+    return list(torch.split(a, [len(t) for t in x]))
 
 
 def add_cosines(win: dict, retriever, key: str, texts_of) -> bool:
@@ -276,7 +292,8 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
-           "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "heading_mix", "refine", "oracle")
+           "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "heading_mix", "minilm_mix", "refine",
+           "oracle")
 RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
 
 
@@ -356,7 +373,8 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
     cos = q["cos"]
     for mix, (key, _) in VARIANTS.items():
         if s[mix]:
-            cos = [(1 - s[mix]) * c + s[mix] * x for c, x in zip(cos, q[key])]
+            other = on_scale_of(q[key], q["cos"]) if mix in VARIANT_RETRIEVERS else q[key]
+            cos = [(1 - s[mix]) * c + s[mix] * x for c, x in zip(cos, other)]
     first = oracle(fuse_bm25(refined(cos, s["refine"]), q["bm25"], s["bm25"]), q["at"], q["held"], s["oracle"])
     return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
@@ -549,6 +567,9 @@ def main() -> None:
             ("--heading-mix", float, 0.0,
              "each line's first-stage score: (1 - m) x its passage's cosine + m x its passage's read after its "
              "section heading (0: the passage)"),
+            ("--minilm-mix", float, 0.0,
+             "each line's first-stage score: (1 - m) x its passage's cosine + m x the passage's cosine under "
+             "all-MiniLM-L6-v2, put on bge-small's scale (0: bge-small alone)"),
             ("--refine", int, 0,
              "coarse to fine: lines scored by every third line's passage, then the N best chunks' lines by their own "
              "(0: every line's own passage)"),
@@ -580,9 +601,10 @@ def main() -> None:
             ap.error(f"--against {args.against} has no coverage at {', '.join(missing)}x: "
                      f"run it with this --compression")
     args.out.mkdir(parents=True, exist_ok=True)
-    from arr_coc.engine.retrieval import BgeSmallRetriever, CrossEncoderReranker
+    from arr_coc.engine.retrieval import BgeSmallRetriever, CrossEncoderReranker, load_retriever
 
     retriever, reranker, canvas = BgeSmallRetriever(), CrossEncoderReranker(), CanvasConfig()
+    others = {mix: load_retriever(name) for mix, name in VARIANT_RETRIEVERS.items() if max(getattr(args, mix))}
     arr = None
     if "arr" in args.relevance:  # the eval's default ARR (default channels, MiniLM questions)
         from arr_coc.config import ARRConfig
@@ -595,7 +617,7 @@ def main() -> None:
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
-        args.legible, args.relevance, args.line_mix, args.heading_mix, args.refine, args.oracle)]
+        args.legible, args.relevance, args.line_mix, args.heading_mix, args.minilm_mix, args.refine, args.oracle)]
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]
     grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage
@@ -611,8 +633,8 @@ def main() -> None:
     wins = list(itertools.islice(windows(args.dataset, args.split, args.docs, args.questions), args.limit))[args.start:]
     for wid, ctx, qs, source in tqdm(wins, desc="windows"):
         win = prepare(wid, ctx, qs, cache, retriever, reranker, canvas, args.stride)
-        added = [add_cosines(win, retriever, key, texts_of) for mix, (key, texts_of) in VARIANTS.items()
-                 if max(getattr(args, mix))]
+        added = [add_cosines(win, others.get(mix, retriever), key, texts_of)
+                 for mix, (key, texts_of) in VARIANTS.items() if max(getattr(args, mix))]
         if any(added):
             torch.save(win, cache / (wid.replace("/", "_").replace("#", "_") + ".pt"))
         found = {"ink": [ink(win, canvas.cell)] * len(qs) if "ink" in args.relevance else None,

@@ -213,7 +213,9 @@ def paraphrase_context_set(root: Path | None = None, *, split: str | None = None
     page's text layer (every occurrence a candidate; none found: the find reading).
 
     ``source``: ``pdf`` (None; the window rendered at ``dpi``) or ``text`` (the window's text layer re-set on pages,
-    :func:`text_windows`; rows in the output's ``text`` subfolder).
+    :func:`text_windows`; rows in the output's ``text`` subfolder). A window whose text the re-set font cannot draw
+    is left out of the text source with a warning and listed in the returned settings' ``skipped``
+    (:func:`drawable_windows`).
     """
     from arr_coc.data.context_jsonl import ContextLine, context_items
     from arr_coc.data.contexts import CONTEXT_DPI, CONTEXT_SOURCES
@@ -225,7 +227,10 @@ def paraphrase_context_set(root: Path | None = None, *, split: str | None = None
     dpi = CONTEXT_DPI if dpi is None else dpi
     made = {"split": split, "limit": limit, "dpi": dpi, "data": None if root is None else str(root)}
     if source == "text":
-        return text_windows(qs, dpi), {**made, "source": "text"}, "text"
+        read = window_texts(qs, dpi)
+        kept, skipped = drawable_windows(qs, read)
+        return text_windows(kept, dpi, read), {**made, "source": "text", **({"skipped": skipped} if skipped else {})}, \
+            "text"
     lines = [ContextLine(q.id, q.id, q.path, q.page_range, q.question, q.answers, q.answer_page, kind=q.kind,
                          name=q.document) for q in qs]
     items = context_items(lines, TEXLIVE_PARAPHRASE.name, dpi, require_found=False)
@@ -237,9 +242,43 @@ def paraphrase_context_set(root: Path | None = None, *, split: str | None = None
 SLACK_WORDS = 3  # a word wider than the column is broken when re-set: the answer page's words may shift by a few
 
 
-def text_windows(qs: list[WindowQuestion], dpi: float) -> Iterator[Any]:
+def window_texts(qs: list[WindowQuestion], dpi: float) -> dict[tuple[str, str], tuple[list[str], list[int]]]:
+    """Each window's text layer: (document, page range) -> (each page's text, its page number), read once."""
+    from arr_coc.documents.pdf import read_pdf
+
+    out: dict[tuple[str, str], tuple[list[str], list[int]]] = {}
+    for q in qs:
+        if (q.document, q.page_range) not in out:
+            pdf = read_pdf(q.path, pages=q.page_range, dpi=dpi, render=False)
+            out[q.document, q.page_range] = [p.text for p in pdf.pages], [p.index + 1 for p in pdf.pages]
+    return out
+
+
+def drawable_windows(qs: list[WindowQuestion], read: dict) -> tuple[list[WindowQuestion], list[dict]]:
+    """The questions whose window's text the re-set font can draw, and the windows it cannot (each with its questions
+    and the characters it lacks; warned about in one line): such a window cannot be re-set (:func:`layout_text`
+    refuses it), so its questions are left out of the text source and said to be, not failed mid-run."""
+    import warnings
+
+    from arr_coc.documents.text_pages import TextLayout, undrawable
+
+    asked = {(q.document, q.page_range) for q in qs}
+    missing = {key: undrawable("\n".join(texts)) for key, (texts, _) in read.items() if key in asked}
+    bad = {key for key, chars in missing.items() if chars}
+    skipped = [{"window": f"{d}#{r}", "questions": sum((q.document, q.page_range) == (d, r) for q in qs),
+                "missing_characters": len(missing[d, r])} for d, r in sorted(bad)]
+    if skipped:
+        which = "; ".join(f"{s['window']}: {s['missing_characters']} characters" for s in skipped)
+        warnings.warn(f"{len(skipped)} window(s) left out of the re-set text ({sum(s['questions'] for s in skipped)} "
+                      f"questions): the font {TextLayout().font!r} cannot draw their characters ({which})",
+                      stacklevel=2)
+    return [q for q in qs if (q.document, q.page_range) not in bad], skipped
+
+
+def text_windows(qs: list[WindowQuestion], dpi: float, read: dict | None = None) -> Iterator[Any]:
     """Each window's text layer re-set on pages (``render_text``, as ``texlive-contexts --source text`` sets a
-    document), one context per window, made as they are taken.
+    document), one context per window, made as they are taken (``read``: the windows' texts from
+    :func:`window_texts`, else read here).
 
     A question's answer page is where the words of its PDF page were set: the first re-set page whose share of
     them holds the answer (every occurrence there a candidate), else the one holding most of them (no boxes: the
@@ -248,15 +287,13 @@ def text_windows(qs: list[WindowQuestion], dpi: float) -> Iterator[Any]:
     from arr_coc.data.context_jsonl import find_answer
     from arr_coc.data.contexts import ContextItem, ContextQuestion
     from arr_coc.documents.corpus import family_of
-    from arr_coc.documents.pdf import read_pdf
     from arr_coc.documents.text_pages import TextLayout, layout_text, render_text
 
     groups: dict[tuple[str, str], list[WindowQuestion]] = {}
     for q in qs:
         groups.setdefault((q.document, q.page_range), []).append(q)
     for (document, window), group in groups.items():
-        pdf = read_pdf(group[0].path, pages=window, dpi=dpi, render=False)
-        texts, numbers = [p.text for p in pdf.pages], [p.index + 1 for p in pdf.pages]
+        texts, numbers = (read or window_texts(group, dpi))[document, window]
         joined, name = "\n".join(texts), f"{document} (text)"
         setting = layout_text(joined, TextLayout(), name)  # where every word goes; pages drawn when needed
         starts = [0]

@@ -139,6 +139,16 @@ def missing_glyphs(text: str, font_path: str) -> list[str]:
     return list(order)
 
 
+def undrawable(text: str, layout: TextLayout = TextLayout()) -> list[str]:
+    """The characters of ``text`` the layout's font cannot draw (:func:`missing_glyphs`): what :func:`layout_text`
+    would refuse, asked before setting anything.
+
+    >>> undrawable("naïve ก"), undrawable("naïve")
+    (['ก'], [])
+    """
+    return missing_glyphs(text, _font(layout.font, layout.size)[1])
+
+
 def _check_drawable(text: str, layout: TextLayout, font_path: str, source: str) -> None:
     missing = missing_glyphs(text, font_path)
     if missing:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 
 import pytest
 
-from arr_coc.data.paraphrase import paraphrase_context_set, texlive_paraphrase, text_windows
+from arr_coc.data.paraphrase import drawable_windows, paraphrase_context_set, texlive_paraphrase, text_windows
 
 
 def key(text: str) -> str:
@@ -43,3 +44,18 @@ def test_an_answer_not_in_the_text_has_no_occurrence_and_keeps_its_page():
 def test_an_unknown_source_is_refused_in_one_line():
     with pytest.raises(ValueError, match=r"unknown context source 'png'; choose one of pdf, text"):
         paraphrase_context_set(split="val", limit=1, source="png")
+
+
+def test_a_window_the_font_cannot_draw_is_left_out_and_said_to_be():
+    q = texlive_paraphrase("val")[0]
+    thai = dataclasses.replace(q, document="thai.pdf", pages=(1, 1), id="t1")
+    read = {(q.document, q.page_range): (["a page of plain words"], [1]), ("thai.pdf", "1-1"): (["สวัสดี naïve"], [1])}
+    with pytest.warns(UserWarning, match=r"^1 window\(s\) left out of the re-set text \(2 questions\): the font "
+                                         r"'DejaVu Sans' cannot draw their characters \(thai.pdf#1-1: 5 characters\)$"):
+        kept, skipped = drawable_windows([q, thai, dataclasses.replace(thai, id="t2")], read)
+    assert kept == [q]
+    assert skipped == [{"window": "thai.pdf#1-1", "questions": 2, "missing_characters": 5}]
+    # control: every window drawable, nothing left out and no warning
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert drawable_windows([q], read) == ([q], [])
