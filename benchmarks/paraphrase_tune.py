@@ -27,7 +27,8 @@ cells (``head``: its first cells at its value, ``tail``: the rest at that times 
 floor on lines holding a span of the question's answer type (``typed``: a date, a version, a person's name), and the
 gestalt side below which a page of several gets 1x1 (``legible``: the rest of the total goes to saccades), each line's
 own cosine mixed into its passage's (``line_mix``: the lines embedded alone once more, kept in the cache) and the
-passage read after its section heading (``heading_mix``: :func:`heading_passages`, likewise kept), coarse to
+passage read after its section heading (``heading_mix``: :func:`heading_passages`, likewise kept) and by a second
+retriever (``minilm_mix``: all-MiniLM-L6-v2's cosine on bge-small's scale, :func:`on_scale_of`), coarse to
 fine (``refine``: the lines scored by every third line's passage, the N best chunks' lines by their own, as
 :class:`arr_coc.contexts.line_embeddings.LineEmbeddings` scores a seen context), and, as a ceiling rather than a
 setting, an ``oracle`` rank R: the lines holding the answer moved to ranks R, R+1, ... of the first stage (0: the
