@@ -33,7 +33,7 @@ from arr_coc.contexts import tokenizer_name
 from arr_coc.data.contexts import texlive_contexts
 from arr_coc.data.paraphrase import paraphrase_context_set
 from arr_coc.eval.evaluate import evaluate
-from arr_coc.eval.paired import kind_table, paired_kinds, paired_table
+from arr_coc.eval.paired import kind_table, loss_table, paired_kinds, paired_table, where_lost
 from arr_coc.eval.settings import EvalSettings
 from arr_coc.eval.store import RowStore
 
@@ -227,7 +227,11 @@ def main() -> None:
                         f"Full resolution (every page, the reference) reads region {mean(full, 'reading'):.3f}, "
                         f"find {mean(full, 'reading_find'):.3f}.\n\n{paired_table(summaries[source])}\n\n"
                         f"Per question kind: region / find reading as a share of full's on the kind's questions "
-                        f"(n = questions of the kind):\n\n{kind_table([s for s in every if s['kind'] != 'all'])}")
+                        f"(n = questions of the kind):\n\n{kind_table([s for s in every if s['kind'] != 'all'])}\n\n"
+                        f"Where coc falls short of full: its questions by how much of the answer's area its "
+                        f"full-resolution cells hold, and the points of full's reading lost on them (full's minus "
+                        f"coc's, over full's on all; the parts add up to 100 minus coc's share):\n\n"
+                        f"{loss_table(where_lost(rows))}")
     cmd = "python benchmarks/paraphrase_tables.py " + " ".join(sys.argv[1:])
     title = f"{args.dataset} {args.split}: reading at equal visual tokens, as a share of full resolution's"
     png = plot(summaries, out / "reading_vs_compression.png", title)

@@ -147,3 +147,60 @@ def kind_table(every: Sequence[dict]) -> str:
             f"{fmt(c['reading_share'], True)} / {fmt(c['reading_find_share'], True)}"
             if (c := cell.get((kind, method, b))) else "" for b in budgets) + " |")
     return "\n".join(lines)
+
+
+# how much of the answer's area a plan's full-resolution cells hold (a row's ``coverage``), as the loss table splits it
+COVERED = (("whole", lambda c: c >= 1 - 1e-6), ("part", lambda c: 0 < c < 1 - 1e-6), ("none", lambda c: c == 0),
+           ("no box", lambda c: False))
+
+
+def where_lost(rows: Sequence[dict], method: str = "coc") -> list[dict]:
+    """Where ``method``'s readings fall short of full's: per budget and reading, its questions split by how much of
+    the answer's area its full-resolution cells hold (:data:`COVERED`: whole, part, none, or no box: ``coverage`` is
+    None where the answer has no box on its page), each part's points of full's reading lost, sum over its questions
+    of (full's - the method's) / the sum of full's over all of them; the parts add up to 100 x (1 - the share of
+    :func:`paired_summary`).
+
+    >>> rows = [{"dataset": "d", "record_id": q, "method": m, "budget": b, "reading": r, "reading_find": r,
+    ...          "coverage": c} for q, m, b, r, c in (("a", "full", "full", 1.0, 1.0), ("b", "full", "full", 1.0, 1.0),
+    ...                                              ("a", "coc", "10x", 1.0, 1.0), ("b", "coc", "10x", 0.5, 0.0))]
+    >>> [(s["covered"], s["n"], s["lost"]) for s in where_lost(rows) if s["reading"] == "reading"]
+    [('whole', 1, 0.0), ('none', 1, 25.0)]
+    """
+    full = {(r["dataset"], r["record_id"]): r for r in rows if r["method"] == "full"}
+    out = []
+    for budget in sorted({r["budget"] for r in rows if r["method"] == method}, key=budget_order):
+        mine = [r for r in rows if r["method"] == method and r["budget"] == budget]
+        for col in READINGS:
+            pairs = [(r, full[k][col]) for r in mine if (k := (r["dataset"], r["record_id"])) in full
+                     and _ok(r.get(col)) and _ok(full[k].get(col))]
+            total = sum(ref for _, ref in pairs)
+            for name, holds in COVERED:
+                part = [(r[col], ref) for r, ref in pairs
+                        if (holds(float(r["coverage"])) if _ok(r.get("coverage")) else name == "no box")]
+                if part:
+                    lost = 100 * sum(ref - got for got, ref in part) / total if total > 0 else float("nan")
+                    out.append({"budget": budget, "method": method, "reading": col, "covered": name, "n": len(part),
+                                "lost": lost})
+    return out
+
+
+def loss_table(lost: Sequence[dict]) -> str:
+    """:func:`where_lost` as markdown: a line per budget and coverage, the points of full's region and find reading
+    lost there.
+
+    >>> print(loss_table([{"budget": "10x", "method": "coc", "reading": r, "covered": "none", "n": 3, "lost": 12.5}
+    ...                   for r in READINGS]))
+    | budget | the answer's area in full-resolution cells | questions | region: points of full's lost | find: points lost |
+    |---|---|---:|---:|---:|
+    | 10x | none | 3 | 12.5 | 12.5 |
+    """
+    cell = {(s["budget"], s["covered"], s["reading"]): s for s in lost}
+    lines = ["| budget | the answer's area in full-resolution cells | questions | region: points of full's lost "
+             "| find: points lost |", "|---|---|---:|---:|---:|"]
+    for budget, covered in dict.fromkeys((s["budget"], s["covered"]) for s in lost):
+        region, find = cell.get((budget, covered, "reading")), cell.get((budget, covered, "reading_find"))
+        n = max(s["n"] for s in (region, find) if s)
+        lines.append(f"| {budget} | {covered} | {n} | " + " | ".join(
+            f"{s['lost']:.1f}" if s else "—" for s in (region, find)) + " |")
+    return "\n".join(lines)

@@ -6,7 +6,7 @@ import math
 import pytest
 
 from arr_coc.eval.intervals import bootstrap_mean, bootstrap_ratio
-from arr_coc.eval.paired import kind_table, paired_kinds, paired_summary, paired_table
+from arr_coc.eval.paired import kind_table, loss_table, paired_kinds, paired_summary, paired_table, where_lost
 
 
 def row(q: str, method: str, budget: str, reading, find, hit=1.0, strict=0.0, coverage=0.5, tokens=100,
@@ -63,3 +63,22 @@ def test_tables_list_every_budget_and_kind():
     assert kinds[0] == "| kind (n) | full: region / find | method | 10x | 20x |"
     assert kinds[2] == "| front (1) | 1.000 / 1.000 | coc | 50% / 100% |  |"
     assert kinds[5] == "| name (1) | 0.500 / 0.800 | uniform |  | 0% / 0% |"
+
+
+def test_where_lost_splits_the_shortfall_by_coverage_and_adds_up_to_the_share():
+    cover = {"a": 1.0, "b": 0.25, "c": 0.0, "d": None}
+    rs = [r if r["method"] != "coc" else {**r, "coverage": cover[r["record_id"]]} for r in rows()]
+    lost = {(s["reading"], s["covered"]): (s["n"], s["lost"]) for s in where_lost(rs)}
+    # region: full reads 2.5 in all; a loses 0.5 (whole), b 0 (part), c gains 0.25 (none), d 0 (no box)
+    assert lost[("reading", "whole")] == (1, pytest.approx(20.0)) and lost[("reading", "part")] == (1, 0.0)
+    assert lost[("reading", "none")] == (1, pytest.approx(-10.0)) and lost[("reading", "no box")] == (1, 0.0)
+    # find: d has no full find reading and is left out; full reads 2.4 over a, b, c
+    assert ("reading_find", "no box") not in lost and lost[("reading_find", "none")] == (1, pytest.approx(25.0))
+    for col in ("reading", "reading_find"):  # the parts add up to the paired share's shortfall
+        share = paired_summary(rs)[0][f"{col}_share"]
+        assert sum(v for (c, _), (_, v) in lost.items() if c == col) == pytest.approx(100 * (1 - share))
+    # control: other coverages move the loss between the parts, not its total
+    moved = {(s["reading"], s["covered"]): s["lost"] for s in where_lost([{**r, "coverage": 0.0} for r in rs])}
+    assert set(moved) == {("reading", "none"), ("reading_find", "none")} and moved[("reading", "none")] == \
+        pytest.approx(10.0)
+    assert loss_table(where_lost(rs)).splitlines()[2] == "| 10x | whole | 1 | 20.0 | 0.0 |"
