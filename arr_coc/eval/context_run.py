@@ -38,7 +38,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from arr_coc.allocators.methods import page_plans, resolve
+from arr_coc.allocators.methods import cell_mask, page_plans, resolve
 from arr_coc.allocators.pages import PagesInputs
 from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.contexts import allocate, see_context, text_tokens, tokenizer_name
@@ -51,6 +51,7 @@ from arr_coc.eval.context_methods import NEEDS_BM25, NEEDS_RETRIEVER, BM25Pages,
 from arr_coc.eval.evaluate import Unit, row
 from arr_coc.eval.reading import (
     FIND_VIEWS,
+    cells_to_pixels,
     contains_score,
     find_reading,
     make_view_reader,
@@ -150,13 +151,8 @@ def measure(plan: Plan | None, image: torch.Tensor, cell: int, options: Sequence
         zero = 0.0 if boxed else math.nan
         return {"hit": 0, "coverage": zero, "strict": zero, "reading": 0.0 if read else None,
                 "prediction": "" if read else None, "found": 0.0 if read else None, "found_text": "" if read else None}
-    hc, wc = plan.grid
-    hit_cells = torch.zeros(hc, wc)
-    if plan.kind == "full":
-        hit_cells += 1
-    elif plan.kind == "cells":
-        hit_cells[plan.cells[:, 0], plan.cells[:, 1]] = 1
-    full_px = hit_cells.repeat_interleave(cell, 0).repeat_interleave(cell, 1)
+    hit_cells = cell_mask(plan)  # the full-resolution cells: all of a full plan, the saccades, 1 x 1 squares
+    full_px = cells_to_pixels(hit_cells, cell).float()  # 0 / 1: the same in float32
     covered = []
     for boxes in boxed:
         mask = paint_boxes(torch.tensor(boxes, dtype=torch.float32), torch.ones(len(boxes)), tuple(image.shape[-2:]))

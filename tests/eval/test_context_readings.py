@@ -87,6 +87,18 @@ def test_the_strict_hit_counts_the_best_covered_occurrence_and_no_boxes_read_by_
     assert blind["reading"] == blind["found"] == 1.0 and blind["prediction"] == blind["found_text"] == ANSWER
 
 
+def test_a_squares_plans_full_resolution_cells_are_its_1x1_squares(page):
+    image, box = page
+    answer = cells_of(box)
+    ones = Plan("p", "squares", (8, 12), gestalt=(1, 1), squares=torch.tensor([[y, x, 1] for y, x in answer]))
+    covers = {name: measure(plan, image, CELL, [[box]], [ANSWER], {}, 4.0) for name, plan in (
+        ("cells", cells_plan(answer)), ("ones", ones),
+        ("twos", Plan("p", "squares", (8, 12), gestalt=(1, 1), squares=torch.tensor([[0, 0, 2], [6, 10, 2]]))))}
+    assert covers["ones"] == covers["cells"] and covers["ones"]["coverage"] == 1.0 and covers["ones"]["hit"] == 1
+    # control: 2 x 2 squares are one token for four cells, not full resolution: no hit, nothing covered
+    assert (covers["twos"]["hit"], covers["twos"]["coverage"], covers["twos"]["strict"]) == (0, 0.0, 0.0)
+
+
 class Counting:
     def __init__(self, reader) -> None:
         self.reader, self.calls = reader, 0
