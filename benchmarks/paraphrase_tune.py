@@ -59,13 +59,14 @@ from tqdm import tqdm
 from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts import rank_cells, ranking_score, text_tokens
-from arr_coc.contexts.answer_types import question_typed_lines
+from arr_coc.contexts.answer_types import SHAPES, question_typed_lines, shaped_lines
 from arr_coc.contexts.line_embeddings import CHUNK_STRIDE, best_chunks, chunk_centres, chunk_lines, chunk_scores
 from arr_coc.contexts.line_values import (
     FRONT_FLOOR,
     FRONT_LINES,
     PAGE_PRIOR,
     RERANK_KEEP,
+    SHAPE_BOOST,
     SPREAD,
     TYPED_FLOOR,
     line_values,
@@ -294,7 +295,7 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
            "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "heading_mix", "minilm_mix", "refine",
-           "oracle")
+           "oracle", "shape_boost", "shapes")
 RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
 
 
@@ -377,9 +378,13 @@ def values_for(win: dict, q: dict, s: dict) -> list[torch.Tensor]:
             other = on_scale_of(q[key], q["cos"]) if mix in VARIANT_RETRIEVERS else q[key]
             cos = [(1 - s[mix]) * c + s[mix] * x for c, x in zip(cos, other)]
     first = oracle(fuse_bm25(refined(cos, s["refine"]), q["bm25"], s["bm25"]), q["at"], q["held"], s["oracle"])
+    if s["shape_boost"] and ("shaped", s["shapes"]) not in q:  # once per question and set of shapes
+        q["shaped", s["shapes"]] = shaped_lines(q["question"], [[t for t, _ in ls] for ls in win["lines"]],
+                                                s["shapes"].split(","))
     return line_values(first, win["first"], lambda picked: torch.tensor([logits[x] for x in picked]),
                        s["top"], s["rerank"], s["boost"], s["spread"], bool(s["around"]), s["front_lines"],
-                       s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"])
+                       s["front_floor"], q["typed"], s["typed"], s["keep"], s["page_prior"],
+                       q.get(("shaped", s["shapes"])), s["shape_boost"])
 
 
 def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> dict[float, float]:
@@ -574,6 +579,10 @@ def main() -> None:
             ("--refine", int, 0,
              "coarse to fine: lines scored by every third line's passage, then the N best chunks' lines by their own "
              "(0: every line's own passage)"),
+            ("--shape-boost", float, SHAPE_BOOST,
+             "added to the first-stage score of the lines holding a token of the shape the question names (0: none)"),
+            ("--shapes", str, ",".join(SHAPES),
+             "comma-separated shapes the boost reads (arr_coc.contexts.answer_types.SHAPES)"),
             ("--oracle", int, 0,
              "a ceiling, not a setting: the answer's lines moved to this rank of the first stage (0: none)")):
         ap.add_argument(flag, type=kind, nargs="+", default=[default], help=text)
@@ -618,7 +627,9 @@ def main() -> None:
     grid = [dict(zip(SETTING, v)) for v in itertools.product(
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
-        args.legible, args.relevance, args.line_mix, args.heading_mix, args.minilm_mix, args.refine, args.oracle)]
+        args.legible, args.relevance, args.line_mix, args.heading_mix, args.minilm_mix, args.refine, args.oracle,
+        args.shape_boost, args.shapes)]
+    grid = [s for s in grid if s["shape_boost"] or s["shapes"] == args.shapes[0]]  # shapes read only with a boost
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]
     grid = [s for s in grid if not s["rerank"] or not s["page_prior"]]  # logits cached for the plain first stage

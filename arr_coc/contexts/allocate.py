@@ -41,7 +41,7 @@ from torch import Tensor
 
 from arr_coc.budget import LEGIBLE_MIN_LINES, Budget
 from arr_coc.config import ARRConfig, check_float
-from arr_coc.contexts.answer_types import question_typed_lines
+from arr_coc.contexts.answer_types import question_typed_lines, shaped_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_embeddings import REFINE_CHUNKS, LineEmbeddings, check_refine
 from arr_coc.contexts.line_values import RERANK_TOP, line_values
@@ -377,8 +377,9 @@ def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question:
     """Each page's lines' retrieval values for the question (:func:`~arr_coc.contexts.ranking.line_values`; None: no
     page has lines): the retriever's scores (:func:`retrieval_scores`), its best lines reordered by the retriever's
     cross-encoder where it has one (``arr.retriever.rerank``: a model-free retriever has none), each line read as
-    the passage the retriever read, and the lines holding a span of the type the question asks for (a date, a version,
-    a name: :mod:`~arr_coc.contexts.answer_types`) floored. ``refine``: the best chunks whose lines the retriever
+    the passage the retriever read, the lines holding a span of the type the question asks for (a date, a version,
+    a name: :mod:`~arr_coc.contexts.answer_types`) floored and those holding a token of the shape it names (a command,
+    a file, a length) raised. ``refine``: the best chunks whose lines the retriever
     reads by their own passages (:meth:`LineEmbeddings.scores`; None: every line)."""
     scores = retrieval_scores(arr, context, reads, question, t, bm25_weight, refine)
     if scores is None:
@@ -396,8 +397,9 @@ def _line_values(arr: ARR, scores: list[Tensor], lines: Sequence[Sequence[Line]]
     if rerank is not None and rerank_top > 0:
         texts = [passage_texts(ls) for ls in lines]
         call = lambda picked: rerank(question, [texts[p][i] for p, i in picked])  # noqa: E731
-    typed = question_typed_lines(question, [[text for text, _ in ls] for ls in lines])
-    values = line_values(scores, list(first), call, rerank_top=rerank_top, typed=typed)
+    said = [[text for text, _ in ls] for ls in lines]  # (not ``texts``: the reranker's call reads that name)
+    values = line_values(scores, list(first), call, rerank_top=rerank_top, typed=question_typed_lines(question, said),
+                         shaped=shaped_lines(question, said))
     t["rerank"] = t.get("rerank", 0.0) + (time.perf_counter() - start) * 1e3
     return values
 

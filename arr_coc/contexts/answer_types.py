@@ -94,3 +94,54 @@ def question_typed_lines(question: str, pages: Sequence[Sequence[str]]) -> list[
     """
     types = answer_types(question)
     return typed_lines(pages, types) if types else None
+
+
+# The shape of the answer in the manual's own notation, where the question names it: a command ("Which command
+# defines ...", "Which macro gives ..."), a file ("Which file is read ..."), a length ("How wide is ...", "What
+# indent ..."). A line holding a token of that shape may be the answer however little else of it meets the question.
+_TEX_UNIT = r"(\\p@|pt|em|ex|mm|cm|in|bp|mu|sp|pc|dd|cc)\b"
+SHAPES: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
+    "command": (re.compile(r"\b(which|what)\s+(?!(does|do|did|is|are|was|were|can|could|should|will|would)\b)"
+                           r"([\w-]+\s+){0,2}(command|macro|control\s+sequence|conditional|test|switch)\b", re.I),
+                re.compile(r"\\[A-Za-z@]{2,}")),
+    "file": (re.compile(r"\b(which|what)\s+(?!(does|do|did|is|are|was|were|can|could|should|will|would)\b)"
+                        r"([\w-]+\s+){0,2}file\b", re.I),
+             re.compile(r"\b[\w@-]+\.(tex|sty|cls|dtx|cfg|def|fd|ins|lua|ltx|bib|bst|ldf|clo|fdd|txt)\b")),
+    "length": (re.compile(r"^\W*(how\s+(wide|tall|high|deep|far|long|much\s+(space|room|gap|vertical|horizontal))"
+                          r"|what\s+(width|height|depth|length|distance|gap|space|skip|indent|size))\b", re.I),
+               re.compile(rf"-?\d*\.?\d+\s*{_TEX_UNIT}")),
+}
+
+
+def asked_shapes(question: str, shapes: Sequence[str] = tuple(SHAPES)) -> tuple[str, ...]:
+    """The answer shapes of ``shapes`` the question names (:data:`SHAPES`; none for most questions).
+
+    >>> asked_shapes("Which command assigns a switch's state?"), asked_shapes("How wide is the rule drawn?")
+    (('command',), ('length',))
+    >>> asked_shapes('Which file is read for every calendar?'), asked_shapes("Who wrote it?")
+    (('file',), ())
+    """
+    asked = without_quotes(question)
+    return tuple(t for t in shapes if SHAPES[t][0].search(asked))
+
+
+def shaped_lines(question: str, pages: Sequence[Sequence[str]], shapes: Sequence[str] = tuple(SHAPES)
+                 ) -> list[Tensor] | None:
+    """Per page, ``[L_i]`` bool: the lines holding a token of a shape the question names (:func:`asked_shapes`);
+    None where it names none.
+
+    >>> shaped_lines("Which macro gives the big disc?", [["\\\\lgblkcircle  black large circle", "a big disc"]])[0].tolist()
+    [True, False]
+    >>> shaped_lines("What does it do?", [["\\\\relax"]]) is None
+    True
+    """
+    unknown = [t for t in shapes if t not in SHAPES]
+    if unknown:
+        raise ValueError(f"unknown answer shapes {unknown}; known: {', '.join(SHAPES)}")
+    names = asked_shapes(question, shapes)
+    if not names:
+        return None
+    patterns = [SHAPES[t][1] for t in names]
+    return [torch.tensor([any(p.search(text) for p in patterns) for text in page], dtype=torch.bool)
+            for page in pages]
+

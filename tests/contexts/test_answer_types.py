@@ -9,7 +9,7 @@ import torch
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate
-from arr_coc.contexts.answer_types import TYPES, answer_types, typed_lines
+from arr_coc.contexts.answer_types import TYPES, answer_types, asked_shapes, shaped_lines, typed_lines
 from arr_coc.contexts.line_values import line_values
 from arr_coc.documents.text_pages import TextLayout, render_text
 from arr_coc.engine.query import HashingQueryEncoder
@@ -81,14 +81,19 @@ def _manual() -> str:
     return f"{filler}\nthe package wrote its hooks\n{filler}\n\nFrank Mittelbach\n\n{filler}"
 
 
-def _author_cells(out) -> tuple[int, set[tuple[int, int]]]:
-    """The page holding the author line and the cells its two words touch."""
+def _word_cells(out, words: tuple[str, ...]) -> tuple[int, set[tuple[int, int]]]:
+    """The page holding ``words`` and the cells they touch."""
     for p in out.pages:
-        boxes = [b for w, b in p.words if w in ("Frank", "Mittelbach")]
+        boxes = [b for w, b in p.words if w in words]
         if boxes:
             return p.index, {(y, x) for y0, x0, y1, x1 in boxes for y in range(int(y0) // 28, (int(y1) - 1) // 28 + 1)
                              for x in range(int(x0) // 28, (int(x1) - 1) // 28 + 1)}
-    raise AssertionError("the author line was not set on any page")
+    raise AssertionError(f"{words} were not set on any page")
+
+
+def _author_cells(out) -> tuple[int, set[tuple[int, int]]]:
+    """The page holding the author line and the cells its two words touch."""
+    return _word_cells(out, ("Frank", "Mittelbach"))
 
 
 def test_a_who_question_sends_the_name_line_at_full_resolution(monkeypatch):
@@ -105,3 +110,53 @@ def test_a_who_question_sends_the_name_line_at_full_resolution(monkeypatch):
                         lambda question, pages: typed_lines(pages, ()))
     blind = allocate(arr, ctx, question, 60)
     assert blind.tokens == 60 and not cells <= {tuple(c) for c in blind.pages[page].plan.cells.tolist()}
+
+
+@pytest.mark.parametrize("question, shapes", [
+    ("Which command registers a fresh family of marks?", ("command",)),
+    ("Which internal macro typesets the title line of a major division?", ("command",)),
+    ("What test tells whether a macro is a dimension register?", ("command",)),
+    ("Which source file covers defining author-level macros?", ("file",)),
+    ("How wide is the reference rule drawn to show the target width?", ("length",)),
+    ("What indent do the list items get?", ("length",)),
+    # controls: commands, files and lengths mentioned, but not asked for
+    ("What does the command print?", ()),
+    ("Who wrote the file?", ()),
+    ("How many fonts does the bold version get?", ()),
+    ('What comes after "which command"?', ()),  # the quote is the page's words
+])
+def test_the_question_names_its_answers_shape(question, shapes):
+    assert asked_shapes(question) == shapes
+
+
+def test_shaped_lines_are_raised_before_the_ramp_and_mismatches_are_refused():
+    question = "Which command sets the gap between columns?"
+    pages = [["The gap between columns is set as follows", "\\setcolumngap{<length>}", "see the gap below"]]
+    shaped = shaped_lines(question, pages)
+    assert [m.tolist() for m in shaped] == [[False, True, False]]
+    assert shaped_lines("What does the gap do?", pages) is None and shaped_lines(question, pages, ("file",)) is None
+    scores = [torch.tensor([0.8, 0.7, 0.75])]  # the command's line ranks last on its cosine
+    raised = line_values(scores, [False], top=1, spread=0.0, shaped=shaped)
+    plain = line_values(scores, [False], top=1, spread=0.0, shaped=shaped, shape_boost=0.0)
+    assert [v.tolist() for v in raised] == [[0.0, 1.0, 0.0]] and [v.tolist() for v in plain] == [[1.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match="shaped lines"):
+        line_values(scores, [False], shaped=[torch.tensor([True])])
+    with pytest.raises(ValueError, match="unknown answer shapes \\['url'\\]; known: command, file, length"):
+        shaped_lines(question, pages, ("url",))
+
+
+def test_a_which_command_question_sends_the_commands_line_at_full_resolution(monkeypatch):
+    filler = "lorem ipsum dolor sit amet consectetur adipiscing elit sed do eiusmod tempor " * 5
+    ctx = render_text(f"{filler}\nthe gap between columns is discussed in a later chapter\n{filler}\n\n"
+                      f"\\colsep{{<length>}}\nset the space between columns\n\n{filler}", SMALL)
+    arr = ARR(ARRConfig(texture=TextureConfig(channels=MVP_CHANNELS)), query_encoder=HashingQueryEncoder()).eval()
+    question = "Which command sets the gap between columns?"  # the prose line shares more of its words
+    out = allocate(arr, ctx, question, 44)
+    page, cells = _word_cells(out, ("\\colsep{<length>}",))
+    sent = {tuple(c) for c in out.pages[page].plan.cells.tolist()}
+    assert out.tokens == 44 and cells <= sent
+    # control: without the shapes the line sharing the question's words takes the saccades, not the command
+    monkeypatch.setattr(importlib.import_module("arr_coc.contexts.allocate"), "shaped_lines",
+                        lambda question, pages: None)
+    blind = allocate(arr, ctx, question, 44)
+    assert blind.tokens == 44 and not cells <= {tuple(c) for c in blind.pages[page].plan.cells.tolist()}
