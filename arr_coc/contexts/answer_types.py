@@ -144,4 +144,3 @@ def shaped_lines(question: str, pages: Sequence[Sequence[str]], shapes: Sequence
     patterns = [SHAPES[t][1] for t in names]
     return [torch.tensor([any(p.search(text) for p in patterns) for text in page], dtype=torch.bool)
             for page in pages]
-
