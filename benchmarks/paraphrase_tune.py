@@ -294,8 +294,8 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
-           "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "heading_mix", "minilm_mix", "refine",
-           "oracle", "shape_boost", "shapes")
+           "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "heading_mix", "minilm_mix",
+           "refine", "oracle", "shape_boost", "shapes")
 RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
 
 

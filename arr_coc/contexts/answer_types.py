@@ -130,7 +130,8 @@ def shaped_lines(question: str, pages: Sequence[Sequence[str]], shapes: Sequence
     """Per page, ``[L_i]`` bool: the lines holding a token of a shape the question names (:func:`asked_shapes`);
     None where it names none.
 
-    >>> shaped_lines("Which macro gives the big disc?", [["\\\\lgblkcircle  black large circle", "a big disc"]])[0].tolist()
+    >>> pages = [["\\\\lgblkcircle  black large circle", "a big disc"]]
+    >>> shaped_lines("Which macro gives the big disc?", pages)[0].tolist()
     [True, False]
     >>> shaped_lines("What does it do?", [["\\\\relax"]]) is None
     True

@@ -203,8 +203,9 @@ def line_values(scores: Sequence[Tensor], first: Sequence[bool], rerank: Callabl
     """Each page's lines' retrieval values from their scores (:func:`line_scores`): the ramp over the context's
     ``top`` best (:func:`retrieval_values`; each score first raised by ``shape_boost`` where ``shaped`` flags its line,
     :func:`shaped_scores`, and by ``page_prior`` times its page's best, :func:`page_prior_scores`), the best
-    ``rerank_top`` reordered by ``rerank`` (given those lines as (page, line), it returns their logits [n]; None: no reranker, as a model-free ARR) (:func:`reranked_values`; ``keep``: by its
-    logits and the first stage's scores together, :func:`rerank_order`), passed on to the next line
+    ``rerank_top`` reordered by ``rerank`` (given those lines as (page, line), it returns their logits [n]; None: no
+    reranker, as a model-free ARR) (:func:`reranked_values`; ``keep``: by its logits and the first stage's scores
+    together, :func:`rerank_order`), passed on to the next line
     (:func:`spread_values`) and floored on a document's first page (``first``: each page is one) (:func:`front_values`)
     and on the lines ``typed`` flags (each page's [L_i] bool: they hold a span of the type the question asks for;
     None: no line) (:func:`typed_values`).
