@@ -46,15 +46,14 @@ DEEPSEEK_OCR = ((7.5, 97.3), (10.5, 96.5), (12.6, 87.0), (19.7, 59.0))
 LENSVLM = ((4.3, 100.0),)
 
 
-def items(args: argparse.Namespace, source: str) -> tuple[Iterator[Any], dict]:
-    """The contexts of one source, at most ``--limit`` questions in all, and how they were made (the rows' settings:
-    the limit is left out, so a larger run reuses a smaller one's rows; so are the windows the re-set text leaves out,
-    kept in ``args.skipped`` for the tables)."""
+def items(args: argparse.Namespace, source: str) -> tuple[Iterator[Any], dict, list[dict]]:
+    """The contexts of one source, at most ``--limit`` questions in all, how they were made (the rows' settings:
+    the limit is left out, so a larger run reuses a smaller one's rows) and the windows the re-set text leaves out
+    (said in the tables, not a setting of the rows)."""
     if args.dataset == "texlive-paraphrase":
         found, made, _ = paraphrase_context_set(split=args.split, limit=args.limit, dpi=args.dpi,
                                                 source=None if source == "pdf" else source)
-        args.skipped[source] = made.get("skipped", [])  # said in the tables, not a setting of the rows
-        return found, {k: v for k, v in made.items() if k not in ("limit", "skipped")}
+        return found, {k: v for k, v in made.items() if k not in ("limit", "skipped")}, made.get("skipped", [])
     made = {"split": args.split, "source": source, "pages": args.window, "dpi": args.dpi, "questions": args.questions,
             "seed": 0}
     found = texlive_contexts(args.split, pages=args.window, source=source, dpi=args.dpi, questions=args.questions)
@@ -68,12 +67,12 @@ def items(args: argparse.Namespace, source: str) -> tuple[Iterator[Any], dict]:
             left = None if left is None else left - len(qs)
             yield dataclasses.replace(item, questions=qs)
 
-    return limited(), made
+    return limited(), made, []
 
 
-def run_source(args: argparse.Namespace, arr: ARR, source: str, folder: Path) -> list[dict]:
-    """Evaluate one source (resumable) and return exactly the rows this run asks for."""
-    contexts, made = items(args, source)
+def run_source(args: argparse.Namespace, arr: ARR, source: str, folder: Path) -> tuple[list[dict], list[dict]]:
+    """Evaluate one source (resumable) and return exactly the rows this run asks for, and the windows it left out."""
+    contexts, made, skipped = items(args, source)
     settings = EvalSettings(methods=METHODS, budgets=[f"{c:g}x" for c in args.compression], reader=args.reader,
                             contexts=made, fresh=args.fresh)
     resolved, keys = settings.resolve("context"), set()
@@ -85,7 +84,7 @@ def run_source(args: argparse.Namespace, arr: ARR, source: str, folder: Path) ->
             yield item
 
     jsonl = evaluate(asked(contexts), arr, folder, settings)
-    return RowStore(jsonl.parent).rows(keys)
+    return RowStore(jsonl.parent).rows(keys), skipped
 
 
 def _compressions(summaries: dict[str, list[dict]]) -> set[tuple[str, float]]:
@@ -211,15 +210,14 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     arr = ARR(ARRConfig(texture=TextureConfig(channels=tuple(args.channels)) if args.channels
                         else TextureConfig())).eval()
-    summaries, sections, aggregates, args.skipped = {}, [], [], {}
+    summaries, sections, aggregates = {}, [], []
     for source in args.sources:
-        rows = run_source(args, arr, source, out / source)
+        rows, left = run_source(args, arr, source, out / source)
         every = paired_kinds(rows, METHODS)
         aggregates += [{"source": source, **s} for s in every]
         summaries[source] = [s for s in every if s["kind"] == "all"]
         full = [r for r in rows if r["method"] == "full"]
         n_contexts = len({r["image_id"] for r in full})
-        left = args.skipped.get(source) or []
         left_out = (f"Left out: {sum(x['questions'] for x in left)} questions in {len(left)} windows whose text the "
                     f"re-set font cannot draw ({', '.join(x['window'] for x in left)}).\n\n" if left else "")
         sections.append(f"### {source}: {len(full)} questions, {n_contexts} context{'s' * (n_contexts != 1)}\n\n"

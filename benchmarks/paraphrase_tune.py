@@ -70,6 +70,7 @@ from arr_coc.contexts.line_values import (
     SPREAD,
     TYPED_FLOOR,
     line_values,
+    standardised,
     top_lines,
 )
 from arr_coc.contexts.pagetext import canvas_words
@@ -234,9 +235,8 @@ def on_scale_of(x: list[torch.Tensor], c: list[torch.Tensor]) -> list[torch.Tens
     >>> [[round(v, 4) for v in t.tolist()] for t in on_scale_of([torch.tensor([0.0, 2.0])], [torch.tensor([0.5, 0.7])])]
     [[0.5, 0.7]]
     """
-    xs, cs = torch.cat(list(x)), torch.cat(list(c))
-    a = (xs - xs.mean()) / xs.std().clamp_min(1e-12) * cs.std() + cs.mean()
-    return list(torch.split(a, [len(t) for t in x]))
+    cs = torch.cat(list(c))
+    return list(torch.split(standardised(torch.cat(list(x))) * cs.std() + cs.mean(), [len(t) for t in x]))
 
 
 def add_cosines(win: dict, retriever, key: str, texts_of) -> bool:

@@ -78,7 +78,15 @@ def typed_lines(pages: Sequence[Sequence[str]], types: Sequence[str]) -> list[Te
     unknown = [t for t in types if t not in LINE_TYPES]
     if unknown:
         raise ValueError(f"unknown answer types {unknown}; known: {', '.join(TYPES)}")
-    patterns = [LINE_TYPES[t] for t in types]
+    return matching_lines(pages, [LINE_TYPES[t] for t in types])
+
+
+def matching_lines(pages: Sequence[Sequence[str]], patterns: Sequence[re.Pattern[str]]) -> list[Tensor]:
+    """Per page, ``[L_i]`` bool: which of its lines' texts (stripped) any of ``patterns`` finds a match in.
+
+    >>> [m.tolist() for m in matching_lines([["  v1.2 ", "none"]], [re.compile(r"^v\\d")])]
+    [[True, False]]
+    """
     return [torch.tensor([any(p.search(text.strip()) for p in patterns) for text in page], dtype=torch.bool)
             for page in pages]
 
@@ -142,6 +150,4 @@ def shaped_lines(question: str, pages: Sequence[Sequence[str]], shapes: Sequence
     names = asked_shapes(question, shapes)
     if not names:
         return None
-    patterns = [SHAPES[t][1] for t in names]
-    return [torch.tensor([any(p.search(text) for p in patterns) for text in page], dtype=torch.bool)
-            for page in pages]
+    return matching_lines(pages, [SHAPES[t][1] for t in names])

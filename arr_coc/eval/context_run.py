@@ -50,9 +50,9 @@ from arr_coc.engine.pipeline import ARR
 from arr_coc.engine.plan import Plan
 from arr_coc.eval.context_methods import NEEDS_BM25, NEEDS_RETRIEVER, BM25Pages, RetrievalPages
 from arr_coc.eval.evaluate import Unit, row
+from arr_coc.eval.metrics import cells_to_pixels
 from arr_coc.eval.reading import (
     FIND_VIEWS,
-    cells_to_pixels,
     contains_score,
     find_reading,
     make_view_reader,

@@ -149,15 +149,26 @@ def kind_table(every: Sequence[dict]) -> str:
     return "\n".join(lines)
 
 
-# how much of the answer's area a plan's full-resolution cells hold (a row's ``coverage``), as the loss table splits it
-COVERED = (("whole", lambda c: c >= 1 - 1e-6), ("part", lambda c: 0 < c < 1 - 1e-6), ("none", lambda c: c == 0),
-           ("no box", lambda c: False))
+COVERED = ("whole", "part", "none", "no box")  # the loss table's parts (:func:`covered_part`), in its order
+
+
+def covered_part(coverage: Any) -> str:
+    """Which part of the loss table a row's ``coverage`` (the share of the answer's area in full-resolution cells)
+    falls in: all of it, part, none, or no box (None: the answer has no box on its page).
+
+    >>> [covered_part(c) for c in (1.0, 0.5, 0.0, None)]
+    ['whole', 'part', 'none', 'no box']
+    """
+    if not _ok(coverage):
+        return "no box"
+    c = float(coverage)
+    return "whole" if c >= 1 - 1e-6 else "part" if c > 0 else "none"
 
 
 def where_lost(rows: Sequence[dict], method: str = "coc") -> list[dict]:
     """Where ``method``'s readings fall short of full's: per budget and reading, its questions split by how much of
-    the answer's area its full-resolution cells hold (:data:`COVERED`: whole, part, none, or no box: ``coverage`` is
-    None where the answer has no box on its page), each part's points of full's reading lost, sum over its questions
+    the answer's area its full-resolution cells hold (:func:`covered_part`: whole, part, none, or no box: ``coverage``
+    is None where the answer has no box on its page), each part's points of full's reading lost, sum over its questions
     of (full's - the method's) / the sum of full's over all of them; the parts add up to 100 x (1 - the share of
     :func:`paired_summary`).
 
@@ -175,9 +186,8 @@ def where_lost(rows: Sequence[dict], method: str = "coc") -> list[dict]:
             pairs = [(r, full[k][col]) for r in mine if (k := (r["dataset"], r["record_id"])) in full
                      and _ok(r.get(col)) and _ok(full[k].get(col))]
             total = sum(ref for _, ref in pairs)
-            for name, holds in COVERED:
-                part = [(r[col], ref) for r, ref in pairs
-                        if (holds(float(r["coverage"])) if _ok(r.get("coverage")) else name == "no box")]
+            for name in COVERED:
+                part = [(r[col], ref) for r, ref in pairs if covered_part(r.get("coverage")) == name]
                 if part:
                     lost = 100 * sum(ref - got for got, ref in part) / total if total > 0 else float("nan")
                     out.append({"budget": budget, "method": method, "reading": col, "covered": name, "n": len(part),
