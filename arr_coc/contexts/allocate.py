@@ -44,7 +44,7 @@ from arr_coc.config import ARRConfig, check_float
 from arr_coc.contexts.answer_types import question_typed_lines, shaped_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_embeddings import REFINE_CHUNKS, LineEmbeddings, check_refine
-from arr_coc.contexts.line_values import RERANK_TOP, line_values
+from arr_coc.contexts.line_values import IMAGE_TYPED_FLOOR, RERANK_TOP, TYPED_FLOOR, line_values
 from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
     BM25_WEIGHT,
@@ -388,9 +388,11 @@ def retrieval_parts(arr: ARR, context: Any, reads: Sequence[PageRead], question:
 
 
 def _line_values(arr: ARR, scores: list[Tensor], lines: Sequence[Sequence[Line]], first: Sequence[bool],
-                 question: str, t: dict[str, float], rerank_top: int = RERANK_TOP) -> list[Tensor]:
+                 question: str, t: dict[str, float], rerank_top: int = RERANK_TOP,
+                 typed_floor: float = TYPED_FLOOR) -> list[Tensor]:
     """:func:`retrieval_parts` from the pages' lines' scores, lines and first-page flags (``rerank_top``: the best
-    lines the retriever's cross-encoder reorders)."""
+    lines the retriever's cross-encoder reorders; ``typed_floor``: the floor on the lines holding the question's
+    answer type)."""
     start = time.perf_counter()
     rerank = getattr(arr.retriever, "rerank", None)
     call = None
@@ -399,7 +401,7 @@ def _line_values(arr: ARR, scores: list[Tensor], lines: Sequence[Sequence[Line]]
         call = lambda picked: rerank(question, [texts[p][i] for p, i in picked])  # noqa: E731
     said = [[text for text, _ in ls] for ls in lines]  # (not ``texts``: the reranker's call reads that name)
     values = line_values(scores, list(first), call, rerank_top=rerank_top, typed=question_typed_lines(question, said),
-                         shaped=shaped_lines(question, said))
+                         typed_floor=typed_floor, shaped=shaped_lines(question, said))
     t["rerank"] = t.get("rerank", 0.0) + (time.perf_counter() - start) * 1e3
     return values
 
@@ -426,7 +428,8 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
     hc, wc = (s // cell for s in scene.canvas.sizes[0])
     scores = question_scores(arr, LineEmbeddings.see(arr.retriever, [lines]), [lines], question, bm25_weight,
                              refine=None)  # one image's lines, every passage (it is seen for this question alone)
-    values = _line_values(arr, scores, [lines], [True], question, {}, rerank_top)  # the only page, as allocate reads it
+    values = _line_values(arr, scores, [lines], [True], question, {}, rerank_top,  # the only page, as allocate reads it
+                          typed_floor=IMAGE_TYPED_FLOOR)
     rel = relevance[0, :hc, :wc]
     part = text_parts(cell, [(hc * cell, wc * cell)], [rel], [[]], [lines], question, retrieved=values)[0]
     out = relevance.clone()

@@ -10,7 +10,7 @@ from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate
 from arr_coc.contexts.answer_types import TYPES, answer_types, asked_shapes, shaped_lines, typed_lines
-from arr_coc.contexts.line_values import line_values
+from arr_coc.contexts.line_values import TYPED_FLOOR, line_values
 from arr_coc.documents.text_pages import TextLayout, render_text
 from arr_coc.engine.query import HashingQueryEncoder
 
@@ -60,13 +60,16 @@ def test_no_type_flags_no_line_and_an_unknown_type_is_refused():
     assert TYPES == ("date", "version", "person")
 
 
-def test_typed_lines_reach_the_top_of_the_line_values_and_mismatched_pages_are_refused():
+def test_typed_lines_pass_the_top_of_the_line_values_and_mismatched_pages_are_refused():
     scores = [torch.tensor([0.9, 0.8, 0.1]), torch.tensor([0.2])]
     typed = [torch.tensor([False, False, True]), torch.tensor([False])]
     plain = line_values(scores, [False, False], top=2, spread=0.0)
     lifted = line_values(scores, [False, False], top=2, spread=0.0, typed=typed)
     assert plain[0][2] == 0.0 and plain[0][0] == 1.0  # the third line is outside the top 2
-    assert [v.tolist() for v in lifted] == [[1.0, plain[0][1].item(), 1.0], [0.0]]  # only the typed line moves
+    assert TYPED_FLOOR == 1.5  # above the best retrieved line's 1
+    assert [v.tolist() for v in lifted] == [[1.0, plain[0][1].item(), 1.5], [0.0]]  # only the typed line moves
+    assert [v.tolist() for v in line_values(scores, [False, False], top=2, spread=0.0, typed=typed,
+                                            typed_floor=1.0)] == [[1.0, plain[0][1].item(), 1.0], [0.0]]  # a tie
     assert [v.tolist() for v in line_values(scores, [False, False], top=2, spread=0.0, typed=typed,
                                             typed_floor=0.0)] == [v.tolist() for v in plain]  # floor 0: off
     with pytest.raises(ValueError, match="typed lines"):
