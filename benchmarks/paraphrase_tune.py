@@ -59,7 +59,7 @@ from tqdm import tqdm
 from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.config import CanvasConfig
 from arr_coc.contexts import rank_cells, ranking_score, text_tokens
-from arr_coc.contexts.answer_types import SHAPES, question_typed_lines, shaped_lines
+from arr_coc.contexts.answer_types import SHAPES, question_typed_lines, shaped_lines, shaped_words
 from arr_coc.contexts.line_embeddings import CHUNK_STRIDE, best_chunks, chunk_centres, chunk_lines, chunk_scores
 from arr_coc.contexts.line_values import (
     FRONT_FLOOR,
@@ -80,6 +80,7 @@ from arr_coc.contexts.ranking import (
     LINE_TAIL,
     RETRIEVAL_TOP,
     RETRIEVAL_WEIGHT,
+    TOKEN_REST,
     bm25_line_scores,
     fuse_bm25,
     ink_map,
@@ -295,7 +296,7 @@ def ink(win: dict, cell: int) -> list[torch.Tensor]:
 
 SETTING = ("weight", "top", "bm25", "rerank", "text", "boost", "keep", "spread", "around", "front_lines", "front_floor",
            "head", "tail", "typed", "page_prior", "legible", "relevance", "line_mix", "heading_mix", "minilm_mix",
-           "refine", "oracle", "shape_boost", "shapes")
+           "refine", "oracle", "shape_boost", "shapes", "rest")
 RANK_BUCKETS = ((1, 1), (2, 5), (6, 20), (21, 64), (65, 192), (193, None))  # the answer line's rank in the first stage
 
 
@@ -392,8 +393,13 @@ def score(win: dict, q: dict, s: dict, cell: int, compressions: list[float]) -> 
     values = values_for(win, q, s)
     ranks = []
     rels = q.get("relevance", {}).get(s["relevance"]) or [None] * len(q["parts"])
-    for part, size, ls, v, rel in zip(q["parts"], win["sizes"], win["lines"], values, rels):
-        found = retrieval_map(ls, v, size, cell, s["head"], s["tail"])[: part.text.shape[0], : part.text.shape[1]]
+    if ("words", s["shapes"]) not in q:  # the words holding a token of a shape it names, once per set of shapes
+        q["words", s["shapes"]] = (shaped_words(q["question"], win["words"], s["shapes"].split(","))
+                                   or [()] * len(win["words"]))
+    for part, size, ls, v, rel, tk in zip(q["parts"], win["sizes"], win["lines"], values, rels,
+                                          q["words", s["shapes"]]):
+        found = retrieval_map(ls, v, size, cell, s["head"], s["tail"], tk, s["rest"])[: part.text.shape[0],
+                                                                                       : part.text.shape[1]]
         part = replace(part, retrieval=found) if rel is None else replace(part, retrieval=found, relevance=unit(rel))
         ranks.append(ranking_score(part, retrieval_weight=s["weight"]))
     grids = [(h // cell, w // cell) for h, w in win["sizes"]]
@@ -583,6 +589,9 @@ def main() -> None:
              "added to the first-stage score of the lines holding a token of the shape the question names (0: none)"),
             ("--shapes", str, ",".join(SHAPES),
              "comma-separated shapes the boost reads (arr_coc.contexts.answer_types.SHAPES)"),
+            ("--rest", float, TOKEN_REST,
+             "a line holding words of the shape the question names: the rest of it at this times its value (0: those "
+             "words alone; 1: the whole line)"),
             ("--oracle", int, 0,
              "a ceiling, not a setting: the answer's lines moved to this rank of the first stage (0: none)")):
         ap.add_argument(flag, type=kind, nargs="+", default=[default], help=text)
@@ -628,7 +637,7 @@ def main() -> None:
         args.weight, args.top, args.bm25, args.rerank, args.text, args.boost, args.keep, args.spread, args.around,
         args.front_lines, args.front_floor, args.head, args.tail, args.typed, args.page_prior,
         args.legible, args.relevance, args.line_mix, args.heading_mix, args.minilm_mix, args.refine, args.oracle,
-        args.shape_boost, args.shapes)]
+        args.shape_boost, args.shapes, args.rest)]
     grid = [s for s in grid if s["shape_boost"] or s["shapes"] == args.shapes[0]]  # shapes read only with a boost
     grid = [s for s in grid if s["rerank"] or (s["text"] == args.text[0] and s["boost"] == args.boost[0]
                                                and s["keep"] == args.keep[0])]

@@ -24,6 +24,8 @@ from torch import Tensor
 
 from arr_coc.engine.channels.text_layer import without_quotes
 
+Box = tuple[float, float, float, float]  # (y0, x0, y1, x1) px
+
 _MONTH = r"(jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?"
 _YEAR = r"(1[89]|20)\d\d"
 _UPPER, _LOWER = "A-ZÀ-ÖØ-Þ", "a-zß-öø-ÿ'’-"  # Latin-1 letters too: "Gäßlein", "Jürgen"
@@ -144,10 +146,36 @@ def shaped_lines(question: str, pages: Sequence[Sequence[str]], shapes: Sequence
     >>> shaped_lines("What does it do?", [["\\\\relax"]]) is None
     True
     """
+    patterns = shape_patterns(question, shapes)
+    return None if patterns is None else matching_lines(pages, patterns)
+
+
+def shaped_words(question: str, words: Sequence[Sequence[tuple[str, Box]]], shapes: Sequence[str] = tuple(SHAPES)
+                 ) -> list[list[Box]] | None:
+    """Per page, the boxes of the words holding a token of a shape the question names (where a line's retrieval value
+    goes: :func:`~arr_coc.contexts.ranking.retrieval_map`); None where it names none. A token set as two words
+    ("4 pt") is in no word: its line keeps its value on all of it.
+
+    >>> shaped_words("Which macro gives the big disc?", [[("\\\\lgblkcircle", (0, 0, 9, 40)), ("disc", (0, 50, 9, 70))]])
+    [[(0, 0, 9, 40)]]
+    >>> shaped_words("What does it do?", [[("\\\\relax", (0, 0, 9, 40))]]) is None
+    True
+    """
+    patterns = shape_patterns(question, shapes)
+    if patterns is None:
+        return None
+    return [[box for text, box in page if any(p.search(text) for p in patterns)] for page in words]
+
+
+def shape_patterns(question: str, shapes: Sequence[str] = tuple(SHAPES)) -> list[re.Pattern[str]] | None:
+    """The token patterns of the shapes of ``shapes`` the question names (:func:`asked_shapes`); None where it names
+    none; an unknown shape is refused.
+
+    >>> len(shape_patterns("Which file is read first?")), shape_patterns("Which is read first?")
+    (1, None)
+    """
     unknown = [t for t in shapes if t not in SHAPES]
     if unknown:
         raise ValueError(f"unknown answer shapes {unknown}; known: {', '.join(SHAPES)}")
     names = asked_shapes(question, shapes)
-    if not names:
-        return None
-    return matching_lines(pages, [SHAPES[t][1] for t in names])
+    return [SHAPES[t][1] for t in names] if names else None

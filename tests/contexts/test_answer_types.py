@@ -9,8 +9,9 @@ import torch
 from arr_coc import ARR, ARRConfig
 from arr_coc.config import MVP_CHANNELS, TextureConfig
 from arr_coc.contexts import allocate
-from arr_coc.contexts.answer_types import TYPES, answer_types, asked_shapes, shaped_lines, typed_lines
+from arr_coc.contexts.answer_types import TYPES, answer_types, asked_shapes, shaped_lines, shaped_words, typed_lines
 from arr_coc.contexts.line_values import TYPED_FLOOR, line_values
+from arr_coc.contexts.ranking import rank_cells, retrieval_map, text_parts
 from arr_coc.documents.text_pages import TextLayout, render_text
 from arr_coc.engine.query import HashingQueryEncoder
 
@@ -163,3 +164,39 @@ def test_a_which_command_question_sends_the_commands_line_at_full_resolution(mon
                         lambda question, pages: None)
     blind = allocate(arr, ctx, question, 44)
     assert blind.tokens == 44 and not cells <= {tuple(c) for c in blind.pages[page].plan.cells.tolist()}
+
+
+def _command_lines(n: int) -> tuple[list, list]:
+    """``n`` lines of a command (2 cells wide) and its prose (8 cells), one line per row of 28 px cells."""
+    words, lines = [], []
+    for i in range(n):
+        y0, y1 = 28.0 * i + 4, 28.0 * i + 24
+        words += [(f"\\cmd{'abc'[i]}", (y0, 0.0, y1, 56.0)), ("lorem ipsum dolor", (y0, 60.0, y1, 280.0))]
+        lines.append((f"\\cmd{'abc'[i]} lorem ipsum dolor", (y0, 0.0, y1, 280.0)))
+    return words, lines
+
+
+def test_a_shaped_line_gives_its_value_to_its_commands_words_and_not_its_prose():
+    words, lines = _command_lines(3)
+    values = [torch.tensor([1.0, 0.75, 0.5])]
+    question = "Which command draws the frame?"
+    assert shaped_words(question, [words]) == [[words[0][1], words[2][1], words[4][1]]]
+    part = text_parts(28, [(84, 280)], [torch.zeros(3, 10)], [words], [lines], question, retrieved=values)[0]
+    assert part.retrieval.tolist() == [[v] * 2 + [0.0] * 8 for v in (1.0, 0.75, 0.5)]
+    # the six best cells hold the three commands; painting whole lines, the first line's prose takes them
+    best = {tuple(c) for c in rank_cells([part.retrieval], 6)[0].tolist()}
+    assert best == {(r, c) for r in range(3) for c in range(2)}
+    whole = text_parts(28, [(84, 280)], [torch.zeros(3, 10)], [words], [lines], question, retrieved=values,
+                       rest=1.0)[0]
+    assert whole.retrieval.tolist() == [[v] * 10 for v in (1.0, 0.75, 0.5)]
+    assert {tuple(c) for c in rank_cells([whole.retrieval], 6)[0].tolist()} == {(0, c) for c in range(6)}
+    # control: a question naming no shape paints whole lines; rest 0.25 keeps a quarter on the prose
+    plain = text_parts(28, [(84, 280)], [torch.zeros(3, 10)], [words], [lines], "What draws the frame?",
+                       retrieved=values)[0]
+    assert shaped_words("What draws the frame?", [words]) is None and torch.equal(plain.retrieval, whole.retrieval)
+    assert retrieval_map(lines, values[0], (84, 280), 28, tokens=[words[0][1]], rest=0.25)[0].tolist() == \
+        [1.0, 1.0] + [0.25] * 8
+    # a line whose token is set as two words ("4 pt") holds no shaped word: it keeps its whole value
+    assert retrieval_map(lines, values[0], (84, 280), 28, tokens=[], rest=0.0).tolist() == whole.retrieval.tolist()
+    with pytest.raises(ValueError, match="0 <= tail, rest <= 1"):
+        retrieval_map(lines, values[0], (84, 280), 28, rest=1.5)

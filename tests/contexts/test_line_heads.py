@@ -63,5 +63,6 @@ def test_whole_lines_spend_them_on_the_one_long_line():
 
 @pytest.mark.parametrize("head, tail", [(-1, 0.5), (4, 1.5), (4, -0.1)])
 def test_a_bad_head_or_tail_is_refused(head, tail):
-    with pytest.raises(ValueError, match=f"head must be >= 0 cells and 0 <= tail <= 1, got head={head}, tail={tail}"):
+    with pytest.raises(ValueError, match=f"head must be >= 0 cells and 0 <= tail, rest <= 1, got head={head}, tail={tail}, "
+                                         f"rest=0.0"):
         retrieval_map([LONG], torch.tensor([1.0]), SIZE, CELL, head=head, tail=tail)
