@@ -118,7 +118,9 @@ SHAPES: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {
                         r"([\w-]+\s+){0,2}file\b", re.I),
              re.compile(r"\b[\w@-]+\.(tex|sty|cls|dtx|cfg|def|fd|ins|lua|ltx|bib|bst|ldf|clo|fdd|txt)\b")),
     "length": (re.compile(r"^\W*(how\s+(wide|tall|high|deep|far|long|much\s+(space|room|gap|vertical|horizontal))"
-                          r"|what\s+(width|height|depth|length|distance|gap|space|skip|indent|size))\b", re.I),
+                          r"|(what|which)\s+(?!(does|do|did|is|are|was|were|can|could|should|will|would)\b)"
+                          r"([\w-]+\s+){0,2}(width|height|depth|length|distance|gap|space|spacing|skip"
+                          r"|glue|kern|indent|indentation|size|separation))\b", re.I),
                re.compile(rf"-?\d*\.?\d+\s*{_TEX_UNIT}")),
 }
 

@@ -123,6 +123,8 @@ def test_a_who_question_sends_the_name_line_at_full_resolution(monkeypatch):
     ("Which source file covers defining author-level macros?", ("file",)),
     ("How wide is the reference rule drawn to show the target width?", ("length",)),
     ("What indent do the list items get?", ("length",)),
+    ("What negative mu spacing is put between repeated integrals?", ("length",)),
+    ("Which vertical skip follows a chapter's title?", ("length",)),
     # controls: commands, files and lengths mentioned, but not asked for
     ("What does the command print?", ()),
     ("Who wrote the file?", ()),
