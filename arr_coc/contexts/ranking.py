@@ -316,8 +316,8 @@ def retrieval_map(lines: Sequence[Line], values: Tensor, size: tuple[int, int], 
         cy, cx = (tb[:, 0] + tb[:, 2]) / 2, (tb[:, 1] + tb[:, 3]) / 2
         inside = ((boxes[:, 0:1] <= cy[None]) & (cy[None] <= boxes[:, 2:3])
                   & (boxes[:, 1:2] <= cx[None]) & (cx[None] <= boxes[:, 3:4]))  # [L, T] the words each line holds
-        held = (inside.float() * kept[:, None]).amax(0)  # [T] a word's value: its line's
-        words = _painted(tb, held, hc, wc, cell)[2]
+        held = (inside.float() * kept[:, None]).amax(0)  # [T] a word's value: its line's (0: in no valued line)
+        words = _painted(tb[held > 0], held[held > 0], hc, wc, cell)[2]
         kept = torch.where(inside.any(1), rest * kept, kept)
     rows, cols, whole = _painted(boxes, kept, hc, wc, cell)
     if not head:
