@@ -28,6 +28,7 @@ from tqdm import tqdm
 from arr_coc import ARR
 from arr_coc.allocators.methods import build_samplers
 from arr_coc.contexts.allocate import image_placing
+from arr_coc.contexts.line_values import IMAGE_TYPED_FLOOR
 from arr_coc.data.datasets import balanced_subset, load_dataset
 from arr_coc.data.image_paraphrase import load_image_paraphrase
 from arr_coc.engine.channels.text import text_heights
@@ -48,6 +49,8 @@ def main() -> None:
                     help="the cross-encoder reorders the image's best N lines (0: the retriever's order)")
     ap.add_argument("--bm25", type=float, nargs="+", default=[0.0],
                     help="BM25 weights fused into the lines' retrieval scores (0: the retriever's cosine alone)")
+    ap.add_argument("--typed", type=float, nargs="+", default=[IMAGE_TYPED_FLOOR],
+                    help="floors on the lines holding the question's answer type (a date, a person)")
     ap.add_argument("--out", type=Path, default=None, help="markdown file for the table")
     args = ap.parse_args()
     arr = ARR.from_pretrained("contextual").eval()  # what `arr-coc eval` builds by default
@@ -62,8 +65,9 @@ def main() -> None:
     for r in records:
         by_image[r.image].append(r)
     weights = [0.0] + [w for w in args.weights if w != 0.0]
-    # (weight, reranked lines, BM25 weight)
-    settings_ = [(0.0, 0, 0.0)] + [(w, n, b) for w in weights if w for n in args.rerank for b in args.bm25]
+    # (weight, reranked lines, BM25 weight, typed floor)
+    settings_ = [(0.0, 0, 0.0, args.typed[0])] + [(w, n, b, f) for w in weights if w for n in args.rerank
+                                                  for b in args.bm25 for f in args.typed]
     rows = []
     for image, questions in tqdm(list(by_image.items()), desc=f"{args.dataset} val images"):
         with torch.no_grad():
@@ -73,9 +77,9 @@ def main() -> None:
             for r in questions:
                 relevance, query_emb = arr.score(scene, [r.question], vector)
                 row = {"kind": r.kind}
-                for w, n, b in settings_:
+                for w, n, b, f in settings_:
                     placing = image_placing(arr, scene, relevance.map, r.question, weight=w, rerank_top=n,
-                                            bm25_weight=b)
+                                            bm25_weight=b, typed_floor=f)
                     out = next(x for x in allocation_rows(r, scene.canvas, placing, query_emb, samplers, reader,
                                                           settings, arr=arr, text_height=height)
                                if x["method"] == "arr")
@@ -87,10 +91,12 @@ def main() -> None:
              + " ".join(f"{w:g}" for w in args.weights)
              + (" --rerank " + " ".join(str(n) for n in args.rerank) if args.rerank != [0] else "")
              + (" --bm25 " + " ".join(f"{b:g}" for b in args.bm25) if args.bm25 != [0.0] else "")
+             + (" --typed " + " ".join(f"{f:g}" for f in args.typed) if args.typed != [IMAGE_TYPED_FLOOR] else "")
              + "` (validation; reading = ANLS of the answer region)", "",
              "| kind (n) | " + " | ".join("relevance alone" if w == 0 else f"weight {w:g}"
                                           + (f", {n} lines reranked" if n else "") + (f", BM25 {b:g}" if b else "")
-                                          for w, n, b in settings_) + " |",
+                                          + (f", typed floor {f:g}" if len(args.typed) > 1 else "")
+                                          for w, n, b, f in settings_) + " |",
              "|---|" + "---:|" * len(settings_)]
     for k in kinds:
         sel = [r for r in rows if k == "all" or r["kind"] == k]

@@ -408,7 +408,7 @@ def _line_values(arr: ARR, scores: list[Tensor], lines: Sequence[Sequence[Line]]
 
 def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
                   weight: float = IMAGE_RETRIEVAL_WEIGHT, rerank_top: int = RERANK_TOP,
-                  bm25_weight: float = BM25_WEIGHT) -> Tensor:
+                  bm25_weight: float = BM25_WEIGHT, typed_floor: float = IMAGE_TYPED_FLOOR) -> Tensor:
     """Where one image's saccades go for a question: ``[1, Hc, Wc]``, its ``relevance`` (the ARR's map on a
     one-image ``scene``) plus ``weight`` times its text lines' retrieval map in the relevance's own units
     (:func:`~arr_coc.contexts.ranking.placing_map`), the lines its text channels read ranked by ``arr.retriever``.
@@ -418,7 +418,9 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
     (:func:`placed_lines`: a photo), an ARR without text channels or ``weight`` 0 get ``relevance``.
     ``rerank_top``: the image's best lines reordered by the retriever's cross-encoder (by default none, as
     :func:`allocate` places it; 32 read 0.845 against 0.843 on the validation questions, docs/coc.md).
-    ``bm25_weight``: the lines' BM25 fused into their retrieval scores (:func:`question_scores`).
+    ``bm25_weight``: the lines' BM25 fused into their retrieval scores (:func:`question_scores`). ``typed_floor``: the
+    floor on the lines holding the answer type the question asks for (a date, a person:
+    :data:`~arr_coc.contexts.line_values.IMAGE_TYPED_FLOOR`).
     """
     check_ranking_weights(weight=weight, bm25_weight=bm25_weight)
     lines = placed_lines(legible_lines(text_lines(arr, scene)[0]))
@@ -429,7 +431,7 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
     scores = question_scores(arr, LineEmbeddings.see(arr.retriever, [lines]), [lines], question, bm25_weight,
                              refine=None)  # one image's lines, every passage (it is seen for this question alone)
     values = _line_values(arr, scores, [lines], [True], question, {}, rerank_top,  # the only page, as allocate reads it
-                          typed_floor=IMAGE_TYPED_FLOOR)
+                          typed_floor=typed_floor)
     rel = relevance[0, :hc, :wc]
     part = text_parts(cell, [(hc * cell, wc * cell)], [rel], [[]], [lines], question, retrieved=values)[0]
     out = relevance.clone()
