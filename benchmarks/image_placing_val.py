@@ -83,7 +83,7 @@ def main() -> None:
                     out = next(x for x in allocation_rows(r, scene.canvas, placing, query_emb, samplers, reader,
                                                           settings, arr=arr, text_height=height)
                                if x["method"] == "arr")
-                    row[w, n, b] = out["reading"]
+                    row[w, n, b, f] = out["reading"]
                 rows.append(row)
     kinds = ["all"] + sorted({r["kind"] for r in rows})
     lines = [f"made by: `python benchmarks/image_placing_val.py --dataset {args.dataset}"
