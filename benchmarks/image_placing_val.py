@@ -28,7 +28,7 @@ from tqdm import tqdm
 from arr_coc import ARR
 from arr_coc.allocators.methods import build_samplers
 from arr_coc.contexts.allocate import image_placing
-from arr_coc.contexts.line_values import IMAGE_TYPED_FLOOR
+from arr_coc.contexts.line_values import TYPED_FLOOR
 from arr_coc.data.datasets import balanced_subset, load_dataset
 from arr_coc.data.image_paraphrase import load_image_paraphrase
 from arr_coc.engine.channels.text import text_heights
@@ -49,7 +49,7 @@ def main() -> None:
                     help="the cross-encoder reorders the image's best N lines (0: the retriever's order)")
     ap.add_argument("--bm25", type=float, nargs="+", default=[0.0],
                     help="BM25 weights fused into the lines' retrieval scores (0: the retriever's cosine alone)")
-    ap.add_argument("--typed", type=float, nargs="+", default=[IMAGE_TYPED_FLOOR],
+    ap.add_argument("--typed", type=float, nargs="+", default=[TYPED_FLOOR],
                     help="floors on the lines holding the question's answer type (a date, a person)")
     ap.add_argument("--out", type=Path, default=None, help="markdown file for the table")
     args = ap.parse_args()
@@ -91,7 +91,7 @@ def main() -> None:
              + " ".join(f"{w:g}" for w in args.weights)
              + (" --rerank " + " ".join(str(n) for n in args.rerank) if args.rerank != [0] else "")
              + (" --bm25 " + " ".join(f"{b:g}" for b in args.bm25) if args.bm25 != [0.0] else "")
-             + (" --typed " + " ".join(f"{f:g}" for f in args.typed) if args.typed != [IMAGE_TYPED_FLOOR] else "")
+             + (" --typed " + " ".join(f"{f:g}" for f in args.typed) if args.typed != [TYPED_FLOOR] else "")
              + "` (validation; reading = ANLS of the answer region)", "",
              "| kind (n) | " + " | ".join("relevance alone" if w == 0 else f"weight {w:g}"
                                           + (f", {n} lines reranked" if n else "") + (f", BM25 {b:g}" if b else "")

@@ -44,7 +44,7 @@ from arr_coc.config import ARRConfig, check_float
 from arr_coc.contexts.answer_types import question_typed_lines, shaped_lines
 from arr_coc.contexts.inputs import MAX_PAGES, OpenContext, open_context
 from arr_coc.contexts.line_embeddings import REFINE_CHUNKS, LineEmbeddings, check_refine
-from arr_coc.contexts.line_values import IMAGE_TYPED_FLOOR, RERANK_TOP, TYPED_FLOOR, line_values
+from arr_coc.contexts.line_values import RERANK_TOP, TYPED_FLOOR, line_values
 from arr_coc.contexts.pagetext import OCR, legible_lines
 from arr_coc.contexts.ranking import (
     BM25_WEIGHT,
@@ -408,7 +408,7 @@ def _line_values(arr: ARR, scores: list[Tensor], lines: Sequence[Sequence[Line]]
 
 def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
                   weight: float = IMAGE_RETRIEVAL_WEIGHT, rerank_top: int = RERANK_TOP,
-                  bm25_weight: float = BM25_WEIGHT, typed_floor: float = IMAGE_TYPED_FLOOR) -> Tensor:
+                  bm25_weight: float = BM25_WEIGHT, typed_floor: float = TYPED_FLOOR) -> Tensor:
     """Where one image's saccades go for a question: ``[1, Hc, Wc]``, its ``relevance`` (the ARR's map on a
     one-image ``scene``) plus ``weight`` times its text lines' retrieval map in the relevance's own units
     (:func:`~arr_coc.contexts.ranking.placing_map`), the lines its text channels read ranked by ``arr.retriever``.
@@ -420,7 +420,7 @@ def image_placing(arr: ARR, scene: Scene, relevance: Tensor, question: str,
     :func:`allocate` places it; 32 read 0.845 against 0.843 on the validation questions, docs/coc.md).
     ``bm25_weight``: the lines' BM25 fused into their retrieval scores (:func:`question_scores`). ``typed_floor``: the
     floor on the lines holding the answer type the question asks for (a date, a person:
-    :data:`~arr_coc.contexts.line_values.IMAGE_TYPED_FLOOR`).
+    :data:`~arr_coc.contexts.line_values.TYPED_FLOOR`, as over a context).
     """
     check_ranking_weights(weight=weight, bm25_weight=bm25_weight)
     lines = placed_lines(legible_lines(text_lines(arr, scene)[0]))

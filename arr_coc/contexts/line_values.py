@@ -36,10 +36,8 @@ FRONT_FLOOR = 0.5
 # "Answer types"): 0.750 -> 0.769 coverage at 10x, 0.672 -> 0.720 at 20x with a floor of 1 (the best retrieved line's
 # value); above it, with the answer shapes and coarse to fine, 0.879 -> 0.894 at 10x and 0.803 -> 0.822 at 20x at 1.5
 # (a typed line before the lines that only share the question's words; 1.5 is the first floor no larger one beats).
+# One image's lines read the same at 1 and 1.5 on its 121 validation questions (0.842; 2: 0.840).
 TYPED_FLOOR = 1.5
-# The floor on one image's typed lines (a receipt's date, a form's sender): 1, the value its validation readings were
-# made with (docs/coc.md, "One image: its own lines retrieved"); not chosen again with the contexts' floor.
-IMAGE_TYPED_FLOOR = 1.0
 # Added to the first-stage score of the lines holding a token of the shape the question names (a command, a file, a
 # length: :data:`arr_coc.contexts.answer_types.SHAPES`) before the ramp; chosen on the 199 validation questions
 # (docs/coc.md, "Answer shapes"): coverage 0.859 -> 0.880 at 10x, 0.761 -> 0.795 at 20x (0.12 and above alike).
