@@ -42,8 +42,7 @@ from arr_coc.allocators.methods import cell_mask, page_plans, resolve
 from arr_coc.allocators.pages import PagesInputs
 from arr_coc.budget import LEGIBLE_SIDE, Budget
 from arr_coc.contexts import allocate, see_context, text_tokens, tokenizer_name
-from arr_coc.contexts.line_values import SHAPE_BOOST, TYPED_FLOOR
-from arr_coc.contexts.ranking import LAYER_RELEVANCE, TOKEN_REST
+from arr_coc.contexts.ranking import LAYER_RELEVANCE
 from arr_coc.data.contexts import ContextItem, ContextQuestion
 from arr_coc.engine.imageops import paint_boxes
 from arr_coc.engine.pipeline import ARR
@@ -91,14 +90,12 @@ class ContextReading:
         # readings: rows of both readings (region and find) never mix with rows of the region reading alone, nor
         # with find readings of other views (find_views); the budget rule's legible side: rows split under another
         # rule never mix with these; what text-layer pages are ranked on (their ink since it became the default):
-        # rows ranked on the ARR's relevance never mix with these; the answer shapes' boost: rows ranked without it
-        # (or with another) never mix with these, nor rows made under another floor on the typed lines or
-        # another share of a shaped line beyond its shaped words
+        # rows ranked on the ARR's relevance never mix with these (the typed floor, the shapes' boost and the shaped
+        # words' rest are in arr_settings, as for one image)
         return ({**arr_settings(self.arr), "task": "contexts", "reader": s.reader, "margin_px": s.margin_px,
                  "readings": ["region", "find"], "find_views": list(FIND_VIEWS), "ranking": s.weights(),
                  "text_tokenizer": tokenizer_name(), "contexts": s.contexts, "gestalt_legible_side": LEGIBLE_SIDE,
-                 "layer_relevance": LAYER_RELEVANCE, "shape_boost": SHAPE_BOOST,
-                 "typed_floor": TYPED_FLOOR, "token_rest": TOKEN_REST},
+                 "layer_relevance": LAYER_RELEVANCE},
                 {} if self.retriever is None else {NEEDS_RETRIEVER: {"retriever": self.retriever.name}})
 
     def rows(self, unit: Unit, todo: list, done: set) -> Iterator[list[dict]]:

@@ -28,7 +28,8 @@ from arr_coc.allocators.methods import (
 from arr_coc.budget import LEGIBLE_MIN_LINES, LEGIBLE_SHARE, LEGIBLE_TEXT_PX
 from arr_coc.contexts.allocate import IMAGE_RETRIEVAL_WEIGHT, image_placing
 from arr_coc.contexts.line_embeddings import CHUNK_STRIDE, REFINE_CHUNKS
-from arr_coc.contexts.ranking import BM25_WEIGHT, RETRIEVAL_WEIGHT
+from arr_coc.contexts.line_values import SHAPE_BOOST, TYPED_FLOOR
+from arr_coc.contexts.ranking import BM25_WEIGHT, RETRIEVAL_WEIGHT, TOKEN_REST
 from arr_coc.data.datasets import Record
 from arr_coc.engine.channels.text import text_heights
 from arr_coc.engine.pipeline import ARR
@@ -69,7 +70,10 @@ def placing_settings(arr: ARR) -> dict:
             # the lines' scores: the retriever's cosine + BM25 (contexts.allocate.question_scores), a context's weight
             "line_scores": {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT,
                             # coarse to fine (contexts.line_embeddings): one passage in three, the best chunks refined
-                            "chunk_stride": CHUNK_STRIDE, "refine_chunks": REFINE_CHUNKS}}
+                            "chunk_stride": CHUNK_STRIDE, "refine_chunks": REFINE_CHUNKS},
+            # the lines' values for a question asking for a type or naming a shape (contexts.answer_types): the typed
+            # lines' floor, the shaped lines' boost and the share of a shaped line beyond its shaped words
+            "line_values": {"typed_floor": TYPED_FLOOR, "shape_boost": SHAPE_BOOST, "token_rest": TOKEN_REST}}
 
 
 def arr_settings(arr: ARR) -> dict:

@@ -135,9 +135,15 @@ def test_eval_over_a_tiny_pdf_context_end_to_end_and_resumes(docs, tmp_path, cap
     line_scores = json.loads((folder / "settings.json").read_text())["line_scores"]
     assert line_scores == {"bm25_weight": BM25_WEIGHT, "retrieval_weight": RETRIEVAL_WEIGHT, "chunk_stride": 3,
                            "refine_chunks": 128} and (BM25_WEIGHT, RETRIEVAL_WEIGHT) == (0.0, 8.0)
+    assert json.loads((folder / "settings.json").read_text())["line_values"] == {
+        "typed_floor": 1.5, "shape_boost": 0.12, "token_rest": 0.0}
     monkeypatch.setattr(run, "BM25_WEIGHT", 0.05)  # rows of another line scoring never mix with these
     assert main(argv) == 2
     assert "holds rows made with other settings (line_scores: " in capsys.readouterr().err
+    monkeypatch.setattr(run, "BM25_WEIGHT", BM25_WEIGHT)
+    monkeypatch.setattr(run, "TYPED_FLOOR", 1.0)  # nor rows under another floor on the typed lines
+    assert main(argv) == 2
+    assert "holds rows made with other settings (line_values: " in capsys.readouterr().err
 
 
 def page_image(path: Path, text: str) -> Path:
