@@ -1,13 +1,29 @@
 """Shared fixtures: the bundled example and checks several test files use."""
 from __future__ import annotations
 
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "receipt.jpg"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module, its folder on the path while it loads (a script imports the ones beside it)."""
+    folder = str(ROOT / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module
 
 
 @pytest.fixture

@@ -1,16 +1,11 @@
 """benchmarks/paraphrase_misses.py: which rows count as coc's strict misses, and how a line's saccade cells count."""
-import importlib.util
 import json
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_benchmark
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("paraphrase_misses", ROOT / "benchmarks" / "paraphrase_misses.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("paraphrase_misses")
 
 
 def test_misses_are_coc_rows_at_the_budget_with_no_strict_hit(tmp_path):

@@ -1,22 +1,11 @@
 """benchmarks/paraphrase_tune.py's ceiling: the answer's lines found by their boxes, ranked, and moved to a rank."""
-import importlib.util
-import sys
-from pathlib import Path
 
 import torch
-
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import load_benchmark
 
 
 def load():
-    sys.path.insert(0, str(ROOT / "benchmarks"))  # the script imports the benchmark beside it (coc_tune)
-    try:
-        spec = importlib.util.spec_from_file_location("paraphrase_tune", ROOT / "benchmarks" / "paraphrase_tune.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    return module
+    return load_benchmark("paraphrase_tune")
 
 
 def test_the_answer_lines_are_those_whose_boxes_touch_an_occurrence_and_rank_by_the_best():

@@ -1,7 +1,7 @@
 """Questions in a user's own words over the LaTeX manuals: ``texlive-paraphrase``, written by hand.
 
-Each question was written by reading one page of a manual of the corpus's validation or test
-split (:mod:`arr_coc.documents.corpus`, split by document family; a manual's split is the
+Each question was written by reading one page of a manual of the corpus's train, validation or
+test split (:mod:`arr_coc.documents.corpus`, split by document family; a manual's split is the
 corpus's, never chosen here) and asks for a short span printed on that page the way a user
 would ask for it: the question shares no content word with its answer and quotes no phrase of
 the page (:mod:`arr_coc.data.paraphrase_rules`). It comes with a window of the document, up to 20
@@ -22,6 +22,9 @@ document, ``answer_page`` the answer's page in the document (1-based, inside ``p
 title, author, version, date), ``name`` (an option, command, environment or file from what it
 does), ``value`` (defaults, lengths, units, numbers), ``fact`` (who, which, when), ``table`` (a
 table cell, a contents line), ``listing`` (what a code listing or example holds).
+
+The ``train`` questions (250 over 42 train manuals, at most 6 a manual, written under the same rules) are for
+learning from: nothing is chosen on them and no table reports them; ``val`` chooses, ``test`` reports.
 
 ``python -m arr_coc.data.paraphrase_stats`` prints the counts of both hand-written sets (this
 one and :mod:`arr_coc.data.image_paraphrase`).
@@ -161,7 +164,7 @@ def read_jsonl(path: Path) -> list[tuple[str, Any]]:
 
 def texlive_paraphrase(split: str | None = None, *, path: Union[str, os.PathLike, None] = None,
                        root: Union[str, os.PathLike, None] = None) -> list[WindowQuestion]:
-    """The hand-written questions of ``split`` (``val``, ``test``; None: both), in file order.
+    """The hand-written questions of ``split`` (``train``, ``val``, ``test``; None: all), in file order.
 
     Args:
         split: keep only this split.

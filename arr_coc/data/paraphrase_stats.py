@@ -50,7 +50,7 @@ def stats() -> str:
     texlive = [parse_window_question(obj, where, Path(".")) for where, obj in read_jsonl(TEXLIVE_FILE)]
     images = image_paraphrase_rows()
     lines = []
-    for split in ("val", "test"):
+    for split in ("train", "val", "test"):
         qs = [q for q in texlive if q.split == split]
         docs = Counter(q.document for q in qs)
         lines.append(f"texlive-paraphrase {split}: {len(qs)} questions, {len(docs)} documents (at most "

@@ -62,13 +62,14 @@ def test_splits_are_the_corpus_splits_disjoint_by_document_and_balanced(texlive)
     qs, _, docs = texlive
     for q in qs:
         assert docs[q.document].split == q.split == corpus.split_of(corpus.family_of(q.document)), q.id
-    by_split = {s: [q for q in qs if q.split == s] for s in ("val", "test")}
-    assert {q.split for q in qs} == {"val", "test"}
-    assert not {q.document for q in by_split["val"]} & {q.document for q in by_split["test"]}
+    by_split = {s: [q for q in qs if q.split == s] for s in ("train", "val", "test")}
+    assert {q.split for q in qs} == {"train", "val", "test"}
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        assert not {q.document for q in by_split[a]} & {q.document for q in by_split[b]}, (a, b)
     assert len({q.id for q in qs}) == len(qs)
     for split, group in by_split.items():
         per_doc = Counter(q.document for q in group)
-        assert len(group) >= 150 and len(per_doc) >= 25, split
+        assert len(group) >= (250 if split == "train" else 150) and len(per_doc) >= 25, split
         assert max(per_doc.values()) <= 0.1 * len(group), split  # no manual is more than a tenth of a split
         assert {q.kind for q in group} == set(paraphrase.KINDS), split
 
