@@ -1,24 +1,15 @@
 """benchmarks/bench_vlm.py on the tiny config: the table's shape and exact token counts."""
-import importlib.util
-import sys
-from pathlib import Path
 from unittest import mock
 
 import pytest
 import torch
+from conftest import load_benchmark
 
 from arr_coc.engine.pipeline import ARR
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def load_bench():
-    if str(ROOT / "benchmarks") not in sys.path:  # as `python benchmarks/bench_vlm.py` has it: qwen_3b beside it
-        sys.path.insert(0, str(ROOT / "benchmarks"))
-    spec = importlib.util.spec_from_file_location("bench_vlm", ROOT / "benchmarks" / "bench_vlm.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_vlm")  # as `python benchmarks/bench_vlm.py` has it: qwen_3b beside it
 
 
 def table_rows(text: str, header: str) -> list[list[str]]:

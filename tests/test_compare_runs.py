@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import compare_runs  # noqa: E402
+compare_runs = load_benchmark("compare_runs")
 
 
 def _rows(readings: dict[str, float], method: str = "coc") -> list[dict]:
