@@ -144,6 +144,16 @@ def fused(q: dict, w: float) -> list[torch.Tensor]:
     return fuse_bm25(q["cos"], q["bm25"], w)
 
 
+def window_canvas(ctx, canvas: CanvasConfig) -> tuple[list, list, list]:
+    """Each page's canvas size (h, w) and its text layer's words and lines moved onto it, as a context sees them."""
+    sizes, words, lines = [], [], []
+    for p in ctx.pages:
+        size = smart_resize(p.size[0], p.size[1], canvas.cell, canvas.min_pixels, canvas.max_pixels)
+        ws, ls = canvas_words(p, size)
+        sizes.append(size), words.append(ws), lines.append(ls)
+    return sizes, words, lines
+
+
 def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: CanvasConfig,
             stride: int = 1) -> dict:
     """Everything a window's questions need, once (cached in ``cache``; ``stride``: every line's passage embedded, or
@@ -160,11 +170,7 @@ def prepare(wid: str, ctx, qs: list, cache: Path, retriever, reranker, canvas: C
         torch.save(out, path)
         return out
     cell = canvas.cell
-    sizes, words, lines = [], [], []
-    for p in ctx.pages:
-        size = smart_resize(p.size[0], p.size[1], cell, canvas.min_pixels, canvas.max_pixels)
-        ws, ls = canvas_words(p, size)
-        sizes.append(size), words.append(ws), lines.append(ls)
+    sizes, words, lines = window_canvas(ctx, canvas)
     picked = [chunk_centres(len(ls), stride) for ls in lines]
     texts = [[every[c] for c in cs] for every, cs in zip(map(passage_texts, lines), picked)]
     embeddings = embed_pages(retriever, texts)

@@ -24,16 +24,11 @@ from pathlib import Path
 
 import torch
 from emit import emit  # the benchmark beside this one (a script's folder is on its path)
-from paraphrase_tune import DPI, answer_lines, canvas_options, embed_pages
+from paraphrase_tune import answer_lines, answer_rank, canvas_options, embed_pages, window_canvas, windows
 from tqdm import tqdm
 
 from arr_coc.config import CanvasConfig
-from arr_coc.contexts.pagetext import canvas_words
 from arr_coc.contexts.ranking import passage_texts
-from arr_coc.data.context_jsonl import find_answer
-from arr_coc.data.paraphrase import texlive_paraphrase
-from arr_coc.documents.pdf import read_pdf
-from arr_coc.engine.canvas import smart_resize
 from arr_coc.engine.retrieval import BgeSmallRetriever
 
 KS = (1, 5, 10, 20, 64, 192)
@@ -45,41 +40,30 @@ def collect(split: str, cache: Path) -> tuple[dict[str, torch.Tensor], list[dict
     if path.is_file():
         return torch.load(path, weights_only=False)
     retriever, canvas = BgeSmallRetriever(), CanvasConfig()
-    groups: dict = {}
-    for q in texlive_paraphrase(split):
-        groups.setdefault((q.document, q.page_range, q.path), []).append(q)
     vectors, items = {}, []
-    for (doc, pages, source), qs in tqdm(list(groups.items()), desc=f"{split} windows"):
-        ctx = read_pdf(source, pages=pages, dpi=DPI, render=False)
-        sizes, lines = [], []
-        for page in ctx.pages:
-            size = smart_resize(page.size[0], page.size[1], canvas.cell, canvas.min_pixels, canvas.max_pixels)
-            sizes.append(size), lines.append(canvas_words(page, size)[1])
+    for wid, ctx, qs, _ in tqdm(list(windows("texlive-paraphrase", split, 0, 0)), desc=f"{split} windows"):
+        sizes, _, lines = window_canvas(ctx, canvas)
         win, texts = {"sizes": sizes, "lines": lines}, [passage_texts(ls) for ls in lines]
-        wid = f"{doc}#{pages}"
         vectors[wid] = torch.cat([e for e in embed_pages(retriever, texts) if e is not None])
         starts = [0, *itertools.accumulate(map(len, texts))]
-        for q in qs:
-            at = q.answer_page - 1 - ctx.pages[0].index
-            found = {"at": at, "options": list(find_answer(ctx.pages[at].words, q.answers))}
+        for qid, question, _, at, options in qs:
+            found = {"at": at, "options": options}
             found["options"] = canvas_options(win, found, ctx.pages[at].size)
             held = [starts[at] + i for i in answer_lines(win, found)]
-            items.append({"id": q.id, "q": retriever.queries([q.question])[0], "wid": wid, "held": held})
+            items.append({"id": qid, "q": retriever.queries([question])[0], "wid": wid, "held": held})
     cache.mkdir(parents=True, exist_ok=True)
     torch.save((vectors, items), path)
     return vectors, items
 
 
+def mapped(q: torch.Tensor, W: torch.Tensor | None) -> torch.Tensor:
+    """A question's vector under the map W, normalised (None: the vector as it is)."""
+    return q if W is None else torch.nn.functional.normalize(W @ q, dim=0)
+
+
 def ranks(vectors: dict[str, torch.Tensor], items: list[dict], W: torch.Tensor | None) -> list[int]:
     """The rank of each question's best answer line among its window's lines (a tie counts against it)."""
-    out = []
-    for it in items:
-        q = it["q"] if W is None else torch.nn.functional.normalize(W @ it["q"], dim=0)
-        s = vectors[it["wid"]] @ q
-        others = torch.ones(len(s), dtype=torch.bool)
-        others[it["held"]] = False
-        out.append(1 + int((s[others] >= s[it["held"]].max()).sum()))
-    return out
+    return [answer_rank([vectors[it["wid"]] @ mapped(it["q"], W)], 0, it["held"]) for it in items]
 
 
 def fit(vectors: dict[str, torch.Tensor], items: list[dict], lam: float, tau: float, steps: int, rank: int,
@@ -100,7 +84,7 @@ def fit(vectors: dict[str, torch.Tensor], items: list[dict], lam: float, tau: fl
         W = make()
         loss = lam * ((W - eye) ** 2).sum()
         for it in items:
-            s = vectors[it["wid"]] @ torch.nn.functional.normalize(W @ it["q"], dim=0) / tau
+            s = vectors[it["wid"]] @ mapped(it["q"], W) / tau
             loss = loss + (torch.logsumexp(s, 0) - torch.logsumexp(s[it["held"]], 0)) / len(items)
         loss.backward()
         opt.step()
