@@ -14,6 +14,9 @@ main``) runs that code and this one in turn, each in a fresh process, ``--repeat
 medians and their ratio, and whether both made the same allocations (every page's cells, in order).
 
     python benchmarks/bench_context_speed.py --before /tmp/before --repeats 2
+
+``--documents A B ...`` times this code alone over several windows (pages 1-20 of each), one row a window and the
+medians over them: what a user's first question costs across manuals, not on one.
 """
 from __future__ import annotations
 
@@ -140,6 +143,8 @@ def main() -> None:
                    help="MiniLM's batch_size (default: the encoder's, 256); not the eval's ARR, its vectors differ in the last bits")
     p.add_argument("--layers", action="store_true",
                    help="this code twice: text-layer pages ranked on the ARR's relevance, then on their ink (the default)")
+    p.add_argument("--documents", nargs="+", default=None,
+                   help="several validation manuals, pages 1-20 of each: this code alone, one row a window")
     p.add_argument("--layer-relevance", default=None, help=argparse.SUPPRESS)
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -148,6 +153,11 @@ def main() -> None:
         return
     if args.layers and args.before:
         p.error("--layers compares this code with itself: leave --before out")
+    if args.documents:
+        if args.before or args.layers:
+            p.error("--documents times this code alone over several windows: leave --before and --layers out")
+        windows(args)
+        return
     roots = {"this code": (ROOT, None)} if args.before is None else {"before": (args.before.resolve(), None),
                                                                      "this code": (ROOT, None)}
     if args.layers:
@@ -181,6 +191,38 @@ def main() -> None:
                   f"{statistics.median(shared):.0%} (min {min(shared):.0%}); the allocations differ by design "
                   f"(what decides them is measured on validation questions in docs/coc.md, not here).", ""]
     lines += [f"`{cmd}`", ""]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
+def windows(args: argparse.Namespace) -> None:
+    """This code over several windows, ``--repeats`` fresh processes each: one row a window, then the medians."""
+    rows, firsts, laters, sees = [], [], [], []
+    for document in args.documents:
+        runs = [run_side(ROOT, document, args.limit, args.threads, args.query_batch) for _ in range(args.repeats)]
+        s = summary(runs)
+        sees.append(s["see"])
+        firsts += [r["questions"][0]["ms"] for r in runs]
+        laters += [r["ms"] for run in runs for r in run["questions"][1:]]
+        rows.append(f"| `{document}` | {runs[0]['n']} | {runs[0]['tokens']} | {s['see']:.0f} | {s['first']:.0f} | "
+                    f"{s['question']:.0f} | {s['max']:.0f} |")
+        print(rows[-1], flush=True)
+    cmd = "python benchmarks/bench_context_speed.py --documents " + " ".join(args.documents) \
+        + f" --repeats {args.repeats}" + (f" --limit {args.limit}" if args.limit else "")
+    over = sum(f > 2000 for f in firsts)
+    lines = ["# Context speed over several windows: each seen once, then its questions (coc at 10x)", "",
+             f"Pages {PAGES} of each validation manual at {DPI:g} dpi; its texlive-paraphrase validation questions on "
+             f"those pages{f' (at most {args.limit})' if args.limit else ''}; {args.repeats} fresh process(es) a "
+             f"window; {os.cpu_count()} CPU cores shared with other work. Times in ms: medians over the window's "
+             "processes; 'later': every question after a process's first.", "",
+             "| window | questions | tokens at 10x | see | first question | later (median) | later (max) |",
+             "|---|---:|---:|---:|---:|---:|---:|", *rows,
+             f"| **median over the {len(rows)} windows** | | | **{med(sees):.0f}** | **{med(firsts):.0f}** | "
+             f"**{med(laters):.0f}** | {max(laters):.0f} |", "",
+             f"Sees over 5 s: {sum(v > 5000 for v in sees)} of {len(sees)} windows; first questions over 2 s: {over} "
+             f"of {len(firsts)}; later questions over 2 s: {sum(v > 2000 for v in laters)} of {len(laters)}.", "",
+             f"`{cmd}`", ""]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines))
     print("\n".join(lines))
