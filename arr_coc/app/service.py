@@ -195,10 +195,11 @@ class Microscope:
     """
 
     def __init__(self, query_encoder: QueryEncoder | None = None, vlm: Any = None,
-                 max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+                 max_new_tokens: int = MAX_NEW_TOKENS, retriever: Any = None) -> None:
         from arr_coc.engine.query import MiniLMQueryEncoder
 
         self.query_encoder = query_encoder or MiniLMQueryEncoder().load()
+        self.retriever = retriever  # every configuration's line retriever (None: the ARR's default)
         self.vlm = vlm
         self.max_new_tokens = max_new_tokens
         self.cell = vlm.cell if vlm is not None else CanvasConfig.cell
@@ -214,7 +215,8 @@ class Microscope:
         if key not in self._arrs:
             if len(self._arrs) >= 16:  # configurations come and go with the sliders; keep the recent ones
                 self._arrs.pop(next(iter(self._arrs)))
-            self._arrs[key] = ARR(settings.config(), query_encoder=self.query_encoder, cache=self.channel_cache).eval()
+            self._arrs[key] = ARR(settings.config(), query_encoder=self.query_encoder, cache=self.channel_cache,
+                                  retriever=self.retriever).eval()
         return self._arrs[key]
 
     def scene(self, arr: ARR, image: Tensor, timings: dict[str, float]) -> tuple[Scene, bool]:

@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     # every page's gestalt (one image: its one page) comes from the budget's split; ask's --seed seeds the answer's
     # sampling, not the ARR: its own seed stays the default
     config = opt.arr_config(args, canvas=canvas, seed=ARRConfig().seed)
-    arr = ARR(config, query_encoder=encoder).eval()
+    arr = ARR(config, query_encoder=encoder, retriever=opt.retriever(args, args.device)).eval()
     arr.max_question_tokens = args.max_question_tokens
     if args.device:
         arr = arr.to(args.device)

@@ -144,7 +144,8 @@ def run(args: argparse.Namespace) -> int:
         device = rank_device(args.device)
         adapter = load_vlm(args.model, dtype=args.dtype, device=device)
         if adapter.cell != config.canvas.cell:  # the canvas is built on the model's token cell
-            arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)), query_encoder=arr.query_encoder)
+            arr = ARR(replace(config, canvas=replace(config.canvas, cell=adapter.cell)), query_encoder=arr.query_encoder,
+                      retriever=arr.retriever)
         arr = arr.eval().to(device) if device else arr.eval()
         out = out / re.sub(r"[^A-Za-z0-9._-]+", "_", args.model.strip("/"))
     keys: set = set()  # the rows this run asks for: the tables hold exactly those
@@ -231,7 +232,8 @@ def _arr(args: argparse.Namespace) -> tuple[Any, Any]:
     from arr_coc.engine.pipeline import ARR
 
     config = opt.arr_config(args)
-    return config, ARR(config, query_encoder=opt.query_encoder(args, load=False)).eval()
+    return config, ARR(config, query_encoder=opt.query_encoder(args, load=False),
+                       retriever=opt.retriever(args, getattr(args, "device", None))).eval()
 
 
 def _refuse_unused(args: argparse.Namespace, methods: Any, run: str) -> None:

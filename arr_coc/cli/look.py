@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     encoder = opt.query_encoder(args)
     load_ms = (time.perf_counter() - start) * 1e3
-    arr = ARR(config, query_encoder=encoder).eval()
+    arr = ARR(config, query_encoder=encoder, retriever=opt.retriever(args)).eval()
     arr.max_question_tokens = args.max_question_tokens
     show("allocating (texture, OCR, relevance, saccades)")
     with torch.inference_mode():

