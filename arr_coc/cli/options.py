@@ -259,13 +259,15 @@ def query_encoder(args: argparse.Namespace, load: bool = True) -> Any:
 
 def retriever(args: argparse.Namespace, device: str | None = None) -> Any:
     """The line retriever ``--retriever`` names, or None (the ARR's default); an ``hf:`` model on ``device``
-    (the command's ``--device``; default the CPU), a packaged one on the CPU."""
+    (the command's ``--device``; default the CPU), loaded now, a packaged one on the CPU (loaded on first use)."""
     from arr_coc.engine.retrieval import HF_PREFIX, load_retriever
 
     name = getattr(args, "retriever", None)
     if name is None:
         return None
-    return load_retriever(name, device=(device or "cpu") if name.startswith(HF_PREFIX) else "cpu")
+    if not name.startswith(HF_PREFIX):
+        return load_retriever(name)
+    return load_retriever(name, device=device or "cpu").load()  # a model that cannot load: refused before any work
 
 
 def budget(args: argparse.Namespace) -> Any:

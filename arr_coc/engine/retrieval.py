@@ -262,8 +262,11 @@ class SentenceTransformersRetriever(_Reranking):
             from sentence_transformers import SentenceTransformer
 
             local = Path(self.model).expanduser()
-            net = SentenceTransformer(str(local) if local.exists() else self.model, device=self.device,
-                                      local_files_only=local.exists())
+            try:
+                net = SentenceTransformer(str(local) if local.exists() else self.model, device=self.device,
+                                          local_files_only=local.exists())
+            except OSError as err:  # not found, offline, no access: the library's message, on one line
+                raise OSError(f"cannot load the retriever {self.model}: {' '.join(str(err).split())}") from err
             net.prompts.update(self.prompts)
             self._model = net.eval()
         return self

@@ -187,3 +187,16 @@ def test_eval_contexts_with_a_retriever_records_it_and_never_mixes_its_rows(fold
     assert main(run) == 2  # the default retriever's rows would join another's: refused, naming the difference
     err = capsys.readouterr().err.strip()
     assert "holds rows made with other settings" in err and "retriever" in err and "\n" not in err
+
+
+def test_look_refuses_a_model_folder_it_cannot_load_in_one_line_before_any_work(folder, story, tmp_path, capsys):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(folder, broken)
+    (broken / "model.safetensors").unlink()  # modules.json is there, the weights are not
+    assert main(["look", str(story), "Where?", "--tokens", "40", "--query-encoder", "hashing", "--channels", "mvp",
+                 "--retriever", f"hf:{broken}", "--out", str(tmp_path / "strip.png")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"arr-coc: error: cannot load the retriever {broken}: ") and "\n" not in err
+    assert not (tmp_path / "strip.png").exists()  # refused before the pages were allocated or drawn
