@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import time
 from collections import OrderedDict
@@ -151,9 +152,11 @@ def evaluate(contexts: list[Context], scores: list[list[torch.Tensor]], with_pag
 
 def dense_scores(name: str, contexts: list[Context], timing: dict) -> list[list[torch.Tensor]]:
     """Cosine of every line to each question; records ms to embed each 20-page window and ms per question."""
-    from arr_coc.engine.retrieval import RETRIEVERS
+    from arr_coc.engine.retrieval import HF_PREFIX, RETRIEVERS, SentenceTransformersRetriever
 
-    r = RETRIEVERS.get(name)(device="cpu", max_cached=0)  # no cache: every window and question is timed in full
+    # no cache: every window and question is timed in full
+    r = (SentenceTransformersRetriever(name[len(HF_PREFIX):], max_cached=0) if name.startswith(HF_PREFIX)
+         else RETRIEVERS.get(name)(device="cpu", max_cached=0))
     r.queries(["warm up"]), r.passages(["warm up"])  # loads the model outside the timings
     out = []
     for ctx in tqdm(contexts, desc=name):
@@ -215,7 +218,7 @@ HEADER = ("| method | line R@1 | line R@5 | line R@20 | page R@1 | page R@3 | im
 
 def cached(cache: Path | None, key: str, compute):
     """``compute()``, or what it returned for ``key`` before (``--cache``: a folder of scores, never committed)."""
-    path = cache / f"{key}.pt" if cache else None
+    path = cache / f"{re.sub(r'[^A-Za-z0-9._-]+', '_', key)}.pt" if cache else None  # an hf: model's path as one name
     if path and path.is_file():
         return torch.load(path)
     out = compute()
@@ -278,8 +281,9 @@ def run_split(split: str, methods: list[str], weights: dict[str, float] | None, 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--methods", default="bge-small,minilm", help="registered retrievers, comma-separated; the "
-                                                                  "first is also reranked")
+    ap.add_argument("--methods", default="bge-small,minilm", help="registered retrievers or hf:PATH_OR_ID "
+                                                                  "(a sentence-transformers model), comma-separated; "
+                                                                  "the first is also reranked")
     ap.add_argument("--test", action="store_true", help="also the test split, for the first method (the choice), with "
                                                               "the validation fusion weight")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown here")
