@@ -152,11 +152,9 @@ def evaluate(contexts: list[Context], scores: list[list[torch.Tensor]], with_pag
 
 def dense_scores(name: str, contexts: list[Context], timing: dict) -> list[list[torch.Tensor]]:
     """Cosine of every line to each question; records ms to embed each 20-page window and ms per question."""
-    from arr_coc.engine.retrieval import HF_PREFIX, RETRIEVERS, SentenceTransformersRetriever
+    from arr_coc.engine.retrieval import load_retriever
 
-    # no cache: every window and question is timed in full
-    r = (SentenceTransformersRetriever(name[len(HF_PREFIX):], max_cached=0) if name.startswith(HF_PREFIX)
-         else RETRIEVERS.get(name)(device="cpu", max_cached=0))
+    r = load_retriever(name, max_cached=0)  # no cache: every window and question is timed in full
     r.queries(["warm up"]), r.passages(["warm up"])  # loads the model outside the timings
     out = []
     for ctx in tqdm(contexts, desc=name):

@@ -251,6 +251,8 @@ class SentenceTransformersRetriever(_Reranking):
             raise ValueError(f"{model} is not a sentence-transformers model folder (no modules.json); save the model "
                              f"with SentenceTransformer.save(), or name a hub id")
         self.model, self.device, self.batch_size = model, device, batch_size
+        self._local = local.exists()  # a folder, read offline; else a hub id
+        self._source = str(local) if self._local else model
         self.name = f"hf:{model}"
         self.prompts = {k: v for k, v in (("query", query_prompt), ("document", passage_prompt)) if v is not None}
         self._model: Any = None
@@ -261,10 +263,8 @@ class SentenceTransformersRetriever(_Reranking):
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            local = Path(self.model).expanduser()
             try:
-                net = SentenceTransformer(str(local) if local.exists() else self.model, device=self.device,
-                                          local_files_only=local.exists())
+                net = SentenceTransformer(self._source, device=self.device, local_files_only=self._local)
             except OSError as err:  # not found, offline, no access: the library's message, on one line
                 raise OSError(f"cannot load the retriever {self.model}: {' '.join(str(err).split())}") from err
             net.prompts.update(self.prompts)
@@ -297,9 +297,10 @@ RETRIEVERS.register(MiniLMRetriever.name)(MiniLMRetriever)
 RETRIEVERS.register(HashingRetriever.name)(HashingRetriever)
 
 
-def load_retriever(name: str = DEFAULT_RETRIEVER, device: str = "cpu") -> Retriever:
+def load_retriever(name: str = DEFAULT_RETRIEVER, device: str = "cpu", **options: Any) -> Retriever:
     """A registered retriever by name, or ``"hf:PATH_OR_ID"``: any sentence-transformers model
-    (:class:`SentenceTransformersRetriever`). Its model loads on first use.
+    (:class:`SentenceTransformersRetriever`). Its model loads on first use; ``options`` go to its constructor
+    (e.g. ``max_cached=0``).
 
     >>> load_retriever("bm25")
     Traceback (most recent call last):
@@ -307,11 +308,11 @@ def load_retriever(name: str = DEFAULT_RETRIEVER, device: str = "cpu") -> Retrie
     arr_coc.registry.UnknownNameError: unknown retriever 'bm25'; known: bge-small, minilm, hashing, or hf:PATH_OR_ID (a sentence-transformers model)
     """
     if isinstance(name, str) and name.startswith(HF_PREFIX):
-        return SentenceTransformersRetriever(name[len(HF_PREFIX):], device=device)
+        return SentenceTransformersRetriever(name[len(HF_PREFIX):], device=device, **options)
     if name not in RETRIEVERS:
         raise UnknownNameError(f"unknown retriever {name!r}; known: {', '.join(RETRIEVERS.names())}, "
                                f"or {HF_PREFIX}PATH_OR_ID (a sentence-transformers model)")
-    return RETRIEVERS.get(name)(device=device)
+    return RETRIEVERS.get(name)(device=device, **options)
 
 
 class CrossEncoderReranker:
